@@ -1,0 +1,572 @@
+"""Decode attention through block tables on a GPU: our Triton kernel against its baselines.
+
+Decode attention reads every cached K/V byte of the batch once and does two multiply-adds per byte
+pair and query head, so it is bound by memory bandwidth. The question this benchmark answers is how
+much of the GPU's bandwidth the paged kernel gets, side by side in one run:
+
+* ``triton``: ``mini_vllm.attention.triton_paged_attention.paged_attention_decode`` (paged cache,
+  random block tables);
+* ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` on a *contiguous* cache holding the
+  same values, ``enable_gqa=True`` (what paging has to compete with);
+* ``flex``: FlexAttention (``torch.nn.attention.flex_attention`` under ``torch.compile``) reading the
+  same paged pool: the pool is one long ``[1, kv_heads, blocks * block_size, head_dim]`` sequence
+  and each sequence's block mask lists its physical blocks (taken from the block table) as the KV
+  tiles to visit, the recipe of ``torch.nn.attention.experimental._paged_attention``;
+* ``gather``: the naive way, gather the blocks into a contiguous tensor, then SDPA;
+* ``copy``: a device-to-device copy of as many bytes as the KV read: the practical ceiling.
+
+Reported: time, GB/s = KV bytes read / time (for ``copy``: bytes read + written, i.e. the DRAM
+traffic rate a streaming kernel can reach), our share of the copy rate, paged/dense = SDPA time /
+our time, and FlexAttention time / our time. Every configuration first checks our output (and
+FlexAttention's) against SDPA. Each timing flushes L2 before the call: in serving, a layer's KV
+never sits in L2.
+
+Usage (script, never a test)::
+
+    python bench/bench_paged_decode.py --out docs/perf/paged_decode.md      # full sweep
+    python bench/bench_paged_decode.py --quick                              # a subset
+    python bench/bench_paged_decode.py --sweep                              # tuning grid
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mini_vllm.attention import triton_paged_attention as tpa  # noqa: E402
+
+HEAD_DIM = 128
+DTYPE = torch.bfloat16
+DEVICE = "cuda"  # --smoke on a machine without a GPU switches to "cpu" (Triton interpreter)
+FULL = {
+    "batch": [1, 8, 32, 64, 128],
+    "context": [512, 2048, 8192, 16384],
+    "heads": [(32, 8), (64, 8)],
+    "block_size": [16, 32, 128],
+}
+SMOKE = {  # checks the script's logic in seconds, e.g. on CPU; its numbers mean nothing
+    "batch": [2],
+    "context": [64],
+    "heads": [(4, 2)],
+    "block_size": [16],
+}
+QUICK = {
+    "batch": [1, 32, 128],
+    "context": [2048, 16384],
+    "heads": [(32, 8)],
+    "block_size": [16, 128],
+}
+
+
+# ------------------------------------------------------------------------------------ timing
+
+
+class Timer:
+    """CUDA-event timing with an L2 flush before every call; the median of the repetitions.
+
+    ``triton.testing.do_bench`` repeats until a time budget is spent, which for 10-microsecond
+    kernels means thousands of flushes; a fixed small count keeps the full sweep short.
+    """
+
+    def __init__(self, flush_mb: int = 256) -> None:
+        self.flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device=DEVICE)
+
+    def __call__(self, fn: Callable[[], object], target_ms: float = 25.0) -> float:
+        if DEVICE != "cuda":  # smoke run: one wall-clock call
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        est_ms = (time.perf_counter() - t0) * 1e3 / 3
+        reps = int(min(100, max(5, target_ms / max(est_ms, 1e-3))))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            self.flush.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+# ------------------------------------------------------------------------------------ setup
+
+
+@dataclass
+class Pool:
+    """One paged K/V pool, allocated once for the largest configuration and viewed per block size.
+
+    Keeping the pool's shape fixed keeps FlexAttention's compiled graphs valid across contexts.
+    """
+
+    kv: torch.Tensor  # [2, tokens, kv_heads, head_dim]
+    tokens: int
+
+    def caches(self, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (self.tokens // block_size, block_size, *self.kv.shape[2:])
+        return self.kv[0].view(shape), self.kv[1].view(shape)
+
+
+@dataclass
+class Case:
+    batch: int
+    context: int
+    num_heads: int
+    num_kv_heads: int
+    block_size: int
+
+    @property
+    def kv_bytes(self) -> int:
+        return 2 * self.batch * self.context * self.num_kv_heads * HEAD_DIM * DTYPE.itemsize
+
+    def label(self) -> str:
+        return (
+            f"B={self.batch} ctx={self.context} heads={self.num_heads}/{self.num_kv_heads} "
+            f"bs={self.block_size}"
+        )
+
+
+def make_inputs(case: Case, pool: Pool, gen: torch.Generator) -> dict:
+    kc, vc = pool.caches(case.block_size)
+    blocks_per_seq = case.context // case.block_size
+    need = case.batch * blocks_per_seq
+    if need > kc.shape[0]:
+        raise ValueError(f"pool of {kc.shape[0]} blocks is smaller than the {need} needed")
+    perm = torch.randperm(kc.shape[0], device=DEVICE, generator=gen)[:need]
+    tables = perm.view(case.batch, blocks_per_seq).to(torch.int32)
+    seq_lens = torch.full((case.batch,), case.context, dtype=torch.int32, device=DEVICE)
+    q = torch.randn(case.batch, case.num_heads, HEAD_DIM, device=DEVICE, dtype=DTYPE)
+    return {"q": q, "kc": kc, "vc": vc, "tables": tables, "seq_lens": seq_lens}
+
+
+def dense_copy(inp: dict, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same K/V as a contiguous ``[batch, kv_heads, context, head_dim]`` cache."""
+    shape = (case.batch, case.context, case.num_kv_heads, HEAD_DIM)
+    k = inp["kc"][inp["tables"].long()].view(shape).transpose(1, 2).contiguous()
+    v = inp["vc"][inp["tables"].long()].view(shape).transpose(1, 2).contiguous()
+    return k, v
+
+
+def sdpa_backend() -> list:
+    from torch.nn.attention import SDPBackend
+
+    return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def run_sdpa(q4: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, backend) -> object:
+    from torch.nn.attention import sdpa_kernel
+
+    with sdpa_kernel([backend]):
+        return F.scaled_dot_product_attention(q4, k, v, scale=scale, enable_gqa=True)
+
+
+# ------------------------------------------------------------------------------ FlexAttention
+
+# FlexAttention's mask_mod needs per-configuration tensors (the inverse block table, the lengths).
+# The compiled graph keeps references to the tensors a mask_mod closed over when it was traced,
+# so each (pool, batch, block size) gets one mask_mod over persistent tensors, refilled in place
+# for every new configuration; a fresh closure per configuration would either recompile or, with
+# module globals, silently read stale tensors.
+_FLEX_STATE: dict[tuple[int, int, int], tuple[Callable, torch.Tensor, torch.Tensor, torch.Tensor]]
+_FLEX_STATE = {}
+
+
+def _flex_state(pool_blocks: int, batch: int, block_size: int, device: torch.device):
+    key = (pool_blocks, batch, block_size)
+    if key not in _FLEX_STATE:
+        owner = torch.full((pool_blocks,), -1, dtype=torch.int32, device=device)
+        phys_to_logical = torch.full((pool_blocks,), -1, dtype=torch.int32, device=device)
+        lens = torch.zeros(batch, dtype=torch.int64, device=device)
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            """Visible: the position's block belongs to sequence ``b`` and its logical position
+            (through the inverse block table) is below ``seq_lens[b]``. The compiled kernel calls
+            it only on the partial last block; eager FlexAttention evaluates it everywhere."""
+            page = kv_idx // block_size
+            logical = phys_to_logical[page] * block_size + kv_idx % block_size
+            return (owner[page] == b) & (logical < lens[b])
+
+        _FLEX_STATE[key] = (mask_mod, owner, phys_to_logical, lens)
+    return _FLEX_STATE[key]
+
+
+def flex_block_mask(
+    tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int, pool_blocks: int, width: int
+):
+    """A BlockMask whose KV tiles for sequence ``b`` are the physical blocks in its table.
+
+    Full blocks (``seq_len // block_size`` of them) need no mask; the partial last block, if any,
+    goes through the mask_mod. The index tensors have ``width`` columns whatever the context, so
+    that their shape, and thus the compiled graph, does not change with it (``torch``'s own
+    ``PagedAttention`` helper widens them to the pool's block count the same way).
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    batch, table_width = tables.shape
+    device = tables.device
+    lens = seq_lens.long()
+    full = (lens // block_size).to(torch.int32)
+    partial = (lens % block_size > 0).to(torch.int32)
+    cols = torch.arange(table_width, device=device)
+    full_idx = torch.zeros(batch, width, dtype=torch.int32, device=device)
+    full_idx[:, :table_width] = torch.where(cols[None] < full[:, None], tables, 0)
+    part_idx = torch.zeros(batch, width, dtype=torch.int32, device=device)
+    last = torch.gather(tables, 1, full.long().clamp(max=table_width - 1)[:, None])[:, 0]
+    part_idx[:, 0] = torch.where(partial > 0, last, 0)
+
+    mask_mod, owner, phys_to_logical, state_lens = _flex_state(
+        pool_blocks, batch, block_size, device
+    )
+    used = cols[None] < (full + partial)[:, None]
+    pages = tables[used].long()
+    rows = torch.arange(batch, device=device)[:, None].expand(-1, table_width)
+    owner.fill_(-1)
+    phys_to_logical.fill_(-1)
+    owner[pages] = rows[used].to(torch.int32)
+    phys_to_logical[pages] = cols[None].expand(batch, -1)[used].to(torch.int32)
+    state_lens.copy_(lens)
+    shape = (batch, 1, 1)
+    return BlockMask.from_kv_blocks(
+        partial.view(shape),
+        part_idx.view(*shape, width),
+        full.view(shape),
+        full_idx.view(*shape, width),
+        BLOCK_SIZE=(128, block_size),
+        mask_mod=mask_mod,
+        seq_lengths=(1, pool_blocks * block_size),
+        compute_q_blocks=False,
+    )
+
+
+_flex_compiled = None
+
+
+def flex_decode(q4, k_pool, v_pool, block_mask, scale):
+    global _flex_compiled
+    if _flex_compiled is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        import torch._dynamo
+
+        for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, 4096)
+        _flex_compiled = torch.compile(flex_attention, dynamic=False)
+    return _flex_compiled(q4, k_pool, v_pool, block_mask=block_mask, scale=scale, enable_gqa=True)
+
+
+# ------------------------------------------------------------------------------------ runner
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, float]:
+    err = (a.float() - b.float()).abs().max().item()
+    return err <= 1e-2 * b.float().abs().max().item() + 2e-3, err
+
+
+def bench_case(case: Case, pool: Pool, timer: Timer, gen: torch.Generator, opts) -> dict:
+    inp = make_inputs(case, pool, gen)
+    scale = HEAD_DIM**-0.5
+    q, kc, vc, tables, seq_lens = (inp[k] for k in ("q", "kc", "vc", "tables", "seq_lens"))
+    q4 = q.unsqueeze(2)  # [B, H, 1, D]
+    k_dense, v_dense = dense_copy(inp, case)
+    row: dict = {"case": case}
+
+    backend = None
+    for cand in sdpa_backend():
+        try:
+            want = run_sdpa(q4, k_dense, v_dense, scale, cand)
+            backend = cand
+            break
+        except RuntimeError:
+            continue
+    row["sdpa_backend"] = str(backend).split(".")[-1].lower()
+    want = want.squeeze(2)
+
+    out = torch.empty_like(q)
+
+    def ours() -> object:
+        return tpa.paged_attention_decode(
+            q, kc, vc, tables, seq_lens, scale, max_seq_len=case.context, out=out
+        )
+
+    ours()
+    row["ok"], row["err"] = close(out, want)
+    row["triton"] = timer(ours)
+    row["sdpa"] = timer(lambda: run_sdpa(q4, k_dense, v_dense, scale, backend))
+
+    shape = (case.batch, case.context, case.num_kv_heads, HEAD_DIM)
+
+    def gather() -> object:
+        k = kc[tables.long()].view(shape).transpose(1, 2)
+        v = vc[tables.long()].view(shape).transpose(1, 2)
+        return run_sdpa(q4, k, v, scale, backend)
+
+    row["gather"] = timer(gather)
+
+    flat = pool.kv.view(-1)
+    n = case.kv_bytes // DTYPE.itemsize
+    dst = torch.empty(n, dtype=DTYPE, device=DEVICE)
+    row["copy"] = timer(lambda: dst.copy_(flat[:n]))
+    del dst
+
+    row["flex"] = None
+    if opts.flex and not opts.flex_broken:
+        if time.perf_counter() - opts.start > opts.time_budget:
+            row["flex_note"] = "skipped (time budget)"
+        else:
+            try:
+                pool_blocks = pool.tokens // case.block_size
+                mask = flex_block_mask(
+                    tables, seq_lens, case.block_size, pool_blocks, pool_blocks
+                )
+                k_pool = kc.view(1, -1, case.num_kv_heads, HEAD_DIM).transpose(1, 2)
+                v_pool = vc.view(1, -1, case.num_kv_heads, HEAD_DIM).transpose(1, 2)
+                t0 = time.perf_counter()
+                got = flex_decode(q4, k_pool, v_pool, mask, scale).squeeze(2)
+                if DEVICE == "cuda":
+                    torch.cuda.synchronize()
+                row["flex_compile_s"] = time.perf_counter() - t0
+                row["flex_ok"], row["flex_err"] = close(got, want)
+                row["flex"] = timer(lambda: flex_decode(q4, k_pool, v_pool, mask, scale))
+            except Exception as exc:  # report, then stop trying: one failure is enough to know
+                opts.flex_broken = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                print(f"FlexAttention paged decode failed, skipping it: {opts.flex_broken}")
+    del k_dense, v_dense
+    return row
+
+
+def fmt_row(row: dict) -> list[str]:
+    case: Case = row["case"]
+    gbs = case.kv_bytes / 1e6  # bytes / ms -> GB/s
+    copy_rate = 2 * gbs / row["copy"]
+    ours_rate = gbs / row["triton"]
+    flex = row.get("flex")
+    flex_cell = f"{flex * 1e3:.1f}" if flex else row.get("flex_note", "n/a")
+    if flex and not row.get("flex_ok", True):
+        flex_cell += " WRONG"
+    return [
+        str(case.batch),
+        str(case.context),
+        f"{case.num_heads}/{case.num_kv_heads}",
+        str(case.block_size),
+        f"{case.kv_bytes / 2**20:.0f}",
+        f"{row['triton'] * 1e3:.1f}" + ("" if row["ok"] else " WRONG"),
+        f"{ours_rate:.0f}",
+        f"{row['sdpa'] * 1e3:.1f}",
+        flex_cell,
+        f"{row['gather'] * 1e3:.1f}",
+        f"{row['copy'] * 1e3:.1f}",
+        f"{copy_rate:.0f}",
+        f"{ours_rate / copy_rate:.0%}",
+        f"{row['sdpa'] / row['triton']:.2f}",
+        f"{flex / row['triton']:.2f}" if flex else "n/a",
+    ]
+
+
+HEADER = [
+    "batch", "context", "q/kv heads", "block", "KV MiB", "triton us", "triton GB/s", "sdpa us",
+    "flex us", "gather us", "copy us", "copy GB/s", "of copy", "paged/dense", "flex/triton",
+]  # fmt: skip
+
+
+def markdown(rows: list[dict], env: str, command: str, notes: list[str]) -> str:
+    lines = [
+        "# Paged decode attention: Triton kernel vs baselines",
+        "",
+        env,
+        "",
+        f"Command: `{command}`",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---:|" * len(HEADER),
+    ]
+    lines += ["| " + " | ".join(fmt_row(r)) + " |" for r in rows]
+    lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: list[dict]) -> list[str]:
+    wrong = [r["case"].label() for r in rows if not r["ok"]]
+    flex_wrong = [r["case"].label() for r in rows if r.get("flex") and not r.get("flex_ok", True)]
+    lines = [
+        "Correctness vs SDPA (checked before timing): triton "
+        + (f"WRONG at {wrong}" if wrong else "matches at every config")
+        + "; flex "
+        + (f"WRONG at {flex_wrong}" if flex_wrong else "matches wherever it ran")
+        + "."
+    ]
+    big = [r for r in rows if r["case"].batch >= 32 and r["case"].context >= 2048]
+    if not big:
+        return lines
+    share = [(r["case"].kv_bytes / r["triton"]) / (2 * r["case"].kv_bytes / r["copy"]) for r in big]
+    ratio = [r["sdpa"] / r["triton"] for r in big]
+    flex = [r["flex"] / r["triton"] for r in big if r.get("flex")]
+    lines += [
+        f"Batch >= 32 and context >= 2k ({len(big)} configs): share of copy rate "
+        f"min {min(share):.0%} / median {statistics.median(share):.0%}; paged/dense min "
+        f"{min(ratio):.2f} / median {statistics.median(ratio):.2f}"
+        + (
+            f"; flex/triton min {min(flex):.2f} / median {statistics.median(flex):.2f}"
+            if flex
+            else ""
+        )
+        + "."
+    ]
+    return lines
+
+
+def environment() -> str:
+    import triton
+
+    if DEVICE != "cuda":
+        return f"Smoke run on CPU (Triton interpreter); torch {torch.__version__}."
+    props = torch.cuda.get_device_properties(0)
+    return (
+        f"Device: {props.name} ({props.multi_processor_count} SMs, "
+        f"{props.total_memory / 2**30:.0f} GiB); torch {torch.__version__}, triton "
+        f"{triton.__version__}, CUDA {torch.version.cuda}; dtype {str(DTYPE).split('.')[-1]}, "
+        f"head_dim {HEAD_DIM}. Times are medians with L2 flushed before each call. GB/s = KV "
+        "bytes read / time; copy GB/s counts bytes read + written (DRAM traffic); 'of copy' = "
+        "triton GB/s / copy GB/s; paged/dense = SDPA time / triton time."
+    )
+
+
+def run_sweep(pool: Pool, timer: Timer, gen: torch.Generator, budget_s: float) -> None:
+    """Tuning grid for the launch options and the split count, on a few representative shapes."""
+    cases = [
+        Case(32, 2048, 32, 8, 16),
+        Case(128, 8192, 32, 8, 16),
+        Case(64, 2048, 32, 8, 128),
+        Case(8, 16384, 32, 8, 128),
+    ]
+    launch = [(bn, w, s) for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
+    start = time.perf_counter()
+    scale = HEAD_DIM**-0.5
+    for case in cases:
+        inp = make_inputs(case, pool, gen)
+        args = [inp[k] for k in ("q", "kc", "vc", "tables", "seq_lens")]
+        default = tpa.default_num_splits(
+            case.batch, case.num_kv_heads, case.context, tpa._num_sms(args[0].device)
+        )
+        results = []
+        for bn, w, s in launch:
+            if time.perf_counter() - start > budget_s:
+                break
+            try:
+                t = timer(
+                    lambda bn=bn, w=w, s=s: tpa.paged_attention_decode(
+                        *args, scale, max_seq_len=case.context, block_n=bn, num_warps=w,
+                        num_stages=s,
+                    ),
+                    target_ms=10,
+                )  # fmt: skip
+            except Exception as exc:
+                print(f"  {case.label()} bn={bn} w={w} s={s}: {type(exc).__name__}")
+                continue
+            results.append((t, bn, w, s))
+        results.sort()
+        gbs = case.kv_bytes / 1e6
+        print(f"sweep {case.label()} default splits={default}")
+        for t, bn, w, s in results[:5]:
+            print(f"  block_n={bn} warps={w} stages={s}: {t * 1e3:.1f} us {gbs / t:.0f} GB/s")
+        if not results:
+            continue
+        _, bn, w, s = results[0]
+        for splits in sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, default}):
+            t = timer(
+                lambda sp=splits: tpa.paged_attention_decode(
+                    *args, scale, num_splits=sp, block_n=bn, num_warps=w, num_stages=s
+                ),
+                target_ms=10,
+            )
+            print(f"  splits={splits:2d}: {t * 1e3:.1f} us {gbs / t:.0f} GB/s")
+        sys.stdout.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="write the markdown table here")
+    ap.add_argument("--quick", action="store_true", help="a subset of the sweep")
+    ap.add_argument("--sweep", action="store_true", help="tuning grid for the kernel, then exit")
+    ap.add_argument("--smoke", action="store_true", help="a tiny grid, on CPU if there is no GPU")
+    ap.add_argument("--no-flex", dest="flex", action="store_false", help="skip FlexAttention")
+    ap.add_argument("--time-budget", type=float, default=480.0, help="seconds before flex stops")
+    opts = ap.parse_args()
+    global DEVICE
+    if not torch.cuda.is_available():
+        if not opts.smoke:
+            sys.exit("bench_paged_decode.py needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1)")
+        DEVICE = "cpu"
+    opts.start = time.perf_counter()
+    opts.flex_broken = None
+    grid = SMOKE if opts.smoke else QUICK if opts.quick else FULL
+    env = environment()
+    print(env)
+    command = "python " + " ".join(sys.argv)
+
+    num_kv_heads = {kv for _, kv in grid["heads"]}
+    assert len(num_kv_heads) == 1, "one pool shape: all head configs share num_kv_heads"
+    lcm = math.lcm(*grid["block_size"])
+    tokens = max(grid["batch"]) * max(grid["context"]) + 4 * lcm  # the largest need, plus slack
+    tokens = -(-tokens // lcm) * lcm
+    pool = Pool(
+        torch.randn(2, tokens, num_kv_heads.pop(), HEAD_DIM, device=DEVICE, dtype=DTYPE), tokens
+    )
+    timer = Timer()
+    gen = torch.Generator(device=DEVICE)
+    gen.manual_seed(0)
+    if opts.sweep:
+        run_sweep(pool, timer, gen, opts.time_budget)
+        return
+
+    rows: list[dict] = []
+    # block size and heads outermost: FlexAttention compiles once per (block size, heads, batch)
+    for block_size in grid["block_size"]:
+        for num_heads, num_kv in grid["heads"]:
+            for batch in grid["batch"]:
+                for context in grid["context"]:
+                    case = Case(batch, context, num_heads, num_kv, block_size)
+                    row = bench_case(case, pool, timer, gen, opts)
+                    rows.append(row)
+                    print(" | ".join(fmt_row(row)), f"[{row['sdpa_backend']}]", flush=True)
+                    if opts.out:
+                        notes = summary(rows) + _notes(rows, opts)
+                        opts.out.parent.mkdir(parents=True, exist_ok=True)
+                        opts.out.write_text(markdown(rows, env, command, notes))
+    print("\n".join(["| " + " | ".join(HEADER) + " |"] + summary(rows) + _notes(rows, opts)))
+
+
+def _notes(rows: list[dict], opts) -> list[str]:
+    backends = sorted({r["sdpa_backend"] for r in rows})
+    notes = [f"SDPA backend: {', '.join(backends)}."]
+    compile_s = [r["flex_compile_s"] for r in rows if "flex_compile_s" in r]
+    if compile_s:
+        notes.append(
+            f"FlexAttention: torch.compile(flex_attention), paged through a BlockMask built from "
+            f"the block tables; first call per config took up to {max(compile_s):.1f} s "
+            "(compilation when the shape is new)."
+        )
+    if opts.flex_broken:
+        notes.append(f"FlexAttention paged decode could not run here: {opts.flex_broken}")
+    return notes
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""``python -m grading LAB [--impl DIR] [--json FILE] [--chain]`` and the course's lab tools.
+
+Also: ``python -m grading list``, ``python -m grading reset LAB [--force]``,
+``python -m grading stubs [--check]`` (stubs from solutions) and
+``python -m grading sync [--write]`` (solutions from the reference). The exit status is 0 whatever
+the score; it is non-zero only when the grader itself cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from grading.labs import PLANNED_LABS, LabNotFound, available_labs, load_lab
+
+
+def _grade(argv: list[str]) -> int:
+    from grading.report import print_table, write_results_json
+    from grading.runner import GraderError, grade
+
+    parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__)
+    parser.add_argument("lab", help="lab-01 … lab-09")
+    parser.add_argument("--impl", type=Path, help="folder holding the lab's files "
+                        "(default: labs/<lab>/)")
+    parser.add_argument("--json", type=Path, help="write Gradescope results.json here")
+    parser.add_argument("--chain", action="store_true",
+                        help="use your own earlier labs instead of the reference")
+    parser.add_argument("--quiet", action="store_true", help="print only the score line")
+    parser.add_argument("-v", "--verbose", action="store_true", help="full messages")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        lab, results = grade(args.lab, args.impl, chain=args.chain)
+    except (LabNotFound, GraderError) as exc:
+        print(f"grading: {exc}", file=sys.stderr)
+        return 2
+    from grading.report import totals
+
+    if args.quiet:
+        score, total = totals(results)
+        print(f"score: {score} / {total}")
+    else:
+        print_table(lab, results, verbose=args.verbose)
+    if args.json:
+        write_results_json(lab, results, args.json, time.monotonic() - started)
+    return 0
+
+
+def _list(_: list[str]) -> int:
+    written = {lab.id: lab for lab in available_labs()}
+    for lab_id, slug in PLANNED_LABS.items():
+        lab = written.get(lab_id)
+        state = f"{lab.title} [{lab.requires}]" if lab else "not written yet"
+        print(f"{lab_id}-{slug:24s} {state}")
+    return 0
+
+
+def _reset(argv: list[str]) -> int:
+    from grading.stubs import reset_lab
+
+    parser = argparse.ArgumentParser(prog="python -m grading reset")
+    parser.add_argument("lab")
+    parser.add_argument("--force", action="store_true",
+                        help="replace edited files (each is backed up first)")
+    args = parser.parse_args(argv)
+    try:
+        return reset_lab(load_lab(args.lab), force=args.force)
+    except LabNotFound as exc:
+        print(f"grading: {exc}", file=sys.stderr)
+        return 2
+
+
+def _stubs(argv: list[str]) -> int:
+    from grading.stubs import check_or_write_stubs
+
+    parser = argparse.ArgumentParser(prog="python -m grading stubs")
+    parser.add_argument("--check", action="store_true", help="fail if a stub is out of date")
+    parser.add_argument("labs", nargs="*")
+    args = parser.parse_args(argv)
+    labs = [load_lab(n) for n in args.labs] if args.labs else available_labs()
+    return check_or_write_stubs(labs, check=args.check)
+
+
+def _sync(argv: list[str]) -> int:
+    from grading.sync import solution_drift, update_solution
+
+    parser = argparse.ArgumentParser(prog="python -m grading sync")
+    parser.add_argument("--write", action="store_true", help="rewrite solutions from the reference")
+    parser.add_argument("labs", nargs="*")
+    args = parser.parse_args(argv)
+    labs = [load_lab(n) for n in args.labs] if args.labs else available_labs()
+    if args.write:
+        for lab in labs:
+            for path in update_solution(lab):
+                print(f"{path}: updated from the reference")
+        return 0
+    problems = [p for lab in labs for p in solution_drift(lab)]
+    print("\n".join(problems) or "solutions match the reference")
+    return 1 if problems else 0
+
+
+def _check_suites(argv: list[str]) -> int:
+    from grading.check_suites import check_lab, print_verdicts
+
+    parser = argparse.ArgumentParser(prog="python -m grading check-suites")
+    parser.add_argument("labs", nargs="*")
+    args = parser.parse_args(argv)
+    labs = [load_lab(n) for n in args.labs] if args.labs else available_labs()
+    all_ok = True
+    for lab in labs:
+        verdicts = check_lab(lab)
+        print_verdicts(lab, verdicts)
+        all_ok &= all(v.ok for v in verdicts)
+    return 0 if all_ok else 1
+
+
+COMMANDS = {"list": _list, "reset": _reset, "stubs": _stubs, "sync": _sync,
+            "check-suites": _check_suites}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
+    return _grade(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""``python -m grading check-suites``: can each suite tell right from wrong?
+
+For every lab: the stub must score 0 without crashing the grader, the solution must score full
+marks, and every mutant kept in ``tests/buggy/`` must lose points. Prints a table per lab with
+the share of mutants caught; exits 1 if anything is off.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from grading.labs import Lab
+from grading.mutants import Mutant, mutants_for
+from grading.report import totals
+from grading.runner import SuiteRunner
+
+
+@dataclass
+class Verdict:
+    subject: str
+    score: int
+    total: int
+    expected: str
+    ok: bool
+    detail: str = ""
+
+
+def grade_folder(lab: Lab, folder: Path) -> tuple[int, int, list]:
+    runner = SuiteRunner(lab, folder)
+    results = runner.run(runner.collect())
+    score, total = totals(results)
+    return score, total, results
+
+
+def check_mutant(lab: Lab, mutant: Mutant) -> Verdict:
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
+        folder = mutant.materialize(lab, Path(tmp) / lab.dirname)
+        score, total, results = grade_folder(lab, folder)
+    failed = [r.info.name for r in results if r.outcome != "passed"]
+    return Verdict(f"bug: {mutant.name}", score, total, "< full", score < total,
+                   ", ".join(failed[:4]) + (" …" if len(failed) > 4 else ""))
+
+
+def check_lab(lab: Lab, workers: int = 2) -> list[Verdict]:
+    verdicts = []
+    score, total, results = grade_folder(lab, lab.stub_dir)
+    bad = [r.outcome for r in results if r.outcome not in ("not_started",)]
+    verdicts.append(Verdict("stub", score, total, "0, all NOT STARTED", score == 0 and not bad,
+                            f"{len(bad)} tests not NOT STARTED" if bad else ""))
+    score, total, results = grade_folder(lab, lab.solution_dir)
+    failed = [r.info.name for r in results if r.outcome != "passed"]
+    verdicts.append(Verdict("solution", score, total, "full", score == total,
+                            ", ".join(failed)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        verdicts.extend(pool.map(lambda m: check_mutant(lab, m), mutants_for(lab)))
+    return verdicts
+
+
+def print_verdicts(lab: Lab, verdicts: list[Verdict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, width=None if Console().is_terminal else 140)
+    table = Table(title=f"{lab.id}: suite quality")
+    for column in ("subject", "score", "expected", "ok", "failing tests"):
+        table.add_column(column, overflow="fold")
+    for v in verdicts:
+        mark = "[green]yes[/]" if v.ok else "[red]NO[/]"
+        table.add_row(v.subject, f"{v.score}/{v.total}", v.expected, mark, v.detail)
+    console.print(table)
+    bugs = [v for v in verdicts if v.subject.startswith("bug:")]
+    caught = sum(v.ok for v in bugs)
+    if bugs:
+        console.print(f"{lab.id}: {caught}/{len(bugs)} buggy implementations caught "
+                      f"({100 * caught / len(bugs):.0f} %)")

@@ -1,0 +1,110 @@
+"""Where the labs live and what each one needs, read from ``tests/labs/lab_NN/lab.json``.
+
+Each suite describes itself in a small JSON file beside its tests, so that adding a lab
+never means editing a central table, and the grader, the stub generator, the Makefile
+and the sync tests all read the same description.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SUITES_DIR = REPO_ROOT / "tests" / "labs"
+
+#: Every lab of the course, written or not, so that ``make lab-NN`` can say which is which.
+PLANNED_LABS: dict[str, str] = {
+    "lab-01": "block-allocator",
+    "lab-02": "fragmentation-viz",
+    "lab-03": "kv-cache-sizing",
+    "lab-04": "triton-paged-attn",
+    "lab-05": "share-and-evict",
+    "lab-06": "paged-attention-numpy",
+    "lab-07": "kv-cache-manager",
+    "lab-08": "scheduler",
+    "lab-09": "engine",
+}
+
+
+class LabNotFound(Exception):
+    """The lab id is unknown, or the lab is planned but not written yet."""
+
+
+@dataclass(frozen=True)
+class Lab:
+    """One lab: its id, folders, the files a learner edits and the tasks in them."""
+
+    id: str
+    slug: str
+    title: str
+    phase: str
+    files: tuple[str, ...]
+    requires: str = "core"
+    timeout: float = 10.0
+    budget: float = 300.0
+    reference: tuple[str, ...] = ()
+    tasks: dict[str, dict[str, str]] = field(default_factory=dict)
+    provides: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+    @property
+    def number(self) -> str:
+        return self.id.split("-")[1]
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.id}-{self.slug}"
+
+    @property
+    def stub_dir(self) -> Path:
+        return REPO_ROOT / "labs" / self.dirname
+
+    @property
+    def solution_dir(self) -> Path:
+        return REPO_ROOT / "solutions" / self.dirname
+
+    @property
+    def suite_dir(self) -> Path:
+        return SUITES_DIR / f"lab_{self.number}"
+
+
+def normalize_lab_id(name: str) -> str:
+    """Accept ``lab-01``, ``lab01``, ``01``, ``1`` or ``lab-01-block-allocator``."""
+    m = re.fullmatch(r"(?:lab[-_]?)?(\d{1,2})(?:-[a-z0-9-]+)?", name.strip().lower())
+    if not m:
+        raise LabNotFound(f"{name!r} is not a lab id; try one of {', '.join(PLANNED_LABS)}")
+    return f"lab-{int(m.group(1)):02d}"
+
+
+def load_lab(name: str) -> Lab:
+    """Read a lab's description; a planned lab without a suite says so clearly."""
+    lab_id = normalize_lab_id(name)
+    meta_path = SUITES_DIR / f"lab_{lab_id[4:]}" / "lab.json"
+    if not meta_path.exists():
+        if lab_id in PLANNED_LABS:
+            raise LabNotFound(
+                f"{lab_id} ({PLANNED_LABS[lab_id]}) is not written yet: its graded suite does "
+                "not exist in this version of the course. See README.md for the labs available."
+            )
+        raise LabNotFound(f"there is no {lab_id}; the labs are {', '.join(PLANNED_LABS)}")
+    raw = json.loads(meta_path.read_text())
+    return Lab(
+        id=raw["id"],
+        slug=raw["slug"],
+        title=raw["title"],
+        phase=raw["phase"],
+        files=tuple(raw["files"]),
+        requires=raw.get("requires", "core"),
+        timeout=float(raw.get("timeout", 10.0)),
+        budget=float(raw.get("budget", 300.0)),
+        reference=tuple(raw.get("reference", ())),
+        tasks=raw.get("tasks", {}),
+        provides=raw.get("provides", {}),
+    )
+
+
+def available_labs() -> list[Lab]:
+    """The labs whose suites exist, in course order."""
+    return [load_lab(p.parent.name) for p in sorted(SUITES_DIR.glob("lab_*/lab.json"))]

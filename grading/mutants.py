@@ -1,0 +1,60 @@
+"""Buggy implementations, kept as small edits of a lab's solution (mutants).
+
+A mutant is the solution with one plausible mistake: an off-by-one, a forgotten unlink, a
+forward free instead of a reverse one. Keeping each as an edit (a ``find`` text that must occur
+exactly once in the solution, and its ``replace``) instead of a copy of the whole file keeps the
+set small and readable, and makes it fail loudly when the solution changes under it.
+``python -m grading check-suites`` grades every mutant and reports which ones a suite misses.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from grading.labs import Lab
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One buggy implementation: ``find`` (exactly once in ``file``) becomes ``replace``."""
+
+    name: str
+    file: str
+    find: str
+    replace: str
+    why: str
+
+    def materialize(self, lab: Lab, dest: Path) -> Path:
+        """Write the solution with this bug applied into ``dest``; return ``dest``."""
+        dest.mkdir(parents=True, exist_ok=True)
+        for filename in lab.files:
+            shutil.copy(lab.solution_dir / filename, dest / filename)
+        path = dest / self.file
+        text = path.read_text()
+        find, replace = textwrap.dedent(self.find).strip("\n"), textwrap.dedent(self.replace)
+        replace = replace.strip("\n")
+        # Re-indent both to where ``find`` sits in the file.
+        first = find.splitlines()[0]
+        for indent in (" " * n for n in range(0, 17, 4)):
+            candidate = textwrap.indent(find, indent)
+            if text.count(candidate) == 1:
+                text = text.replace(candidate, textwrap.indent(replace, indent))
+                break
+        else:
+            raise ValueError(f"mutant {self.name}: {first.strip()!r}… does not occur exactly "
+                             f"once in {lab.solution_dir / self.file}")
+        path.write_text(text)
+        return dest
+
+
+def mutants_for(lab: Lab) -> list[Mutant]:
+    """The mutants kept in ``tests/buggy/lab_NN.py`` (an empty list if there is none)."""
+    try:
+        module = importlib.import_module(f"tests.buggy.lab_{lab.number}")
+    except ModuleNotFoundError:
+        return []
+    return list(module.MUTANTS)

@@ -1,0 +1,297 @@
+"""Runs a lab's suite in child processes and turns their reports into results.
+
+The parent never imports graded code. It hands each child a fresh nonce, reads only
+nonce-tagged lines from a private pipe, enforces a per-test timeout and a suite budget, and
+restarts a child that hung or died on the tests that remain: one bad test costs that test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import secrets
+import shutil
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grading import protocol
+from grading.labs import REPO_ROOT, Lab, load_lab
+from grading.protocol import TestInfo, TestResult
+from grading.suite import CHAIN_ENV, IMPL_ENV
+
+#: Output of graded code goes to a log file capped at this size (then the child is killed).
+MAX_LOG_BYTES = 8 * 1024 * 1024
+PREFLIGHT_TIMEOUT = 60.0
+COLLECT_TIMEOUT = 120.0
+
+
+class GraderError(Exception):
+    """The grader itself cannot run (a broken suite or environment, never the learner's code)."""
+
+
+@dataclass
+class ChildExit:
+    events: list[dict[str, Any]]
+    returncode: int | None
+    timed_out_on: str | None
+    log_tail: str
+
+
+def _limit_child() -> None:
+    os.setsid()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_LOG_BYTES, MAX_LOG_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - limit))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class SuiteRunner:
+    """Grades one implementation folder against one lab's suite."""
+
+    def __init__(self, lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = None,
+                 timeout: float | None = None,
+                 on_result: Callable[[TestResult], None] | None = None,
+                 preflight_timeout: float = PREFLIGHT_TIMEOUT) -> None:
+        self.lab = lab
+        self.impl = impl.resolve()
+        self.chain = chain or []
+        self.timeout = timeout or lab.timeout
+        self.on_result = on_result
+        self.preflight_timeout = preflight_timeout
+        self.workdir = Path(tempfile.mkdtemp(prefix="mini-vllm-grading-"))
+
+    # -- one child -------------------------------------------------------------------------
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep)
+        env[IMPL_ENV] = str(self.impl)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.chain:
+            env[CHAIN_ENV] = json.dumps([[str(d), f, p] for d, f, p in self.chain])
+        else:
+            env.pop(CHAIN_ENV, None)
+        return env
+
+    def _spawn(self, args: Sequence[str], per_test: float | None, overall: float,
+               started: Callable[[str], None] | None = None) -> ChildExit:
+        """Run one child; stop it when a test outlives ``per_test`` or the child ``overall``."""
+        nonce = secrets.token_hex(16)
+        read_fd, write_fd = os.pipe()
+        log_path = self.workdir / f"child-{secrets.token_hex(4)}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "grading.child", *args, "--report-fd", str(write_fd)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.workdir, env=self._env(), pass_fds=(write_fd,),
+                preexec_fn=_limit_child,
+            )
+        os.close(write_fd)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write((nonce + "\n").encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        events: list[dict[str, Any]] = []
+        buffer = b""
+        current: str | None = None
+        deadline_test = None
+        deadline_all = time.monotonic() + overall
+        timed_out_on = None
+        eof = False
+        while not eof:
+            now = time.monotonic()
+            limits = [deadline_all] + ([deadline_test] if deadline_test else [])
+            wait = min(limits) - now
+            if wait <= 0:
+                timed_out_on = current or "<between tests>"
+                _kill_group(proc)
+                break
+            ready, _, _ = select.select([read_fd], [], [], wait)
+            if not ready:
+                continue
+            chunk = os.read(read_fd, 65536)
+            if not chunk:
+                eof = True
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                event = protocol.decode(line, nonce)
+                if event is None:
+                    continue
+                events.append(event)
+                if event["event"] == "start":
+                    current = event.get("nodeid")
+                    deadline_test = time.monotonic() + per_test if per_test else None
+                    if started:
+                        started(current)
+                elif event["event"] in ("result", "tampered"):
+                    current, deadline_test = None, None
+        os.close(read_fd)
+        if timed_out_on is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            _kill_group(proc)
+        tail = _tail(log_path)
+        log_path.unlink(missing_ok=True)
+        return ChildExit(events, proc.returncode, timed_out_on, tail)
+
+    # -- the three phases ------------------------------------------------------------------
+    def collect(self) -> list[TestInfo]:
+        args = ["collect", "--suite", str(self.lab.suite_dir)]
+        if self.lab.requires in ("torch", "model"):
+            args.append("--needs-torch")
+        out = self._spawn(args, None, COLLECT_TIMEOUT)
+        collected = [e for e in out.events if e["event"] == "collected"]
+        if not collected:
+            raise GraderError(f"could not collect the suite {self.lab.suite_dir}:\n{out.log_tail}")
+        event = collected[0]
+        if event["ungraded"]:
+            raise GraderError(f"tests without a @graded marker: {event['ungraded']}")
+        keys = TestInfo.__dataclass_fields__
+        return [TestInfo(**{k: v for k, v in t.items() if k in keys}) for t in event["tests"]]
+
+    def preflight(self) -> tuple[str, str]:
+        modules = [f.removesuffix(".py") for f in self.lab.files]
+        out = self._spawn(["preflight", "--suite", str(self.lab.suite_dir), "--modules", *modules],
+                          None, self.preflight_timeout)
+        for event in out.events:
+            if event["event"] == "preflight":
+                return event["status"], event["message"]
+        if out.timed_out_on:
+            return "timeout", f"importing your code did not finish in {self.preflight_timeout:g} s"
+        return "crashed", f"importing your code killed the process ({_exit_text(out.returncode)})"
+
+    def run(self, tests: list[TestInfo]) -> list[TestResult]:
+        try:
+            return self._run(tests)
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _run(self, tests: list[TestInfo]) -> list[TestResult]:
+        by_id = {t.nodeid: t for t in tests}
+        results: dict[str, TestResult] = {}
+
+        def record(result: TestResult) -> None:
+            results[result.info.nodeid] = result
+            if self.on_result:
+                self.on_result(result)
+
+        status, message = self.preflight()
+        if status != "ok":
+            outcome = {"not_started": "not_started", "timeout": "timeout",
+                       "crashed": "crashed"}.get(status, "error")
+            for info in tests:
+                record(TestResult(info, outcome, message))
+            return [results[t.nodeid] for t in tests]
+
+        budget_end = time.monotonic() + self.lab.budget
+        while True:
+            remaining = [t for t in tests if t.nodeid not in results]
+            if not remaining:
+                break
+            left = budget_end - time.monotonic()
+            if left <= 0:
+                for info in remaining:
+                    record(TestResult(info, "timeout", "not run: the suite's time budget was "
+                                      "spent (earlier tests hung or were slow)"))
+                break
+            list_file = self.workdir / "tests.txt"
+            list_file.write_text("\n".join(t.nodeid for t in remaining))
+            args = ["run", "--suite", str(self.lab.suite_dir), "--tests", str(list_file)]
+            out = self._spawn(args, self.timeout, left)
+            for event in out.events:
+                nodeid = event.get("nodeid")
+                if event["event"] == "result" and nodeid in by_id and nodeid not in results:
+                    record(TestResult(by_id[nodeid], event["outcome"], event.get("message", ""),
+                                      float(event.get("duration", 0.0))))
+                elif event["event"] == "tampered":
+                    what = event.get("what", "?")
+                    raise TamperedError(f"the graded code replaced {what} while {nodeid} ran")
+            if out.timed_out_on in by_id and out.timed_out_on not in results:
+                record(TestResult(by_id[out.timed_out_on], "timeout",
+                                  f"did not finish in {self.timeout:g} s: an infinite loop, or "
+                                  "an operation that is not O(1)?"))
+                continue
+            if any(e["event"] == "done" for e in out.events):
+                # pytest finished but skipped reporting some ids (deselected by a bad id).
+                for info in [t for t in tests if t.nodeid not in results]:
+                    record(TestResult(info, "error", "the test did not run"))
+                break
+            started = [e["nodeid"] for e in out.events if e["event"] == "start"]
+            victim = next((n for n in reversed(started) if n not in results), None)
+            if victim is None:
+                victim = next(t.nodeid for t in tests if t.nodeid not in results)
+            tail = protocol.clip(out.log_tail, 600)
+            record(TestResult(by_id[victim], "crashed",
+                              f"the test process died ({_exit_text(out.returncode)})"
+                              + (f"; last output:\n{tail}" if tail else "")))
+        return [results[t.nodeid] for t in tests]
+
+
+class TamperedError(Exception):
+    """Graded code modified the test harness; the run is void."""
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def chain_for(lab: Lab) -> list[tuple[Path, str, dict]]:
+    """The learner's earlier labs that provide symbols, in course order, for ``--chain``."""
+    from grading.labs import available_labs
+
+    chain = []
+    for earlier in available_labs():
+        if earlier.number >= lab.number:
+            continue
+        for filename, provides in earlier.provides.items():
+            if (earlier.stub_dir / filename).exists():
+                chain.append((earlier.stub_dir, filename, provides))
+    return chain
+
+
+def grade(lab_name: str, impl: Path | None = None, *, chain: bool = False,
+          on_result: Callable[[TestResult], None] | None = None) -> tuple[Lab, list[TestResult]]:
+    lab = load_lab(lab_name)
+    folder = impl or lab.stub_dir
+    if not folder.is_dir():
+        raise GraderError(f"{folder} is not a folder holding {', '.join(lab.files)}")
+    runner = SuiteRunner(lab, folder, chain_for(lab) if chain else None, on_result=on_result)
+    tests = runner.collect()
+    try:
+        return lab, runner.run(tests)
+    except TamperedError as exc:
+        return lab, [TestResult(t, "error", f"run void: {exc}") for t in tests]

@@ -1,0 +1,76 @@
+"""Solutions are the reference, symbol for symbol; this module checks and restores that.
+
+A lab's solution file holds copies of reference classes and functions (``lab.json`` names the
+reference modules). ``solution_drift`` reports every copied symbol whose code differs from the
+reference (compared as ASTs, docstrings included), and ``update_solution`` rewrites the copies
+from the reference, keeping the solution's own header (module docstring and imports).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+from grading.labs import Lab
+
+Symbol = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _symbols(tree: ast.Module) -> dict[str, Symbol]:
+    return {n.name: n for n in tree.body if isinstance(n, Symbol)}
+
+
+def _reference_symbols(lab: Lab) -> dict[str, tuple[str, Symbol]]:
+    found: dict[str, tuple[str, Symbol]] = {}
+    for module_name in lab.reference:
+        source = inspect.getsource(importlib.import_module(module_name))
+        for name, node in _symbols(ast.parse(source)).items():
+            found.setdefault(name, (source, node))
+    return found
+
+
+def _span(node: Symbol) -> tuple[int, int]:
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return start - 1, node.end_lineno or node.lineno
+
+
+def solution_drift(lab: Lab) -> list[str]:
+    """Every way the lab's solution files differ from the reference."""
+    reference = _reference_symbols(lab)
+    problems = []
+    for filename in lab.files:
+        path = lab.solution_dir / filename
+        tree = ast.parse(path.read_text())
+        for name, node in _symbols(tree).items():
+            if name not in reference:
+                refs = ", ".join(lab.reference)
+                problems.append(f"{path}: {name} is not in the reference ({refs})")
+            elif ast.dump(node) != ast.dump(reference[name][1]):
+                problems.append(f"{path}: {name} differs from the reference "
+                                f"(run `python -m grading sync --write`)")
+    return problems
+
+
+def update_solution(lab: Lab) -> list[Path]:
+    """Rewrite each copied symbol of the lab's solutions from the reference."""
+    reference = _reference_symbols(lab)
+    changed = []
+    for filename in lab.files:
+        path = lab.solution_dir / filename
+        text = path.read_text()
+        lines = text.splitlines()
+        for name, node in sorted(_symbols(ast.parse(text)).items(),
+                                 key=lambda kv: -kv[1].lineno):
+            if name not in reference:
+                continue
+            ref_source, ref_node = reference[name]
+            r_start, r_end = _span(ref_node)
+            start, end = _span(node)
+            lines[start:end] = ref_source.splitlines()[r_start:r_end]
+        new = "\n".join(lines) + "\n"
+        if new != text:
+            path.write_text(new)
+            changed.append(path)
+    return changed

@@ -1,0 +1,433 @@
+"""The block pool: every KV-cache page of the GPU, who uses it, and which prefix it caches.
+
+Mirrors ``vllm/v1/core/block_pool.py`` at v0.22.1 for a single full-attention KV cache group.
+The pool never moves data: it hands out page ids, counts references, and remembers which full
+pages hold which chained block hash so that a later request with the same prefix can reuse them.
+
+A block is always in exactly one of three states:
+
+* in use (``ref_cnt > 0``), owned by one or more running requests; never evicted;
+* free and cached (``ref_cnt == 0`` with a hash): in the free queue, but a prefix-cache hit can
+  still revive it from wherever it sits in the queue (:meth:`BlockPool.touch`);
+* free and empty (``ref_cnt == 0``, no hash).
+
+Allocation takes free blocks from the front of the free queue. When such a block still carries a
+hash, its old contents are about to be overwritten, so its stale hash leaves the cache map first
+(lazy eviction: a freed block stays reusable for as long as possible).
+
+Simplifications, relative to upstream:
+
+* KV cache events (``BlockStored``/``BlockRemoved``/``AllBlocksCleared``) are left out:
+  ``enable_kv_cache_events=True`` raises ``NotImplementedError`` and :meth:`BlockPool.take_events`
+  always returns an empty list.
+* ``cache_full_blocks`` requires ``block_size == hash_block_size`` (one KV cache group; upstream
+  also regroups finer hashes for hybrid models with several block sizes).
+* ``metrics_collector`` is any object with upstream's hook methods (see
+  :class:`KVCacheMetricsCollector`); we ship no sampling collector. Prefix-cache hit counting is not
+  the pool's job at the pin either: ``KVCacheManager`` counts hits.
+
+Deliberate differences, where upstream only asserts or silently corrupts state and we raise:
+
+* ``BlockPool(...)`` with ``num_gpu_blocks < 1`` or ``hash_block_size < 1``: ``ValueError``.
+* ``get_new_blocks`` with a negative count or more blocks than are free: ``ValueError`` (upstream
+  raises too, with a shorter message); a popped block with ``ref_cnt != 0``: ``RuntimeError``.
+* ``free_blocks`` of the null block, or of a block whose ``ref_cnt`` would drop below 0 (double
+  free): ``ValueError``, and no block of the call is freed (upstream decrements blindly).
+* ``touch`` of the null block: ``ValueError`` (upstream increments its unused ``ref_cnt``; with one
+  full-attention group the null block never appears in a block table).
+* ``touch`` of a block with ``ref_cnt == 0`` that is not in the free queue: ``RuntimeError``.
+* ``cache_full_blocks`` with too few request hashes or blocks, or a mask of the wrong length:
+  ``ValueError``; with a block that already has a hash: ``RuntimeError`` before any block is cached.
+* ``evict_blocks`` with an id outside ``0 .. num_gpu_blocks - 1``: ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mini_vllm.core.kv_cache_utils import (
+    BlockHash,
+    BlockHashWithGroupId,
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    make_block_hash_with_group_id,
+)
+
+if TYPE_CHECKING:
+    from mini_vllm.request import Request
+
+__all__ = [
+    "BlockHashToBlockMap",
+    "BlockPool",
+    "FreeKVCacheBlockQueue",
+    "KVCacheBlock",
+    "KVCacheMetricsCollector",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class KVCacheMetricsCollector(Protocol):
+    """The hooks the pool calls on an optional metrics collector (block residency statistics).
+
+    Upstream's collector samples blocks and measures their lifetime and reuse gaps; the pool only
+    needs to tell it when a block is allocated, hit, or evicted, and when the cache is reset.
+    """
+
+    def on_block_allocated(self, block: KVCacheBlock) -> None: ...
+
+    def on_block_accessed(self, block: KVCacheBlock) -> None: ...
+
+    def on_block_evicted(self, block: KVCacheBlock) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+class BlockHashToBlockMap:
+    """The prefix cache: cache key -> the block, or blocks, currently holding that content.
+
+    Several blocks can hold the same content. Two requests with the same prompt that are
+    scheduled together each fill their own blocks before either is cached, and we do not merge
+    the duplicates afterwards: a block id, once in a request's block table, must never change
+    (block tables are append-only on the GPU side). So a key may map to more than one block.
+
+    The common case is one block per key, stored directly; only a key with duplicates gets a
+    ``{block_id: block}`` dict. Avoiding a dict per entry saves memory and garbage-collector work
+    on a map that can hold every block of the GPU.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+
+    def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
+        """Return a block cached under ``key`` (the earliest cached one), or ``None``."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            return None
+        if isinstance(blocks, KVCacheBlock):
+            return blocks
+        return next(iter(blocks.values()))
+
+    def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
+        """Cache ``block`` under ``key``, next to any block already cached there."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            self._cache[key] = block
+        elif isinstance(blocks, KVCacheBlock):
+            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+        else:
+            blocks[block.block_id] = block
+
+    def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
+        """Remove block ``block_id`` from under ``key``; return it, or ``None`` if not there."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            return None
+        if isinstance(blocks, KVCacheBlock):
+            if blocks.block_id != block_id:
+                return None
+            del self._cache[key]
+            return blocks
+        block = blocks.pop(block_id, None)
+        if not blocks:
+            del self._cache[key]
+        return block
+
+    def __len__(self) -> int:
+        """Number of distinct keys (not blocks) in the cache."""
+        return len(self._cache)
+
+
+class BlockPool:
+    """Owns every KV-cache block: allocation, reference counting, freeing and prefix caching.
+
+    ``free_block_queue`` holds the blocks with ``ref_cnt == 0`` in eviction order, so allocation
+    and eviction are the same operation: take from the front. ``cached_block_hash_to_block`` maps
+    cache keys to the full blocks holding that prefix, whether in use or free, so a new request
+    can find and share them.
+
+    Block 0 is reserved as the *null block*: a placeholder that block tables use for positions
+    that need no real page (sliding-window or skipped blocks upstream). It is taken out of the free
+    queue at construction and is never handed out, cached or freed; its ``ref_cnt`` means nothing.
+
+    Args:
+        num_gpu_blocks: Number of pages in the KV cache, including the null block.
+        enable_caching: Whether full blocks are kept in the prefix cache after being freed.
+        hash_block_size: Number of tokens per hashed block (``request.block_hashes`` granularity).
+        enable_kv_cache_events: Must be False: KV cache events are not implemented.
+        metrics_collector: Optional residency-metrics hooks, see :class:`KVCacheMetricsCollector`.
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool,
+        hash_block_size: int,
+        enable_kv_cache_events: bool = False,
+        metrics_collector: KVCacheMetricsCollector | None = None,
+    ) -> None:
+        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
+            raise ValueError(
+                f"num_gpu_blocks must be a positive int (block 0 is the null block), "
+                f"got {num_gpu_blocks!r}"
+            )
+        if hash_block_size < 1:
+            raise ValueError(f"hash_block_size must be positive, got {hash_block_size}")
+        if enable_kv_cache_events:
+            raise NotImplementedError("KV cache events are not implemented in mini-vLLM")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.hash_block_size = hash_block_size
+        self.blocks: list[KVCacheBlock] = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.metrics_collector = metrics_collector
+
+    def get_cached_block(
+        self, block_hash: BlockHash, kv_cache_group_ids: list[int]
+    ) -> list[KVCacheBlock] | None:
+        """Return one cached block per group in ``kv_cache_group_ids``, or ``None`` on any miss.
+
+        A prefix is only reusable if every group caches it, hence all-or-nothing. The blocks are
+        returned without taking a reference: the caller first decides how long a hit it can
+        use, then claims exactly those blocks with :meth:`touch`.
+        """
+        cached_blocks: list[KVCacheBlock] = []
+        for group_id in kv_cache_group_ids:
+            key = make_block_hash_with_group_id(block_hash, group_id)
+            block = self.cached_block_hash_to_block.get_one_block(key)
+            if block is None:
+                return None
+            cached_blocks.append(block)
+        return cached_blocks
+
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: list[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+        block_mask: list[bool] | None = None,
+    ) -> None:
+        """Enter the request's newly full blocks into the prefix cache.
+
+        The hashes themselves were computed by the request as its tokens arrived
+        (``request.block_hashes``); this only attaches them to the blocks and indexes the blocks.
+        Blocks ``blocks[num_cached_blocks:num_full_blocks]`` are cached; earlier ones already
+        are. Null blocks, and blocks whose ``block_mask`` entry is False, are skipped.
+
+        Args:
+            request: The request owning ``blocks``; its ``block_hashes`` cover the full blocks.
+            blocks: All blocks of the request, in token order.
+            num_cached_blocks: How many leading blocks are already cached.
+            num_full_blocks: How many leading blocks are full and cached after this call.
+            block_size: Tokens per block; must equal the pool's ``hash_block_size``.
+            kv_cache_group_id: The KV cache group the blocks belong to.
+            block_mask: Optional flags for ``blocks[num_cached_blocks:num_full_blocks]``: False
+                leaves that block out of the cache.
+
+        Raises:
+            ValueError: bad counts (too few hashes or blocks), mask length, or block size.
+            RuntimeError: a block to cache already has a hash (nothing is cached then).
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        if block_size != self.hash_block_size:
+            raise ValueError(
+                f"block_size ({block_size}) must equal hash_block_size ({self.hash_block_size}): "
+                "mini-vLLM supports one KV cache group"
+            )
+        if num_full_blocks > len(request.block_hashes):
+            raise ValueError(
+                f"Cannot cache {num_full_blocks} full blocks: the request has only "
+                f"{len(request.block_hashes)} block hashes"
+            )
+        if num_full_blocks > len(blocks):
+            raise ValueError(
+                f"Cannot cache {num_full_blocks} full blocks: only {len(blocks)} blocks were given"
+            )
+        new_full_blocks = blocks[num_cached_blocks:num_full_blocks]
+        if block_mask is not None and len(block_mask) != len(new_full_blocks):
+            raise ValueError(
+                f"block_mask has {len(block_mask)} entries for {len(new_full_blocks)} new full "
+                "blocks"
+            )
+        selected = [
+            (block, block_hash)
+            for i, (block, block_hash) in enumerate(
+                zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])
+            )
+            if not block.is_null and (block_mask is None or block_mask[i])
+        ]
+        # Validate every block first, so a bad call leaves no block half-cached.
+        for block, _ in selected:
+            if block.block_hash is not None:
+                raise RuntimeError(
+                    f"Cannot cache block {block.block_id}: it already has a hash (was it cached "
+                    "twice, or is num_cached_blocks too small?)"
+                )
+        for block, block_hash in selected:
+            key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+            block.block_hash = key
+            self.cached_block_hash_to_block.insert(key, block)
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Allocate ``num_blocks`` blocks from the front of the free queue, each with ref_cnt 1.
+
+        The prefix cache is not consulted: hits are revived with :meth:`touch`. When caching is
+        enabled, a popped block that still holds a cached prefix is evicted from the cache
+        first, since its page is about to be overwritten.
+
+        Raises:
+            ValueError: if ``num_blocks`` is negative or more than the free blocks.
+        """
+        if num_blocks < 0:
+            raise ValueError(f"Cannot get a negative number of blocks ({num_blocks})")
+        num_free = self.get_num_free_blocks()
+        if num_blocks > num_free:
+            raise ValueError(
+                f"Cannot get {num_blocks} free blocks from the pool: only {num_free} are free"
+            )
+        blocks = self.free_block_queue.popleft_n(num_blocks)
+        for block in blocks:
+            if self.enable_caching:
+                self._maybe_evict_cached_block(block)
+            if block.ref_cnt != 0:
+                raise RuntimeError(
+                    f"Block {block.block_id} was in the free queue with ref_cnt={block.ref_cnt}"
+                )
+            block.ref_cnt = 1
+            if self.metrics_collector is not None:
+                self.metrics_collector.on_block_allocated(block)
+        return blocks
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        """Take ``block`` out of the prefix cache if it is in it; return whether it was.
+
+        Called when a free block is reused (its contents are about to change) and by
+        :meth:`evict_blocks`. Clearing the hash and the map entry together keeps them consistent.
+        """
+        if self.metrics_collector is not None:
+            self.metrics_collector.on_block_evicted(block)
+        key = block.block_hash
+        if key is None:
+            return False
+        if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+            return False
+        block.reset_hash()
+        return True
+
+    def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """Take a reference on each of ``blocks``, reviving free ones from the free queue.
+
+        This is how a prefix-cache hit is claimed: a hit block may be in use by another request
+        (just count one more user) or free but still cached, in which case it must leave the
+        free queue, from wherever it is, in O(1), so it cannot be evicted while in use.
+
+        Raises:
+            ValueError: if a block is the null block (no block is touched then).
+            RuntimeError: if a block has ref_cnt 0 but is not in the free queue.
+        """
+        for block in blocks:
+            if block.is_null:
+                raise ValueError(
+                    f"Cannot touch the null block (block {block.block_id}): it is a placeholder "
+                    "that is never shared"
+                )
+        for block in blocks:
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+            if self.metrics_collector is not None:
+                self.metrics_collector.on_block_accessed(block)
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference on each block; blocks reaching 0 join the free queue in order.
+
+        The order is the eviction order: pass the block evicted first, first. A request passes
+        its blocks reversed, so the tail of its chain is evicted before the shared head.
+
+        Raises:
+            ValueError: for the null block or a block whose ref_cnt is already 0 (double free);
+                no block of the call is freed then.
+        """
+        blocks = list(ordered_blocks)
+        newly_free: list[KVCacheBlock] = []
+        for i, block in enumerate(blocks):
+            error: str | None = None
+            if block.is_null:
+                error = (
+                    f"Cannot free the null block (block {block.block_id}): it is never allocated"
+                )
+            elif block.ref_cnt <= 0:
+                error = (
+                    f"Cannot free block {block.block_id}: its ref_cnt is already {block.ref_cnt} "
+                    "(double free?)"
+                )
+            if error is not None:
+                for done in blocks[:i]:
+                    done.ref_cnt += 1
+                raise ValueError(error)
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                newly_free.append(block)
+        self.free_block_queue.append_n(newly_free)
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        """Remove the given blocks from the prefix cache (their pages are not freed).
+
+        Used when the contents of blocks turn out to be invalid (e.g. a failed KV transfer): the
+        blocks stay allocated to whoever holds them but can no longer produce cache hits.
+
+        Raises:
+            ValueError: if an id is not a block of this pool (nothing is evicted then).
+        """
+        for block_id in block_ids:
+            if not 0 <= block_id < self.num_gpu_blocks:
+                raise ValueError(
+                    f"Cannot evict block {block_id}: block ids are 0 .. {self.num_gpu_blocks - 1}"
+                )
+        for block_id in block_ids:
+            self._maybe_evict_cached_block(self.blocks[block_id])
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix, e.g. after a weight update made the cached KV stale.
+
+        Only possible while no request holds a block: an in-use block's hash will be needed when
+        its request frees it. Returns whether the reset happened.
+        """
+        num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null
+        if num_used_blocks != 0:
+            logger.warning(
+                "Cannot reset the prefix cache: %d blocks are still in use", num_used_blocks
+            )
+            return False
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        for block in self.blocks:
+            block.reset_hash()
+        if self.metrics_collector is not None:
+            self.metrics_collector.reset()
+        logger.info("Prefix cache reset")
+        return True
+
+    def get_num_free_blocks(self) -> int:
+        """Number of blocks in the free queue (free, whether cached or not)."""
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """Fraction of the usable blocks (all but the null block) that are in use, in [0, 1]."""
+        total = self.num_gpu_blocks - 1
+        if total == 0:
+            return 0.0
+        return 1.0 - self.get_num_free_blocks() / total
+
+    def take_events(self) -> list[Any]:
+        """Return and clear pending KV cache events: always empty, events are not implemented."""
+        return []

@@ -1,0 +1,412 @@
+"""The engine loop: requests in, one scheduler step at a time, finished outputs out.
+
+Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``) together with the engine core it drives
+in-process (``vllm/v1/engine/core.py``: ``EngineCore.step`` is schedule -> execute -> update).
+Upstream separates them into processes for throughput; here they are one object, so that one
+``step()`` reads top to bottom:
+
+1. ``Scheduler.schedule()`` picks this step's batch under the token budget and KV blocks;
+2. ``ModelRunner.execute_model()`` runs it and samples a token per completed request;
+3. ``Scheduler.update_from_output()`` appends the tokens, applies stop conditions, frees blocks;
+4. finished requests are detokenized into ``RequestOutput``.
+
+Startup follows upstream's order too: load the model, measure memory, size and allocate the KV
+cache (refusing a cache that cannot hold one request of ``max_model_len`` tokens), capture CUDA
+graphs, then build the KV cache manager and scheduler on the block count just decided.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import torch
+
+from mini_vllm.core.kv_cache_manager import KVCacheManager
+from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
+from mini_vllm.core.sched.output import SchedulerOutput
+from mini_vllm.core.sched.scheduler import Scheduler
+from mini_vllm.model.loader import get_model, load_tokenizer, resolve_model
+from mini_vllm.outputs import CompletionOutput, RequestOutput
+from mini_vllm.request import Request
+from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.worker import kv_sizing
+from mini_vllm.worker.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+
+class TokensPrompt(TypedDict):
+    """A prompt given as token ids (upstream: ``vllm.inputs.TokensPrompt``)."""
+
+    prompt_token_ids: list[int]
+
+
+class TextPrompt(TypedDict):
+    """A prompt given as text (upstream: ``vllm.inputs.TextPrompt``)."""
+
+    prompt: str
+
+
+PromptType = str | TextPrompt | TokensPrompt
+
+
+@dataclass
+class EngineArgs:
+    """Every knob of the engine, with ``LLM``'s defaults (upstream: ``vllm/engine/arg_utils.py``).
+
+    ``max_num_batched_tokens=None`` means 8192 with chunked prefill (the per-step token budget
+    upstream's offline ``LLM`` uses) and at least ``max_model_len`` without it, since an unchunked
+    prompt must fit one step. ``max_model_len=None`` means the checkpoint's
+    ``max_position_embeddings``. ``kv_cache_memory_bytes`` overrides the measured budget.
+    """
+
+    model: str | None = None
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: int | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    enforce_eager: bool = False
+    seed: int = 0
+    skip_tokenizer_init: bool = False
+
+
+@dataclass
+class EngineStats:
+    """Counters the engine keeps over its lifetime, for logs, the CLI and the benchmarks.
+
+    ``kv_blocks_used_peak`` is the most blocks held by requests at once (cached-but-free blocks
+    excluded), the figure to compare with ``num_gpu_blocks`` when sizing the cache. The prefix
+    cache counters count prompt tokens of new requests (resumed ones excluded, as upstream).
+    """
+
+    num_gpu_blocks: int = 0
+    block_size: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_used_peak: int = 0
+    num_preemptions: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    num_steps: int = 0
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+    step_times: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Share of looked-up prompt tokens found in the prefix cache (0.0 before any lookup)."""
+        if not self.prefix_cache_queries:
+            return 0.0
+        return self.prefix_cache_hits / self.prefix_cache_queries
+
+
+@dataclass
+class _RequestRecord:
+    request: Request
+    prompt: str | None
+    num_cached_tokens: int | None = None
+    arrival_time: float = 0.0
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` is CUDA when available, else CPU; anything else is taken literally."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class LLMEngine:
+    """Owns the tokenizer, the model runner, the KV cache manager and the scheduler.
+
+    ``add_request`` queues a prompt; each ``step`` advances every running request by one
+    scheduled chunk and returns the requests that finished in it. ``LLM`` is a loop around these
+    two calls.
+    """
+
+    def __init__(self, args: EngineArgs) -> None:
+        self.args = args
+        self.device = resolve_device(args.device)
+        source = resolve_model(args.model)
+        self.model_source = source
+
+        t0 = time.perf_counter()
+        self.model, self.hf_config = get_model(source, self.device, args.dtype)
+        self.dtype = next(self.model.parameters()).dtype
+        self.tokenizer = None if args.skip_tokenizer_init else load_tokenizer(source)
+        logger.info(
+            "loaded %s (%s layers, %s on %s) in %.1f s",
+            source,
+            self.model.num_layers,
+            self.dtype,
+            self.device,
+            time.perf_counter() - t0,
+        )
+        self.vocab_size = int(self.hf_config.vocab_size)
+        self.max_model_len = self._resolve_max_model_len(args.max_model_len)
+        self.max_num_batched_tokens = args.max_num_batched_tokens or (
+            8192 if args.enable_chunked_prefill else max(8192, self.max_model_len)
+        )
+        self.block_size = args.block_size
+        self.eos_token_id, self._generation_config = self._eos_config()
+
+        self.model_runner = ModelRunner(
+            self.model,
+            self.device,
+            block_size=args.block_size,
+            max_model_len=self.max_model_len,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            enforce_eager=args.enforce_eager,
+            seed=args.seed,
+        )
+        self.num_gpu_blocks = self._initialize_kv_cache()
+        self.model_runner.capture_model()
+
+        self.kv_cache_manager = KVCacheManager(
+            self.num_gpu_blocks,
+            args.block_size,
+            self.max_model_len,
+            enable_caching=args.enable_prefix_caching,
+            log_stats=True,
+        )
+        self.scheduler = Scheduler(
+            self.kv_cache_manager,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            max_model_len=self.max_model_len,
+            enable_chunked_prefill=args.enable_chunked_prefill,
+            long_prefill_token_threshold=args.long_prefill_token_threshold,
+        )
+        self.block_hasher = (
+            get_request_block_hasher(args.block_size, sha256)
+            if args.enable_prefix_caching
+            else None
+        )
+        self.stats = EngineStats(num_gpu_blocks=self.num_gpu_blocks, block_size=args.block_size)
+        self._records: dict[str, _RequestRecord] = {}
+
+    @classmethod
+    def from_engine_args(cls, engine_args: EngineArgs) -> LLMEngine:
+        return cls(engine_args)
+
+    # ------------------------------------------------------------------ startup
+
+    def _resolve_max_model_len(self, max_model_len: int | None) -> int:
+        limit = int(getattr(self.hf_config, "max_position_embeddings", 0) or 0)
+        if max_model_len is None:
+            if not limit:
+                raise ValueError(
+                    "the checkpoint does not state its context length; pass max_model_len"
+                )
+            return limit
+        if max_model_len < 2:
+            raise ValueError(
+                f"max_model_len must be >= 2 (one prompt and one output token), got {max_model_len}"
+            )
+        if limit and max_model_len > limit:
+            raise ValueError(
+                f"max_model_len={max_model_len} exceeds the model's max_position_embeddings={limit}"
+            )
+        return max_model_len
+
+    def _eos_config(self) -> tuple[int | None, dict[str, Any]]:
+        config_eos = getattr(self.hf_config, "eos_token_id", None)
+        eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
+        if eos is None:
+            eos = config_eos[0] if isinstance(config_eos, list) and config_eos else config_eos
+        return eos, {"eos_token_id": config_eos}
+
+    def _initialize_kv_cache(self) -> int:
+        """Decide the block count from the memory budget, check it, allocate the cache.
+
+        The check mirrors upstream's ``check_enough_kv_cache_memory``: an engine whose cache
+        cannot hold a single request of ``max_model_len`` tokens would accept prompts it can
+        never finish, so it refuses to start and says by how much the budget falls short.
+        """
+        args = self.args
+        runner = self.model_runner
+        budget = runner.determine_available_memory(
+            args.gpu_memory_utilization, args.kv_cache_memory_bytes
+        )
+        block_bytes = runner.kv_cache_block_bytes
+        num_gpu_blocks = kv_sizing.num_gpu_blocks_from_budget(budget, block_bytes)
+        # One block is the null block (never handed out); the rest must cover a full request.
+        needed = kv_sizing.blocks_per_request(self.max_model_len, args.block_size) + 1
+        if num_gpu_blocks < needed:
+            raise ValueError(
+                f"KV cache budget too small: {max(budget, 0) / 2**20:.1f} MiB holds "
+                f"{num_gpu_blocks} blocks of {args.block_size} tokens "
+                f"({block_bytes / 2**10:.1f} KiB each), but one request of "
+                f"max_model_len={self.max_model_len} tokens needs {needed} blocks (null block "
+                f"included), i.e. {needed * block_bytes / 2**20:.1f} MiB. Raise "
+                "kv_cache_memory_bytes (or gpu_memory_utilization), or lower max_model_len."
+            )
+        runner.initialize_kv_cache(num_gpu_blocks)
+        logger.info(
+            "KV cache: %d blocks x %d tokens (%.1f KiB/block, %.1f MiB total); maximum "
+            "concurrency for %d tokens per request: %.2fx",
+            num_gpu_blocks,
+            args.block_size,
+            block_bytes / 2**10,
+            num_gpu_blocks * block_bytes / 2**20,
+            self.max_model_len,
+            kv_sizing.max_concurrency(num_gpu_blocks, args.block_size, self.max_model_len),
+        )
+        return num_gpu_blocks
+
+    # ------------------------------------------------------------------ requests
+
+    def get_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ValueError("the engine was created with skip_tokenizer_init=True")
+        return self.tokenizer
+
+    def _tokenize(self, prompt: PromptType | list[int]) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            return None, [int(t) for t in prompt["prompt_token_ids"]]
+        if isinstance(prompt, list | tuple):
+            return None, [int(t) for t in prompt]
+        text = prompt["prompt"] if isinstance(prompt, dict) else prompt
+        if not isinstance(text, str):
+            raise TypeError(
+                f"a prompt is a str, a {{'prompt_token_ids': [...]}} dict, not {prompt!r}"
+            )
+        if self.tokenizer is None:
+            raise ValueError(
+                "text prompts need a tokenizer, but skip_tokenizer_init=True; pass "
+                "{'prompt_token_ids': [...]} instead"
+            )
+        return text, list(self.tokenizer(text).input_ids)
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: PromptType | list[int],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+    ) -> str:
+        """Validate, tokenize and queue one prompt; nothing runs until ``step``."""
+        if not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
+        if request_id in self._records:
+            raise ValueError(f"duplicate request id {request_id!r}")
+        text, token_ids = self._tokenize(prompt)
+        if not token_ids:
+            raise ValueError(f"request {request_id!r}: the prompt is empty")
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"request {request_id!r}: the prompt has {len(token_ids)} tokens, but "
+                f"max_model_len={self.max_model_len} must leave room for at least one output "
+                "token; shorten the prompt or raise max_model_len"
+            )
+        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(
+                f"request {request_id!r}: token ids {bad[:5]} are outside the vocabulary "
+                f"(size {self.vocab_size})"
+            )
+        params = (params or SamplingParams()).clone()
+        params.update_from_generation_config(self._generation_config, self.eos_token_id)
+        request = Request(
+            request_id,
+            token_ids,
+            params,
+            eos_token_id=self.eos_token_id,
+            arrival_time=arrival_time,
+            block_hasher=self.block_hasher,
+        )
+        self.scheduler.add_request(request)
+        self._records[request_id] = _RequestRecord(request, text, arrival_time=time.time())
+        self.stats.num_prompt_tokens += len(token_ids)
+        return request_id
+
+    def abort_request(self, request_ids: list[str]) -> None:
+        from mini_vllm.request import RequestStatus
+
+        self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
+        for request_id in request_ids:
+            self._records.pop(request_id, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def get_num_unfinished_requests(self) -> int:
+        return self.scheduler.get_num_unfinished_requests()
+
+    # ------------------------------------------------------------------ the loop
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduler step; return the requests that finished in it.
+
+        Only finished requests are reported (upstream's ``FINAL_ONLY`` output kind, which its
+        offline ``LLM`` uses): detokenizing every request at every step would cost more than
+        the step on a small model.
+        """
+        t0 = time.perf_counter()
+        scheduler_output = self.scheduler.schedule()
+        self._record_schedule(scheduler_output)
+        if scheduler_output.total_num_scheduled_tokens == 0 and self.has_unfinished_requests():
+            running, waiting = self.scheduler.get_request_counts()
+            raise RuntimeError(
+                f"the scheduler could schedule nothing ({running} running, {waiting} waiting, "
+                f"{self.kv_cache_manager.block_pool.get_num_free_blocks()} free blocks)"
+            )
+        runner_output = self.model_runner.execute_model(scheduler_output)
+        core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output.to_dict())
+        prefix_stats = self.kv_cache_manager.make_prefix_cache_stats()
+        if prefix_stats is not None:
+            self.stats.prefix_cache_queries += prefix_stats.queries
+            self.stats.prefix_cache_hits += prefix_stats.hits
+
+        outputs: list[RequestOutput] = []
+        for core_output in core_outputs:
+            self.stats.num_generation_tokens += len(core_output.new_token_ids)
+            if not core_output.finished:
+                continue
+            record = self._records.pop(core_output.request_id)
+            outputs.append(self._make_request_output(record, core_output.finish_reason))
+        self.stats.num_steps += 1
+        self.stats.step_times.append(time.perf_counter() - t0)
+        return outputs
+
+    def _record_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        for new_req in scheduler_output.scheduled_new_reqs:
+            record = self._records.get(new_req.req_id)
+            if record is not None and record.num_cached_tokens is None:
+                record.num_cached_tokens = new_req.num_computed_tokens
+        self.stats.num_preemptions += len(scheduler_output.preempted_req_ids)
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        used = self.num_gpu_blocks - 1 - free
+        self.stats.kv_blocks_used = used
+        self.stats.kv_blocks_used_peak = max(self.stats.kv_blocks_used_peak, used)
+
+    def _make_request_output(self, record: _RequestRecord, finish_reason: Any) -> RequestOutput:
+        request = record.request
+        token_ids = list(request.output_token_ids)
+        text = ""
+        if self.tokenizer is not None:
+            text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        completion = CompletionOutput(
+            index=0,
+            text=text,
+            token_ids=token_ids,
+            finish_reason=str(finish_reason) if finish_reason is not None else None,
+            stop_reason=request.stop_reason,
+        )
+        return RequestOutput(
+            request_id=request.request_id,
+            prompt=record.prompt,
+            prompt_token_ids=list(request.prompt_token_ids),
+            outputs=[completion],
+            finished=True,
+            num_cached_tokens=record.num_cached_tokens,
+        )

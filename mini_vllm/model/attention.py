@@ -1,0 +1,124 @@
+"""The attention layer that reads and writes the paged KV cache, and the metadata it needs.
+
+Upstream splits this between ``vllm/model_executor/layers/attention/`` (the layer) and one
+metadata class per backend (``FlashAttentionMetadata``). Here one small dataclass serves both of
+our backends: the torch reference (any batch, any device) and the Triton decode kernel (GPU,
+batches where every request brings exactly one new token).
+
+The model itself never learns what a block is: the runner turns block tables into a
+``slot_mapping`` (where each new token's K/V goes) and hands the tables to the attention kernel
+(where each request's past K/V lives). That separation is the whole point of paged attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class AttentionMetadata:
+    """Everything attention needs to know about one flattened batch, shared by every layer.
+
+    Lengths follow upstream's vocabulary: ``seq_len`` = ``context_len`` (tokens already in the
+    cache) + ``query_len`` (tokens in this step). The batch is one flat token axis; request ``i``
+    owns tokens ``query_start_loc[i]:query_start_loc[i+1]``.
+    """
+
+    slot_mapping: torch.Tensor  # [num_tokens] int64: cache slot of each new token, -1 = padding
+    block_tables: torch.Tensor  # [num_seqs, max_blocks] int32: block ids per request
+    query_start_loc: torch.Tensor  # [num_seqs + 1] int32: cumulative query lengths
+    seq_lens: torch.Tensor  # [num_seqs] int32: context + new tokens per request
+    max_query_len: int
+    max_seq_len: int
+    # True only on CUDA with the Triton kernels importable; decode-only batches then skip the
+    # torch reference (which handles any batch but is slow) for the Triton decode kernel.
+    use_triton: bool = False
+
+    @property
+    def num_seqs(self) -> int:
+        return self.seq_lens.shape[0]
+
+    @property
+    def is_decode_only(self) -> bool:
+        return self.max_query_len == 1
+
+
+class Attention(nn.Module):
+    """Store this step's K/V into the paged cache, then attend through the block tables.
+
+    ``kv_cache`` is this layer's slice of the cache, ``[2, num_blocks, block_size, num_kv_heads,
+    head_dim]`` (upstream's flash layout): index 0 holds keys, 1 values. Writing before reading
+    is what lets one kernel call serve prefill and decode alike: a request's new tokens attend to
+    themselves through the cache, exactly as they will attend to earlier tokens next step.
+
+    With ``attn_metadata=None`` there is no cache (the memory-profiling run before the cache is
+    allocated): the flattened batch is treated as one causal sequence, which costs the same
+    activation memory as a real prefill of that many tokens.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, scale: float, num_kv_heads: int) -> None:
+        super().__init__()
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of {num_kv_heads=}")
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.scale = scale
+        self.num_kv_heads = num_kv_heads
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor | None,
+        attn_metadata: AttentionMetadata | None,
+    ) -> torch.Tensor:
+        """``query`` ``[T, num_heads, head_dim]``, ``key``/``value`` ``[T, num_kv_heads, ...]``."""
+        if attn_metadata is None or kv_cache is None:
+            return self._dense_causal(query, key, value)
+        key_cache, value_cache = kv_cache[0], kv_cache[1]
+        if attn_metadata.use_triton:
+            from mini_vllm.attention import triton_paged_attention as backend
+        else:
+            from mini_vllm.attention import torch_paged_attention as backend
+        backend.reshape_and_cache(key, value, key_cache, value_cache, attn_metadata.slot_mapping)
+        if attn_metadata.use_triton and attn_metadata.is_decode_only:
+            # max_seq_len (a host-side bound, never read from the device) sizes the split-K
+            # grid, which keeps the call capturable in a CUDA graph.
+            return backend.paged_attention_decode(
+                query,
+                key_cache,
+                value_cache,
+                attn_metadata.block_tables,
+                attn_metadata.seq_lens,
+                self.scale,
+                max_seq_len=attn_metadata.max_seq_len,
+            )
+        from mini_vllm.attention.torch_paged_attention import paged_attention_varlen
+
+        return paged_attention_varlen(
+            query,
+            key_cache,
+            value_cache,
+            attn_metadata.block_tables,
+            attn_metadata.query_start_loc,
+            attn_metadata.seq_lens,
+            self.scale,
+        )
+
+    def _dense_causal(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> torch.Tensor:
+        q = query.transpose(0, 1).unsqueeze(0)
+        k = key.transpose(0, 1).unsqueeze(0)
+        v = value.transpose(0, 1).unsqueeze(0)
+        groups = self.num_heads // self.num_kv_heads
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        return out.squeeze(0).transpose(0, 1)

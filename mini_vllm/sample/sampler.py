@@ -1,0 +1,118 @@
+"""Turn one row of logits per request into one token per request: greedy, temperature, top-k/p.
+
+Mirrors ``vllm/v1/sample/sampler.py`` (``Sampler``), ``vllm/v1/sample/metadata.py``
+(``SamplingMetadata``) and ``vllm/v1/sample/ops/topk_topp_sampler.py``
+(``apply_top_k_top_p``, ``random_sample``), minus logprobs, penalties and logits processors.
+
+The whole batch is sampled with tensor ops, whatever mix of greedy and random requests it holds:
+greedy rows are an ``argmax``, random rows are temperature-scaled, truncated, and drawn with the
+exponential-race trick, and ``torch.where`` picks per row. Only the draws are per request, because
+a request with a ``seed`` owns a ``torch.Generator``: its tokens must then depend on its seed alone,
+not on which other requests happened to share the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+# Temperatures below this mean greedy decoding (the same threshold as SamplingParams).
+_SAMPLING_EPS = 1e-5
+
+
+@dataclass
+class SamplingMetadata:
+    """Per-row sampling settings of one batch, as tensors (row ``i`` = request ``i``).
+
+    ``top_k``/``top_p`` are None when no row uses them, so the common all-default batch skips the
+    sort entirely. ``generators`` maps a row to its request's own generator (seeded requests);
+    other random rows draw from ``default_generator``.
+    """
+
+    temperature: torch.Tensor  # [num_reqs] float32; 0 for greedy rows
+    all_greedy: bool
+    all_random: bool
+    top_p: torch.Tensor | None  # [num_reqs] float32 in (0, 1]
+    top_k: torch.Tensor | None  # [num_reqs] int64; vocab size where disabled
+    generators: dict[int, torch.Generator] = field(default_factory=dict)
+    default_generator: torch.Generator | None = None
+    # Rows that may not stop yet (min_tokens): row -> token ids to forbid.
+    stop_token_masks: dict[int, list[int]] = field(default_factory=dict)
+
+
+def apply_top_k_top_p(
+    logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
+) -> torch.Tensor:
+    """Set to ``-inf`` every logit outside a row's top ``k`` and outside its top-``p`` nucleus.
+
+    Sorting once (ascending) serves both masks: top-k keeps the last ``k`` sorted entries; top-p
+    drops the leading entries whose cumulative probability stays within ``1 - p``, which leaves
+    the smallest set of most likely tokens whose mass reaches ``p``. The most likely token always
+    survives, so a row never becomes all ``-inf``. Ties at the k-th value are all kept.
+    """
+    if k is None and p is None:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=False)
+    vocab = logits.shape[-1]
+    if k is not None:
+        kth_index = (vocab - k.clamp(1, vocab)).unsqueeze(1)
+        kth_value = sorted_logits.gather(1, kth_index)
+        sorted_logits = sorted_logits.masked_fill(sorted_logits < kth_value, float("-inf"))
+    if p is not None:
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        outside = cumulative <= (1 - p).unsqueeze(1)
+        outside[:, -1] = False
+        sorted_logits = sorted_logits.masked_fill(outside, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def random_sample(
+    probs: torch.Tensor,
+    generators: dict[int, torch.Generator],
+    default_generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Draw one token per row from ``probs``: ``argmax(probs / q)`` with ``q ~ Exp(1)``.
+
+    This "exponential race" samples exactly from the categorical distribution (the first of
+    independent exponential clocks with rates ``probs`` to ring), and unlike
+    ``torch.multinomial`` it needs no host synchronisation and lets each row use its own
+    generator: seeded rows draw their noise from their own stream, one ``vocab_size`` draw per
+    step, so their tokens do not depend on the rest of the batch.
+    """
+    q = torch.empty_like(probs)
+    if len(generators) < probs.shape[0]:
+        q.exponential_(generator=default_generator)
+    for row, generator in generators.items():
+        q[row].exponential_(generator=generator)
+    return probs.div(q).argmax(dim=-1)
+
+
+class Sampler(nn.Module):
+    """One token per row of ``logits`` ``[num_reqs, vocab_size]``, following ``SamplingMetadata``.
+
+    Order of operations as upstream: float32 logits, greedy argmax, temperature, top-k/top-p,
+    softmax, random draw, then per-row choice between the greedy and the random token.
+    """
+
+    def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+        logits = logits.to(torch.float32)
+        if metadata.stop_token_masks:
+            logits = logits.clone()
+            for row, token_ids in metadata.stop_token_masks.items():
+                logits[row, token_ids] = float("-inf")
+        greedy = logits.argmax(dim=-1)
+        if metadata.all_greedy:
+            return greedy
+        temperature = metadata.temperature
+        if not metadata.all_random:
+            temperature = torch.where(temperature < _SAMPLING_EPS, 1.0, temperature)
+        logits = logits / temperature.unsqueeze(1)
+        logits = apply_top_k_top_p(logits, metadata.top_k, metadata.top_p)
+        sampled = random_sample(
+            logits.softmax(dim=-1), metadata.generators, metadata.default_generator
+        )
+        if metadata.all_random:
+            return sampled
+        return torch.where(metadata.temperature < _SAMPLING_EPS, greedy, sampled)

@@ -1,0 +1,192 @@
+"""Sampling parameters of one generation request.
+
+Mirrors ``vllm/sampling_params.py`` (``SamplingParams``, ``SamplingType``) at
+v0.22.1, restricted to what the course engine implements: temperature, top-p,
+top-k, a per-request seed, length limits, stop tokens and ``ignore_eos``, for a
+single output sequence per prompt (``n == 1``). Names, defaults and the
+validation rules follow upstream so that a script written against
+``vllm.SamplingParams`` runs unchanged when it stays inside this subset.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import IntEnum
+from functools import cached_property
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Temperatures below this are treated as exactly zero, i.e. greedy decoding.
+_SAMPLING_EPS = 1e-5
+# Positive temperatures below this are raised to it: dividing logits by a tiny
+# temperature overflows to inf/nan in low-precision arithmetic.
+_MAX_TEMP = 1e-2
+
+
+class SamplingType(IntEnum):
+    """How the sampler must draw the next token for a request.
+
+    The model runner groups requests by this value: greedy requests need only
+    an argmax, seeded ones need their own generator so that a seed reproduces
+    the same tokens whatever else shares the batch.
+    """
+
+    GREEDY = 0
+    RANDOM = 1
+    RANDOM_SEED = 2
+
+
+@dataclass
+class SamplingParams:
+    """What to generate for one prompt, and when to stop.
+
+    Only ``n == 1`` is supported: upstream fans ``n > 1`` out into sibling
+    requests above the engine core, a layer the course does not build.
+
+    The end-of-sequence token is not a field: it is a property of the model,
+    so upstream's input processor fills it in (``update_from_generation_config``)
+    after the user built the object. A ``Request`` may also carry it directly
+    (``Request(..., eos_token_id=...)``), which is what the course engine does.
+    """
+
+    n: int = 1
+    """Number of output sequences per prompt; must be 1 here."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy decoding (argmax)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1]; 1 keeps every token."""
+    top_k: int = 0
+    """Keep only the k most likely tokens; 0 (or -1) keeps every token."""
+    seed: int | None = None
+    """Per-request random seed; None draws from the engine's generator."""
+    stop_token_ids: list[int] | None = None
+    """Token ids that end generation; the stop token is kept in the output."""
+    ignore_eos: bool = False
+    """Keep generating after the end-of-sequence token (benchmarks use this)."""
+    max_tokens: int | None = 16
+    """Most tokens to generate; None means up to the model's length limit."""
+    min_tokens: int = 0
+    """Fewest tokens to generate before EOS or a stop token may end the request."""
+
+    _eos_token_id: int | None = field(default=None, repr=False)
+    _all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
+
+    def __post_init__(self) -> None:
+        if 0 < self.temperature < _MAX_TEMP:
+            logger.warning(
+                "temperature %s is below %s and would overflow the logits; using %s",
+                self.temperature,
+                _MAX_TEMP,
+                _MAX_TEMP,
+            )
+            self.temperature = _MAX_TEMP
+        if self.seed == -1:
+            self.seed = None
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
+        else:
+            self.stop_token_ids = list(self.stop_token_ids)
+
+        self._verify_args()
+
+        if self.temperature < _SAMPLING_EPS:
+            # Greedy decoding ignores the truncation knobs; normalise them so that
+            # two greedy requests always compare (and batch) the same way.
+            self.top_p = 1.0
+            self.top_k = 0
+        self._all_stop_token_ids.update(self.stop_token_ids)
+
+    def _verify_args(self) -> None:
+        if not isinstance(self.n, int) or isinstance(self.n, bool):
+            raise ValueError(f"n must be an int, got {type(self.n).__name__}")
+        if self.n != 1:
+            raise ValueError(
+                f"n must be 1, got {self.n}: mini-vLLM generates one sequence per prompt"
+            )
+        if self.temperature < 0.0:
+            raise ValueError(f"temperature must be non-negative, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool):
+            raise TypeError(f"top_k must be an integer, got {type(self.top_k).__name__}")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be 0 (disabled), -1 (disabled) or >= 1, got {self.top_k}")
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"min_tokens must be <= max_tokens={self.max_tokens}, got {self.min_tokens}"
+            )
+        assert isinstance(self.stop_token_ids, list)
+        if not all(
+            isinstance(tok, int) and not isinstance(tok, bool) for tok in self.stop_token_ids
+        ):
+            raise ValueError(f"stop_token_ids must contain only ints, got {self.stop_token_ids}")
+
+    def update_from_generation_config(
+        self,
+        generation_config: dict[str, Any],
+        eos_token_id: int | None = None,
+    ) -> None:
+        """Record the model's end-of-sequence token(s).
+
+        Called by the engine once per request, on its own copy (``clone``): a
+        user's object may be shared by many prompts. Extra EOS ids listed in the
+        generation config become stop tokens unless ``ignore_eos`` is set.
+        """
+        if not self.ignore_eos:
+            self._eos_token_id = eos_token_id
+        if eos_token_id is not None:
+            self._all_stop_token_ids.add(eos_token_id)
+        eos_ids = generation_config.get("eos_token_id")
+        if eos_ids is None:
+            return
+        extra = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids)
+        extra.discard(eos_token_id)  # type: ignore[arg-type]
+        if extra:
+            self._all_stop_token_ids.update(extra)
+            if not self.ignore_eos:
+                assert self.stop_token_ids is not None
+                self.stop_token_ids = sorted(extra | set(self.stop_token_ids))
+
+    def clone(self) -> SamplingParams:
+        """A deep-enough copy that the engine may update per request."""
+        new = SamplingParams(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            stop_token_ids=list(self.stop_token_ids or []),
+            ignore_eos=self.ignore_eos,
+            max_tokens=self.max_tokens,
+            min_tokens=self.min_tokens,
+        )
+        new._eos_token_id = self._eos_token_id
+        new._all_stop_token_ids = set(self._all_stop_token_ids)
+        return new
+
+    @cached_property
+    def sampling_type(self) -> SamplingType:
+        """Greedy, random, or random with the request's own seed."""
+        if self.temperature < _SAMPLING_EPS:
+            return SamplingType.GREEDY
+        if self.seed is not None:
+            return SamplingType.RANDOM_SEED
+        return SamplingType.RANDOM
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The EOS token set by the engine, None under ``ignore_eos``."""
+        return self._eos_token_id
+
+    @property
+    def all_stop_token_ids(self) -> set[int]:
+        """Every id that may end generation (EOS included), for min_tokens masking."""
+        return self._all_stop_token_ids

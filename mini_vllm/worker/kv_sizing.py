@@ -1,0 +1,110 @@
+"""How many KV cache blocks fit in memory: the arithmetic behind vLLM's startup log line.
+
+vLLM decides the size of its KV cache once, at startup, and never again: it measures what the
+model needs (weights plus the activation peak of a profiling forward pass at the largest batch),
+gives everything else that ``gpu_memory_utilization`` allows to the cache, and cuts that budget
+into fixed-size blocks. Upstream spreads this over ``Worker.determine_available_memory``
+(``vllm/v1/worker/gpu_worker.py``), ``AttentionSpec.page_size_bytes``
+(``vllm/v1/kv_cache_interface.py``) and ``get_num_blocks`` /
+``get_max_concurrency_for_kv_cache_config`` (``vllm/v1/core/kv_cache_utils.py``); here the pure
+arithmetic lives in one place, with no torch, so it can be read, tested and graded alone.
+
+Every function takes plain integers and returns integers (``max_concurrency`` a float, as
+upstream reports it): bytes are never rounded to MiB before the last step.
+"""
+
+from __future__ import annotations
+
+# Bytes per element of the dtypes a KV cache is stored in.
+DTYPE_SIZES: dict[str, int] = {
+    "float32": 4,
+    "float": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "fp8": 1,
+}
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return -(-a // b)
+
+
+def dtype_size(dtype: str | int) -> int:
+    """Bytes per element: ``dtype_size("bfloat16") == 2``; an int passes through unchanged."""
+    if isinstance(dtype, int):
+        if dtype <= 0:
+            raise ValueError(f"dtype size must be positive, got {dtype}")
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPE_SIZES:
+        raise ValueError(f"unknown KV cache dtype {dtype!r}; known: {sorted(DTYPE_SIZES)}")
+    return DTYPE_SIZES[name]
+
+
+def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """KV cache bytes one token occupies across the whole model.
+
+    Each layer stores one key and one value vector (the factor 2) per KV head. Query heads cost
+    nothing here, which is why grouped-query attention shrinks the cache by
+    ``num_heads / num_kv_heads``.
+    """
+    _check_positive(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    return 2 * num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)
+
+
+def bytes_per_block(
+    block_size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int
+) -> int:
+    """Bytes of one block across all layers: ``block_size`` tokens' worth.
+
+    A block id names the same slot range in every layer's cache, so allocating one block costs
+    this much memory at once. (Upstream's ``page_size_bytes`` is the one-layer share of it.)
+    """
+    _check_positive(block_size=block_size)
+    return block_size * bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)
+
+
+def available_kv_cache_memory(
+    total_memory: int, gpu_memory_utilization: float, non_kv_cache_memory: int
+) -> int:
+    """The KV cache budget on a GPU: the allowed share of the device minus what the model needs.
+
+    ``non_kv_cache_memory`` is the peak measured by a profiling forward pass at the largest
+    batch: weights plus activations (plus the CUDA context where it is measured). The result may
+    be negative, which means the model alone does not fit the allowed share.
+    """
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    return int(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)
+
+
+def num_gpu_blocks_from_budget(budget_bytes: int, block_bytes: int) -> int:
+    """Whole blocks that fit in ``budget_bytes`` (0 for an empty or negative budget)."""
+    _check_positive(block_bytes=block_bytes)
+    return max(int(budget_bytes) // block_bytes, 0)
+
+
+def blocks_per_request(num_tokens: int, block_size: int) -> int:
+    """Blocks a sequence of ``num_tokens`` tokens holds: its last block may be partly empty."""
+    _check_positive(block_size=block_size)
+    return cdiv(num_tokens, block_size)
+
+
+def max_concurrency(num_gpu_blocks: int, block_size: int, max_model_len: int) -> float:
+    """How many requests of ``max_model_len`` tokens the cache holds at once.
+
+    The figure upstream logs at startup ("Maximum concurrency for N tokens per request"): a
+    lower bound, since real requests are usually shorter and share prefixes.
+    """
+    _check_positive(max_model_len=max_model_len)
+    return num_gpu_blocks / blocks_per_request(max_model_len, block_size)
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if int(value) <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")

@@ -1,0 +1,566 @@
+"""Run one scheduler step on the model: flatten the batch, attend through the paged cache, sample.
+
+Mirrors ``vllm/v1/worker/gpu_model_runner.py`` (``GPUModelRunner``): the runner keeps its own
+copy of every live request (``CachedRequestState``: tokens, block table, progress), updated from
+each ``SchedulerOutput`` by diff (``_update_states``); turns the step into one flat token batch
+(``prepare_inputs``, upstream's ``_prepare_inputs``); runs the model once for all requests,
+prefill chunks and decodes mixed; and samples one token for each request whose known tokens are
+now all computed (a request in the middle of a chunked prefill gets nothing).
+
+It also owns the KV cache tensors: sizes them from a memory budget at startup (the arithmetic is
+in ``kv_sizing``), allocates them once, and on a GPU captures decode steps in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from mini_vllm.model.attention import AttentionMetadata
+from mini_vllm.sample.sampler import Sampler, SamplingMetadata
+from mini_vllm.sampling_params import SamplingParams, SamplingType
+from mini_vllm.worker import kv_sizing
+
+if TYPE_CHECKING:
+    from mini_vllm.core.sched.output import SchedulerOutput
+    from mini_vllm.model.llama import LlamaForCausalLM
+
+logger = logging.getLogger(__name__)
+
+# KV cache budget on CPU, where there is no device memory to profile.
+DEFAULT_CPU_KV_CACHE_BYTES = 512 * 1024**2
+
+
+@dataclass
+class CachedRequestState:
+    """The runner's own record of one live request (upstream: ``gpu_input_batch.py``).
+
+    The scheduler sends a request's prompt and sampling parameters once, then only diffs; this
+    record is what makes the diffs enough. ``token_ids`` is prompt plus every sampled token: the
+    runner appends what it samples, so a decode step's input token is already here.
+    """
+
+    req_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    generator: torch.Generator | None
+    block_ids: list[int]
+    num_computed_tokens: int
+    token_ids: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.token_ids:
+            self.token_ids = list(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[len(self.prompt_token_ids) :]
+
+
+@dataclass
+class ModelRunnerOutput:
+    """One step's result: the tokens sampled per request (empty for a partial prefill)."""
+
+    req_ids: list[str]
+    req_id_to_index: dict[str, int]
+    sampled_token_ids: list[list[int]]
+
+    def to_dict(self) -> dict[str, list[int]]:
+        """``request id -> sampled tokens``, the form ``Scheduler.update_from_output`` takes."""
+        return dict(zip(self.req_ids, self.sampled_token_ids))
+
+
+@dataclass
+class ModelInputs:
+    """One step flattened: every tensor the model and the attention backend read.
+
+    Shapes: ``T`` tokens in the step (the sum of the scheduled counts), ``R`` requests.
+    """
+
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64: position of each token in its own sequence
+    slot_mapping: torch.Tensor  # [T] int64: cache slot where each token's K/V is written
+    block_tables: torch.Tensor  # [R, max_blocks] int32, padded with 0 (the null block)
+    query_start_loc: torch.Tensor  # [R + 1] int32: request i owns tokens [qsl[i], qsl[i+1])
+    seq_lens: torch.Tensor  # [R] int32: num_computed_tokens + num_scheduled_tokens
+    logits_indices: torch.Tensor  # [R] int64: the last token of each request
+    max_query_len: int
+    max_seq_len: int
+
+
+def prepare_inputs(
+    token_ids: Sequence[Sequence[int]],
+    num_computed_tokens: Sequence[int],
+    num_scheduled_tokens: Sequence[int],
+    block_ids: Sequence[Sequence[int]],
+    block_size: int,
+    max_num_blocks_per_req: int | None = None,
+) -> ModelInputs:
+    """Flatten one step's requests into the model's inputs (upstream: ``_prepare_inputs``).
+
+    Request ``i`` runs its tokens ``num_computed_tokens[i] .. + num_scheduled_tokens[i]``: the
+    tokens before are already in the KV cache (earlier steps, or a prefix-cache hit), so a
+    prefill starts mid-prompt after a hit, a chunk continues where the last one stopped, and a
+    decode is the case of one token. Positions restart at each request's own offset, and each
+    token's cache slot comes from its request's block table:
+    ``slot = block_ids[pos // block_size] * block_size + pos % block_size``.
+
+    Pure: plain lists in, CPU tensors out, no runner state. Vectorised as upstream does it:
+    ``np.repeat`` spreads per-request values over their tokens instead of a Python loop per token.
+
+    Args:
+        token_ids: per request, every token known so far (prompt + sampled).
+        num_computed_tokens: per request, tokens whose K/V is already cached.
+        num_scheduled_tokens: per request, tokens to run this step (>= 1).
+        block_ids: per request, its block table (must cover the scheduled tokens).
+        block_size: tokens per KV cache block.
+        max_num_blocks_per_req: width of ``block_tables``; default: the widest table in the batch.
+    """
+    num_reqs = len(num_scheduled_tokens)
+    if not (len(token_ids) == len(num_computed_tokens) == len(block_ids) == num_reqs):
+        raise ValueError("prepare_inputs: per-request arguments must have the same length")
+    if num_reqs == 0:
+        raise ValueError("prepare_inputs: empty batch")
+    computed = np.asarray(num_computed_tokens, dtype=np.int64)
+    scheduled = np.asarray(num_scheduled_tokens, dtype=np.int64)
+    if (scheduled < 1).any():
+        raise ValueError(f"every request needs >= 1 scheduled token, got {scheduled.tolist()}")
+    seq_lens = computed + scheduled
+    for i in range(num_reqs):
+        if seq_lens[i] > len(token_ids[i]):
+            raise ValueError(
+                f"request {i}: {computed[i]} computed + {scheduled[i]} scheduled tokens exceed "
+                f"its {len(token_ids[i])} known tokens"
+            )
+        if kv_sizing.cdiv(int(seq_lens[i]), block_size) > len(block_ids[i]):
+            raise ValueError(
+                f"request {i}: {seq_lens[i]} tokens need "
+                f"{kv_sizing.cdiv(int(seq_lens[i]), block_size)} blocks, its table has "
+                f"{len(block_ids[i])}"
+            )
+
+    # [2, 5, 3] -> query_start_loc [0, 2, 7, 10]; req_indices [0 0 1 1 1 1 1 2 2 2]
+    cu_num_tokens = np.cumsum(scheduled)
+    query_start_loc = np.concatenate(([0], cu_num_tokens))
+    req_indices = np.repeat(np.arange(num_reqs), scheduled)
+    # Offset of each token inside its request's query: [0 1 0 1 2 3 4 0 1 2]
+    query_pos = np.arange(cu_num_tokens[-1]) - np.repeat(query_start_loc[:-1], scheduled)
+    positions = computed[req_indices] + query_pos
+
+    input_ids = np.concatenate(
+        [
+            np.asarray(token_ids[i][computed[i] : seq_lens[i]], dtype=np.int64)
+            for i in range(num_reqs)
+        ]
+    )
+
+    width = max_num_blocks_per_req or max(len(b) for b in block_ids)
+    block_tables = np.zeros((num_reqs, width), dtype=np.int32)
+    for i, ids in enumerate(block_ids):
+        block_tables[i, : len(ids)] = ids
+    slot_mapping = (
+        block_tables[req_indices, positions // block_size].astype(np.int64) * block_size
+        + positions % block_size
+    )
+
+    return ModelInputs(
+        input_ids=torch.from_numpy(input_ids),
+        positions=torch.from_numpy(positions),
+        slot_mapping=torch.from_numpy(slot_mapping),
+        block_tables=torch.from_numpy(block_tables),
+        query_start_loc=torch.from_numpy(query_start_loc.astype(np.int32)),
+        seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),
+        logits_indices=torch.from_numpy(cu_num_tokens - 1),
+        max_query_len=int(scheduled.max()),
+        max_seq_len=int(seq_lens.max()),
+    )
+
+
+def triton_available(device: torch.device) -> bool:
+    """Whether the Triton attention kernels can run: a CUDA device and an importable module."""
+    if device.type != "cuda":
+        return False
+    try:
+        from mini_vllm.attention import triton_paged_attention  # noqa: F401
+    except Exception:  # a missing triton, or a kernel module that fails to import
+        return False
+    return True
+
+
+class ModelRunner:
+    """Owns the model, the KV cache and the per-request state; executes scheduler steps.
+
+    Upstream's ``GPUModelRunner`` with the single-GPU, single-KV-group, no-speculation subset.
+    Named without "GPU" because the same runner serves the CPU, where the course proves it
+    against Hugging Face.
+    """
+
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        device: torch.device,
+        block_size: int,
+        max_model_len: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        enforce_eager: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.device = device
+        self.dtype = next(model.parameters()).dtype
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_blocks_per_req = kv_sizing.cdiv(max_model_len, block_size)
+        # The Triton kernels tile by powers of two; other block sizes stay on the torch path.
+        self.use_triton = triton_available(device) and block_size & (block_size - 1) == 0
+        self.use_cuda_graph = device.type == "cuda" and not enforce_eager and self.use_triton
+        self.sampler = Sampler()
+        self.requests: dict[str, CachedRequestState] = {}
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+        self.kv_cache: torch.Tensor | None = None
+        self.kv_caches: list[torch.Tensor] = []
+        self.num_gpu_blocks = 0
+        self.cudagraph_batch_sizes: list[int] = []
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._graph_outputs: dict[int, torch.Tensor] = {}
+
+    # ---------------------------------------------------------------- sizing and allocation
+
+    @property
+    def kv_cache_block_bytes(self) -> int:
+        """Bytes of one block across all layers (keys and values)."""
+        return kv_sizing.bytes_per_block(
+            self.block_size,
+            self.model.num_layers,
+            self.model.num_kv_heads,
+            self.model.head_dim,
+            self.dtype.itemsize,
+        )
+
+    @torch.inference_mode()
+    def profile_run(self) -> None:
+        """Run the largest batch the scheduler may send, without a cache, to measure its peak.
+
+        Upstream's ``profile_run``: ``max_num_batched_tokens`` tokens through every layer, then
+        logits and sampling for ``max_num_seqs`` rows. Attention runs densely over the batch as
+        one sequence (``attn_metadata=None``), which is the activation footprint of a prefill.
+        """
+        num_tokens = self.max_num_batched_tokens
+        input_ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
+        positions = torch.arange(num_tokens, device=self.device) % self.max_model_len
+        hidden_states = self.model(input_ids, positions, None, None)
+        num_reqs = min(self.max_num_seqs, num_tokens)
+        logits = self.model.compute_logits(hidden_states[-num_reqs:])
+        metadata = SamplingMetadata(
+            temperature=torch.ones(num_reqs, device=self.device),
+            all_greedy=False,
+            all_random=True,
+            top_p=torch.full((num_reqs,), 0.9, device=self.device),
+            top_k=torch.full((num_reqs,), 50, device=self.device, dtype=torch.long),
+        )
+        self.sampler(logits, metadata)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def determine_available_memory(
+        self, gpu_memory_utilization: float, kv_cache_memory_bytes: int | None
+    ) -> int:
+        """Bytes the KV cache may take (upstream: ``Worker.determine_available_memory``).
+
+        An explicit ``kv_cache_memory_bytes`` wins. On CUDA the budget is the allowed share of
+        the device minus the measured peak of a profiling run (weights, activations, and the
+        memory outside torch's allocator such as the CUDA context). On CPU there is nothing to
+        measure against, so a fixed default is used, capped at what ``max_num_seqs`` requests of
+        ``max_model_len`` tokens could ever occupy: a tiny model should not zero 512 MiB of
+        host memory for blocks no schedule can reach.
+        """
+        if kv_cache_memory_bytes is not None:
+            return int(kv_cache_memory_bytes)
+        if self.device.type != "cuda":
+            reachable_blocks = (
+                self.max_num_seqs
+                * kv_sizing.blocks_per_request(self.max_model_len, self.block_size)
+                + 1
+            )
+            return min(DEFAULT_CPU_KV_CACHE_BYTES, reachable_blocks * self.kv_cache_block_bytes)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.profile_run()
+        peak = torch.cuda.max_memory_allocated(self.device)
+        free, total = torch.cuda.mem_get_info(self.device)
+        non_torch = max((total - free) - torch.cuda.memory_reserved(self.device), 0)
+        budget = kv_sizing.available_kv_cache_memory(
+            total, gpu_memory_utilization, peak + non_torch
+        )
+        logger.info(
+            "memory profile: total %.2f GiB x %.2f, peak torch %.2f GiB, non-torch %.2f GiB "
+            "-> KV cache budget %.2f GiB",
+            total / 2**30,
+            gpu_memory_utilization,
+            peak / 2**30,
+            non_torch / 2**30,
+            budget / 2**30,
+        )
+        torch.cuda.empty_cache()
+        return budget
+
+    def initialize_kv_cache(self, num_gpu_blocks: int) -> None:
+        """Allocate every layer's cache in one tensor, zeroed.
+
+        Layout ``[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]``: block ``b``
+        names the same slots in every layer, which is why one block id in a block table is
+        enough for the whole model. Zeros rather than ``empty``: a never-written slot may be
+        read (then masked) by a kernel, and stale NaNs would survive a zero softmax weight.
+        """
+        self.num_gpu_blocks = num_gpu_blocks
+        self.kv_cache = torch.zeros(
+            self.model.num_layers,
+            2,
+            num_gpu_blocks,
+            self.block_size,
+            self.model.num_kv_heads,
+            self.model.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        self.kv_caches = list(self.kv_cache.unbind(0))
+
+    # ---------------------------------------------------------------- per-step state
+
+    def _update_states(self, scheduler_output: SchedulerOutput) -> None:
+        """Apply the scheduler's diff to the cached request states.
+
+        Finished requests are dropped; new ones are recorded (with their own generator when
+        seeded, so their randomness never depends on batch neighbours); running ones get their
+        new blocks appended; resumed ones (preempted, now recomputing) get their table replaced,
+        since their old blocks were freed.
+        """
+        for req_id in scheduler_output.finished_req_ids:
+            self.requests.pop(req_id, None)
+
+        for new_req in scheduler_output.scheduled_new_reqs:
+            params = new_req.sampling_params
+            generator = None
+            if params.sampling_type == SamplingType.RANDOM_SEED:
+                generator = torch.Generator(device=self.device)
+                generator.manual_seed(params.seed)
+            self.requests[new_req.req_id] = CachedRequestState(
+                req_id=new_req.req_id,
+                prompt_token_ids=list(new_req.prompt_token_ids),
+                sampling_params=params,
+                generator=generator,
+                block_ids=list(new_req.block_ids[0]),
+                num_computed_tokens=new_req.num_computed_tokens,
+            )
+
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            state = self.requests[req_id]
+            state.num_computed_tokens = cached.num_computed_tokens[i]
+            new_block_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                assert new_block_ids is not None
+                state.block_ids = list(new_block_ids[0])
+            elif new_block_ids is not None:
+                state.block_ids.extend(new_block_ids[0])
+            all_token_ids = cached.all_token_ids.get(req_id)
+            if all_token_ids is not None and len(all_token_ids) > state.num_tokens:
+                state.token_ids = list(all_token_ids)
+
+    # ---------------------------------------------------------------- execution
+
+    @torch.inference_mode()
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        """Run one step; return a sampled token for every request whose prompt is complete."""
+        self._update_states(scheduler_output)
+        req_ids = list(scheduler_output.num_scheduled_tokens)
+        if not req_ids:
+            return ModelRunnerOutput([], {}, [])
+        states = [self.requests[r] for r in req_ids]
+        num_scheduled = [scheduler_output.num_scheduled_tokens[r] for r in req_ids]
+        inputs = prepare_inputs(
+            [s.token_ids for s in states],
+            [s.num_computed_tokens for s in states],
+            num_scheduled,
+            [s.block_ids for s in states],
+            self.block_size,
+        )
+
+        hidden_states = self._run_model(inputs)
+        logits = self.model.compute_logits(hidden_states)
+
+        # Only requests whose every known token is now computed get a token: the logits of a
+        # partial prefill predict a prompt token we already know.
+        sample_rows = [
+            i
+            for i, s in enumerate(states)
+            if s.num_computed_tokens + num_scheduled[i] == s.num_tokens
+        ]
+        sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
+        if sample_rows:
+            sampled = self._sample(logits[sample_rows], [states[i] for i in sample_rows])
+            for row, token_id in zip(sample_rows, sampled):
+                states[row].token_ids.append(token_id)
+                sampled_token_ids[row] = [token_id]
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=sampled_token_ids,
+        )
+
+    def _run_model(self, inputs: ModelInputs) -> torch.Tensor:
+        """Hidden states of each request's last token, ``[num_reqs, hidden_size]``."""
+        num_reqs = inputs.seq_lens.shape[0]
+        if (
+            self._graphs
+            and inputs.max_query_len == 1
+            and num_reqs <= self.cudagraph_batch_sizes[-1]
+        ):
+            return self._replay_cuda_graph(inputs)
+        device = self.device
+        attn_metadata = AttentionMetadata(
+            slot_mapping=inputs.slot_mapping.to(device),
+            block_tables=inputs.block_tables.to(device),
+            query_start_loc=inputs.query_start_loc.to(device),
+            seq_lens=inputs.seq_lens.to(device),
+            max_query_len=inputs.max_query_len,
+            max_seq_len=inputs.max_seq_len,
+            use_triton=self.use_triton,
+        )
+        hidden_states = self.model(
+            inputs.input_ids.to(device),
+            inputs.positions.to(device),
+            self.kv_caches,
+            attn_metadata,
+        )
+        return hidden_states[inputs.logits_indices.to(device)]
+
+    def _sample(self, logits: torch.Tensor, states: list[CachedRequestState]) -> list[int]:
+        """Build the batch's ``SamplingMetadata`` and draw one token per row."""
+        params = [s.sampling_params for s in states]
+        vocab_size = logits.shape[-1]
+        types = [p.sampling_type for p in params]
+        all_greedy = all(t == SamplingType.GREEDY for t in types)
+        all_random = all(t != SamplingType.GREEDY for t in types)
+        top_k = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
+        top_p = [p.top_p for p in params]
+        stop_token_masks = {
+            row: sorted(p.all_stop_token_ids)
+            for row, (p, s) in enumerate(zip(params, states))
+            if len(s.output_token_ids) < p.min_tokens and p.all_stop_token_ids
+        }
+        metadata = SamplingMetadata(
+            temperature=torch.tensor(
+                [p.temperature for p in params], dtype=torch.float32, device=self.device
+            ),
+            all_greedy=all_greedy,
+            all_random=all_random,
+            top_p=None
+            if all(v >= 1.0 for v in top_p)
+            else torch.tensor(top_p, dtype=torch.float32, device=self.device),
+            top_k=None
+            if all(k == vocab_size for k in top_k)
+            else torch.tensor(top_k, dtype=torch.long, device=self.device),
+            generators={i: s.generator for i, s in enumerate(states) if s.generator is not None},
+            default_generator=self.generator,
+            stop_token_masks=stop_token_masks,
+        )
+        return self.sampler(logits, metadata).tolist()
+
+    # ---------------------------------------------------------------- CUDA graphs
+
+    @torch.inference_mode()
+    def capture_model(self) -> None:
+        """Capture decode steps in CUDA graphs, one per padded batch size (upstream's name).
+
+        A decode step launches hundreds of small kernels whose launch cost exceeds their run
+        time at small batch sizes; a graph replays them all with one launch. Graphs freeze
+        shapes and addresses, so every input lives in a static buffer sized for the largest
+        batch, a batch is padded up to the next captured size (padding tokens write to slot -1,
+        i.e. nowhere, and read one token of the null block), and the block table is as wide as
+        ``max_model_len`` needs. Only decode-only batches replay graphs; anything else runs eagerly.
+        """
+        if not self.use_cuda_graph or self.kv_cache is None:
+            return
+        max_bs = min(self.max_num_seqs, 256)
+        sizes = sorted({s for s in [1, 2, 4, *range(8, max_bs + 1, 8)] if s <= max_bs} | {max_bs})
+        device = self.device
+        self._static = {
+            "input_ids": torch.zeros(max_bs, dtype=torch.long, device=device),
+            "positions": torch.zeros(max_bs, dtype=torch.long, device=device),
+            "slot_mapping": torch.full((max_bs,), -1, dtype=torch.long, device=device),
+            "block_tables": torch.zeros(
+                (max_bs, self.max_num_blocks_per_req), dtype=torch.int32, device=device
+            ),
+            "seq_lens": torch.ones(max_bs, dtype=torch.int32, device=device),
+            "query_start_loc": torch.arange(max_bs + 1, dtype=torch.int32, device=device),
+        }
+        pool = torch.cuda.graph_pool_handle()
+        try:
+            for bs in reversed(sizes):
+                metadata = self._graph_metadata(bs)
+                static = self._static
+                for _ in range(2):  # warm up: Triton autotuning and lazy inits stay outside
+                    self.model(
+                        static["input_ids"][:bs], static["positions"][:bs], self.kv_caches, metadata
+                    )
+                torch.cuda.synchronize(device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    out = self.model(
+                        static["input_ids"][:bs],
+                        static["positions"][:bs],
+                        self.kv_caches,
+                        metadata,
+                    )
+                self._graphs[bs] = graph
+                self._graph_outputs[bs] = out
+        except Exception as exc:  # never let an optimisation take the engine down
+            logger.warning("CUDA graph capture failed (%s); running decode eagerly", exc)
+            self._graphs.clear()
+            self._graph_outputs.clear()
+            return
+        self.cudagraph_batch_sizes = sizes
+        logger.info("captured CUDA graphs for decode batch sizes %s", sizes)
+
+    def _graph_metadata(self, bs: int) -> AttentionMetadata:
+        static = self._static
+        return AttentionMetadata(
+            slot_mapping=static["slot_mapping"][:bs],
+            block_tables=static["block_tables"][:bs],
+            query_start_loc=static["query_start_loc"][: bs + 1],
+            seq_lens=static["seq_lens"][:bs],
+            max_query_len=1,
+            max_seq_len=self.max_model_len,
+            use_triton=True,
+        )
+
+    def _replay_cuda_graph(self, inputs: ModelInputs) -> torch.Tensor:
+        num_reqs = inputs.seq_lens.shape[0]
+        bs = next(s for s in self.cudagraph_batch_sizes if s >= num_reqs)
+        static = self._static
+        device = self.device
+        static["input_ids"][:num_reqs].copy_(inputs.input_ids.to(device, non_blocking=True))
+        static["positions"][:num_reqs].copy_(inputs.positions.to(device, non_blocking=True))
+        static["slot_mapping"].fill_(-1)
+        static["slot_mapping"][:num_reqs].copy_(inputs.slot_mapping.to(device))
+        static["seq_lens"].fill_(1)
+        static["seq_lens"][:num_reqs].copy_(inputs.seq_lens.to(device))
+        width = inputs.block_tables.shape[1]
+        static["block_tables"][:bs].zero_()
+        static["block_tables"][:num_reqs, :width].copy_(inputs.block_tables.to(device))
+        self._graphs[bs].replay()
+        return self._graph_outputs[bs][:num_reqs]

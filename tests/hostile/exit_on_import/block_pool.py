@@ -1,0 +1,4 @@
+"""Exits the interpreter while being imported."""
+import sys
+
+sys.exit(0)

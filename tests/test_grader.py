@@ -1,0 +1,115 @@
+"""The grader itself: the contract of DESIGN.md, on the real lab-01 suite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grading.labs import LabNotFound, load_lab, normalize_lab_id
+from grading.runner import SuiteRunner
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_grader(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "grading", *args], cwd=cwd, text=True,
+                          capture_output=True, timeout=600)
+
+
+@pytest.mark.parametrize("name", ["lab-01", "lab01", "01", "1", "lab-01-block-allocator"])
+def test_lab_ids_are_forgiving(name):
+    assert normalize_lab_id(name) == "lab-01"
+
+
+def test_unknown_lab_is_a_clear_error():
+    with pytest.raises(LabNotFound, match="there is no lab-42"):
+        load_lab("lab-42")
+
+
+def test_stub_scores_zero_all_not_started(tmp_path):
+    out = run_grader("lab-01", "--json", str(tmp_path / "results.json"))
+    assert out.returncode == 0, out.stderr
+    assert "NOT STARTED" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    total = load_total("lab-01")
+    assert f"score: 0 / {total}" in out.stdout
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["score"] == 0
+    assert all(t["score"] == 0 and t["output"].startswith("NOT STARTED") for t in data["tests"])
+
+
+def load_total(lab: str) -> int:
+    runner = SuiteRunner(load_lab(lab), load_lab(lab).solution_dir)
+    return sum(t.points for t in runner.collect())
+
+
+def test_solution_full_marks_and_valid_gradescope_json(tmp_path):
+    path = tmp_path / "results.json"
+    out = run_grader("lab-01", "--impl", "solutions/lab-01-block-allocator", "--json", str(path))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(path.read_text())
+    total = sum(t["max_score"] for t in data["tests"])
+    assert data["score"] == total > 0
+    for test in data["tests"]:
+        assert set(test) >= {"name", "score", "max_score", "output", "visibility"}
+        assert test["visibility"] in {"visible", "hidden", "after_due_date", "after_published"}
+        assert isinstance(test["score"], int) and test["score"] == test["max_score"]
+    assert f"score: {total} / {total}" in out.stdout
+
+
+def test_every_graded_test_has_points_hint_and_doc():
+    from grading.labs import available_labs
+
+    for lab in available_labs():
+        for info in SuiteRunner(lab, lab.solution_dir).collect():
+            assert info.points > 0, info.nodeid
+            assert len(info.hint) > 20, f"{info.nodeid}: the hint must teach something"
+            assert ".md#" in info.doc, f"{info.nodeid}: the doc link needs a section anchor"
+
+
+def test_unwritten_lab_says_so():
+    out = run_grader("lab-09")
+    if "not written yet" not in out.stderr:
+        pytest.skip("lab-09 exists now")
+    assert out.returncode == 2
+
+
+def test_missing_impl_folder_is_a_grader_error(tmp_path):
+    out = run_grader("lab-01", "--impl", str(tmp_path / "nope"))
+    assert out.returncode == 2 and "not a folder" in out.stderr
+
+
+def test_missing_file_costs_points_not_the_grader(tmp_path):
+    out = run_grader("lab-01", "--impl", str(tmp_path), "--quiet")
+    assert out.returncode == 0
+    assert out.stdout.startswith("score: 0 /")
+
+
+def test_syntax_error_reported_once_per_test_without_traceback(tmp_path):
+    (tmp_path / "block_pool.py").write_text("def broken(:\n")
+    out = run_grader("lab-01", "--impl", str(tmp_path))
+    assert out.returncode == 0
+    assert "SyntaxError" in out.stdout and "Traceback" not in out.stdout
+
+
+def test_reset_keeps_learner_edits_unless_forced(tmp_path, monkeypatch):
+    from grading import stubs
+    from grading.labs import Lab
+
+    lab = load_lab("lab-01")
+    stub_dir = tmp_path / "labs" / lab.dirname
+    stub_dir.mkdir(parents=True)
+    fake = Lab(**{**lab.__dict__})
+    monkeypatch.setattr(type(fake), "stub_dir", property(lambda self: stub_dir))
+    target = stub_dir / "block_pool.py"
+    assert stubs.reset_lab(fake) == 0 and target.exists(), "a missing stub is restored"
+    target.write_text(target.read_text() + "\n# my work\n")
+    assert stubs.reset_lab(fake) == 1
+    assert target.read_text().endswith("# my work\n"), "an edited file is never overwritten"
+    assert stubs.reset_lab(fake, force=True) == 0
+    backups = list(stub_dir.glob("block_pool.py.bak-*"))
+    assert len(backups) == 1 and backups[0].read_text().endswith("# my work\n")
+    assert not target.read_text().endswith("# my work\n")

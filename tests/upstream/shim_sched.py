@@ -1,0 +1,225 @@
+"""Scheduler-side adapters of the upstream-test shim (see ``shim.py``'s docstring).
+
+Kept apart from ``shim.py`` and imported only when a test module imports a scheduler name, so
+that the allocator tests keep running whatever state the scheduler is in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mini_vllm.core.sched import output as _output
+from mini_vllm.core.sched import scheduler as _scheduler
+
+from .shim import (
+    KVCacheConfig,
+    KVCacheManager,
+    UpstreamOnlyError,
+    placeholder,
+    reject_unsupported,
+)
+
+
+class _Record:
+    """A config record: keyword arguments become attributes over class-level defaults.
+
+    Upstream's config classes validate and derive dozens of fields (and read the model's
+    Hugging Face config); the tests only pass values through to the scheduler.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+        return f"{type(self).__name__}({fields})"
+
+
+class ModelConfig(_Record):
+    """Record; the model name is never loaded (no hub access, no model in the scheduler)."""
+
+    model: str = "facebook/opt-125m"
+    max_model_len: int | None = None
+    is_encoder_decoder: bool = False
+
+
+class SchedulerConfig(_Record):
+    """Record of the scheduling knobs mini_vllm's ``Scheduler`` takes as arguments."""
+
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 2048
+    long_prefill_token_threshold: int = 0
+    enable_chunked_prefill: bool = True
+    disable_chunked_mm_input: bool = False
+    async_scheduling: bool = False
+    is_encoder_decoder: bool = False
+
+
+class CacheConfig(_Record):
+    """Record: block size and whether prefix caching is on."""
+
+    block_size: int = 16
+    enable_prefix_caching: bool = False
+    num_gpu_blocks: int | None = None
+
+
+class ParallelConfig(_Record):
+    """Record: mini-vLLM runs on one device, so only the default is accepted."""
+
+    pipeline_parallel_size: int = 1
+
+
+class VllmConfig(_Record):
+    """Record holding the other configs; unsupported features must be None."""
+
+    model_config: ModelConfig | None = None
+    scheduler_config: SchedulerConfig | None = None
+    cache_config: CacheConfig | None = None
+    parallel_config: ParallelConfig | None = None
+    kv_transfer_config: Any = None
+    speculative_config: Any = None
+    ec_transfer_config: Any = None
+    lora_config: Any = None
+
+
+class StructuredOutputManager:
+    """Accepted and ignored: mini-vLLM has no structured outputs (no request uses one)."""
+
+    def __init__(self, vllm_config: Any) -> None:
+        self.vllm_config = vllm_config
+
+
+@dataclasses.dataclass
+class ModelRunnerOutput:
+    """Record of what the model runner returns; the scheduler reads the sampled tokens."""
+
+    req_ids: list[str]
+    req_id_to_index: dict[str, int]
+    sampled_token_ids: list[list[int]] = dataclasses.field(default_factory=list)
+    logprobs: Any = None
+    prompt_logprobs_dict: dict[str, Any] = dataclasses.field(default_factory=dict)
+    pooler_output: Any = None
+    kv_connector_output: Any = None
+    ec_connector_output: Any = None
+    num_nans_in_logits: Any = None
+
+
+class SchedulerOutput(_output.SchedulerOutput):
+    """mini_vllm's ``SchedulerOutput``, accepting upstream's extra fields when empty."""
+
+    def __init__(
+        self,
+        *args: Any,
+        scheduled_encoder_inputs: Any = None,
+        free_encoder_mm_hashes: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        reject_unsupported(
+            "SchedulerOutput",
+            scheduled_encoder_inputs=scheduled_encoder_inputs,
+            free_encoder_mm_hashes=free_encoder_mm_hashes,
+        )
+        super().__init__(*args, **kwargs)
+
+
+class _NoEncoderCache:
+    """Stand-in for ``EncoderCacheManager``: mini-vLLM caches no encoder outputs."""
+
+    freed: tuple[str, ...] = ()
+    cached: dict[str, Any] = {}  # noqa: RUF012 (read-only, always empty)
+
+
+class Scheduler(_scheduler.Scheduler):
+    """mini_vllm's ``Scheduler`` behind upstream's constructor (see ``shim.py``'s docstring)."""
+
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        kv_cache_config: KVCacheConfig,
+        structured_output_manager: Any,
+        block_size: int,
+        hash_block_size: int | None = None,
+        mm_registry: Any = None,
+        include_finished_set: bool = False,
+        log_stats: bool = False,
+    ) -> None:
+        reject_unsupported(
+            "VllmConfig",
+            kv_transfer_config=vllm_config.kv_transfer_config,
+            speculative_config=vllm_config.speculative_config,
+            ec_transfer_config=vllm_config.ec_transfer_config,
+            lora_config=vllm_config.lora_config,
+        )
+        scheduler_config = vllm_config.scheduler_config
+        cache_config = vllm_config.cache_config
+        parallel_config = vllm_config.parallel_config
+        assert scheduler_config is not None and cache_config is not None
+        if scheduler_config.async_scheduling:
+            raise UpstreamOnlyError("mini-vLLM has no async scheduling")
+        if parallel_config is not None and parallel_config.pipeline_parallel_size != 1:
+            raise UpstreamOnlyError("mini-vLLM has no pipeline parallelism")
+        reject_unsupported("Scheduler", include_finished_set=include_finished_set)
+        max_model_len = scheduler_config.max_model_len
+        manager = KVCacheManager(
+            kv_cache_config,
+            max_model_len=max_model_len,
+            hash_block_size=hash_block_size or block_size,
+            enable_caching=bool(cache_config.enable_prefix_caching),
+            log_stats=log_stats,
+        )
+        super().__init__(
+            manager,
+            max_num_batched_tokens=scheduler_config.max_num_batched_tokens,
+            max_num_seqs=scheduler_config.max_num_seqs,
+            max_model_len=max_model_len,
+            enable_chunked_prefill=scheduler_config.enable_chunked_prefill,
+            long_prefill_token_threshold=scheduler_config.long_prefill_token_threshold,
+        )
+        self.vllm_config = vllm_config
+        self.structured_output_manager = structured_output_manager
+        self.encoder_cache_manager = _NoEncoderCache()
+        self.connector = None
+        self.ec_connector = None
+
+    def update_from_output(  # type: ignore[override]
+        self, scheduler_output: _output.SchedulerOutput, model_runner_output: Any
+    ) -> Any:
+        """Upstream's signature: take the sampled tokens out of a ``ModelRunnerOutput``."""
+        if isinstance(model_runner_output, ModelRunnerOutput):
+            reject_unsupported(
+                "ModelRunnerOutput",
+                logprobs=model_runner_output.logprobs,
+                kv_connector_output=model_runner_output.kv_connector_output,
+                ec_connector_output=model_runner_output.ec_connector_output,
+            )
+            sampled = {
+                req_id: list(model_runner_output.sampled_token_ids[index])
+                for req_id, index in model_runner_output.req_id_to_index.items()
+            }
+        else:
+            sampled = model_runner_output
+        return super().update_from_output(scheduler_output, sampled)
+
+
+# Names each shim module gets, on top of its mini_vllm twin (keys used by shim.TABLE).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "vllm.config": {
+        "ModelConfig": ModelConfig,
+        "SchedulerConfig": SchedulerConfig,
+        "CacheConfig": CacheConfig,
+        "ParallelConfig": ParallelConfig,
+        "VllmConfig": VllmConfig,
+        "KVTransferConfig": placeholder("vllm.config.KVTransferConfig", "no KV connectors"),
+        "ECTransferConfig": placeholder("vllm.config.ECTransferConfig", "no encoder cache"),
+        "SpeculativeConfig": placeholder(
+            "vllm.config.SpeculativeConfig", "no speculative decoding"
+        ),
+    },
+    "scheduler": {"Scheduler": Scheduler},
+    "output": {"SchedulerOutput": SchedulerOutput},
+    "utils": {"check_stop": _scheduler.check_stop},
+    "outputs": {"ModelRunnerOutput": ModelRunnerOutput},
+    "structured_output": {"StructuredOutputManager": StructuredOutputManager},
+}

@@ -1,0 +1,460 @@
+"""Check that every upstream citation in the course points at the right line of vLLM v0.22.1.
+
+The course cites upstream as ``vllm/<path>.py:<line>`` (or a range ``:<start>-<end>``), always
+next to the backticked name of the symbol it means. Line numbers rot silently when text is
+edited or copied, so this tool resolves the named symbol in the pinned sdist with :mod:`ast` and
+compares. ``docs/citations.md`` is the writers' guide; the rules, in short:
+
+* A *single line* (``vllm/v1/core/block_pool.py:130``) must be the line that defines the symbol:
+  the ``class``/``def`` line (not a decorator), or the first line of a module- or class-level
+  assignment. Overloads and property setters define a name more than once; any of them counts.
+* A *range* (``vllm/v1/core/block_pool.py:312-337``) cites a passage: it must lie within the
+  symbol's span (its decorators through its last line).
+* The symbol is the backticked identifier on the same line nearest to the citation (a tie goes to
+  the one before it) among those defined in the cited file; ``Class.method``, nested names,
+  a unique bare method name, and a trailing ``()`` are understood. Backticked words that the
+  file does not define (``ref_cnt``, ``None``) are passed over.
+* A backticked ``:164`` right after a citation reuses the path of the previous citation on the
+  line (as in "``vllm/v1/core/kv_cache_utils.py:116`` is ``KVCacheBlock``, ``:164``
+  ``FreeKVCacheBlockQueue``").
+* A path without a line must exist at the pin. Paths may also be written from the sdist root as
+  ``upstream/vllm-0.22.1/<path>.py:<line>``, which is how upstream's tests are cited.
+* Lines between ``citation-check: off`` and ``citation-check: on`` (in any comment) are skipped,
+  for examples of wrong citations.
+
+Run ``python tools/check_citations.py`` to list every citation with its status (exit status 1 if
+any is wrong); ``tests/test_citations.py`` runs the same check under ``make test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools.fetch_upstream import ROOT, TREE_NAME, UpstreamError, ensure_upstream
+
+# Where citations are looked for, relative to the repository root.
+SCAN_DIRS: tuple[str, ...] = ("phases", "labs", "docs")
+SCAN_FILES: tuple[str, ...] = ("README.md", "UPSTREAM_PIN.md")
+SCAN_SUFFIXES: frozenset[str] = frozenset({".md", ".py"})
+
+_TREE_PREFIX = f"upstream/{TREE_NAME}/"
+# A citation: an upstream path, optionally ``:line`` or ``:start-end``. The look-behind keeps
+# ``mini_vllm/core/x.py`` and ``foo/vllm/x.py`` from matching.
+CITATION_RE = re.compile(
+    r"(?<![\w./-])"
+    rf"(?P<path>{re.escape(_TREE_PREFIX)}[\w./-]+?\.py|vllm/[\w./-]+?\.py)"
+    r"(?::(?P<start>\d+)(?:[-–](?P<end>\d+))?)?"
+    r"(?![\w-])"
+)
+# A backtick span: a run of backticks, text, the same run (Markdown and reST ``double``).
+BACKTICK_RE = re.compile(r"(?<!`)(?P<ticks>`+)(?!`)(?P<body>.+?)(?<!`)(?P=ticks)(?!`)")
+SHORTHAND_RE = re.compile(r"^:(?P<start>\d+)(?:[-–](?P<end>\d+))?$")
+IDENT_RE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:\(.*\))?$")
+TOGGLE_OFF = "citation-check: off"
+TOGGLE_ON = "citation-check: on"
+
+
+# --------------------------------------------------------------------------------------------
+# Upstream symbols
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Definition:
+    """Where a name is defined in an upstream file.
+
+    ``line`` is the ``class``/``def`` line or an assignment's first line; ``first``..``last``
+    is the whole span, decorators included (the lines a range citation may cover).
+    """
+
+    qualname: str
+    line: int
+    first: int
+    last: int
+
+
+class Ambiguous(LookupError):
+    """A bare name matches several definitions; the citation must qualify it."""
+
+    def __init__(self, name: str, candidates: Sequence[str]) -> None:
+        super().__init__(name)
+        self.name = name
+        self.candidates = list(candidates)
+
+
+class SymbolIndex:
+    """Every definition of one Python file, by qualified name (``Class.method``).
+
+    Built once per file and cached, since a chapter cites the same few files many times.
+    Module-level ``if``/``try`` blocks are walked (``if TYPE_CHECKING:`` definitions count);
+    function bodies contribute nested functions and classes, never local variables.
+    """
+
+    _cache: ClassVar[dict[Path, SymbolIndex]] = {}
+
+    def __init__(self, path: Path, source: str) -> None:
+        self.path = path
+        self.num_lines = source.count("\n") + (0 if source.endswith("\n") else 1)
+        self.definitions: dict[str, list[Definition]] = {}
+        self._module = ".".join(path.with_suffix("").parts)
+        self._walk(ast.parse(source, filename=str(path)).body, prefix="", in_function=False)
+
+    @classmethod
+    def for_file(cls, path: Path) -> SymbolIndex:
+        """The (cached) index of ``path``."""
+        key = path.resolve()
+        if key not in cls._cache:
+            cls._cache[key] = cls(path, path.read_text(encoding="utf-8"))
+        return cls._cache[key]
+
+    def _add(self, qualname: str, node: ast.AST, line: int) -> None:
+        decorators = getattr(node, "decorator_list", [])
+        first = min([line, *(d.lineno for d in decorators)])
+        last = getattr(node, "end_lineno", None) or line
+        self.definitions.setdefault(qualname, []).append(Definition(qualname, line, first, last))
+
+    def _walk(self, body: Iterable[ast.stmt], prefix: str, in_function: bool) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = prefix + node.name
+                self._add(qualname, node, node.lineno)
+                self._walk(
+                    node.body,
+                    prefix=qualname + ".",
+                    in_function=isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)),
+                )
+            elif in_function:
+                continue
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for name in _assigned_names(target):
+                        self._add(prefix + name, node, node.lineno)
+            elif isinstance(node, (ast.If, ast.Try, ast.With)) or (
+                sys.version_info >= (3, 11) and isinstance(node, ast.TryStar)
+            ):
+                for block in _sub_blocks(node):
+                    self._walk(block, prefix, in_function)
+
+    def lookup(self, name: str) -> list[Definition] | None:
+        """All definitions of ``name``, or None; raises :class:`Ambiguous` for a vague name.
+
+        ``name`` may be qualified (``BlockPool.touch``), prefixed by the module's dotted path
+        (``block_pool.BlockPool``, ``vllm.v1.core.block_pool.BlockPool``), or a bare name that
+        only one definition in the file ends with (``get_new_blocks``).
+        """
+        for candidate in self._spellings(name):
+            if candidate in self.definitions:
+                return self.definitions[candidate]
+        matches = sorted(q for q in self.definitions if q.endswith("." + name))
+        if len(matches) == 1:
+            return self.definitions[matches[0]]
+        if matches:
+            raise Ambiguous(name, matches)
+        return None
+
+    def resolve(self, name: str) -> Definition | None:
+        """The main definition of ``name`` (the last one: an overload's implementation)."""
+        try:
+            found = self.lookup(name)
+        except Ambiguous:
+            return None
+        return found[-1] if found else None
+
+    def _spellings(self, name: str) -> Iterator[str]:
+        yield name
+        module_parts = self._module.split(".")
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            if parts[:i] == module_parts[-i:]:
+                yield ".".join(parts[i:])
+
+    def innermost(self, line: int) -> Definition | None:
+        """The smallest definition whose span holds ``line`` (for hints)."""
+        best: Definition | None = None
+        for definitions in self.definitions.values():
+            for d in definitions:
+                if not d.first <= line <= d.last:
+                    continue
+                if best is None or d.last - d.first < best.last - best.first:
+                    best = d
+        return best
+
+
+def _assigned_names(target: ast.expr) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _assigned_names(element)
+
+
+def _sub_blocks(node: ast.stmt) -> Iterator[list[ast.stmt]]:
+    for attr in ("body", "orelse", "finalbody"):
+        block = getattr(node, attr, None)
+        if block:
+            yield block
+    for handler in getattr(node, "handlers", []):
+        yield handler.body
+
+
+# --------------------------------------------------------------------------------------------
+# Citations in the course
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Citation:
+    """One citation found in the course, and its verdict after :meth:`Checker.check`."""
+
+    source: Path  # the course file, relative to the repository root when inside it
+    line_no: int  # 1-based line in ``source``
+    path: str  # upstream path from the sdist root, e.g. vllm/v1/core/block_pool.py
+    start: int | None  # cited line (None: the path alone)
+    end: int | None  # end of a cited range
+    candidates: list[str] = field(default_factory=list)  # backticked names, nearest first
+    symbol: str | None = None
+    ok: bool = False
+    status: str = "unchecked"
+    message: str = ""
+
+    @property
+    def where(self) -> str:
+        """``course_file:line``, as in compiler messages."""
+        return f"{self.source}:{self.line_no}"
+
+    @property
+    def cited(self) -> str:
+        """The citation as written (normalised to the sdist root)."""
+        if self.start is None:
+            return self.path
+        if self.end is None:
+            return f"{self.path}:{self.start}"
+        return f"{self.path}:{self.start}-{self.end}"
+
+
+def _spans(line: str) -> list[tuple[int, int, str]]:
+    return [(m.start(), m.end(), m.group("body").strip()) for m in BACKTICK_RE.finditer(line)]
+
+
+def _distance(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    """Gap between two character spans; ties prefer a span before ``b`` (second key 0)."""
+    if a[1] <= b[0]:
+        return b[0] - a[1], 0
+    if b[1] <= a[0]:
+        return a[0] - b[1], 1
+    return 0, 0
+
+
+def extract(text: str, source: Path) -> list[Citation]:
+    """Find the citations of one course file (see the module docstring for the syntax)."""
+    citations: list[Citation] = []
+    checking = True
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if TOGGLE_OFF in line:
+            checking = False
+            continue
+        if TOGGLE_ON in line:
+            checking = True
+            continue
+        if not checking:
+            continue
+        spans = _spans(line)
+        found: list[tuple[tuple[int, int], Citation]] = []
+        for match in CITATION_RE.finditer(line):
+            path = match.group("path").removeprefix(_TREE_PREFIX)
+            start = int(match.group("start")) if match.group("start") else None
+            end = int(match.group("end")) if match.group("end") else None
+            found.append(
+                ((match.start(), match.end()), Citation(source, line_no, path, start, end))
+            )
+        # Shorthand ``:164``: the path of the nearest full citation before it on the line.
+        for s_start, s_end, body in spans:
+            short = SHORTHAND_RE.match(body)
+            if not short:
+                continue
+            before = [(pos, c) for (pos, c) in found if pos[1] <= s_start]
+            if not before:
+                continue  # no path earlier on the line: not a citation
+            previous = max(before, key=lambda item: item[0][0])[1]
+            found.append(
+                (
+                    (s_start, s_end),
+                    Citation(
+                        source,
+                        line_no,
+                        previous.path,
+                        int(short.group("start")),
+                        int(short.group("end")) if short.group("end") else None,
+                    ),
+                )
+            )
+        if not found:
+            continue
+        identifiers: list[tuple[tuple[int, int], str]] = []
+        for s_start, s_end, body in spans:
+            if CITATION_RE.search(body) or SHORTHAND_RE.match(body):
+                continue
+            ident = IDENT_RE.match(body)
+            if ident:
+                identifiers.append(((s_start, s_end), ident.group("name")))
+        for pos, citation in found:
+            ordered = sorted(identifiers, key=lambda item: _distance(item[0], pos))
+            citation.candidates = [name for _, name in ordered]
+            citations.append(citation)
+    return citations
+
+
+class Checker:
+    """Checks citations against an unpacked upstream tree."""
+
+    def __init__(self, upstream: Path) -> None:
+        self.upstream = upstream
+
+    def check(self, citation: Citation) -> Citation:
+        """Fill in ``citation``'s verdict (``ok``, ``status``, ``message``) and return it."""
+        target = self.upstream / citation.path
+        head = f"{citation.where} cites {citation.cited}"
+        if not target.is_file():
+            return _verdict(citation, False, "missing-file", f"{head}: no such file at the pin")
+        if citation.start is None:
+            return _verdict(citation, True, "file", "file exists")
+        index = SymbolIndex.for_file(target)
+        last_cited = citation.end if citation.end is not None else citation.start
+        if citation.end is not None and citation.end < citation.start:
+            return _verdict(
+                citation, False, "bad-range", f"{head}: the range ends before it starts"
+            )
+        if citation.start < 1 or last_cited > index.num_lines:
+            return _verdict(
+                citation,
+                False,
+                "past-eof",
+                f"{head}, but the file has {index.num_lines} lines",
+            )
+        chosen: tuple[str, list[Definition]] | None = None
+        for name in citation.candidates:
+            try:
+                definitions = index.lookup(name)
+            except Ambiguous as exc:
+                return _verdict(
+                    citation,
+                    False,
+                    "ambiguous",
+                    f"{head} for {name}, which names several definitions there: "
+                    f"{', '.join(exc.candidates)}; write the qualified name",
+                )
+            if definitions:
+                chosen = (name, definitions)
+                break
+        if chosen is None:
+            inside = index.innermost(citation.start)
+            hint = f"; line {citation.start} is inside {inside.qualname}" if inside else ""
+            named = ", ".join(f"`{n}`" for n in citation.candidates) or "none"
+            return _verdict(
+                citation,
+                False,
+                "no-symbol",
+                f"{head} but names no symbol defined there (backticked names on the line: "
+                f"{named}){hint}",
+            )
+        name, definitions = chosen
+        citation.symbol = name
+        main = definitions[-1]
+        if citation.end is None:
+            if any(d.line == citation.start for d in definitions):
+                return _verdict(citation, True, "ok", f"{name} is defined there")
+            lines = " or ".join(f":{d.line}" for d in definitions)
+            return _verdict(
+                citation,
+                False,
+                "wrong-line",
+                f"{head} for {name}, which is defined at {lines}",
+            )
+        if any(d.first <= citation.start and citation.end <= d.last for d in definitions):
+            return _verdict(citation, True, "ok", f"within {name}")
+        return _verdict(
+            citation,
+            False,
+            "out-of-span",
+            f"{head} for {name}, which spans :{main.first}-{main.last}",
+        )
+
+
+def _verdict(citation: Citation, ok: bool, status: str, message: str) -> Citation:
+    citation.ok, citation.status, citation.message = ok, status, message
+    return citation
+
+
+def course_files(root: Path = ROOT) -> list[Path]:
+    """The files whose citations are checked: README, the pin page, phases/, labs/, docs/."""
+    files = [root / name for name in SCAN_FILES if (root / name).is_file()]
+    for folder in SCAN_DIRS:
+        base = root / folder
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            rel_parts = path.relative_to(base).parts
+            if any(part.startswith(".") or part == "__pycache__" for part in rel_parts):
+                continue
+            if path.is_file() and path.suffix in SCAN_SUFFIXES:
+                files.append(path)
+    return files
+
+
+def check_files(files: Iterable[Path], upstream: Path, root: Path = ROOT) -> list[Citation]:
+    """Extract and check the citations of ``files``; paths in messages are root-relative."""
+    checker = Checker(upstream)
+    results: list[Citation] = []
+    for path in files:
+        try:
+            shown = path.relative_to(root)
+        except ValueError:
+            shown = path
+        text = path.read_text(encoding="utf-8", errors="replace")
+        results.extend(checker.check(c) for c in extract(text, shown))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """List every citation with its status; exit 1 if any is wrong."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path, help="files to check (default: the course)")
+    parser.add_argument("--upstream", type=Path, default=None, help="unpacked vllm-0.22.1 tree")
+    parser.add_argument("--errors-only", action="store_true", help="list only wrong citations")
+    args = parser.parse_args(argv)
+    try:
+        upstream = args.upstream or ensure_upstream()
+    except UpstreamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    files = [p.resolve() for p in args.files] or course_files()
+    results = check_files(files, upstream)
+    bad = [c for c in results if not c.ok]
+    for c in results:
+        if c.ok and args.errors_only:
+            continue
+        if c.ok:
+            symbol = f" {c.symbol}" if c.symbol else ""
+            print(f"ok     {c.where}: {c.cited}{symbol} ({c.message})")
+        else:
+            print(f"WRONG  {c.message}")
+    print(
+        f"{len(results)} citation(s) in {len(files)} file(s): {len(results) - len(bad)} ok, "
+        f"{len(bad)} wrong"
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

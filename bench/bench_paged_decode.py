@@ -8,7 +8,7 @@ much of the GPU's bandwidth the paged kernel gets, side by side in one run:
   random block tables);
 * ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` on a *contiguous* cache holding the
   same values, ``enable_gqa=True`` (what paging has to compete with);
-* ``flex``: FlexAttention (``torch.nn.attention.flex_attention`` under ``torch.compile``) reading the
+* ``flex``: FlexAttention (``torch.nn.attention.flex_attention``, ``torch.compile``) reading the
   same paged pool: the pool is one long ``[1, kv_heads, blocks * block_size, head_dim]`` sequence
   and each sequence's block mask lists its physical blocks (taken from the block table) as the KV
   tiles to visit, the recipe of ``torch.nn.attention.experimental._paged_attention``;
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mini_vllm.attention import triton_paged_attention as tpa  # noqa: E402
+from mini_vllm.attention import triton_paged_attention as tpa
 
 HEAD_DIM = 128
 DTYPE = torch.bfloat16
@@ -79,7 +79,7 @@ class Timer:
     kernels means thousands of flushes; a fixed small count keeps the full sweep short.
     """
 
-    def __init__(self, flush_mb: int = 256) -> None:
+    def __init__(self, flush_mb: int = 512) -> None:
         self.flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device=DEVICE)
 
     def __call__(self, fn: Callable[[], object], target_ms: float = 25.0) -> float:
@@ -261,9 +261,8 @@ _flex_compiled = None
 def flex_decode(q4, k_pool, v_pool, block_mask, scale):
     global _flex_compiled
     if _flex_compiled is None:
-        from torch.nn.attention.flex_attention import flex_attention
-
         import torch._dynamo
+        from torch.nn.attention.flex_attention import flex_attention
 
         for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, name):
@@ -324,7 +323,6 @@ def bench_case(case: Case, pool: Pool, timer: Timer, gen: torch.Generator, opts)
     n = case.kv_bytes // DTYPE.itemsize
     dst = torch.empty(n, dtype=DTYPE, device=DEVICE)
     row["copy"] = timer(lambda: dst.copy_(flat[:n]))
-    del dst
 
     row["flex"] = None
     if opts.flex and not opts.flex_broken:
@@ -333,9 +331,7 @@ def bench_case(case: Case, pool: Pool, timer: Timer, gen: torch.Generator, opts)
         else:
             try:
                 pool_blocks = pool.tokens // case.block_size
-                mask = flex_block_mask(
-                    tables, seq_lens, case.block_size, pool_blocks, pool_blocks
-                )
+                mask = flex_block_mask(tables, seq_lens, case.block_size, pool_blocks, pool_blocks)
                 k_pool = kc.view(1, -1, case.num_kv_heads, HEAD_DIM).transpose(1, 2)
                 v_pool = vc.view(1, -1, case.num_kv_heads, HEAD_DIM).transpose(1, 2)
                 t0 = time.perf_counter()
@@ -348,8 +344,7 @@ def bench_case(case: Case, pool: Pool, timer: Timer, gen: torch.Generator, opts)
             except Exception as exc:  # report, then stop trying: one failure is enough to know
                 opts.flex_broken = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
                 print(f"FlexAttention paged decode failed, skipping it: {opts.flex_broken}")
-    del k_dense, v_dense
-    return row
+    return row  # the dense copies and the copy buffer are freed here
 
 
 def fmt_row(row: dict) -> list[str]:
@@ -454,6 +449,7 @@ def run_sweep(pool: Pool, timer: Timer, gen: torch.Generator, budget_s: float) -
         Case(32, 2048, 32, 8, 16),
         Case(128, 8192, 32, 8, 16),
         Case(64, 2048, 32, 8, 128),
+        Case(32, 8192, 64, 8, 32),
         Case(8, 16384, 32, 8, 128),
     ]
     launch = [(bn, w, s) for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
@@ -471,28 +467,43 @@ def run_sweep(pool: Pool, timer: Timer, gen: torch.Generator, budget_s: float) -
                 break
             try:
                 t = timer(
-                    lambda bn=bn, w=w, s=s: tpa.paged_attention_decode(
-                        *args, scale, max_seq_len=case.context, block_n=bn, num_warps=w,
-                        num_stages=s,
+                    lambda args=args, ctx=case.context, bn=bn, w=w, s=s: tpa.paged_attention_decode(
+                        *args, scale, max_seq_len=ctx, block_n=bn, num_warps=w, num_stages=s
                     ),
                     target_ms=10,
-                )  # fmt: skip
+                )
             except Exception as exc:
                 print(f"  {case.label()} bn={bn} w={w} s={s}: {type(exc).__name__}")
                 continue
             results.append((t, bn, w, s))
         results.sort()
         gbs = case.kv_bytes / 1e6
-        print(f"sweep {case.label()} default splits={default}")
+        n = case.kv_bytes // DTYPE.itemsize
+        dst = torch.empty(n, dtype=DTYPE, device=DEVICE)
+        t_copy = timer(lambda dst=dst, n=n: dst.copy_(pool.kv.view(-1)[:n]), target_ms=10)
+        k_dense, v_dense = dense_copy(inp, case)
+        q4 = args[0].unsqueeze(2)
+        t_sdpa = timer(
+            lambda q4=q4, k=k_dense, v=v_dense: F.scaled_dot_product_attention(
+                q4, k, v, scale=scale, enable_gqa=True
+            ),
+            target_ms=10,
+        )
+        del dst, k_dense, v_dense
+        print(
+            f"sweep {case.label()} default splits={default}: copy {2 * gbs / t_copy:.0f} GB/s, "
+            f"sdpa {t_sdpa * 1e3:.1f} us {gbs / t_sdpa:.0f} GB/s"
+        )
         for t, bn, w, s in results[:5]:
             print(f"  block_n={bn} warps={w} stages={s}: {t * 1e3:.1f} us {gbs / t:.0f} GB/s")
         if not results:
             continue
         _, bn, w, s = results[0]
         for splits in sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, default}):
+            best = {"block_n": bn, "num_warps": w, "num_stages": s}
             t = timer(
-                lambda sp=splits: tpa.paged_attention_decode(
-                    *args, scale, num_splits=sp, block_n=bn, num_warps=w, num_stages=s
+                lambda args=args, sp=splits, best=best: tpa.paged_attention_decode(
+                    *args, scale, num_splits=sp, **best
                 ),
                 target_ms=10,
             )
@@ -550,7 +561,7 @@ def main() -> None:
                         notes = summary(rows) + _notes(rows, opts)
                         opts.out.parent.mkdir(parents=True, exist_ok=True)
                         opts.out.write_text(markdown(rows, env, command, notes))
-    print("\n".join(["| " + " | ".join(HEADER) + " |"] + summary(rows) + _notes(rows, opts)))
+    print("\n".join(["| " + " | ".join(HEADER) + " |", *summary(rows), *_notes(rows, opts)]))
 
 
 def _notes(rows: list[dict], opts) -> list[str]:

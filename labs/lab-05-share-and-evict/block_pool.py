@@ -432,6 +432,8 @@ class BlockPool:
             )
         blocks = self.free_block_queue.popleft_n(num_blocks)
         for block in blocks:
+            if self.enable_caching:
+                self._maybe_evict_cached_block(block)
             if block.ref_cnt != 0:
                 raise RuntimeError(
                     f"Block {block.block_id} was in the free queue with ref_cnt={block.ref_cnt}"

@@ -14,8 +14,6 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -139,20 +137,17 @@ def test_decode_large_scores_are_stable() -> None:
     assert np.abs(got - want).max() < 1e-4
 
 
-@given(
-    block_size=st.sampled_from([1, 2, 4, 8, 16]),
-    group=st.sampled_from([1, 2, 4]),
-    num_kv_heads=st.integers(1, 2),
-    lens=st.lists(st.integers(1, 48), min_size=1, max_size=3),
-    num_splits=st.integers(1, 4),
-    seed=st.integers(0, 2**16),
-)
-@settings(max_examples=12, deadline=None)
-def test_decode_property(
-    block_size: int, group: int, num_kv_heads: int, lens: list[int], num_splits: int, seed: int
-) -> None:
+@pytest.mark.parametrize("seed", range(10))
+def test_decode_random_configs(seed: int) -> None:
+    """Random block size, group, KV heads, lengths and split count (seeded, so reproducible;
+    plain numpy rather than hypothesis so the file runs wherever torch and triton do)."""
+    rng = np.random.default_rng(1000 + seed)
+    block_size = int(rng.choice([1, 2, 4, 8, 16]))
+    group = int(rng.choice([1, 2, 4, 8]))
+    num_kv_heads = int(rng.integers(1, 3))
+    lens = rng.integers(1, 49, size=int(rng.integers(1, 4))).tolist()
     case = make_case(seed, lens, block_size, group * num_kv_heads, num_kv_heads, head_dim=16)
-    got, want = run_decode(case, num_splits=num_splits)
+    got, want = run_decode(case, num_splits=int(rng.integers(1, 5)))
     assert np.abs(got - want).max() < TOL[torch.float32]
 
 

@@ -464,6 +464,9 @@ def test_touch_and_free_time_does_not_grow_with_pool_size() -> None:
 # ------------------------------------------------------------------------------------------
 
 
+TOKEN_IDS = st.integers(min_value=0, max_value=2)
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -483,9 +486,9 @@ class BlockPoolMachine(RuleBasedStateMachine):
     """
 
     @initialize(
-        num_gpu_blocks=st.integers(min_value=1, max_value=12),
+        num_gpu_blocks=st.sampled_from([8, 16, 24, 1, 2, 4]),
         block_size=st.integers(min_value=1, max_value=3),
-        enable_caching=st.booleans(),
+        enable_caching=st.sampled_from([True, True, True, False]),
     )
     def setup(self, num_gpu_blocks: int, block_size: int, enable_caching: bool) -> None:
         self.pool = BlockPool(num_gpu_blocks, enable_caching, block_size)
@@ -496,6 +499,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.hashes: dict[int, BlockHashWithGroupId | None] = dict.fromkeys(range(num_gpu_blocks))
         self.cache: dict[BlockHashWithGroupId, list[int]] = {}
         self.requests: list[ModelRequest] = []
+        self.history: list[list[int]] = []
 
     # -- model helpers -------------------------------------------------------------------
 
@@ -535,8 +539,17 @@ class BlockPoolMachine(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------------
 
-    @rule(token_ids=st.lists(st.integers(min_value=0, max_value=2), max_size=9))
-    def add_request(self, token_ids: list[int]) -> None:
+    @rule(data=st.data())
+    def add_request(self, data: st.DataObject) -> None:
+        token_ids = data.draw(st.lists(TOKEN_IDS, max_size=9))
+        if self.history and data.draw(st.booleans()):
+            # Most prefix sharing comes from here: an earlier prompt's prefix, a new suffix.
+            base = data.draw(st.sampled_from(self.history))
+            token_ids = base[: data.draw(st.integers(0, len(base)))] + token_ids[:3]
+        self.admit(token_ids, cache_now=self.caching and data.draw(st.booleans()))
+
+    def admit(self, token_ids: list[int], cache_now: bool) -> None:
+        """Look up the prefix cache, claim the hits, allocate the rest, as the manager does."""
         request = FakeRequest(token_ids, self.block_size)
         assert request.block_hashes == self.chain(token_ids)
         hits: list[KVCacheBlock] = []
@@ -561,10 +574,14 @@ class BlockPoolMachine(RuleBasedStateMachine):
                 self.free_order.remove(block.block_id)
             self.ref_cnts[block.block_id] += 1
         blocks = hits + self.allocate(num_new)
-        self.requests.append(ModelRequest(request, blocks, num_cached=len(hits)))
+        entry = ModelRequest(request, blocks, num_cached=len(hits))
+        self.requests.append(entry)
+        self.history.append(list(token_ids))
+        if cache_now:
+            self.cache_full(entry)
 
     @precondition(lambda self: self.requests)
-    @rule(data=st.data(), token_ids=st.lists(st.integers(0, 2), min_size=1, max_size=4))
+    @rule(data=st.data(), token_ids=st.lists(TOKEN_IDS, min_size=1, max_size=4))
     def append_tokens(self, data: st.DataObject, token_ids: list[int]) -> None:
         entry = data.draw(st.sampled_from(self.requests))
         num_tokens = entry.request.num_tokens + len(token_ids)
@@ -575,11 +592,14 @@ class BlockPoolMachine(RuleBasedStateMachine):
         entry.request.append_output_token_ids(token_ids)
         assert entry.request.block_hashes == self.chain(entry.request.all_token_ids)
         entry.blocks += self.allocate(num_new)
+        self.history.append(list(entry.request.all_token_ids))
 
     @precondition(lambda self: self.caching and self.requests)
     @rule(data=st.data())
     def cache_blocks(self, data: st.DataObject) -> None:
-        entry = data.draw(st.sampled_from(self.requests))
+        self.cache_full(data.draw(st.sampled_from(self.requests)))
+
+    def cache_full(self, entry: ModelRequest) -> None:
         num_full = len(entry.request.block_hashes)
         self.pool.cache_full_blocks(
             entry.request, entry.blocks, entry.num_cached, num_full, self.block_size, 0
@@ -608,21 +628,19 @@ class BlockPoolMachine(RuleBasedStateMachine):
             if self.ref_cnts[block.block_id] == 0:
                 self.free_order.append(block.block_id)
 
-    @precondition(lambda self: self.free_order)
     @rule(data=st.data())
-    def double_free(self, data: st.DataObject) -> None:
-        free_block = self.pool.blocks[data.draw(st.sampled_from(self.free_order))]
+    def misuse(self, data: st.DataObject) -> None:
+        """Double free, freeing or touching the null block: refused, and nothing changes."""
         in_use = [b for b in self.pool.blocks if b.ref_cnt > 0 and not b.is_null]
-        batch = [*in_use[:1], free_block]
-        with pytest.raises(ValueError, match="double free"):
-            self.pool.free_blocks(batch)
-
-    @rule()
-    def free_or_touch_null_block(self) -> None:
-        with pytest.raises(ValueError, match="null block"):
-            self.pool.free_blocks([self.pool.null_block])
-        with pytest.raises(ValueError, match="null block"):
-            self.pool.touch([self.pool.null_block])
+        if self.free_order and data.draw(st.booleans()):
+            free_block = self.pool.blocks[data.draw(st.sampled_from(self.free_order))]
+            with pytest.raises(ValueError, match="double free"):
+                self.pool.free_blocks([*in_use[:1], free_block])
+        else:
+            with pytest.raises(ValueError, match="null block"):
+                self.pool.free_blocks([*in_use[:1], self.pool.null_block])
+            with pytest.raises(ValueError, match="null block"):
+                self.pool.touch([*in_use[:1], self.pool.null_block])
 
     @rule(data=st.data())
     def evict(self, data: st.DataObject) -> None:
@@ -659,7 +677,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
 
 
 BlockPoolMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=40, deadline=None, database=None
+    max_examples=200, stateful_step_count=50, deadline=None, database=None
 )
 TestBlockPoolMachine = BlockPoolMachine.TestCase
 
@@ -668,7 +686,7 @@ def test_block_pool_machine_example_reaches_every_state() -> None:
     """A fixed run through the machine: share, duplicate, evict on reuse, reset."""
     machine = BlockPoolMachine()
     machine.setup(num_gpu_blocks=5, block_size=2, enable_caching=True)
-    machine.add_request([1, 2, 1, 2])
+    machine.admit([1, 2, 1, 2], cache_now=False)
     first = machine.requests[0]
 
     class Draw:
@@ -678,12 +696,12 @@ def test_block_pool_machine_example_reaches_every_state() -> None:
         def draw(self, _strategy: object) -> object:
             return self.values.pop(0)
 
-    machine.add_request([1, 2, 1, 2])  # duplicate before caching
+    machine.admit([1, 2, 1, 2], cache_now=False)  # duplicate before caching
     machine.cache_blocks(Draw(first))  # type: ignore[arg-type]
     machine.cache_blocks(Draw(machine.requests[1]))  # type: ignore[arg-type]
     machine.pool_matches_model()
     machine.free_request(Draw(first, True))  # type: ignore[arg-type]
-    machine.add_request([1, 2, 1, 2, 0])  # hits the first request's freed blocks
+    machine.admit([1, 2, 1, 2, 0], cache_now=True)  # hits the first request's freed blocks
     assert machine.requests[-1].num_cached == 2
     machine.pool_matches_model()
     for entry in list(machine.requests):

@@ -1,0 +1,121 @@
+"""The sampler: greedy, temperature, top-k/top-p masks, per-request seeds, min_tokens."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mini_vllm.sample.sampler import Sampler, SamplingMetadata, apply_top_k_top_p, random_sample
+
+NEG_INF = float("-inf")
+
+
+def metadata(n: int, temperature: float = 1.0, **kwargs: object) -> SamplingMetadata:
+    greedy = temperature == 0.0
+    return SamplingMetadata(
+        temperature=torch.full((n,), temperature),
+        all_greedy=greedy,
+        all_random=not greedy,
+        top_p=kwargs.pop("top_p", None),  # type: ignore[arg-type]
+        top_k=kwargs.pop("top_k", None),  # type: ignore[arg-type]
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_top_k_keeps_exactly_k() -> None:
+    logits = torch.tensor([[1.0, 5.0, 3.0, 4.0, 2.0], [0.0, 1.0, 2.0, 3.0, 4.0]])
+    out = apply_top_k_top_p(logits.clone(), torch.tensor([2, 5]), None)
+    assert out[0].tolist() == [NEG_INF, 5.0, NEG_INF, 4.0, NEG_INF]
+    assert out[1].tolist() == logits[1].tolist()  # k = vocab size: nothing masked
+
+
+def test_top_p_keeps_smallest_nucleus() -> None:
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    logits = probs.log()
+    kept = apply_top_k_top_p(logits.clone(), None, torch.tensor([0.7])).isfinite()
+    assert kept[0].tolist() == [True, True, False, False]  # 0.5 < 0.7 <= 0.5 + 0.3
+    kept = apply_top_k_top_p(logits.clone(), None, torch.tensor([0.79])).isfinite()
+    assert kept[0].tolist() == [True, True, False, False]
+    kept = apply_top_k_top_p(logits.clone(), None, torch.tensor([0.81])).isfinite()
+    assert kept[0].tolist() == [True, True, True, False]
+    # a tiny p still keeps the most likely token
+    kept = apply_top_k_top_p(logits.clone(), None, torch.tensor([1e-6])).isfinite()
+    assert kept[0].tolist() == [True, False, False, False]
+
+
+def test_top_k_and_top_p_compose() -> None:
+    logits = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.1]]))
+    kept = apply_top_k_top_p(logits.clone(), torch.tensor([3]), torch.tensor([0.99])).isfinite()
+    assert kept[0].tolist() == [True, True, True, False]
+
+
+def test_greedy_is_argmax_and_mixes_with_random_rows() -> None:
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    sampler = Sampler()
+    assert sampler(logits, metadata(4, 0.0)).tolist() == logits.argmax(-1).tolist()
+    mixed = SamplingMetadata(
+        temperature=torch.tensor([0.0, 1.0, 0.0, 1.0]),
+        all_greedy=False,
+        all_random=False,
+        top_p=None,
+        top_k=torch.tensor([50, 1, 50, 1]),
+    )
+    # top_k=1 makes the random rows deterministic too: all four rows are the argmax
+    assert sampler(logits, mixed).tolist() == logits.argmax(-1).tolist()
+
+
+def test_seeded_rows_do_not_depend_on_the_batch() -> None:
+    logits = torch.randn(3, 1000, generator=torch.Generator().manual_seed(1))
+
+    def draw(rows: list[int], seed_row: int) -> int:
+        gens = {rows.index(seed_row): torch.Generator().manual_seed(1234)}
+        noise = torch.Generator().manual_seed(len(rows))  # the neighbours' randomness differs
+        md = metadata(len(rows), 1.0, generators=gens, default_generator=noise)
+        return Sampler()(logits[rows], md)[rows.index(seed_row)].item()
+
+    alone = draw([2], 2)
+    assert draw([0, 1, 2], 2) == alone
+    assert draw([2, 0], 2) == alone
+
+
+def test_random_sample_follows_the_distribution() -> None:
+    probs = torch.tensor([0.6, 0.3, 0.1]).repeat(20_000, 1)
+    tokens = random_sample(probs.clone(), {}, torch.Generator().manual_seed(0))
+    freq = torch.bincount(tokens, minlength=3).float() / tokens.numel()
+    assert torch.allclose(freq, torch.tensor([0.6, 0.3, 0.1]), atol=0.02)
+
+
+def test_temperature_sharpens() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.2])).repeat(5_000, 1)
+    gen = torch.Generator().manual_seed(0)
+    cold = Sampler()(logits, metadata(5_000, 0.1, default_generator=gen))
+    assert (cold == 0).float().mean() > 0.99
+    hot = Sampler()(logits, metadata(5_000, 1.0, default_generator=gen))
+    assert math.isclose((hot == 0).float().mean().item(), 0.5, abs_tol=0.03)
+
+
+def test_min_tokens_masks_stop_tokens() -> None:
+    logits = torch.tensor([[0.0, 9.0, 1.0], [0.0, 9.0, 1.0]])
+    md = metadata(2, 0.0, stop_token_masks={0: [1]})
+    assert Sampler()(logits, md).tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_engine_seed_reproducible_across_batches(tiny_llama_dir, temperature: float) -> None:
+    """A seeded request yields the same tokens alone or in a crowd; unseeded runs repeat with
+    the engine seed."""
+    from mini_vllm.llm import LLM
+    from mini_vllm.sampling_params import SamplingParams
+
+    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, max_model_len=128)
+    prompt = {"prompt_token_ids": [5, 6, 7, 8, 9]}
+    others = [{"prompt_token_ids": [i, i + 1, i + 2]} for i in range(10, 40, 3)]
+    seeded = SamplingParams(temperature=temperature or 1.0, top_p=0.9, seed=7, max_tokens=20)
+    alone = llm.generate([prompt], seeded, use_tqdm=False)[0].outputs[0].token_ids
+    crowd_params = [seeded] + [SamplingParams(temperature=1.0, max_tokens=20)] * len(others)
+    crowd = llm.generate([prompt, *others], crowd_params, use_tqdm=False)
+    assert crowd[0].outputs[0].token_ids == alone
+    other_seed = SamplingParams(temperature=1.0, top_p=0.9, seed=8, max_tokens=20)
+    assert llm.generate([prompt], other_seed, use_tqdm=False)[0].outputs[0].token_ids != alone

@@ -76,3 +76,9 @@ upstream:
 
 demo: $(VENV)/.stamp-model
 	$(PY) -m mini_vllm generate "The capital of France is" --max-tokens 32
+
+autograder: $(VENV)/.stamp-core
+	@$(PY) -m grading autograder $(LAB)
+
+check-suites: $(VENV)/.stamp-full
+	@$(PY) -m grading check-suites $(LAB)

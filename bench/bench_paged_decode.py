@@ -118,6 +118,35 @@ class Pool:
 
     kv: torch.Tensor  # [2, tokens, kv_heads, head_dim]
     tokens: int
+    align: int  # every span is a multiple of every block size
+    _flex: tuple[int, torch.Tensor, torch.Tensor] | None = None
+
+    def span(self, batch: int, max_context: int, need: int) -> tuple[int, bool]:
+        """How many leading tokens of the pool a batch's block tables are drawn from.
+
+        ``batch * max_context`` tokens (at least the total need, and fixed across contexts so
+        that FlexAttention's graphs are reused), capped so that a FlexAttention key tensor stays
+        below 2**31 elements: torch 2.11's flex-decoding template does not compile with 64-bit
+        indexing. Returns the span and whether FlexAttention can run on it.
+        """
+        per_token = self.kv.shape[2] * self.kv.shape[3]
+        cap = (2**31 - 1) // per_token // self.align * self.align
+        span = min(batch * max_context, cap, self.tokens)
+        if need > span:
+            return self.tokens, False
+        return span, True
+
+    def head_major(self, span: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``span`` tokens as separate contiguous ``[1, kv_heads, span, head_dim]`` K
+        and V, the layout of torch's FlexAttention ``PagedAttention`` helper (each head's pages
+        are contiguous rows): FlexAttention gets plain contiguous keys, no strides for Inductor to
+        copy away. One span is kept at a time."""
+        if self._flex is None or self._flex[0] != span:
+            self._flex = None
+            k = self.kv[0, :span].permute(1, 0, 2).contiguous().unsqueeze(0)
+            v = self.kv[1, :span].permute(1, 0, 2).contiguous().unsqueeze(0)
+            self._flex = (span, k, v)
+        return self._flex[1], self._flex[2]
 
     def caches(self, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         shape = (self.tokens // block_size, block_size, *self.kv.shape[2:])
@@ -143,13 +172,16 @@ class Case:
         )
 
 
-def make_inputs(case: Case, pool: Pool, gen: torch.Generator) -> dict:
+def make_inputs(case: Case, pool: Pool, gen: torch.Generator, span: int | None = None) -> dict:
+    """Random queries and block tables: a random permutation of the first ``span`` pool tokens'
+    blocks (default: the whole pool), so a sequence's blocks are scattered over the pool."""
     kc, vc = pool.caches(case.block_size)
     blocks_per_seq = case.context // case.block_size
     need = case.batch * blocks_per_seq
-    if need > kc.shape[0]:
-        raise ValueError(f"pool of {kc.shape[0]} blocks is smaller than the {need} needed")
-    perm = torch.randperm(kc.shape[0], device=DEVICE, generator=gen)[:need]
+    span_blocks = (span or pool.tokens) // case.block_size
+    if need > span_blocks:
+        raise ValueError(f"a span of {span_blocks} blocks is smaller than the {need} needed")
+    perm = torch.randperm(span_blocks, device=DEVICE, generator=gen)[:need]
     tables = perm.view(case.batch, blocks_per_seq).to(torch.int32)
     seq_lens = torch.full((case.batch,), case.context, dtype=torch.int32, device=DEVICE)
     q = torch.randn(case.batch, case.num_heads, HEAD_DIM, device=DEVICE, dtype=DTYPE)
@@ -210,44 +242,42 @@ def _flex_state(pool_blocks: int, batch: int, block_size: int, device: torch.dev
 def flex_block_mask(
     tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int, pool_blocks: int, width: int
 ):
-    """A BlockMask whose KV tiles for sequence ``b`` are the physical blocks in its table.
+    """A BlockMask whose KV tiles for sequence ``b`` are the physical blocks of its table.
 
-    Full blocks (``seq_len // block_size`` of them) need no mask; the partial last block, if any,
-    goes through the mask_mod. The index tensors have ``width`` columns whatever the context, so
-    that their shape, and thus the compiled graph, does not change with it (``torch``'s own
-    ``PagedAttention`` helper widens them to the pool's block count the same way).
+    All blocks are listed as "partial" blocks, none as "full": with full blocks present, the
+    flex-decoding template sizes its KV splits by the whole pool's length instead of the listed
+    blocks, which leaves all but the first split idle. When every length is a multiple of the
+    block size (as in this benchmark) no position inside a listed block needs masking and the mask
+    is the no-op; otherwise ``mask_mod`` hides the tail of the last block. The index tensor has
+    ``width`` columns whatever the context (``torch``'s own ``PagedAttention`` helper widens it
+    to the pool's block count the same way), so its shape and the compiled graph stay fixed.
     """
     from torch.nn.attention.flex_attention import BlockMask
 
     batch, table_width = tables.shape
     device = tables.device
     lens = seq_lens.long()
-    full = (lens // block_size).to(torch.int32)
-    partial = (lens % block_size > 0).to(torch.int32)
+    num_blocks = ((lens + block_size - 1) // block_size).to(torch.int32)
     cols = torch.arange(table_width, device=device)
-    full_idx = torch.zeros(batch, width, dtype=torch.int32, device=device)
-    full_idx[:, :table_width] = torch.where(cols[None] < full[:, None], tables, 0)
-    part_idx = torch.zeros(batch, width, dtype=torch.int32, device=device)
-    last = torch.gather(tables, 1, full.long().clamp(max=table_width - 1)[:, None])[:, 0]
-    part_idx[:, 0] = torch.where(partial > 0, last, 0)
-
-    mask_mod, owner, phys_to_logical, state_lens = _flex_state(
-        pool_blocks, batch, block_size, device
-    )
-    used = cols[None] < (full + partial)[:, None]
-    pages = tables[used].long()
-    rows = torch.arange(batch, device=device)[:, None].expand(-1, table_width)
-    owner.fill_(-1)
-    phys_to_logical.fill_(-1)
-    owner[pages] = rows[used].to(torch.int32)
-    phys_to_logical[pages] = cols[None].expand(batch, -1)[used].to(torch.int32)
-    state_lens.copy_(lens)
+    used = cols[None] < num_blocks[:, None]
+    indices = torch.zeros(batch, width, dtype=torch.int32, device=device)
+    indices[:, :table_width] = torch.where(used, tables, 0)
+    mask_mod = None
+    if bool((lens % block_size).any()):
+        mask_mod, owner, phys_to_logical, state_lens = _flex_state(
+            pool_blocks, batch, block_size, device
+        )
+        pages = tables[used].long()
+        rows = torch.arange(batch, device=device)[:, None].expand(-1, table_width)
+        owner.fill_(-1)
+        phys_to_logical.fill_(-1)
+        owner[pages] = rows[used].to(torch.int32)
+        phys_to_logical[pages] = cols[None].expand(batch, -1)[used].to(torch.int32)
+        state_lens.copy_(lens)
     shape = (batch, 1, 1)
     return BlockMask.from_kv_blocks(
-        partial.view(shape),
-        part_idx.view(*shape, width),
-        full.view(shape),
-        full_idx.view(*shape, width),
+        num_blocks.view(shape),
+        indices.view(*shape, width),
         BLOCK_SIZE=(128, block_size),
         mask_mod=mask_mod,
         seq_lengths=(1, pool_blocks * block_size),
@@ -280,7 +310,8 @@ def close(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, float]:
 
 
 def bench_case(case: Case, pool: Pool, timer: Timer, gen: torch.Generator, opts) -> dict:
-    inp = make_inputs(case, pool, gen)
+    span, flex_fits = pool.span(case.batch, opts.max_context, case.batch * case.context)
+    inp = make_inputs(case, pool, gen, span)
     scale = HEAD_DIM**-0.5
     q, kc, vc, tables, seq_lens = (inp[k] for k in ("q", "kc", "vc", "tables", "seq_lens"))
     q4 = q.unsqueeze(2)  # [B, H, 1, D]
@@ -326,14 +357,15 @@ def bench_case(case: Case, pool: Pool, timer: Timer, gen: torch.Generator, opts)
 
     row["flex"] = None
     if opts.flex and not opts.flex_broken:
-        if time.perf_counter() - opts.start > opts.time_budget:
+        if not flex_fits:
+            row["flex_note"] = "n/a (K >= 2^31 elems)"
+        elif time.perf_counter() - opts.start > opts.time_budget:
             row["flex_note"] = "skipped (time budget)"
         else:
             try:
-                pool_blocks = pool.tokens // case.block_size
-                mask = flex_block_mask(tables, seq_lens, case.block_size, pool_blocks, pool_blocks)
-                k_pool = kc.view(1, -1, case.num_kv_heads, HEAD_DIM).transpose(1, 2)
-                v_pool = vc.view(1, -1, case.num_kv_heads, HEAD_DIM).transpose(1, 2)
+                span_blocks = span // case.block_size
+                mask = flex_block_mask(tables, seq_lens, case.block_size, span_blocks, span_blocks)
+                k_pool, v_pool = pool.head_major(span)
                 t0 = time.perf_counter()
                 got = flex_decode(q4, k_pool, v_pool, mask, scale).squeeze(2)
                 if DEVICE == "cuda":
@@ -443,16 +475,26 @@ def environment() -> str:
     )
 
 
-def run_sweep(pool: Pool, timer: Timer, gen: torch.Generator, budget_s: float) -> None:
+SWEEP_CASES = [
+    Case(32, 2048, 32, 8, 16),
+    Case(128, 8192, 32, 8, 16),
+    Case(64, 2048, 32, 8, 128),
+    Case(32, 8192, 64, 8, 32),
+    Case(8, 16384, 32, 8, 128),
+]
+SWEEP_LAUNCH = [(bn, w, s) for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
+
+
+def run_sweep(
+    pool: Pool,
+    timer: Timer,
+    gen: torch.Generator,
+    budget_s: float,
+    cases: list[Case] = SWEEP_CASES,
+    launch: list[tuple[int, int, int]] = SWEEP_LAUNCH,
+    split_counts: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
+) -> None:
     """Tuning grid for the launch options and the split count, on a few representative shapes."""
-    cases = [
-        Case(32, 2048, 32, 8, 16),
-        Case(128, 8192, 32, 8, 16),
-        Case(64, 2048, 32, 8, 128),
-        Case(32, 8192, 64, 8, 32),
-        Case(8, 16384, 32, 8, 128),
-    ]
-    launch = [(bn, w, s) for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
     start = time.perf_counter()
     scale = HEAD_DIM**-0.5
     for case in cases:
@@ -499,7 +541,7 @@ def run_sweep(pool: Pool, timer: Timer, gen: torch.Generator, budget_s: float) -
         if not results:
             continue
         _, bn, w, s = results[0]
-        for splits in sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, default}):
+        for splits in sorted({*split_counts, default}):
             best = {"block_n": bn, "num_warps": w, "num_stages": s}
             t = timer(
                 lambda args=args, sp=splits, best=best: tpa.paged_attention_decode(
@@ -527,6 +569,7 @@ def main() -> None:
         DEVICE = "cpu"
     opts.start = time.perf_counter()
     opts.flex_broken = None
+    opts.max_context = max((SMOKE if opts.smoke else QUICK if opts.quick else FULL)["context"])
     grid = SMOKE if opts.smoke else QUICK if opts.quick else FULL
     env = environment()
     print(env)
@@ -538,11 +581,17 @@ def main() -> None:
     tokens = max(grid["batch"]) * max(grid["context"]) + 4 * lcm  # the largest need, plus slack
     tokens = -(-tokens // lcm) * lcm
     pool = Pool(
-        torch.randn(2, tokens, num_kv_heads.pop(), HEAD_DIM, device=DEVICE, dtype=DTYPE), tokens
+        torch.randn(2, tokens, num_kv_heads.pop(), HEAD_DIM, device=DEVICE, dtype=DTYPE),
+        tokens,
+        lcm,
     )
     timer = Timer()
     gen = torch.Generator(device=DEVICE)
     gen.manual_seed(0)
+    if opts.sweep and opts.smoke:
+        smoke_case = Case(2, 64, 4, 2, 16)
+        run_sweep(pool, timer, gen, opts.time_budget, [smoke_case], [(16, 4, 2)], (1, 2))
+        return
     if opts.sweep:
         run_sweep(pool, timer, gen, opts.time_budget)
         return
@@ -570,9 +619,16 @@ def _notes(rows: list[dict], opts) -> list[str]:
     compile_s = [r["flex_compile_s"] for r in rows if "flex_compile_s" in r]
     if compile_s:
         notes.append(
-            f"FlexAttention: torch.compile(flex_attention), paged through a BlockMask built from "
-            f"the block tables; first call per config took up to {max(compile_s):.1f} s "
-            "(compilation when the shape is new)."
+            "FlexAttention: torch.compile(flex_attention) over a head-major copy of the same pool "
+            "([1, kv_heads, tokens, head_dim], the layout of torch's PagedAttention helper), "
+            "paged through a BlockMask whose KV tiles are each sequence's physical blocks; "
+            f"first call per new shape (compilation) took up to {max(compile_s):.1f} s."
+        )
+    if any(r.get("flex_note", "").startswith("n/a") for r in rows):
+        notes.append(
+            "flex n/a: the key tensor would hold >= 2^31 elements; the flex-decoding template "
+            "then switches to 64-bit indices and fails to compile ('Ternary expression with "
+            "dynamic condition has inconsistent types int64 and int32', torch 2.11)."
         )
     if opts.flex_broken:
         notes.append(f"FlexAttention paged decode could not run here: {opts.flex_broken}")

@@ -116,8 +116,22 @@ def _check_suites(argv: list[str]) -> int:
     return 0 if all_ok else 1
 
 
-COMMANDS = {"list": _list, "reset": _reset, "stubs": _stubs, "sync": _sync,
-            "check-suites": _check_suites}
+def _autograder(argv: list[str]) -> int:
+    from grading.autograder import build_autograder
+
+    parser = argparse.ArgumentParser(prog="python -m grading autograder")
+    parser.add_argument("labs", nargs="*", help="default: every lab")
+    parser.add_argument("--out", type=Path, default=Path("dist"))
+    args = parser.parse_args(argv)
+    labs = [load_lab(n) for n in args.labs] if args.labs else available_labs()
+    for lab in labs:
+        print(f"{build_autograder(lab, args.out)}: upload to Gradescope as the autograder of "
+              f"{lab.id} (submission: {', '.join(lab.files)})")
+    return 0
+
+
+COMMANDS = {"autograder": _autograder, "list": _list, "reset": _reset, "stubs": _stubs,
+            "sync": _sync, "check-suites": _check_suites}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,8 @@ import json
 import os
 import resource
 import secrets
-import shutil
 import select
+import shutil
 import signal
 import subprocess
 import sys

@@ -11,9 +11,11 @@ compares. ``docs/citations.md`` is the writers' guide; the rules, in short:
 * A *range* (``vllm/v1/core/block_pool.py:312-337``) cites a passage: it must lie within the
   symbol's span (its decorators through its last line).
 * The symbol is the backticked identifier on the same line nearest to the citation (a tie goes to
-  the one before it) among those defined in the cited file; ``Class.method``, nested names,
-  a unique bare method name, and a trailing ``()`` are understood. Backticked words that the
-  file does not define (``ref_cnt``, ``None``) are passed over.
+  the one before it) among those defined in the cited file; failing that, the nearest on the
+  line before, then on the line after (a wrapped sentence; never across a blank line).
+  ``Class.method``, nested names, a unique bare method name, and a trailing ``()`` are
+  understood. Backticked words that the file does not define (``ref_cnt``, ``None``) are
+  passed over.
 * A backticked ``:164`` right after a citation reuses the path of the previous citation on the
   line (as in "``vllm/v1/core/kv_cache_utils.py:116`` is ``KVCacheBlock``, ``:164``
   ``FreeKVCacheBlockQueue``").
@@ -256,61 +258,79 @@ def _distance(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
     return 0, 0
 
 
+def _identifiers(spans: list[tuple[int, int, str]]) -> list[tuple[tuple[int, int], str]]:
+    """The backticked identifiers among a line's spans (citations excluded)."""
+    found: list[tuple[tuple[int, int], str]] = []
+    for s_start, s_end, body in spans:
+        if CITATION_RE.search(body) or SHORTHAND_RE.match(body):
+            continue
+        ident = IDENT_RE.match(body)
+        if ident:
+            found.append(((s_start, s_end), ident.group("name")))
+    return found
+
+
+def _citations_on(
+    line: str, spans: list[tuple[int, int, str]], source: Path, line_no: int
+) -> list[tuple[tuple[int, int], Citation]]:
+    """The citations of one line, with their character spans (shorthands resolved)."""
+    found: list[tuple[tuple[int, int], Citation]] = []
+    for match in CITATION_RE.finditer(line):
+        path = match.group("path").removeprefix(_TREE_PREFIX)
+        start = int(match.group("start")) if match.group("start") else None
+        end = int(match.group("end")) if match.group("end") else None
+        found.append(((match.start(), match.end()), Citation(source, line_no, path, start, end)))
+    # Shorthand ``:164``: the path of the nearest citation before it on the line.
+    for s_start, s_end, body in spans:
+        short = SHORTHAND_RE.match(body)
+        if not short:
+            continue
+        before = [(pos, c) for (pos, c) in found if pos[1] <= s_start]
+        if not before:
+            continue  # no path earlier on the line: not a citation
+        previous = max(before, key=lambda item: item[0][0])[1]
+        start = int(short.group("start"))
+        end = int(short.group("end")) if short.group("end") else None
+        found.append(((s_start, s_end), Citation(source, line_no, previous.path, start, end)))
+    return found
+
+
 def extract(text: str, source: Path) -> list[Citation]:
-    """Find the citations of one course file (see the module docstring for the syntax)."""
-    citations: list[Citation] = []
+    """Find the citations of one course file (see the module docstring for the syntax).
+
+    Candidate symbols are the backticked identifiers of the citation's line, nearest first,
+    then those of the line before (from its end) and of the line after (from its start), so a
+    sentence wrapped between the symbol and its citation still resolves; blank lines (paragraph
+    breaks) and ``citation-check: off`` regions are never crossed.
+    """
+    lines = text.splitlines()
+    checked: list[bool] = []
     checking = True
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line in lines:
         if TOGGLE_OFF in line:
             checking = False
-            continue
-        if TOGGLE_ON in line:
+        elif TOGGLE_ON in line:
             checking = True
+            checked.append(False)
             continue
-        if not checking:
+        checked.append(checking and TOGGLE_OFF not in line)
+    spans = [_spans(line) if ok else [] for line, ok in zip(lines, checked)]
+    idents = [_identifiers(line_spans) for line_spans in spans]
+
+    def neighbour(index: int) -> list[tuple[tuple[int, int], str]]:
+        if 0 <= index < len(lines) and checked[index] and lines[index].strip():
+            return idents[index]
+        return []
+
+    citations: list[Citation] = []
+    for index, line in enumerate(lines):
+        if not checked[index]:
             continue
-        spans = _spans(line)
-        found: list[tuple[tuple[int, int], Citation]] = []
-        for match in CITATION_RE.finditer(line):
-            path = match.group("path").removeprefix(_TREE_PREFIX)
-            start = int(match.group("start")) if match.group("start") else None
-            end = int(match.group("end")) if match.group("end") else None
-            found.append(
-                ((match.start(), match.end()), Citation(source, line_no, path, start, end))
-            )
-        # Shorthand ``:164``: the path of the nearest full citation before it on the line.
-        for s_start, s_end, body in spans:
-            short = SHORTHAND_RE.match(body)
-            if not short:
-                continue
-            before = [(pos, c) for (pos, c) in found if pos[1] <= s_start]
-            if not before:
-                continue  # no path earlier on the line: not a citation
-            previous = max(before, key=lambda item: item[0][0])[1]
-            found.append(
-                (
-                    (s_start, s_end),
-                    Citation(
-                        source,
-                        line_no,
-                        previous.path,
-                        int(short.group("start")),
-                        int(short.group("end")) if short.group("end") else None,
-                    ),
-                )
-            )
-        if not found:
-            continue
-        identifiers: list[tuple[tuple[int, int], str]] = []
-        for s_start, s_end, body in spans:
-            if CITATION_RE.search(body) or SHORTHAND_RE.match(body):
-                continue
-            ident = IDENT_RE.match(body)
-            if ident:
-                identifiers.append(((s_start, s_end), ident.group("name")))
-        for pos, citation in found:
-            ordered = sorted(identifiers, key=lambda item: _distance(item[0], pos))
-            citation.candidates = [name for _, name in ordered]
+        for pos, citation in _citations_on(line, spans[index], source, index + 1):
+            same = sorted(idents[index], key=lambda item: _distance(item[0], pos))
+            before = sorted(neighbour(index - 1), key=lambda item: -item[0][1])
+            after = sorted(neighbour(index + 1), key=lambda item: item[0][0])
+            citation.candidates = [name for _, name in [*same, *before, *after]]
             citations.append(citation)
     return citations
 

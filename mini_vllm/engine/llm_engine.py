@@ -155,6 +155,15 @@ class LLMEngine:
         self.max_num_batched_tokens = args.max_num_batched_tokens or (
             8192 if args.enable_chunked_prefill else max(8192, self.max_model_len)
         )
+        self.max_num_seqs = args.max_num_seqs
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # Each running request takes at least one token of the step's budget.
+            logger.info(
+                "max_num_seqs lowered from %d to max_num_batched_tokens=%d",
+                self.max_num_seqs,
+                self.max_num_batched_tokens,
+            )
+            self.max_num_seqs = self.max_num_batched_tokens
         self.block_size = args.block_size
         self.eos_token_id, self._generation_config = self._eos_config()
 
@@ -163,7 +172,7 @@ class LLMEngine:
             self.device,
             block_size=args.block_size,
             max_model_len=self.max_model_len,
-            max_num_seqs=args.max_num_seqs,
+            max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             enforce_eager=args.enforce_eager,
             seed=args.seed,
@@ -181,7 +190,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             self.kv_cache_manager,
             max_num_batched_tokens=self.max_num_batched_tokens,
-            max_num_seqs=args.max_num_seqs,
+            max_num_seqs=self.max_num_seqs,
             max_model_len=self.max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
             long_prefill_token_threshold=args.long_prefill_token_threshold,

@@ -25,6 +25,10 @@ transformers = pytest.importorskip("transformers")
 
 TINY_VOCAB = 128
 
+# The models here are small enough that intra-op threads cost more in synchronisation than
+# they gain, and on a loaded machine spinning OpenMP workers slow every small op by 10-50x.
+torch.set_num_threads(1)
+
 
 def _save_tiny(path: Path, seed: int, **overrides: Any) -> Path:
     config_kwargs: dict[str, Any] = dict(

@@ -627,6 +627,12 @@ class BlockPoolMachine(RuleBasedStateMachine):
             self.ref_cnts[block.block_id] -= 1
             if self.ref_cnts[block.block_id] == 0:
                 self.free_order.append(block.block_id)
+        if self.caching and data.draw(st.booleans()):
+            # The next turn of a conversation: the finished request's tokens are its prefix,
+            # so its freed blocks are revived from the middle of the free queue.
+            tokens = entry.request.all_token_ids
+            prefix = tokens[: data.draw(st.integers(0, len(tokens)))]
+            self.admit(prefix + data.draw(st.lists(TOKEN_IDS, max_size=3)), cache_now=True)
 
     @rule(data=st.data())
     def misuse(self, data: st.DataObject) -> None:
@@ -653,6 +659,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         for block_id in block_ids:
             self.model_uncache(block_id)
 
+    @precondition(lambda self: self.cache or self.requests)
     @rule()
     def reset_prefix_cache(self) -> None:
         expected = all(ref_cnt == 0 for ref_cnt in self.ref_cnts.values())
@@ -700,12 +707,12 @@ def test_block_pool_machine_example_reaches_every_state() -> None:
     machine.cache_blocks(Draw(first))  # type: ignore[arg-type]
     machine.cache_blocks(Draw(machine.requests[1]))  # type: ignore[arg-type]
     machine.pool_matches_model()
-    machine.free_request(Draw(first, True))  # type: ignore[arg-type]
+    machine.free_request(Draw(first, True, False))  # type: ignore[arg-type]
     machine.admit([1, 2, 1, 2, 0], cache_now=True)  # hits the first request's freed blocks
     assert machine.requests[-1].num_cached == 2
     machine.pool_matches_model()
     for entry in list(machine.requests):
-        machine.free_request(Draw(entry, True))  # type: ignore[arg-type]
+        machine.free_request(Draw(entry, True, False))  # type: ignore[arg-type]
     machine.reset_prefix_cache()
     machine.pool_matches_model()
     assert len(machine.pool.cached_block_hash_to_block) == 0

@@ -126,6 +126,14 @@ def test_double_free_is_an_error():
     assert a.ref_cnt == 0, f"a refused double free must leave ref_cnt at 0, got {a.ref_cnt}"
     check_pool(pool)
     assert free_ids(pool.free_block_queue) == [3, 4, 1]
+    # The bad block comes second: the call is refused as a whole, b keeps its reference.
+    with pytest.raises(ValueError):
+        pool.free_blocks([b, a])
+    assert b.ref_cnt == 1 and a.ref_cnt == 0, (
+        f"a refused free_blocks([b, a]) must change no ref_cnt: b has {b.ref_cnt} (expected 1), "
+        f"a has {a.ref_cnt} (expected 0)")
+    check_pool(pool)
+    assert free_ids(pool.free_block_queue) == [3, 4, 1], "a refused free must not queue any block"
 
 
 @graded(2, "Misuse: freeing the null block raises ValueError", f"{DOC}#misuse-errors")

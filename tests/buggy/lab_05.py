@@ -1,0 +1,311 @@
+"""Buggy implementations of lab-05 (prefix caching: hashes, the cache map, touch, eviction).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-05`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "block_pool.py"
+
+MUTANTS = [
+    # -- hash_block_tokens ----------------------------------------------------------------------
+    Mutant(
+        name="hash_not_chained",
+        file=FILE,
+        find="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), "
+             "extra_keys)))",
+        replace="return BlockHash(hash_function((tuple(curr_block_token_ids), extra_keys)))",
+        why="the block hash ignores the parent's hash: the same tokens after different prefixes "
+            "collide, and a hit would serve KV computed for another prefix (I3)",
+    ),
+    Mutant(
+        name="parent_none_not_mapped_to_none_hash",
+        file=FILE,
+        find="""
+            if parent_block_hash is None:
+                parent_block_hash = NONE_HASH
+        """,
+        replace="",
+        why="the first block hashes (None, tokens) instead of chaining from NONE_HASH, so it "
+            "disagrees with hashes seeded explicitly (I3)",
+    ),
+    Mutant(
+        name="extra_keys_ignored",
+        file=FILE,
+        find="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), "
+             "extra_keys)))",
+        replace="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids))))",
+        why="extra keys (LoRA adapter, cache salt) are left out of the hash, so two adapters "
+            "share KV they did not compute (I3)",
+    ),
+    Mutant(
+        name="hash_ignores_hash_function",
+        file=FILE,
+        find="""
+            if parent_block_hash is None:
+                parent_block_hash = NONE_HASH
+            return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), extra_keys)))
+        """,
+        replace="""
+            if parent_block_hash is None:
+                parent_block_hash = NONE_HASH
+            import hashlib
+            key = (parent_block_hash, tuple(curr_block_token_ids), extra_keys)
+            return BlockHash(hashlib.sha256(repr(key).encode()).digest())
+        """,
+        why="hash_block_tokens hard-codes sha256 instead of the hash_function it is given, so the "
+            "engine cannot choose its hash",
+    ),
+    # -- BlockHashToBlockMap --------------------------------------------------------------------
+    Mutant(
+        name="map_insert_overwrites",
+        file=FILE,
+        find="""
+            blocks = self._cache.get(key)
+            if blocks is None:
+                self._cache[key] = block
+            elif isinstance(blocks, KVCacheBlock):
+                self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+            else:
+                blocks[block.block_id] = block
+        """,
+        replace="""
+            self._cache[key] = block
+        """,
+        why="the cache map keeps one block per hash: inserting a duplicate forgets the first, "
+            "which keeps its hash while no longer being indexed (I3)",
+    ),
+    Mutant(
+        name="map_pop_removes_whole_key",
+        file=FILE,
+        find="""
+            block = blocks.pop(block_id, None)
+            if not blocks:
+                del self._cache[key]
+            return block
+        """,
+        replace="""
+            block = blocks.get(block_id)
+            del self._cache[key]
+            return block
+        """,
+        why="popping one of several blocks cached under a hash drops the whole key, losing the "
+            "duplicates that still hold the content (I3)",
+    ),
+    # -- BlockPool: caching and lookups ---------------------------------------------------------
+    Mutant(
+        name="get_cached_block_takes_a_reference",
+        file=FILE,
+        find="""
+                cached_blocks.append(block)
+            return cached_blocks
+        """,
+        replace="""
+                cached_blocks.append(block)
+            self.touch(cached_blocks)
+            return cached_blocks
+        """,
+        why="get_cached_block claims the blocks it finds: a lookup that is not used leaks a "
+            "reference (and revives the block from the free queue)",
+    ),
+    Mutant(
+        name="get_cached_block_ignores_group",
+        file=FILE,
+        find="key = make_block_hash_with_group_id(block_hash, group_id)",
+        replace="key = make_block_hash_with_group_id(block_hash, 0)",
+        why="the lookup always uses group 0, so a hash cached for one KV cache group hits for "
+            "every group",
+    ),
+    Mutant(
+        name="cache_from_zero",
+        file=FILE,
+        find="""
+            new_full_blocks = blocks[num_cached_blocks:num_full_blocks]
+        """,
+        replace="""
+            new_full_blocks = blocks[:num_full_blocks]
+        """,
+        why="cache_full_blocks re-caches from block 0 instead of from num_cached_blocks: the "
+            "blocks and hashes no longer line up, and already cached blocks are hashed twice",
+    ),
+    Mutant(
+        name="cache_stops_one_block_short",
+        file=FILE,
+        find="""
+            new_full_blocks = blocks[num_cached_blocks:num_full_blocks]
+        """,
+        replace="""
+            new_full_blocks = blocks[num_cached_blocks:num_full_blocks - 1]
+        """,
+        why="off-by-one: the last full block is never cached, so a request's final full block "
+            "never produces a hit",
+    ),
+    Mutant(
+        name="cache_ignores_block_mask",
+        file=FILE,
+        find="if not block.is_null and (block_mask is None or block_mask[i])",
+        replace="if not block.is_null",
+        why="cache_full_blocks caches blocks whose block_mask entry is False",
+    ),
+    Mutant(
+        name="cache_hashes_the_null_block",
+        file=FILE,
+        find="if not block.is_null and (block_mask is None or block_mask[i])",
+        replace="if block_mask is None or block_mask[i]",
+        why="cache_full_blocks gives the null block a hash: a placeholder page then serves "
+            "prefix-cache hits",
+    ),
+    # -- BlockPool: touch, eviction, reset --------------------------------------------------------
+    Mutant(
+        name="touch_does_not_remove_from_queue",
+        file=FILE,
+        find="""
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+        """,
+        replace="""
+            block.ref_cnt += 1
+        """,
+        why="touch counts a reference but leaves a revived block in the free queue: it will be "
+            "evicted and overwritten while a request uses it (I1, I4)",
+    ),
+    Mutant(
+        name="touch_does_not_count_the_reference",
+        file=FILE,
+        find="""
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+        """,
+        replace="""
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+        """,
+        why="touch takes a revived block out of the queue but does not count the new user: the "
+            "block is neither free nor held (I1)",
+    ),
+    Mutant(
+        name="touch_sets_ref_cnt_to_one",
+        file=FILE,
+        find="""
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+        """,
+        replace="""
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt = 1
+        """,
+        why="touch sets ref_cnt = 1 instead of adding one, so a block shared by two running "
+            "requests is freed when the first one finishes",
+    ),
+    Mutant(
+        name="touch_rebuilds_the_queue",
+        file=FILE,
+        find="""
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+        """,
+        replace="""
+            if block.ref_cnt == 0:
+                rest = [b for b in self.free_block_queue.get_all_free_blocks() if b is not block]
+                block.prev_free_block = block.next_free_block = None
+                self.free_block_queue = FreeKVCacheBlockQueue(rest)
+            block.ref_cnt += 1
+        """,
+        why="touch rebuilds the free queue without the block instead of unlinking it: correct "
+            "order, but O(n) per hit",
+    ),
+    Mutant(
+        name="touch_accepts_the_null_block",
+        file=FILE,
+        find="""
+            for block in blocks:
+                if block.is_null:
+                    raise ValueError(
+                        f"Cannot touch the null block (block {block.block_id}): it is a placeholder "
+                        "that is never shared"
+                    )
+        """,
+        replace="",
+        why="touch takes a reference on the null block instead of refusing it",
+    ),
+    Mutant(
+        name="evict_forgets_reset_hash",
+        file=FILE,
+        find="""
+            if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+                return False
+            block.reset_hash()
+            return True
+        """,
+        replace="""
+            if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+                return False
+            return True
+        """,
+        why="_maybe_evict_cached_block removes the map entry but the block keeps its hash: the "
+            "reused block cannot be cached again and claims content it no longer holds (I3, I4)",
+    ),
+    Mutant(
+        name="evict_forgets_the_map",
+        file=FILE,
+        find="""
+            if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+                return False
+            block.reset_hash()
+            return True
+        """,
+        replace="""
+            block.reset_hash()
+            return True
+        """,
+        why="_maybe_evict_cached_block clears the block's hash but leaves its map entry: the "
+            "cache still serves the overwritten page (I3, I4)",
+    ),
+    Mutant(
+        name="evict_blocks_evicts_all",
+        file=FILE,
+        find="""
+            for block_id in block_ids:
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+            for block in self.blocks:
+                self._maybe_evict_cached_block(block)
+        """,
+        why="evict_blocks empties the whole prefix cache instead of the given block ids",
+    ),
+    Mutant(
+        name="reset_while_in_use",
+        file=FILE,
+        find="""
+            if num_used_blocks != 0:
+                logger.warning(
+                    "Cannot reset the prefix cache: %d blocks are still in use", num_used_blocks
+                )
+                return False
+        """,
+        replace="",
+        why="reset_prefix_cache resets even while requests hold blocks, whose hashes are needed "
+            "when they free them",
+    ),
+    Mutant(
+        name="reset_keeps_block_hashes",
+        file=FILE,
+        find="""
+            for block in self.blocks:
+                block.reset_hash()
+        """,
+        replace="",
+        why="reset_prefix_cache empties the map but leaves every block's hash set: blocks can "
+            "never be cached again (I3)",
+    ),
+]

@@ -1,0 +1,139 @@
+"""Greedy generation equals Hugging Face's, token for token, whatever the engine does meanwhile.
+
+Each configuration below changes *how* the engine gets to the tokens (prefix-cache hits skip
+work, small budgets chunk prompts across steps, a tiny KV cache forces preemption and recompute,
+odd block sizes move block boundaries), never *which* tokens: all must reproduce
+``transformers``' ``generate(do_sample=False)`` exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mini_vllm.llm import LLM
+from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.worker import kv_sizing
+
+from .conftest import hf_greedy, random_prompts
+
+MAX_NEW = 24
+MODELS = ["tiny_llama", "tiny_llama3"]
+
+
+def _prompts() -> list[list[int]]:
+    prompts = random_prompts(10, seed=3)
+    base = random_prompts(1, seed=4, min_len=37, max_len=37)[0]
+    # Shared prefixes (more than two blocks) so that prefix caching has something to hit.
+    return prompts + [base + [1, 2, 3], base + [4, 5], base[:33]]
+
+
+PROMPTS = _prompts()
+
+
+@pytest.fixture(scope="module")
+def references(request: pytest.FixtureRequest) -> dict[str, list[list[int]]]:
+    refs = {}
+    for name in MODELS:
+        hf = request.getfixturevalue(f"hf_{name}")
+        refs[name] = [hf_greedy(hf, p, MAX_NEW) for p in PROMPTS]
+    return refs
+
+
+def _block_bytes(hf: Any, block_size: int = 16) -> int:
+    cfg = hf.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return kv_sizing.bytes_per_block(
+        block_size, cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, 4
+    )
+
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "no_prefix_caching": dict(enable_prefix_caching=False),
+    "chunked_prefill_16_tokens": dict(max_num_batched_tokens=16, max_num_seqs=4),
+    "no_chunked_prefill": dict(
+        enable_chunked_prefill=False, max_model_len=128, max_num_batched_tokens=128
+    ),
+    "block_size_1": dict(block_size=1, max_model_len=128),
+    "block_size_5_long_prefill_threshold": dict(block_size=5, long_prefill_token_threshold=7),
+    "preemption": dict(max_model_len=128),  # plus a 10-block budget, below
+}
+
+
+def _make_llm(path: Path, hf: Any, config: str) -> LLM:
+    kwargs = dict(CONFIGS[config])
+    if config == "preemption":
+        # 10 blocks: the null block plus 9, enough for one 128-token request but far from
+        # the ~50 blocks the 13 prompts want at once.
+        kwargs["kv_cache_memory_bytes"] = 10 * _block_bytes(hf)
+    return LLM(str(path), skip_tokenizer_init=True, **kwargs)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("model", MODELS)
+def test_greedy_matches_hf(
+    model: str, config: str, references: dict[str, list[list[int]]], request: pytest.FixtureRequest
+) -> None:
+    path = request.getfixturevalue(f"{model}_dir")
+    hf = request.getfixturevalue(f"hf_{model}")
+    llm = _make_llm(path, hf, config)
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
+
+    assert [o.prompt_token_ids for o in outputs] == PROMPTS  # input order
+    for i, (out, ref) in enumerate(zip(outputs, references[model])):
+        assert out.outputs[0].token_ids == ref, f"prompt {i} diverged from Hugging Face"
+        assert out.finished and out.outputs[0].finish_reason == "length"
+
+    stats = llm.get_stats()
+    if config == "preemption":
+        assert stats.num_preemptions > 0
+        assert stats.kv_blocks_used_peak <= 9
+    else:
+        assert stats.num_preemptions == 0
+    if CONFIGS[config].get("enable_prefix_caching", True):
+        assert stats.prefix_cache_hits > 0
+    else:
+        assert stats.prefix_cache_queries == 0
+    assert stats.num_generation_tokens == MAX_NEW * len(PROMPTS)
+
+
+def test_second_batch_hits_the_prefix_cache(
+    tiny_llama_dir: Path, references: dict[str, list[list[int]]]
+) -> None:
+    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True)
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    prompts = [{"prompt_token_ids": p} for p in PROMPTS]
+    llm.generate(prompts, params, use_tqdm=False)
+    hits_before = llm.get_stats().prefix_cache_hits
+    again = llm.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in again] == references["tiny_llama"]
+    assert llm.get_stats().prefix_cache_hits > hits_before
+    # Every full block of the prompt is cached now (the last token is always recomputed).
+    for out in again:
+        n = len(out.prompt_token_ids)
+        assert out.num_cached_tokens == (n - 1) // 16 * 16
+    assert [int(o.request_id) for o in again] == list(range(len(PROMPTS), 2 * len(PROMPTS)))
+
+
+def test_stop_tokens_and_max_tokens(
+    tiny_llama_dir: Path, references: dict[str, list[list[int]]]
+) -> None:
+    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, max_model_len=128)
+    ref = references["tiny_llama"][0]
+    stop = ref[5]
+    first = ref.index(stop)
+    out = llm.generate(
+        {"prompt_token_ids": PROMPTS[0]},
+        SamplingParams(temperature=0.0, max_tokens=MAX_NEW, stop_token_ids=[stop]),
+        use_tqdm=False,
+    )[0].outputs[0]
+    assert out.token_ids == ref[: first + 1]  # the stop token is kept
+    assert out.finish_reason == "stop" and out.stop_reason == stop
+    short = llm.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=3), use_tqdm=False)[
+        0
+    ].outputs[0]
+    assert short.token_ids == ref[:3] and short.finish_reason == "length"

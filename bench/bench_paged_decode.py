@@ -373,9 +373,13 @@ def bench_case(case: Case, pool: Pool, timer: Timer, gen: torch.Generator, opts)
                 row["flex_compile_s"] = time.perf_counter() - t0
                 row["flex_ok"], row["flex_err"] = close(got, want)
                 row["flex"] = timer(lambda: flex_decode(q4, k_pool, v_pool, mask, scale))
-            except Exception as exc:  # report, then stop trying: one failure is enough to know
-                opts.flex_broken = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-                print(f"FlexAttention paged decode failed, skipping it: {opts.flex_broken}")
+            except Exception as exc:  # report; after three failures stop trying
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                row["flex_note"] = "failed"
+                opts.flex_failures.append(f"{case.label()}: {reason}")
+                print(f"FlexAttention failed at {case.label()}: {reason}", flush=True)
+                if len(opts.flex_failures) >= 3:
+                    opts.flex_broken = reason
     return row  # the dense copies and the copy buffer are freed here
 
 
@@ -569,6 +573,7 @@ def main() -> None:
         DEVICE = "cpu"
     opts.start = time.perf_counter()
     opts.flex_broken = None
+    opts.flex_failures = []
     opts.max_context = max((SMOKE if opts.smoke else QUICK if opts.quick else FULL)["context"])
     grid = SMOKE if opts.smoke else QUICK if opts.quick else FULL
     env = environment()
@@ -603,9 +608,20 @@ def main() -> None:
             for batch in grid["batch"]:
                 for context in grid["context"]:
                     case = Case(batch, context, num_heads, num_kv, block_size)
-                    row = bench_case(case, pool, timer, gen, opts)
+                    try:
+                        row = bench_case(case, pool, timer, gen, opts)
+                    except Exception as exc:  # e.g. out of memory: report, go on
+                        print(f"{case.label()}: {type(exc).__name__}: {exc}", flush=True)
+                        continue
                     rows.append(row)
-                    print(" | ".join(fmt_row(row)), f"[{row['sdpa_backend']}]", flush=True)
+                    compile_s = row.get("flex_compile_s")
+                    extra = f" flex compile {compile_s:.1f}s" if compile_s else ""
+                    elapsed = time.perf_counter() - opts.start
+                    print(
+                        " | ".join(fmt_row(row)),
+                        f"[{row['sdpa_backend']}{extra}; t={elapsed:.0f}s]",
+                        flush=True,
+                    )
                     if opts.out:
                         notes = summary(rows) + _notes(rows, opts)
                         opts.out.parent.mkdir(parents=True, exist_ok=True)
@@ -630,8 +646,10 @@ def _notes(rows: list[dict], opts) -> list[str]:
             "then switches to 64-bit indices and fails to compile ('Ternary expression with "
             "dynamic condition has inconsistent types int64 and int32', torch 2.11)."
         )
+    for failure in opts.flex_failures:
+        notes.append(f"FlexAttention failed at {failure}")
     if opts.flex_broken:
-        notes.append(f"FlexAttention paged decode could not run here: {opts.flex_broken}")
+        notes.append("FlexAttention was not tried after three failures.")
     return notes
 
 

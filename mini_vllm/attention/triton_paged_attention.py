@@ -69,7 +69,15 @@ __all__ = [
 
 _LOG2E = math.log2(math.e)  # exp(x) == exp2(x * log2(e))
 
-# Split heuristic (see ``default_num_splits``). Tuned on an H100; see bench/bench_paged_decode.py.
+# Launch defaults and split heuristic, from the tuning grid of ``bench/bench_paged_decode.py
+# --sweep`` on an H100 (bf16, head_dim 128, GQA 4 and 8, block sizes 16-128). Tiles of 32 tokens
+# with two pipeline stages were best or within 1 % on the split grids (batch <= 64): less shared
+# memory per program, so more programs per SM and more loads in flight; 32 also keeps any block
+# size >= 32 on the one-table-entry-per-tile path. At batch 128 (one split, long loops) tiles of
+# 64 with three stages measured 3-8 % faster; a split-aware default is the next tuning step.
+_BLOCK_N = 32
+_NUM_WARPS = 4
+_NUM_STAGES = 2
 _PROGRAMS_PER_SM = 4
 _MIN_TOKENS_PER_SPLIT = 256
 _MAX_SPLITS = 64
@@ -401,19 +409,16 @@ def _num_sms(device: torch.device) -> int:
 def default_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
     """How many programs to cut each (sequence, KV head) pair into.
 
-    Enough programs to give every SM ``_PROGRAMS_PER_SM`` of them (so loads from several programs
-    overlap and the tail of the last wave is short), but never splits shorter than
-    ``_MIN_TOKENS_PER_SPLIT`` tokens: below that the fixed cost of a program (loading the query,
-    writing a partial, merging) outweighs its reads. Large batches get 1 split and no merge.
+    About ``_PROGRAMS_PER_SM`` programs per SM (so loads from several programs overlap), rounded
+    *down*: on an H100 a grid that already has that many pairs ran best unsplit, and 256 pairs ran
+    best with 2 splits, 64 pairs with 8. Never splits shorter than ``_MIN_TOKENS_PER_SPLIT``
+    tokens: below that the fixed cost of a program (loading the query, writing a partial, the
+    merge) outweighs its reads. Large batches get 1 split and no merge kernel at all.
     """
     pairs = max(1, num_seqs * num_kv_heads)
-    wanted = -(-_PROGRAMS_PER_SM * num_sms // pairs)
+    wanted = _PROGRAMS_PER_SM * num_sms // pairs
     by_length = max(1, -(-max_seq_len // _MIN_TOKENS_PER_SPLIT))
     return max(1, min(wanted, by_length, _MAX_SPLITS))
-
-
-def _default_block_n(block_size: int) -> int:
-    return 64 if block_size >= 64 else max(16, min(64, block_size * 4))
 
 
 def paged_attention_decode(
@@ -496,12 +501,12 @@ def paged_attention_decode(
         num_splits = default_num_splits(num_seqs, num_kv_heads, max_seq_len, _num_sms(query.device))
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    block_n = block_n or _default_block_n(block_size)
+    block_n = block_n or _BLOCK_N
     if block_n < 16 or block_n & (block_n - 1):
         raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
     launch = {
-        "num_warps": num_warps or 4,
-        "num_stages": num_stages or 3,
+        "num_warps": num_warps or _NUM_WARPS,
+        "num_stages": num_stages or _NUM_STAGES,
     }
     group_pad = max(16, triton.next_power_of_2(queries_per_kv))
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))

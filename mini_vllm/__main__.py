@@ -67,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         completion = output.outputs[0]
         print(f"prompt: {prompt!r}")
         print(f"answer: {completion.text.strip()!r}")
-        print(f"        {len(completion.token_ids)} tokens, finish_reason={completion.finish_reason}")
+        reason = completion.finish_reason
+        print(f"        {len(completion.token_ids)} tokens, finish_reason={reason}")
     stats = llm.get_stats()
     print(
         f"KV blocks used: {stats.kv_blocks_used_peak} peak of {stats.num_gpu_blocks} "

@@ -54,7 +54,7 @@ _TREE_PREFIX = f"upstream/{TREE_NAME}/"
 # ``mini_vllm/core/x.py`` and ``foo/vllm/x.py`` from matching.
 CITATION_RE = re.compile(
     r"(?<![\w./-])"
-    rf"(?P<path>{re.escape(_TREE_PREFIX)}[\w./-]+?\.py|vllm/[\w./-]+?\.py)"
+    rf"(?P<path>{re.escape(_TREE_PREFIX)}(?:[\w-]+/)*\w+\.py|vllm/(?:[\w-]+/)*\w+\.py)"
     r"(?::(?P<start>\d+)(?:[-–](?P<end>\d+))?)?"
     r"(?![\w-])"
 )

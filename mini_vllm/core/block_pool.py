@@ -410,6 +410,8 @@ class BlockPool:
             )
             return False
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        for block in self.blocks:
+            block.reset_hash()
         if self.metrics_collector is not None:
             self.metrics_collector.reset()
         logger.info("Prefix cache reset")

@@ -142,7 +142,7 @@ def check_block_pool(
         _fail("I1 violated: the null block must be block 0 with is_null set")
     if null.prev_free_block is not None or null.next_free_block is not None:
         _fail("I1 violated: the null block (block 0) is linked into the free queue")
-    if null.block_hash is not None:
+    if getattr(null, "block_hash", None) is not None:
         _fail("I1 violated: the null block (block 0) has a hash; it must never be cached")
     for block in blocks[1:]:
         if block.is_null:

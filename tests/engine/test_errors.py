@@ -44,9 +44,9 @@ def test_bad_prompts(llm: LLM) -> None:
 
 
 def test_unknown_model_path(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="not found.*never downloads"):
+    with pytest.raises(FileNotFoundError, match=r"not found.*never downloads"):
         LLM(str(tmp_path / "no-such-model"))
-    with pytest.raises(FileNotFoundError, match="neither a config.json nor a .gguf"):
+    with pytest.raises(FileNotFoundError, match=r"neither a config\.json nor a \.gguf"):
         LLM(str(tmp_path))
 
 

@@ -27,7 +27,7 @@ def _prompts() -> list[list[int]]:
     prompts = random_prompts(10, seed=3)
     base = random_prompts(1, seed=4, min_len=37, max_len=37)[0]
     # Shared prefixes (more than two blocks) so that prefix caching has something to hit.
-    return prompts + [base + [1, 2, 3], base + [4, 5], base[:33]]
+    return [*prompts, [*base, 1, 2, 3], [*base, 4, 5], base[:33]]
 
 
 PROMPTS = _prompts()

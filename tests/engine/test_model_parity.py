@@ -117,15 +117,13 @@ def test_llama3_inv_freq_matches_transformers(hf_tiny_llama3: Any) -> None:
 
 
 def test_rope_parameters_old_and_new_config_styles() -> None:
-    class Old:
-        rope_theta = 500000.0
-        rope_scaling = {"type": "linear", "factor": 2.0}
+    from types import SimpleNamespace
 
-    class New:
-        rope_parameters = {"rope_theta": 100000.0, "rope_type": "default"}
+    old = SimpleNamespace(rope_theta=500000.0, rope_scaling={"type": "linear", "factor": 2.0})
+    new = SimpleNamespace(rope_parameters={"rope_theta": 100000.0, "rope_type": "default"})
 
-    assert rope_parameters(Old()) == (
+    assert rope_parameters(old) == (
         500000.0,
         {"type": "linear", "factor": 2.0, "rope_type": "linear"},
     )
-    assert rope_parameters(New()) == (100000.0, None)
+    assert rope_parameters(new) == (100000.0, None)

@@ -32,17 +32,38 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def real_llm() -> LLM:
-    return LLM(max_model_len=1024)
-
-
-@pytest.fixture(scope="module")
 def hf_real() -> Any:
     from transformers import AutoModelForCausalLM
 
     source = resolve_model(default_model_path())
     model = AutoModelForCausalLM.from_pretrained(source.path, **source.from_pretrained_kwargs())
     return model.eval()  # already float32: GGUF is dequantized on load
+
+
+@pytest.fixture(scope="module")
+def real_llm(hf_real: Any) -> LLM:
+    """The engine on the default model, built from the reference model's already loaded weights.
+
+    Parsing and dequantizing the GGUF file is the slowest part of the module (and is
+    transformers' code, not ours), so the engine's loader is handed the reference instance
+    instead of reading the file a second time. Everything after the read (our model built on
+    the meta device, fused weights copied in, tied head, RoPE buffers) runs as in production,
+    and the loader must ask for exactly the default checkpoint, offline.
+    """
+    from transformers import AutoModelForCausalLM
+
+    source = resolve_model(default_model_path())
+    calls = []
+
+    def from_pretrained(path: str, **kwargs: Any) -> Any:
+        calls.append((path, kwargs))
+        return hf_real
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(AutoModelForCausalLM, "from_pretrained", from_pretrained)
+        llm = LLM(max_model_len=1024)
+    assert calls == [(source.path, {"local_files_only": True, "gguf_file": source.gguf_file})]
+    return llm
 
 
 def test_default_model_is_smollm2(real_llm: LLM) -> None:

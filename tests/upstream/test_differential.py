@@ -232,7 +232,13 @@ class BlockPoolMachine(RuleBasedStateMachine):
         got = both(lambda s: ids(self.pools[s].get_new_blocks(n)))
         assert got[0] == got[1], f"get_new_blocks({n})"
         if isinstance(got[1], list) and got[1]:
-            tokens = data.draw(st.lists(TOKENS, min_size=n * BLOCK_SIZE, max_size=n * BLOCK_SIZE))
+            size = n * BLOCK_SIZE
+            earlier = [row for row in self.rows if len(row) >= size]
+            if earlier and data.draw(st.booleans(), label="same tokens as an earlier owner"):
+                # Two owners caching the same content: one key, several blocks.
+                tokens = data.draw(st.sampled_from(earlier), label="row")[:size]
+            else:
+                tokens = data.draw(st.lists(TOKENS, min_size=size, max_size=size), label="row")
             self.owners.append(Owner(got[1], tokens))
             self.rows.append(tokens)
 
@@ -381,6 +387,7 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
             "mini": mini_kv_cache_utils.get_request_block_hasher(block_size, HASH_FN),
         }
         self.running: dict[str, Running] = {}
+        self.prompts: list[list[int]] = []
         self.next_id = 0
 
     def _allocate(self, request_id: str, num_new: int, hits: Any = None, num_hit: int = 0) -> Any:
@@ -399,14 +406,25 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
         for side in ("upstream", "mini"):
             self.managers[side].free(entry.sides[side])
 
-    @rule(
-        prompt=st.lists(TOKENS, min_size=1, max_size=24),
-        chunk=st.integers(1, 24),
-    )
-    def admit(self, prompt: list[int], chunk: int) -> None:
-        """A new request: look up its cached prefix, then allocate its first chunk."""
+    @rule(data=st.data(), chunk=st.integers(1, 24))
+    def admit(self, data: st.DataObject, chunk: int) -> None:
+        """A new request: look up its cached prefix, then allocate its first chunk.
+
+        Half the time the prompt repeats an earlier one: with chunked prefill, two requests
+        then fill and cache blocks of the same content (duplicates under one key).
+        """
+        fresh = st.lists(TOKENS, min_size=1, max_size=24)
+        if self.prompts and data.draw(st.booleans(), label="repeat an earlier prompt"):
+            prompt = data.draw(st.sampled_from(self.prompts), label="prompt")
+        else:
+            prompt = data.draw(fresh, label="prompt")
+        self.prompts.append(prompt)
+        self.admit_prompt(prompt, chunk)
+
+    def admit_prompt(self, prompt: list[int], chunk: int) -> dict[str, Request] | None:
+        """Admit ``prompt`` on both sides; return its two requests, or None if not admitted."""
         if len(prompt) >= self.max_model_len:
-            return
+            return None
         request_id = f"r{self.next_id}"
         self.next_id += 1
         params = SamplingParams(max_tokens=self.max_model_len)
@@ -429,9 +447,10 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
         num_new = min(len(prompt) - num_hit, chunk)
         if self._allocate(request_id, num_new, hits, num_hit) is None:
             del self.running[request_id]  # not admitted: holds nothing on either side
-            return
+            return None
         for request in sides.values():
             request.num_computed_tokens = num_hit + num_new
+        return sides
 
     @precondition(lambda self: len(self.running) > 0)
     @rule(data=st.data(), token=TOKENS)
@@ -503,6 +522,7 @@ def test_common_prefix_blocks_without_caching() -> None:
     """The one divergence the manager machine found and skips (its ``common_prefix`` rule)."""
     machine = KVCacheManagerMachine()
     machine.setup(num_blocks=4, block_size=2, enable_caching=False, max_model_len=16)
-    machine.admit(prompt=[0, 1, 2], chunk=3)
+    sides = machine.admit_prompt([0, 1, 2], chunk=3)
+    assert sides is not None
     got = both(lambda s: machine.managers[s].get_num_common_prefix_blocks("r0"))
     assert got[0] == got[1]

@@ -74,7 +74,7 @@ def test_popleft_takes_the_front():
         f"{DOC}#the-free-block-queue")
 def test_popleft_n():
     """popleft_n pops a run of blocks from the front, in order."""
-    _, blocks, q = make_queue(6)
+    _, _, q = make_queue(6)
     assert q.popleft_n(0) == [], "popleft_n(0) must return an empty list"
     check_queue(q)
     got = q.popleft_n(4)
@@ -123,7 +123,7 @@ def test_remove_from_middle_head_and_tail():
            "list", f"{DOC}#misuse-errors")
 def test_remove_block_not_in_queue_is_an_error():
     """remove of a popped block raises and leaves the queue intact."""
-    _, blocks, q = make_queue(4)
+    _, _, q = make_queue(4)
     popped = q.popleft()
     with pytest.raises((RuntimeError, ValueError)) as excinfo:
         q.remove(popped)
@@ -137,7 +137,7 @@ def test_remove_block_not_in_queue_is_an_error():
         f"{DOC}#the-free-block-queue")
 def test_append_goes_to_the_back():
     """append adds at the tail, also to an emptied queue."""
-    _, blocks, q = make_queue(3)
+    _, _, q = make_queue(3)
     a, b, c = q.popleft(), q.popleft(), q.popleft()
     check_queue(q)
     q.append(b)
@@ -154,7 +154,7 @@ def test_append_goes_to_the_back():
         f"{DOC}#the-free-block-queue")
 def test_append_n_keeps_order():
     """append_n appends a run of blocks in order; append_n([]) changes nothing."""
-    _, blocks, q = make_queue(5)
+    _, _, q = make_queue(5)
     popped = q.popleft_n(5)
     q.append_n([])
     check_queue(q)

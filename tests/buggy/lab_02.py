@@ -1,0 +1,326 @@
+"""Buggy implementations of lab-02 (contiguous vs paged allocation over a trace).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-02`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "fragmentation.py"
+
+MUTANTS = [
+    # -- ContiguousAllocator ------------------------------------------------------------------
+    Mutant(
+        name="best_fit_instead_of_first_fit",
+        file=FILE,
+        find="""
+            for i, (start, size) in enumerate(self.free_ranges):
+                if size >= max_len:
+        """,
+        replace="""
+            fitting = sorted((size, i) for i, (_, size) in enumerate(self.free_ranges)
+                             if size >= max_len)
+            for i in [fitting[0][1]] if fitting else []:
+                start, size = self.free_ranges[i]
+                if size >= max_len:
+        """,
+        why="ensure picks the smallest free range that fits (best fit) instead of the lowest "
+            "one (first fit)",
+    ),
+    Mutant(
+        name="reserves_length_not_max_len",
+        file=FILE,
+        find="""
+            for i, (start, size) in enumerate(self.free_ranges):
+                if size >= max_len:
+                    self.ranges[request_id] = (start, max_len)
+                    if size == max_len:
+                        del self.free_ranges[i]
+                    else:
+                        self.free_ranges[i] = (start + max_len, size - max_len)
+                    return True
+        """,
+        replace="""
+            for i, (start, size) in enumerate(self.free_ranges):
+                if size >= length:
+                    self.ranges[request_id] = (start, length)
+                    if size == length:
+                        del self.free_ranges[i]
+                    else:
+                        self.free_ranges[i] = (start + length, size - length)
+                    return True
+        """,
+        why="the contiguous allocator reserves the current length instead of max_len, as if "
+            "the request could never grow (the premise of contiguous allocation)",
+    ),
+    Mutant(
+        name="exact_fit_leaves_empty_range",
+        file=FILE,
+        find="""
+            if size == max_len:
+                del self.free_ranges[i]
+            else:
+                self.free_ranges[i] = (start + max_len, size - max_len)
+        """,
+        replace="""
+            self.free_ranges[i] = (start + max_len, size - max_len)
+        """,
+        why="an exact fit leaves a zero-length free range behind instead of removing it",
+    ),
+    Mutant(
+        name="free_does_not_merge_with_next",
+        file=FILE,
+        find="""
+            if i < len(self.free_ranges) and start + size == self.free_ranges[i][0]:
+                size += self.free_ranges.pop(i)[1]
+        """,
+        replace="",
+        why="free merges a returned range with the free range before it but not with the one "
+            "after it: memory stays cut into pieces that could be one",
+    ),
+    Mutant(
+        name="free_does_not_merge_with_previous",
+        file=FILE,
+        find="""
+            if i > 0 and sum(self.free_ranges[i - 1]) == start:
+                start, size = self.free_ranges[i - 1][0], self.free_ranges[i - 1][1] + size
+                i -= 1
+                del self.free_ranges[i]
+        """,
+        replace="",
+        why="free merges a returned range with the free range after it but not with the one "
+            "before it",
+    ),
+    # -- PagedAllocator -----------------------------------------------------------------------
+    Mutant(
+        name="paged_tokens_to_hold_not_rounded",
+        file=FILE,
+        find="return -(-length // self.block_size) * self.block_size",
+        replace="return length",
+        why="tokens_to_hold returns the tokens instead of the whole blocks that hold them",
+    ),
+    Mutant(
+        name="paged_blocks_rounded_down",
+        file=FILE,
+        find="needed = -(-length // self.block_size) - len(table)",
+        replace="needed = length // self.block_size - len(table)",
+        why="ensure rounds the number of blocks down (length // block_size): the tokens of a "
+            "partly filled last block have nowhere to go",
+    ),
+    Mutant(
+        name="paged_partial_allocation",
+        file=FILE,
+        find="""
+            if needed > len(self.free_block_ids):
+                return False
+            table = self.block_tables.setdefault(request_id, table)
+            for _ in range(needed):
+                table.append(self.free_block_ids.popleft())
+            return True
+        """,
+        replace="""
+            table = self.block_tables.setdefault(request_id, table)
+            for _ in range(needed):
+                if not self.free_block_ids:
+                    return False
+                table.append(self.free_block_ids.popleft())
+            return True
+        """,
+        why="ensure takes blocks one by one and gives up when they run out, keeping the blocks "
+            "it took: not all or nothing",
+    ),
+    Mutant(
+        name="paged_free_to_the_front",
+        file=FILE,
+        find="self.free_block_ids.extend(self.block_tables.pop(request_id))",
+        replace="self.free_block_ids.extendleft(self.block_tables.pop(request_id))",
+        why="free puts the blocks back at the front of the free list (LIFO) instead of the back",
+    ),
+    # -- split_held -----------------------------------------------------------------------------
+    Mutant(
+        name="split_counts_future_tokens_as_internal",
+        file=FILE,
+        find="return current_len, will_fill - current_len, held - will_fill",
+        replace="return current_len, 0, held - current_len",
+        why="every held slot without a token counts as internal fragmentation, even the slots "
+            "the request will fill before it finishes",
+    ),
+    Mutant(
+        name="split_ignores_final_len",
+        file=FILE,
+        find="will_fill = min(final_len, held)",
+        replace="will_fill = held",
+        why="split_held assumes the request fills everything it holds: no internal "
+            "fragmentation ever",
+    ),
+    # -- simulate -------------------------------------------------------------------------------
+    Mutant(
+        name="admitted_before_arrival",
+        file=FILE,
+        find="while pending and pending[0].arrival_step <= step:",
+        replace="while pending and pending[0].arrival_step <= step + 1:",
+        why="off-by-one: a request joins the queue one step before its arrival_step",
+    ),
+    Mutant(
+        name="arrives_one_step_late",
+        file=FILE,
+        find="while pending and pending[0].arrival_step <= step:",
+        replace="while pending and pending[0].arrival_step < step:",
+        why="off-by-one: a request joins the queue one step after its arrival_step",
+    ),
+    Mutant(
+        name="preempts_the_oldest",
+        file=FILE,
+        find="victim = running.pop()",
+        replace="victim = running.pop(0)",
+        why="preemption takes the first admitted running request instead of the most recently "
+            "admitted one",
+    ),
+    Mutant(
+        name="preempted_to_the_back",
+        file=FILE,
+        find="waiting.appendleft(victim)",
+        replace="waiting.append(victim)",
+        why="a preempted request goes to the back of the waiting queue, behind requests that "
+            "arrived after it",
+    ),
+    Mutant(
+        name="preemption_restarts_from_scratch",
+        file=FILE,
+        find="""
+            allocator.free(victim.request_id)
+            waiting.appendleft(victim)
+        """,
+        replace="""
+            allocator.free(victim.request_id)
+            generated[victim.request_id] = 0
+            waiting.appendleft(victim)
+        """,
+        why="a preempted request forgets the tokens it produced and generates them all again",
+    ),
+    Mutant(
+        name="admits_in_a_preemption_step",
+        file=FILE,
+        find="""
+            if not preempted:
+                while waiting:
+        """,
+        replace="""
+            if waiting:
+                while waiting:
+        """,
+        why="waiting requests are admitted in a step where memory just ran short (vLLM admits "
+            "nobody in a step with a preemption)",
+    ),
+    Mutant(
+        name="no_head_of_line_blocking",
+        file=FILE,
+        find="""
+            while waiting:
+                req = waiting[0]
+                limit = limits[req.request_id]
+                if allocator.ensure(req.request_id, length(req), limit):
+                    running.append(waiting.popleft())
+                    sim.admitted.setdefault(req.request_id, step)
+                    continue
+        """,
+        replace="""
+            for req in [r for r in waiting if r is not waiting[0]]:
+                limit = limits[req.request_id]
+                if allocator.ensure(req.request_id, length(req), limit):
+                    waiting.remove(req)
+                    running.append(req)
+                    sim.admitted.setdefault(req.request_id, step)
+            while waiting:
+                req = waiting[0]
+                limit = limits[req.request_id]
+                if allocator.ensure(req.request_id, length(req), limit):
+                    running.append(waiting.popleft())
+                    sim.admitted.setdefault(req.request_id, step)
+                    continue
+        """,
+        why="admission lets later requests that fit overtake the request at the head of the "
+            "queue (not first come, first served)",
+    ),
+    Mutant(
+        name="blocked_even_without_enough_free",
+        file=FILE,
+        find="""
+            if allocator.num_free_tokens() >= allocator.tokens_to_hold(length(req), limit):
+                blocked = req.request_id
+        """,
+        replace="""
+            blocked = req.request_id
+        """,
+        why="every refusal counts as external fragmentation, even when memory is simply full",
+    ),
+    Mutant(
+        name="blocked_compares_free_with_length",
+        file=FILE,
+        find="if allocator.num_free_tokens() >= allocator.tokens_to_hold(length(req), limit):",
+        replace="if allocator.num_free_tokens() >= length(req):",
+        why="the 'enough free memory' test compares with the request's tokens instead of what "
+            "the allocator would make it hold (max_len, or whole blocks)",
+    ),
+    Mutant(
+        name="finished_one_step_late",
+        file=FILE,
+        find="sim.finished[req.request_id] = step",
+        replace="sim.finished[req.request_id] = step + 1",
+        why="off-by-one: a request is recorded as finished in the step after its last token",
+    ),
+    # -- summarize ------------------------------------------------------------------------------
+    Mutant(
+        name="token_share_mean_of_ratios",
+        file=FILE,
+        find="token_share=share(sum(s.used_tokens for s in steps), held),",
+        replace="token_share=share(sum(share(s.used_tokens, s.held_tokens) for s in steps "
+                "if s.held_tokens), sum(1 for s in steps if s.held_tokens)),",
+        why="token_share averages the per-step ratios instead of dividing the sums: a step "
+            "holding little memory weighs as much as a full one",
+    ),
+    Mutant(
+        name="peak_is_most_used",
+        file=FILE,
+        find="peak = max(steps, key=lambda s: s.held_tokens, default=None)",
+        replace="peak = max(steps, key=lambda s: s.used_tokens, default=None)",
+        why="the peak is taken at the step with the most tokens instead of the most held memory",
+    ),
+    Mutant(
+        name="peak_is_last_on_ties",
+        file=FILE,
+        find="peak = max(steps, key=lambda s: s.held_tokens, default=None)",
+        replace="peak = max(reversed(steps), key=lambda s: s.held_tokens, default=None)",
+        why="among steps holding the same most memory, the last is taken instead of the first",
+    ),
+    Mutant(
+        name="mean_running_counts_idle_steps",
+        file=FILE,
+        find="mean_running=share(sum(busy), len(busy)),",
+        replace="mean_running=share(sum(busy), len(steps)),",
+        why="mean concurrency divides by every step, idle ones included",
+    ),
+    Mutant(
+        name="external_fragmentation_over_held",
+        file=FILE,
+        find="""
+            external_fragmentation=share(sum(s.external_tokens for s in steps),
+                                         sim.capacity_tokens * len(steps)),
+        """,
+        replace="""
+            external_fragmentation=share(sum(s.external_tokens for s in steps), held),
+        """,
+        why="external fragmentation is divided by the held memory; it is free memory, a share "
+            "of the whole capacity",
+    ),
+    Mutant(
+        name="delayed_counts_steps",
+        file=FILE,
+        find="delayed_with_enough_free=len({s.blocked for s in steps if s.blocked is not None}),",
+        replace="delayed_with_enough_free=sum(s.blocked is not None for s in steps),",
+        why="delayed_with_enough_free counts blocked steps, not distinct requests",
+    ),
+]

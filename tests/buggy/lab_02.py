@@ -96,13 +96,6 @@ MUTANTS = [
     ),
     # -- PagedAllocator -----------------------------------------------------------------------
     Mutant(
-        name="paged_tokens_to_hold_not_rounded",
-        file=FILE,
-        find="return -(-length // self.block_size) * self.block_size",
-        replace="return length",
-        why="tokens_to_hold returns the tokens instead of the whole blocks that hold them",
-    ),
-    Mutant(
         name="paged_blocks_rounded_down",
         file=FILE,
         find="needed = -(-length // self.block_size) - len(table)",
@@ -158,13 +151,6 @@ MUTANTS = [
     ),
     # -- simulate -------------------------------------------------------------------------------
     Mutant(
-        name="admitted_before_arrival",
-        file=FILE,
-        find="while pending and pending[0].arrival_step <= step:",
-        replace="while pending and pending[0].arrival_step <= step + 1:",
-        why="off-by-one: a request joins the queue one step before its arrival_step",
-    ),
-    Mutant(
         name="arrives_one_step_late",
         file=FILE,
         find="while pending and pending[0].arrival_step <= step:",
@@ -200,20 +186,6 @@ MUTANTS = [
             waiting.appendleft(victim)
         """,
         why="a preempted request forgets the tokens it produced and generates them all again",
-    ),
-    Mutant(
-        name="admits_in_a_preemption_step",
-        file=FILE,
-        find="""
-            if not preempted:
-                while waiting:
-        """,
-        replace="""
-            if waiting:
-                while waiting:
-        """,
-        why="waiting requests are admitted in a step where memory just ran short (vLLM admits "
-            "nobody in a step with a preemption)",
     ),
     Mutant(
         name="no_head_of_line_blocking",
@@ -256,14 +228,6 @@ MUTANTS = [
             blocked = req.request_id
         """,
         why="every refusal counts as external fragmentation, even when memory is simply full",
-    ),
-    Mutant(
-        name="blocked_compares_free_with_length",
-        file=FILE,
-        find="if allocator.num_free_tokens() >= allocator.tokens_to_hold(length(req), limit):",
-        replace="if allocator.num_free_tokens() >= length(req):",
-        why="the 'enough free memory' test compares with the request's tokens instead of what "
-            "the allocator would make it hold (max_len, or whole blocks)",
     ),
     Mutant(
         name="finished_one_step_late",

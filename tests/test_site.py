@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -186,8 +188,22 @@ def html_page(site: Path, site_md: str) -> Path:
     return site / md.parent / md.stem / "index.html"
 
 
+LABS = available_labs()
+
+
 @pytest.fixture(scope="module")
-def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def hints() -> Iterator[dict[str, Future]]:
+    """Every lab's graded tests as the grader collects them: child processes, started at once.
+
+    Collecting a suite takes seconds (a child imports pytest, hypothesis and the suite), so all
+    labs are collected in parallel, and ``built_site`` starts them before running mkdocs.
+    """
+    with ThreadPoolExecutor(max_workers=max(1, len(LABS))) as pool:
+        yield {lab.id: pool.submit(SuiteRunner(lab, lab.solution_dir).collect) for lab in LABS}
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory, hints: dict[str, Future]) -> Path:
     out = tmp_path_factory.mktemp("course-site")
     report = assemble(out)
     assert report.config is not None
@@ -230,15 +246,12 @@ def test_every_page_is_in_the_navigation() -> None:
     assert not orphans, f"pages missing from the navigation: {orphans}"
 
 
-LABS = available_labs()
-
-
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
-def test_hint_links_land_on_a_heading_of_the_site(lab, built_site: Path) -> None:
+def test_hint_links_land_on_a_heading_of_the_site(lab, hints, built_site: Path) -> None:
     files = site_files()
     html_cache: dict[Path, set[str]] = {}
     missing = []
-    for info in SuiteRunner(lab, lab.solution_dir).collect():
+    for info in hints[lab.id].result():
         page, _, anchor = info.doc.partition("#")
         if page not in files:
             missing.append(f"{info.name}: {page} is not a page of the site")

@@ -31,7 +31,9 @@ How it is split:
   never touched. Anchors are kept as written: mkdocs checks them against the headings.
 * The generated config names this file as an mkdocs hook: ``on_pre_build`` assembles again, so
   ``mkdocs serve`` (which also watches the source folders) shows an edited page on reload.
-  Files are rewritten only when their content changed, so the watcher settles.
+  Files are rewritten only when their content changed, so the watcher settles. A second hook,
+  ``on_page_markdown``, gives each page's browser title its own first heading, while the
+  sidebar keeps the short nav label ("Guide", "Cheat sheet").
 
 Standard library only: ``make docs`` and the tests run it with the course's Python.
 """
@@ -282,15 +284,20 @@ def _as_text(text: str, path: str) -> str:
 NavItem = dict[str, Any]
 
 
-def first_heading(path: Path) -> str | None:
-    """The text of the page's first level-1 heading outside code, without backticks."""
+def heading_of(text: str) -> str | None:
+    """The text of the first level-1 heading outside code, without backticks."""
     fence = False
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         if _FENCE_RE.match(line):
             fence = not fence
         elif not fence and (match := _H1_RE.match(line)):
             return match.group(1).replace("`", "")
     return None
+
+
+def first_heading(path: Path) -> str | None:
+    """The first level-1 heading of the page at ``path``."""
+    return heading_of(path.read_text(encoding="utf-8", errors="replace"))
 
 
 def _phase_title(folder: str) -> str:
@@ -306,8 +313,9 @@ def _lab_title(folder: Path, root: Path) -> str:
         meta = root / "tests" / "labs" / f"lab_{match.group(1)}" / "lab.json"
         try:
             title = json.loads(meta.read_text(encoding="utf-8"))["title"]
-            return f"{label} · {title}"
-        except (OSError, ValueError, KeyError, TypeError):
+            # "The block allocator: free queue and block pool" -> "The block allocator"
+            return f"{label} · {title.split(':')[0].strip()}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
     heading = first_heading(folder / "README.md")
     return heading or label
@@ -461,6 +469,18 @@ def assemble(out: Path = DEFAULT_OUT, root: Path = ROOT) -> Report:
 def on_pre_build(config: Any, **_: Any) -> None:
     """mkdocs hook: assemble again into this build's docs_dir, so ``mkdocs serve`` is live."""
     assemble(Path(config["docs_dir"]).parent, ROOT)
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    """mkdocs hook: the browser tab shows the page's own heading, the sidebar its short label.
+
+    A nav title ("Guide") names the page everywhere in mkdocs; Material's ``<title>`` prefers
+    ``page.meta.title``, so that is set to the first heading when the page has not set one.
+    """
+    heading = heading_of(markdown)
+    if heading and "title" not in page.meta and not page.is_homepage:
+        page.meta["title"] = heading
+    return markdown
 
 
 def main(argv: list[str] | None = None) -> int:

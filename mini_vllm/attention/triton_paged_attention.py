@@ -110,6 +110,16 @@ def _reshape_and_cache_kernel(
     BLOCK_SIZE: tl.constexpr,
     TILE: tl.constexpr,
 ):
+    """Program ``(token, tile)``: copy token ``token``'s K and V rows into their cache slot.
+
+    Each program reads ``slot_mapping[token]``; a negative slot is padding and the program
+    returns before any store. Otherwise the slot splits into ``block = slot // BLOCK_SIZE`` and
+    ``offset = slot % BLOCK_SIZE``, and the program copies elements ``tile * TILE ..`` of the
+    token's ``NUM_KV_HEADS * HEAD_DIM`` values (head ``i // HEAD_DIM``, dim ``i % HEAD_DIM``),
+    masked past the end, from ``key``/``value`` to ``key_cache``/``value_cache[block, offset]``.
+    Every address is built from the strides passed in (elements, not bytes; ``head_dim`` has
+    stride 1 everywhere), so strided inputs and a layer slice of a larger cache work as is.
+    """
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
     if slot < 0:
@@ -263,6 +273,27 @@ def _paged_decode_kernel(
     WRITE_FINAL: tl.constexpr,
     IEEE_DOT: tl.constexpr,
 ):
+    """Program ``(seq, kv_head, split)``: one split of one sequence for one KV head's queries.
+
+    The program serves the ``QUERIES_PER_KV`` query heads ``kv_head * QUERIES_PER_KV + g``
+    together, as the rows of a ``[GROUP_PAD, HEAD_DIM_PAD]`` block (rows and columns past the
+    real ones are masked), so every K/V element it loads is used by the whole group. The
+    sequence's ``cdiv(seq_len, BLOCK_N)`` tiles of ``BLOCK_N`` tokens are divided into
+    ``num_splits`` contiguous ranges of ``cdiv(num_tiles, num_splits)`` tiles; this program
+    walks range ``split`` (possibly empty). Token ``t`` lives in physical block
+    ``block_tables[seq, t // BLOCK_SIZE]`` at row ``t % BLOCK_SIZE``; tokens ``>= seq_len`` get
+    score ``-inf``.
+
+    The softmax is the streaming one, in float32 and in base 2: ``qk_scale`` already holds
+    ``scale * log2(e)``, so scores go to ``exp2``. A running maximum ``m``, sum ``l`` and
+    accumulator ``acc`` are rescaled by ``exp2(m_old - m_new)`` whenever the maximum grows.
+
+    ``WRITE_FINAL`` (one split): store ``acc / l`` into ``out[seq, head]`` in the output dtype.
+    Otherwise store the split's normalised partial ``acc / l`` (float32) at
+    ``out[seq, head, split]`` and its log-sum-exp ``m + log2(l)`` at ``lse[seq, head, split]``;
+    an empty split stores zeros and ``-inf``. ``IEEE_DOT`` runs both dots in float32 IEEE
+    precision (fp32 caches, and the interpreter).
+    """
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -362,6 +393,14 @@ def _merge_splits_kernel(
     HEAD_DIM_PAD: tl.constexpr,
     SPLITS_PAD: tl.constexpr,
 ):
+    """Program ``(seq, head)``: merge the ``num_splits`` partial outputs of one query head.
+
+    Split ``i`` holds ``o_i = acc_i / l_i`` and ``lse_i = m_i + log2(l_i)`` (base 2). The exact
+    softmax over the whole sequence weights each split by its share of the total sum,
+    ``2**lse_i / sum_j 2**lse_j``; computing it as ``2**(lse_i - max lse)`` keeps every term
+    in range, and an empty split (``lse = -inf``) gets weight 0. The result is stored in the
+    output dtype at ``out[seq, head]``.
+    """
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     offs_s = tl.arange(0, SPLITS_PAD)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import torch
@@ -30,7 +30,7 @@ from mini_vllm.core.sched.output import SchedulerOutput
 from mini_vllm.core.sched.scheduler import Scheduler
 from mini_vllm.model.loader import get_model, load_tokenizer, resolve_model
 from mini_vllm.outputs import CompletionOutput, RequestOutput
-from mini_vllm.request import Request
+from mini_vllm.request import Request, RequestStatus
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.worker import kv_sizing
 from mini_vllm.worker.model_runner import ModelRunner
@@ -99,7 +99,6 @@ class EngineStats:
     num_steps: int = 0
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0
-    step_times: list[float] = field(default_factory=list, repr=False)
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -114,14 +113,16 @@ class _RequestRecord:
     request: Request
     prompt: str | None
     num_cached_tokens: int | None = None
-    arrival_time: float = 0.0
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
     """``"auto"`` is CUDA when available, else CPU; anything else is taken literally."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} was asked for, but torch sees no CUDA device")
+    return resolved
 
 
 class LLMEngine:
@@ -334,13 +335,12 @@ class LLMEngine:
             block_hasher=self.block_hasher,
         )
         self.scheduler.add_request(request)
-        self._records[request_id] = _RequestRecord(request, text, arrival_time=time.time())
+        self._records[request_id] = _RequestRecord(request, text)
         self.stats.num_prompt_tokens += len(token_ids)
         return request_id
 
     def abort_request(self, request_ids: list[str]) -> None:
-        from mini_vllm.request import RequestStatus
-
+        """Drop requests wherever they are (queued or running); their blocks are freed."""
         self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
         for request_id in request_ids:
             self._records.pop(request_id, None)
@@ -360,7 +360,6 @@ class LLMEngine:
         offline ``LLM`` uses): detokenizing every request at every step would cost more than
         the step on a small model.
         """
-        t0 = time.perf_counter()
         scheduler_output = self.scheduler.schedule()
         self._record_schedule(scheduler_output)
         if scheduler_output.total_num_scheduled_tokens == 0 and self.has_unfinished_requests():
@@ -384,7 +383,6 @@ class LLMEngine:
             record = self._records.pop(core_output.request_id)
             outputs.append(self._make_request_output(record, core_output.finish_reason))
         self.stats.num_steps += 1
-        self.stats.step_times.append(time.perf_counter() - t0)
         return outputs
 
     def _record_schedule(self, scheduler_output: SchedulerOutput) -> None:

@@ -13,10 +13,20 @@ The model itself never learns what a block is: the runner turns block tables int
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from mini_vllm.attention import torch_paged_attention
+
+
+def _triton_backend() -> ModuleType:
+    """The Triton kernels, imported on first use: CPU-only installs have no triton."""
+    from mini_vllm.attention import triton_paged_attention
+
+    return triton_paged_attention
 
 
 @dataclass
@@ -81,10 +91,7 @@ class Attention(nn.Module):
         if attn_metadata is None or kv_cache is None:
             return self._dense_causal(query, key, value)
         key_cache, value_cache = kv_cache[0], kv_cache[1]
-        if attn_metadata.use_triton:
-            from mini_vllm.attention import triton_paged_attention as backend
-        else:
-            from mini_vllm.attention import torch_paged_attention as backend
+        backend = _triton_backend() if attn_metadata.use_triton else torch_paged_attention
         backend.reshape_and_cache(key, value, key_cache, value_cache, attn_metadata.slot_mapping)
         if attn_metadata.use_triton and attn_metadata.is_decode_only:
             # max_seq_len (a host-side bound, never read from the device) sizes the split-K
@@ -98,9 +105,7 @@ class Attention(nn.Module):
                 self.scale,
                 max_seq_len=attn_metadata.max_seq_len,
             )
-        from mini_vllm.attention.torch_paged_attention import paged_attention_varlen
-
-        return paged_attention_varlen(
+        return torch_paged_attention.paged_attention_varlen(
             query,
             key_cache,
             value_cache,

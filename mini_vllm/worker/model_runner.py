@@ -42,7 +42,8 @@ class CachedRequestState:
 
     The scheduler sends a request's prompt and sampling parameters once, then only diffs; this
     record is what makes the diffs enough. ``token_ids`` is prompt plus every sampled token: the
-    runner appends what it samples, so a decode step's input token is already here.
+    runner appends what it samples, so a decode step's input token is already here. With a
+    single KV cache group, ``block_ids`` is one list (upstream: a tuple of lists, one per group).
     """
 
     req_id: str
@@ -564,3 +565,7 @@ class ModelRunner:
         static["block_tables"][:num_reqs, :width].copy_(inputs.block_tables.to(device))
         self._graphs[bs].replay()
         return self._graph_outputs[bs][:num_reqs]
+
+
+# Upstream's name, for reading the two side by side.
+GPUModelRunner = ModelRunner

@@ -169,10 +169,14 @@ MUTANTS = [
     Mutant(
         name="prefill_ignores_the_prefix",
         file=FILE,
-        find="k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)",
+        find="""
+            k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)
+            return dense_attention(query, k, v, scale, causal=True)
+        """,
         replace="""
             k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)
             k, v = k[context_len:], v[context_len:]
+            return dense_attention(query, k, v, scale, causal=True)
         """,
         why="a chunk attends only to itself: the cached prefix (an earlier chunk, a prefix-cache "
             "hit) is never read",

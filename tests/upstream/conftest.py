@@ -81,10 +81,12 @@ def read_selection(path: Path = SELECTED) -> list[Entry]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register upstream's ``cpu_test`` marker (every selected module carries it)."""
     config.addinivalue_line("markers", "cpu_test: upstream's marker for tests needing no GPU")
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """Turn ``selected.txt`` into the collector of upstream's tests."""
     if file_path == SELECTED:
         return UpstreamSuite.from_parent(parent, path=file_path)
     return None
@@ -160,6 +162,7 @@ class MissingUpstreamTest(pytest.Item):
         self.entry = entry
 
     def runtest(self) -> None:
+        """Fail with the line of ``selected.txt`` to fix."""
         pytest.fail(
             f"selected.txt:{self.entry.line} names {self.entry.test}, which "
             f"{UPSTREAM_TEST_DIR}/{self.entry.file} does not define at the pin",
@@ -167,6 +170,7 @@ class MissingUpstreamTest(pytest.Item):
         )
 
     def reportinfo(self) -> tuple[Path, int, str]:
+        """Point reports at the offending line of ``selected.txt``."""
         return SELECTED, self.entry.line - 1, self.name
 
 
@@ -184,6 +188,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Say how much of each upstream file was selected, next to the pass/fail counts."""
     counts = config.stash.get(_COUNTS, {})
     if not counts:
         return

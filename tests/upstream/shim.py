@@ -65,10 +65,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mini_vllm.core import kv_cache_manager as _kv_cache_manager
-from mini_vllm.core import kv_cache_utils as _kv_cache_utils
 from mini_vllm import request as _request
 from mini_vllm import sampling_params as _sampling_params
+from mini_vllm.core import kv_cache_manager as _kv_cache_manager
+from mini_vllm.core import kv_cache_utils as _kv_cache_utils
 
 # Synthetic package the upstream test modules are loaded under (``from .utils import ...``
 # in test_scheduler.py resolves inside it). Never ``tests``: that is our own folder.
@@ -119,7 +119,9 @@ class _PlaceholderMeta(type):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        raise AttributeError(f"{cls._qualname}.{name}: {cls._qualname} is upstream-only: {cls._why}")
+        raise AttributeError(
+            f"{cls._qualname}.{name}: {cls._qualname} is upstream-only: {cls._why}"
+        )
 
     def __repr__(cls) -> str:
         return f"<upstream-only placeholder {cls._qualname}>"
@@ -139,7 +141,9 @@ def reject_unsupported(what: str, **values: Any) -> None:
     """Raise :class:`UpstreamOnlyError` if any upstream-only argument is not at its default."""
     for name, value in values.items():
         if value not in (None, False, 0, (), [], {}):
-            raise UpstreamOnlyError(f"{what}({name}={value!r}): {name} is not mirrored by mini_vllm")
+            raise UpstreamOnlyError(
+                f"{what}({name}={value!r}): {name} is not mirrored by mini_vllm"
+            )
 
 
 # --------------------------------------------------------------------------------------------

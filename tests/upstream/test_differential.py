@@ -83,7 +83,9 @@ def pool_state(pool: Any) -> dict[str, Any]:
         blocks = [value] if not isinstance(value, dict) else list(value.values())
         cache[key] = sorted(b.block_id for b in blocks)
     return {
-        "free queue (front first)": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
+        "free queue (front first)": [
+            b.block_id for b in pool.free_block_queue.get_all_free_blocks()
+        ],
         "num_free_blocks": pool.get_num_free_blocks(),
         "ref_cnt": [b.ref_cnt for b in pool.blocks],
         "block_hash": [b.block_hash for b in pool.blocks],
@@ -245,9 +247,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.enable_caching)
     @rule(data=st.data())
     def cache_full_blocks(self, data: st.DataObject) -> None:
-        candidates = [
-            o for o in self.owners if o.can_cache and o.num_cached < len(o.block_ids)
-        ]
+        candidates = [o for o in self.owners if o.can_cache and o.num_cached < len(o.block_ids)]
         if not candidates:
             return
         owner = data.draw(st.sampled_from(candidates), label="owner")

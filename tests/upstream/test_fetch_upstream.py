@@ -61,7 +61,9 @@ def fake_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str
     return sdist, make_index(served, sdist, sha)
 
 
-def test_index_link_is_found_and_its_hash_checked(tmp_path: Path, fake_pin: tuple[Path, str]) -> None:
+def test_index_link_is_found_and_its_hash_checked(
+    tmp_path: Path, fake_pin: tuple[Path, str]
+) -> None:
     sdist, index = fake_pin
     assert find_sdist_url(index) == sdist.as_uri()
     other = tmp_path / "other"

@@ -1,0 +1,540 @@
+"""The scheduler: continuous batching under one token budget, chunked prefill, preemption.
+
+Solution of lab-08. Each step, ``Scheduler.schedule()`` hands out a budget of
+``max_num_batched_tokens`` tokens, running requests first and then waiting ones in arrival
+order, so that every request's ``num_computed_tokens`` catches up with its ``num_tokens``: a
+whole prompt, a chunk of one, or one decode token are all the same operation. When the KV cache
+manager cannot give a running request its slots, the last running request is preempted by
+recompute. ``update_from_output`` appends the sampled tokens and applies the stop rules of
+``check_stop``.
+
+The KV cache manager is imported from ``mini_vllm.core.kv_cache_manager``, so ``--chain`` runs
+this file on your own lab-07 ``KVCacheManager``. Every class and function here is kept identical
+to ``mini_vllm/core/sched/scheduler.py`` by ``tests/test_lab_sync.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterable
+
+from mini_vllm.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from mini_vllm.core.sched.output import (
+    CachedRequestData,
+    EngineCoreOutput,
+    NewRequestData,
+    SchedulerOutput,
+)
+from mini_vllm.core.sched.request_queue import SchedulingPolicy, create_request_queue
+from mini_vllm.request import Request, RequestStatus
+
+logger = logging.getLogger(__name__)
+
+
+def check_stop(request: Request, max_model_len: int) -> bool:
+    """Decide whether the token just appended ends ``request``; set its status if so.
+
+    Checked in upstream's order: nothing stops a request before ``min_tokens``
+    outputs; then EOS (unless ignored), then a stop token (recorded as
+    ``stop_reason``), then the length limits (``max_tokens`` outputs, or
+    ``max_model_len`` tokens in total, beyond which the KV cache has no room).
+    """
+    sampling_params = request.sampling_params
+    if request.num_output_tokens < sampling_params.min_tokens:
+        return False
+
+    last_token_id = request.output_token_ids[-1]
+    if request.eos_token_id is not None and last_token_id == request.eos_token_id:
+        request.status = RequestStatus.FINISHED_STOPPED
+        return True
+    if last_token_id in (sampling_params.stop_token_ids or ()):
+        request.status = RequestStatus.FINISHED_STOPPED
+        request.stop_reason = last_token_id
+        return True
+    assert request.max_tokens is not None
+    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+        request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        return True
+    return False
+
+
+class Scheduler:
+    """Picks, every step, which requests run and how many tokens each.
+
+    One step of ``schedule()``:
+
+    1. **Running requests first**, in order. Each asks for the tokens it is
+       missing (``num_tokens_with_spec - num_computed_tokens``: 1 while
+       generating, the rest of the prompt while prefilling), capped by
+       ``long_prefill_token_threshold`` (if set) and by the budget left. If the
+       KV cache cannot hold them (``allocate_slots`` returns None), the *last*
+       running request (the latest arrival, lowest priority under FCFS) is
+       preempted by recompute: its blocks are freed, its progress reset, and it
+       goes to the front of the waiting queue. Then the allocation is retried.
+       If the request being scheduled is itself the one preempted, the loop
+       stops: nobody after it can be served either.
+    2. **Waiting requests next**, FCFS, but only if step 1 preempted nobody
+       (memory is tight: admitting someone now would only cause the next
+       preemption). Admission stops at ``max_num_seqs`` running requests, an
+       exhausted budget, or the first request that does not fit. A request's
+       cached prefix (``get_computed_blocks``) is skipped over; without
+       chunked prefill, a prompt that does not fit the budget left waits for
+       the next step.
+    3. ``num_computed_tokens`` of every scheduled request is advanced *after*
+       the output is built (``_update_after_schedule``): the runner needs the old
+       value to know where the scheduled tokens start, and the next
+       ``schedule()`` must see them as computed so a chunked prompt continues
+       where the last chunk ended even before the step's results are in.
+
+    ``update_from_output`` then appends the sampled tokens, checks the stop
+    conditions and frees finished requests.
+
+    Args:
+        kv_cache_manager: The KV cache the scheduler allocates from.
+        max_num_batched_tokens: Token budget of one step.
+        max_num_seqs: Most requests running at once.
+        max_model_len: Longest sequence (prompt + output) a request may reach.
+        enable_chunked_prefill: Whether a prompt may be split across steps.
+        long_prefill_token_threshold: If > 0, no request gets more than this
+            many tokens in one step, so one long prompt cannot starve the
+            decodes sharing its batch.
+    """
+
+    def __init__(
+        self,
+        kv_cache_manager: KVCacheManager,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        max_model_len: int,
+        enable_chunked_prefill: bool = True,
+        long_prefill_token_threshold: int = 0,
+    ) -> None:
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if max_num_batched_tokens < max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_num_seqs "
+                f"({max_num_seqs}): every running request needs at least one token per step"
+            )
+        if not enable_chunked_prefill and max_num_batched_tokens < max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller than "
+                f"max_model_len ({max_model_len}) with chunked prefill disabled: a long "
+                f"prompt could never be scheduled"
+            )
+        if long_prefill_token_threshold < 0:
+            raise ValueError(
+                f"long_prefill_token_threshold must be >= 0, got {long_prefill_token_threshold}"
+            )
+        if max_model_len > kv_cache_manager.max_model_len:
+            raise ValueError(
+                f"max_model_len ({max_model_len}) exceeds the KV cache manager's "
+                f"({kv_cache_manager.max_model_len})"
+            )
+        self.kv_cache_manager = kv_cache_manager
+        self.block_size = kv_cache_manager.block_size
+        self.max_num_scheduled_tokens = max_num_batched_tokens
+        self.max_num_running_reqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+
+        # request_id -> Request, for every request not finished yet.
+        self.requests: dict[str, Request] = {}
+        self.policy = SchedulingPolicy.FCFS
+        self.waiting = create_request_queue(self.policy)
+        # In admission order: the last one is the first to be preempted.
+        self.running: list[Request] = []
+        # Finished between the previous step and the current one; sent to the
+        # runner with the next SchedulerOutput so it can drop their state.
+        self.finished_req_ids: set[str] = set()
+        # Scheduled in the previous step: the runner's state of these is current.
+        self.prev_step_scheduled_req_ids: set[str] = set()
+
+    # ------------------------------------------------------------- requests
+
+    def add_request(self, request: Request) -> None:
+        """Queue a new request at the back of the waiting queue.
+
+        The prompt must leave room for at least one output token within
+        ``max_model_len`` (upstream's input processor enforces the same before
+        the request reaches the scheduler). ``max_tokens=None`` is resolved here
+        to whatever ``max_model_len`` leaves after the prompt.
+        """
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        if request.status != RequestStatus.WAITING:
+            raise ValueError(
+                f"request {request.request_id!r} must be WAITING to be added, is {request.status}"
+            )
+        if request.num_prompt_tokens >= self.max_model_len:
+            raise ValueError(
+                f"request {request.request_id!r}: prompt of {request.num_prompt_tokens} tokens "
+                f"leaves no room for an output token within max_model_len={self.max_model_len}"
+            )
+        if request.max_tokens is None:
+            request.max_tokens = self.max_model_len - request.num_prompt_tokens
+        self.waiting.add_request(request)
+        self.requests[request.request_id] = request
+
+    def finish_requests(
+        self, request_ids: str | Iterable[str] | None, finished_status: RequestStatus
+    ) -> list[str]:
+        """Finish requests from outside the scheduler (e.g. a client abort).
+
+        ``request_ids=None`` finishes every request. Unknown or already finished
+        ids are ignored. Their blocks are freed at once; the runner hears about
+        it through the next ``SchedulerOutput.finished_req_ids``.
+
+        Returns:
+            The ids of the requests actually finished by this call.
+        """
+        if not RequestStatus.is_finished(finished_status):
+            raise ValueError(f"{finished_status} is not a finished status")
+        if isinstance(request_ids, str):
+            ids: Iterable[str] = (request_ids,)
+        elif request_ids is None:
+            ids = list(self.requests)
+        else:
+            ids = dict.fromkeys(request_ids)  # dedupe, keep order
+
+        running_to_remove: set[Request] = set()
+        waiting_to_remove: list[Request] = []
+        valid: list[Request] = []
+        for req_id in ids:
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                continue
+            valid.append(request)
+            if request.status == RequestStatus.RUNNING:
+                running_to_remove.add(request)
+            else:
+                waiting_to_remove.append(request)
+        if running_to_remove:
+            self.running = [req for req in self.running if req not in running_to_remove]
+        if waiting_to_remove:
+            self.waiting.remove_requests(waiting_to_remove)
+        for request in valid:
+            request.status = finished_status
+            self._free_request(request)
+        return [request.request_id for request in valid]
+
+    def get_num_unfinished_requests(self) -> int:
+        """Requests waiting or running."""
+        return len(self.waiting) + len(self.running)
+
+    def has_unfinished_requests(self) -> bool:
+        """Whether any request is still waiting or running."""
+        return self.get_num_unfinished_requests() > 0
+
+    def has_finished_requests(self) -> bool:
+        """Whether finished requests still have to be reported to the runner."""
+        return len(self.finished_req_ids) > 0
+
+    def get_request_counts(self) -> tuple[int, int]:
+        """(running, waiting) request counts."""
+        return len(self.running), len(self.waiting)
+
+    # ------------------------------------------------------------- schedule
+
+    def schedule(self) -> SchedulerOutput:
+        """Pick this step's batch; see the class docstring for the policy."""
+        scheduled_new_reqs: list[Request] = []
+        scheduled_resumed_reqs: list[Request] = []
+        scheduled_running_reqs: list[Request] = []
+        preempted_reqs: list[Request] = []
+
+        req_to_new_blocks: dict[str, KVCacheBlocks] = {}
+        num_scheduled_tokens: dict[str, int] = {}
+        token_budget = self.max_num_scheduled_tokens
+
+        # 1. Running requests.
+        req_index = 0
+        while req_index < len(self.running) and token_budget > 0:
+            request = self.running[req_index]
+
+            num_new_tokens = request.num_tokens_with_spec - request.num_computed_tokens
+            if 0 < self.long_prefill_token_threshold < num_new_tokens:
+                num_new_tokens = self.long_prefill_token_threshold
+            num_new_tokens = min(num_new_tokens, token_budget)
+            # The input positions must stay below max_model_len.
+            num_new_tokens = min(
+                num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens
+            )
+            if num_new_tokens <= 0:
+                # Nothing to run for it this step (its last token has not been
+                # sampled yet). Skip it but keep serving the others: strict FCFS
+                # is bent here on purpose, as upstream does.
+                req_index += 1
+                continue
+
+            while True:
+                new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+                if new_blocks is not None:
+                    break
+                # Out of blocks: preempt the lowest-priority request, which under
+                # FCFS is the last to have been admitted, and try again.
+                preempted_req = self.running.pop()
+                self._preempt_request(preempted_req)
+                preempted_reqs.append(preempted_req)
+                if preempted_req is request:
+                    # It preempted itself: nobody is left to make room for it.
+                    break
+            if new_blocks is None:
+                break
+
+            scheduled_running_reqs.append(request)
+            req_to_new_blocks[request.request_id] = new_blocks
+            num_scheduled_tokens[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            req_index += 1
+
+        # 2. Waiting requests, only when memory was not tight this step.
+        if not preempted_reqs:
+            while self.waiting and token_budget > 0:
+                if len(self.running) == self.max_num_running_reqs:
+                    break
+                request = self.waiting.peek_request()
+
+                # A resumed request also looks up its cache: its own blocks were
+                # freed on preemption but may still be cached and unevicted.
+                new_computed_blocks, num_new_local_computed_tokens = (
+                    self.kv_cache_manager.get_computed_blocks(request)
+                )
+                num_computed_tokens = num_new_local_computed_tokens
+                assert num_computed_tokens < request.num_tokens
+
+                # num_tokens, not num_prompt_tokens: a resumed request must also
+                # recompute the outputs it had generated before preemption.
+                num_new_tokens = request.num_tokens - num_computed_tokens
+                threshold = self.long_prefill_token_threshold
+                if 0 < threshold < num_new_tokens:
+                    num_new_tokens = threshold
+                if not self.enable_chunked_prefill and num_new_tokens > token_budget:
+                    # Without chunking the prompt must fit whole; stop admitting
+                    # (FCFS: nobody may overtake it).
+                    break
+                num_new_tokens = min(num_new_tokens, token_budget)
+                assert num_new_tokens > 0
+
+                new_blocks = self.kv_cache_manager.allocate_slots(
+                    request,
+                    num_new_tokens,
+                    num_new_computed_tokens=num_new_local_computed_tokens,
+                    new_computed_blocks=new_computed_blocks,
+                )
+                if new_blocks is None:
+                    # Does not fit; FCFS forbids letting a later request overtake.
+                    break
+
+                request = self.waiting.pop_request()
+                self.running.append(request)
+                if request.status == RequestStatus.WAITING:
+                    scheduled_new_reqs.append(request)
+                elif request.status == RequestStatus.PREEMPTED:
+                    scheduled_resumed_reqs.append(request)
+                else:
+                    raise RuntimeError(
+                        f"request {request.request_id!r} in the waiting queue has status "
+                        f"{request.status}"
+                    )
+                req_to_new_blocks[request.request_id] = self.kv_cache_manager.get_blocks(
+                    request.request_id
+                )
+                num_scheduled_tokens[request.request_id] = num_new_tokens
+                token_budget -= num_new_tokens
+                request.status = RequestStatus.RUNNING
+                request.num_computed_tokens = num_computed_tokens
+
+        total_num_scheduled_tokens = sum(num_scheduled_tokens.values())
+        assert total_num_scheduled_tokens <= self.max_num_scheduled_tokens
+        assert token_budget >= 0
+        assert len(self.running) <= self.max_num_running_reqs
+        assert len(scheduled_new_reqs) + len(scheduled_resumed_reqs) + len(
+            scheduled_running_reqs
+        ) <= len(self.running)
+
+        num_common_prefix_blocks = [0] * self.kv_cache_manager.num_kv_cache_groups
+        if self.running:
+            num_common_prefix_blocks = self.kv_cache_manager.get_num_common_prefix_blocks(
+                self.running[0].request_id
+            )
+
+        new_reqs_data = [
+            NewRequestData.from_request(req, req_to_new_blocks[req.request_id].get_block_ids())
+            for req in scheduled_new_reqs
+        ]
+        cached_reqs_data = self._make_cached_request_data(
+            scheduled_running_reqs,
+            scheduled_resumed_reqs,
+            num_scheduled_tokens,
+            req_to_new_blocks,
+        )
+        self.prev_step_scheduled_req_ids = set(num_scheduled_tokens)
+
+        scheduler_output = SchedulerOutput(
+            scheduled_new_reqs=new_reqs_data,
+            scheduled_cached_reqs=cached_reqs_data,
+            num_scheduled_tokens=num_scheduled_tokens,
+            total_num_scheduled_tokens=total_num_scheduled_tokens,
+            num_common_prefix_blocks=num_common_prefix_blocks,
+            # Finished since the previous schedule(); a new set is started below.
+            finished_req_ids=self.finished_req_ids,
+            preempted_req_ids={req.request_id for req in preempted_reqs},
+        )
+        self._update_after_schedule(scheduler_output)
+        return scheduler_output
+
+    def _preempt_request(self, request: Request) -> None:
+        """Preempt by recompute: free the blocks, reset progress, requeue at the front.
+
+        The caller has already removed ``request`` from ``self.running``. The
+        tokens generated so far are kept; when the request is readmitted it
+        recomputes the KV of all of them (minus any prefix still cached) and
+        continues generating where it stopped.
+        """
+        if request.status != RequestStatus.RUNNING:
+            raise RuntimeError(
+                f"only running requests can be preempted; {request.request_id!r} is "
+                f"{request.status}"
+            )
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        self.waiting.prepend_request(request)
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        """Advance ``num_computed_tokens`` of the scheduled requests.
+
+        Done after the output was built, which must carry the old values, and
+        before the step runs, so that a chunked prompt's next chunk can be
+        scheduled right away. ``is_prefill_chunk`` tells the runner (and
+        ``update_from_output``) not to expect a sampled token for the request.
+        """
+        for req_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            request = self.requests[req_id]
+            request.num_computed_tokens += num_tokens
+            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens
+        # A fresh set: the output just built keeps a reference to the old one.
+        self.finished_req_ids = set()
+
+    def _make_cached_request_data(
+        self,
+        running_reqs: list[Request],
+        resumed_reqs: list[Request],
+        num_scheduled_tokens: dict[str, int],
+        req_to_new_blocks: dict[str, KVCacheBlocks],
+    ) -> CachedRequestData:
+        """Describe the scheduled requests the runner already knows (see CachedRequestData)."""
+        req_ids: list[str] = []
+        new_token_ids: list[list[int]] = []
+        new_block_ids: list[tuple[list[int], ...] | None] = []
+        all_token_ids: dict[str, list[int]] = {}
+        num_computed_tokens: list[int] = []
+        num_output_tokens: list[int] = []
+        resumed_req_ids: set[str] = set()
+        num_running_reqs = len(running_reqs)
+        for idx, req in enumerate(itertools.chain(running_reqs, resumed_reqs)):
+            req_id = req.request_id
+            req_ids.append(req_id)
+            start = req.num_computed_tokens
+            new_token_ids.append(req.all_token_ids[start : start + num_scheduled_tokens[req_id]])
+            if idx >= num_running_reqs:
+                resumed_req_ids.add(req_id)
+            if req_id not in self.prev_step_scheduled_req_ids or req_id in resumed_req_ids:
+                all_token_ids[req_id] = req.all_token_ids.copy()
+            new_block_ids.append(req_to_new_blocks[req_id].get_block_ids(allow_none=True))
+            num_computed_tokens.append(req.num_computed_tokens)
+            num_output_tokens.append(req.num_output_tokens)
+        return CachedRequestData(
+            req_ids=req_ids,
+            resumed_req_ids=resumed_req_ids,
+            new_token_ids=new_token_ids,
+            all_token_ids=all_token_ids,
+            new_block_ids=new_block_ids,
+            num_computed_tokens=num_computed_tokens,
+            num_output_tokens=num_output_tokens,
+        )
+
+    # ------------------------------------------------------------ outputs
+
+    def update_from_output(
+        self,
+        scheduler_output: SchedulerOutput,
+        sampled_token_ids: dict[str, list[int]],
+    ) -> list[EngineCoreOutput]:
+        """Apply one executed step: append sampled tokens, stop and free requests.
+
+        Args:
+            scheduler_output: The output of the ``schedule()`` that was executed.
+            sampled_token_ids: request id -> tokens sampled for it this step
+                (one per request without speculative decoding). A request in
+                the middle of its prefill must get none (missing or empty): the
+                logits of a non-final prompt chunk are not a prediction.
+
+        Returns:
+            One ``EngineCoreOutput`` per request that got tokens or finished, in
+            scheduling order.
+        """
+        # Reject a runner bug before changing anything.
+        for req_id, tokens in sampled_token_ids.items():
+            request = self.requests.get(req_id)
+            if tokens and request is not None and request.is_prefill_chunk:
+                raise ValueError(
+                    f"request {req_id!r} is mid-prefill ({request.num_computed_tokens} of "
+                    f"{request.num_tokens} tokens computed) but was given sampled tokens "
+                    f"{list(tokens)}; a partial prefill samples nothing"
+                )
+
+        outputs: list[EngineCoreOutput] = []
+        stopped_running_reqs: set[Request] = set()
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                # Aborted while the step ran.
+                continue
+            new_token_ids = list(sampled_token_ids.get(req_id, ()))
+            stopped = False
+            if new_token_ids:
+                new_token_ids, stopped = self._update_request_with_output(request, new_token_ids)
+
+            finish_reason = None
+            if stopped:
+                finish_reason = request.get_finished_reason()
+                self._free_request(request)
+                stopped_running_reqs.add(request)
+            if new_token_ids or stopped:
+                outputs.append(
+                    EngineCoreOutput(
+                        request_id=req_id,
+                        new_token_ids=new_token_ids,
+                        finish_reason=finish_reason,
+                        stop_reason=request.stop_reason,
+                    )
+                )
+        if stopped_running_reqs:
+            self.running = [req for req in self.running if req not in stopped_running_reqs]
+        return outputs
+
+    def _update_request_with_output(
+        self, request: Request, new_token_ids: list[int]
+    ) -> tuple[list[int], bool]:
+        """Append tokens one by one, stopping (and trimming) at the first stop."""
+        stopped = False
+        for num_new, token_id in enumerate(new_token_ids, 1):
+            request.append_output_token_ids(token_id)
+            stopped = check_stop(request, self.max_model_len)
+            if stopped:
+                del new_token_ids[num_new:]
+                break
+        return new_token_ids, stopped
+
+    def _free_request(self, request: Request) -> None:
+        """Release a finished request: its blocks now, its runner state next step."""
+        assert request.is_finished()
+        self.kv_cache_manager.free(request)
+        self.finished_req_ids.add(request.request_id)
+        del self.requests[request.request_id]

@@ -1,0 +1,178 @@
+"""Buggy implementations of lab-04 (the Triton cache-write, decode and merge kernels).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). They are edits of ``@triton.jit`` code, so without a GPU they run
+in Triton's interpreter like the learner's kernels do. ``python -m grading check-suites lab-04``
+and ``tests/test_buggy_implementations.py`` check that the graded suite catches every one.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "triton_paged_attention.py"
+
+MUTANTS = [
+    # -- _reshape_and_cache_kernel ---------------------------------------------------------------
+    Mutant(
+        name="padding_slot_written",
+        file=FILE,
+        find="""
+            if slot < 0:
+                return  # padding token: leave the cache untouched
+        """,
+        replace="",
+        why="no early return for padding: slot -1 is block -1 // 16 == 0, row -1 % 16 == -1 in "
+            "Triton's C-style arithmetic, so a padding token is stored just before the cache",
+    ),
+    Mutant(
+        name="cache_block_and_row_swapped",
+        file=FILE,
+        find="""
+            block = slot // BLOCK_SIZE
+            offset = slot % BLOCK_SIZE
+        """,
+        replace="""
+            block = slot % BLOCK_SIZE
+            offset = slot // BLOCK_SIZE
+        """,
+        why="slot // block_size and slot % block_size swapped: rows land in the wrong block at "
+            "the wrong offset",
+    ),
+    Mutant(
+        name="cache_write_ignores_the_tile_axis",
+        file=FILE,
+        find="idx = tl.program_id(1) * TILE + tl.arange(0, TILE)",
+        replace="idx = tl.arange(0, TILE)",
+        why="every program along grid axis 1 copies the first tile: rows wider than one tile "
+            "(many KV heads x a large head_dim) are written only in part",
+    ),
+    Mutant(
+        name="key_stored_into_value_cache",
+        file=FILE,
+        find="tl.store(v_dst + dim, v, mask=mask)",
+        replace="tl.store(v_dst + dim, k, mask=mask)",
+        why="copy-paste slip: the key row is stored into both caches",
+    ),
+    # -- _paged_decode_kernel: addressing ----------------------------------------------------------
+    Mutant(
+        name="gqa_head_modulo",
+        file=FILE,
+        find="heads = kv_head * QUERIES_PER_KV + offs_g",
+        replace="heads = offs_g * tl.num_programs(1) + kv_head",
+        why="the program of KV head j serves query heads j, j + num_kv_heads, ...: query head h "
+            "reads KV head h % num_kv_heads instead of h // group",
+    ),
+    Mutant(
+        name="tile_row_off_by_one",
+        file=FILE,
+        find="in_block = start % BLOCK_SIZE + offs_t",
+        replace="in_block = start % BLOCK_SIZE + offs_t + 1",
+        why="off-by-one in the block offset when a tile lies inside one block: every token reads "
+            "the next token's K/V row",
+    ),
+    Mutant(
+        name="token_row_off_by_one",
+        file=FILE,
+        find="in_block = offs_n % BLOCK_SIZE",
+        replace="in_block = (offs_n + 1) % BLOCK_SIZE",
+        why="off-by-one in the block offset when a tile spans blocks: positions counted from 1",
+    ),
+    Mutant(
+        name="tile_assumed_inside_one_block",
+        file=FILE,
+        find="if BLOCK_SIZE >= BLOCK_N:",
+        replace="if True:",
+        why="always one table entry per tile: with blocks smaller than the tile, the tile's "
+            "later tokens are read from whatever physical blocks follow the first one",
+    ),
+    Mutant(
+        name="no_mask_past_seq_len",
+        file=FILE,
+        find='s = tl.where(n_mask[None, :], s * qk_scale, float("-inf"))',
+        replace="s = s * qk_scale",
+        why="positions past seq_len keep score 0 (their K loads are masked to 0) instead of -inf: "
+            "they take softmax weight and dilute the output",
+    ),
+    # -- _paged_decode_kernel: split boundaries ----------------------------------------------------
+    Mutant(
+        name="split_share_rounded_down",
+        file=FILE,
+        find="tiles_per_split = tl.cdiv(num_tiles, num_splits)",
+        replace="tiles_per_split = num_tiles // num_splits",
+        why="each split's share is rounded down: the last num_tiles % num_splits tiles belong to "
+            "no split (and with more splits than tiles nothing is read)",
+    ),
+    Mutant(
+        name="split_end_off_by_one",
+        file=FILE,
+        find="tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)",
+        replace="tile_hi = tl.minimum(tile_lo + tiles_per_split - 1, num_tiles)",
+        why="inclusive/exclusive confusion in the split's range: its last tile is skipped",
+    ),
+    # -- _paged_decode_kernel: online softmax ------------------------------------------------------
+    Mutant(
+        name="softmax_without_max_subtraction",
+        file=FILE,
+        find="m_new = tl.maximum(m_i, tl.max(s, 1))",
+        replace="m_new = tl.zeros([GROUP_PAD], dtype=tl.float32)",
+        why="exp2 of raw scores: scores of a few hundred (log2 units above 128) overflow float32 "
+            "to inf, and inf / inf = nan",
+    ),
+    Mutant(
+        name="exp_instead_of_exp2",
+        file=FILE,
+        find="p = tl.exp2(s - m_new[:, None])",
+        replace="p = tl.exp(s - m_new[:, None])",
+        why="qk_scale already holds log2(e): using exp on base-2 scores applies the wrong "
+            "temperature (and disagrees with the exp2 rescaling of acc and l)",
+    ),
+    Mutant(
+        name="accumulator_not_rescaled",
+        file=FILE,
+        find="acc = acc * alpha[:, None] + pv",
+        replace="acc = acc + pv",
+        why="when a tile raises the running max, the old accumulator keeps its old scale: earlier "
+            "tiles are overweighted",
+    ),
+    Mutant(
+        name="sum_not_rescaled",
+        file=FILE,
+        find="l_i = l_i * alpha + tl.sum(p, 1)",
+        replace="l_i = l_i + tl.sum(p, 1)",
+        why="the running softmax sum is not rescaled when the max grows: the normaliser is wrong",
+    ),
+    Mutant(
+        name="empty_split_divides_by_zero",
+        file=FILE,
+        find="out = acc / l_safe[:, None]",
+        replace="out = acc / l_i[:, None]",
+        why="an empty split (more splits than tiles) computes 0 / 0 = nan, which the merge "
+            "multiplies by weight 0 and still gets nan",
+    ),
+    Mutant(
+        name="lse_without_running_max",
+        file=FILE,
+        find='lse = tl.where(nonempty, m_i + tl.log2(l_safe), float("-inf"))',
+        replace='lse = tl.where(nonempty, tl.log2(l_safe), float("-inf"))',
+        why="the split's log-sum-exp forgets the max its sum was shifted by: splits are weighted "
+            "as if all had the same maximum score",
+    ),
+    # -- _merge_splits_kernel ------------------------------------------------------------------------
+    Mutant(
+        name="merge_without_max_subtraction",
+        file=FILE,
+        find="weight = tl.exp2(lse - lse_max)",
+        replace="weight = tl.exp2(lse)",
+        why="merge weights 2**lse without subtracting the largest lse: overflows to inf when "
+            "scores are large (inf / inf = nan)",
+    ),
+    Mutant(
+        name="merge_plain_average",
+        file=FILE,
+        find="weight = tl.exp2(lse - lse_max)",
+        replace='weight = tl.where(lse > float("-inf"), 1.0, 0.0)',
+        why="averages the non-empty splits' partial outputs: a split's weight must be its share "
+            "of the softmax sum, 2**lse_i / sum 2**lse_j",
+    ),
+]

@@ -1,0 +1,226 @@
+"""Buggy implementations of lab-07 (the KV cache manager).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-07`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "kv_cache_manager.py"
+
+MUTANTS = [
+    # -- prefix-cache hits ------------------------------------------------------------------
+    Mutant(
+        name="hit_on_the_last_token",
+        file=FILE,
+        find="max_cache_hit_length = request.num_tokens - 1",
+        replace="max_cache_hit_length = request.num_tokens",
+        why="no num_tokens - 1 cap: a fully cached block-aligned prompt is skipped entirely, so "
+            "the model never runs on its last token and has no logits to sample from",
+    ),
+    Mutant(
+        name="hit_skips_over_a_miss",
+        file=FILE,
+        find="""
+            if not cached:
+                break
+            computed.append(cached[0])
+        """,
+        replace="""
+            if not cached:
+                continue
+            computed.append(cached[0])
+        """,
+        why="find_longest_cache_hit ignores the chain: it keeps looking after a miss, so a later "
+            "cached block is glued after a gap and the request reads another prefix's KV",
+    ),
+    Mutant(
+        name="hit_limit_in_tokens_not_blocks",
+        file=FILE,
+        find="max_num_blocks = max(max_cache_hit_length, 0) // self.block_size",
+        replace="max_num_blocks = cdiv(max(max_cache_hit_length, 0), self.block_size)",
+        why="rounds the hit limit up to whole blocks: a hit can then cover the last token, "
+            "which must be recomputed",
+    ),
+    Mutant(
+        name="stats_ignore_preemption",
+        file=FILE,
+        find="preempted=request.num_preemptions > 0,",
+        replace="preempted=False,",
+        why="prefix-cache stats count resumed requests as new traffic: they mostly hit their "
+            "own freshly freed blocks, which flatters the hit rate",
+    ),
+    Mutant(
+        name="stats_never_reset",
+        file=FILE,
+        find="""
+            stats = self.prefix_cache_stats
+            self.prefix_cache_stats = PrefixCacheStats()
+            return stats
+        """,
+        replace="""
+            return self.prefix_cache_stats
+        """,
+        why="make_prefix_cache_stats hands out the live counters without starting afresh, so "
+            "every snapshot counts all lookups since startup (and the logger double counts)",
+    ),
+    # -- allocate_slots -----------------------------------------------------------------------
+    Mutant(
+        name="hits_claimed_before_the_capacity_check",
+        file=FILE,
+        find="""
+            if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():
+                return None
+
+            # Stage 2: claim the prefix hits (an empty set of hits, shared or not, is
+            # no hit at all: running requests pass none).
+            if new_computed_block_list[0]:
+                self.allocate_new_computed_blocks(request.request_id, new_computed_block_list[0])
+        """,
+        replace="""
+            if new_computed_block_list[0]:
+                self.allocate_new_computed_blocks(request.request_id, new_computed_block_list[0])
+            if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():
+                return None
+        """,
+        why="claims (touches) the prefix hits before checking capacity: a refused admission "
+            "leaves its hits referenced and a half-built block table behind",
+    ),
+    Mutant(
+        name="empty_table_left_on_none",
+        file=FILE,
+        find="num_req_blocks = len(self.req_to_blocks.get(request_id, ()))",
+        replace="num_req_blocks = len(self.req_to_blocks.setdefault(request_id, []))",
+        why="the capacity count creates the request's table with setdefault, so a refused "
+            "request leaves an empty entry in req_to_blocks: None must change nothing",
+    ),
+    Mutant(
+        name="hits_not_touched",
+        file=FILE,
+        find="""
+            if self.enable_caching:
+                self.block_pool.touch(new_computed_blocks)
+            elif new_computed_blocks:
+        """,
+        replace="""
+            if new_computed_blocks and not self.enable_caching:
+        """,
+        why="the hits are put in the table without touch: their ref_cnt does not count the new "
+            "user and a free hit stays in the free queue, ready to be evicted under the request",
+    ),
+    Mutant(
+        name="free_hits_not_counted",
+        file=FILE,
+        find="return num_new_blocks + num_evictable_blocks",
+        replace="return num_new_blocks",
+        why="hits that sit free in the queue are not counted: claiming them consumes free "
+            "blocks, so the allocation runs out half-way instead of returning None",
+    ),
+    Mutant(
+        name="returns_the_whole_table",
+        file=FILE,
+        find="""
+            self.cache_blocks(request, num_tokens_to_cache)
+        return self.create_kv_cache_blocks((new_blocks,))
+        """,
+        replace="""
+            self.cache_blocks(request, num_tokens_to_cache)
+        return self.get_blocks(request.request_id)
+        """,
+        why="allocate_slots returns the request's whole table instead of the blocks it added: "
+            "the runner would append blocks it already has",
+    ),
+    Mutant(
+        name="hit_blocks_not_marked_cached",
+        file=FILE,
+        find="""
+            req_blocks.extend(new_computed_blocks)
+            self.num_cached_block[request_id] = len(req_blocks)
+        """,
+        replace="""
+            req_blocks.extend(new_computed_blocks)
+        """,
+        why="the hits are not recorded as already published, so cache_blocks hashes them a "
+            "second time (a block is hashed once: RuntimeError)",
+    ),
+    Mutant(
+        name="caches_lookahead_slots",
+        file=FILE,
+        find="num_tokens_to_cache = min(total_computed_tokens + num_new_tokens, request.num_tokens)",
+        replace="num_tokens_to_cache = min(num_tokens_need_slot, request.num_tokens)",
+        why="publishes the blocks of lookahead slots too: their tokens are not computed this "
+            "step, so another request could hit KV that was never written",
+    ),
+    Mutant(
+        name="caches_partial_blocks",
+        file=FILE,
+        find="num_full_blocks = min(num_computed_tokens // self.block_size, len(request.block_hashes))",
+        replace="num_full_blocks = min(cdiv(num_computed_tokens, self.block_size), "
+                "len(request.block_hashes))",
+        why="rounds up in cache_blocks: a block only partly computed (mid-prefill chunk) is "
+            "published and can be hit before its KV is written",
+    ),
+    Mutant(
+        name="cache_blocks_rehashes",
+        file=FILE,
+        find="""
+            )
+            self.num_cached_block[request_id] = num_full_blocks
+        """,
+        replace="""
+            )
+        """,
+        why="cache_blocks never records how far it got, so the next step hashes the same "
+            "blocks again (a block is hashed once: RuntimeError)",
+    ),
+    Mutant(
+        name="no_max_model_len_cap",
+        file=FILE,
+        find="""
+            num_tokens_need_slot = min(
+                total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
+            )
+        """,
+        replace="""
+            num_tokens_need_slot = total_computed_tokens + num_new_tokens + num_lookahead_tokens
+        """,
+        why="slots are not capped at max_model_len: lookahead slots beyond the model's length "
+            "take blocks no token can ever use",
+    ),
+    # -- free, ids, usage ---------------------------------------------------------------------
+    Mutant(
+        name="free_in_forward_order",
+        file=FILE,
+        find="self.block_pool.free_blocks(list(reversed(req_blocks)))",
+        replace="self.block_pool.free_blocks(list(req_blocks))",
+        why="frees head first: under LRU eviction the shared prefix is then evicted before the "
+            "request's private tail",
+    ),
+    Mutant(
+        name="free_keeps_the_table",
+        file=FILE,
+        find="req_blocks = self.req_to_blocks.pop(request.request_id, [])",
+        replace="req_blocks = self.req_to_blocks.get(request.request_id, [])",
+        why="free releases the blocks but leaves the request's table in req_to_blocks: a "
+            "preempted request readmitted later starts from a stale table of freed blocks",
+    ),
+    Mutant(
+        name="usage_counts_the_null_block",
+        file=FILE,
+        find="return self.block_pool.get_usage()",
+        replace="return 1.0 - self.block_pool.get_num_free_blocks() / self.num_gpu_blocks",
+        why="usage divides by num_gpu_blocks, counting the null block as usable capacity, so "
+            "it never reaches 100 %",
+    ),
+    Mutant(
+        name="get_block_ids_none_when_empty",
+        file=FILE,
+        find="return self.get_blocks(request_id).get_block_ids()",
+        replace="return self.get_blocks(request_id).get_block_ids(allow_none=True)",
+        why="get_block_ids returns None for a request without blocks instead of ([],): callers "
+            "index the result per group",
+    ),
+]

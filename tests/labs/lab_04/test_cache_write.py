@@ -1,0 +1,108 @@
+"""lab-04, part 1: the cache-write kernel (``_reshape_and_cache_kernel``), through the given
+launcher ``reshape_and_cache``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grading.suite import graded
+from tests.labs.lab_04.support import WRITE, device, load, torch_module
+
+DOC = "phases/04-attention-kernels/README.md"
+
+
+def write(slots: list[int], *, dtype: str = "float32", num_blocks: int = 6, block_size: int = 4,
+          kv_heads: int = 2, head_dim: int = 16, seed: int = 0):
+    """Run the learner's write into a garbage-filled cache with a guard block on each side.
+
+    Returns (buffer_k, buffer_v, expected_k, expected_v) as float64 numpy arrays; the cache is
+    ``buffer[1:-1]``.
+    """
+    torch = torch_module()
+    mod = load(*WRITE)
+    dev, dt = device(), getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(seed)
+    shape = (num_blocks + 2, block_size, kv_heads, head_dim)
+    buf_k = torch.randn(shape, generator=gen).to(device=dev, dtype=dt)
+    buf_v = torch.randn(shape, generator=gen).to(device=dev, dtype=dt)
+    key = torch.randn((len(slots), kv_heads, head_dim), generator=gen).to(device=dev, dtype=dt)
+    value = torch.randn((len(slots), kv_heads, head_dim), generator=gen).to(device=dev, dtype=dt)
+    want_k, want_v = buf_k.double().cpu().numpy(), buf_v.double().cpu().numpy()
+    for i, slot in enumerate(slots):
+        if slot >= 0:
+            want_k[1 + slot // block_size, slot % block_size] = key[i].double().cpu().numpy()
+            want_v[1 + slot // block_size, slot % block_size] = value[i].double().cpu().numpy()
+    mod.reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1],
+                          torch.tensor(slots, dtype=torch.int64, device=dev))
+    return buf_k.double().cpu().numpy(), buf_v.double().cpu().numpy(), want_k, want_v
+
+
+def check(got: np.ndarray, want: np.ndarray, name: str, rule: str) -> None:
+    rows = np.argwhere(np.any(got != want, axis=(2, 3)))
+    if not rows.size:
+        return
+    block, offset = rows[0].tolist()
+    size = got.shape[1]
+    if block == 0 or block == got.shape[0] - 1:
+        where = f"OUTSIDE the cache ({'before' if block == 0 else 'after'} it)"
+    else:
+        where = f"at {name}[{block - 1}, {offset}] (slot {(block - 1) * size + offset})"
+    raise AssertionError(f"{rule}: {len(rows)} rows differ, the first {where}")
+
+
+@graded(3, "token i's K and V rows go to block slot // block_size, row slot % block_size of "
+           "key_cache and value_cache; nothing else changes", f"{DOC}#the-cache-write-kernel")
+def test_cache_write_scatters_rows():
+    """Seven tokens to scattered slots of a 6-block cache (blocks of 4)."""
+    slots = [3, 17, 0, 23, 9, 12, 6]
+    got_k, got_v, want_k, want_v = write(slots)
+    check(got_k, want_k, "key_cache", f"writing slots {slots}")
+    check(got_v, want_v, "value_cache", f"writing slots {slots}")
+
+
+@graded(2, "a slot < 0 is padding: the program returns before storing anything (in Triton "
+           "-1 // 4 == 0 and -1 % 4 == -1: a store would land just BEFORE the cache)",
+        f"{DOC}#padding-slots")
+def test_padding_slots_write_nothing():
+    """Slots -1 and -5 among real ones: only the real slots change."""
+    slots = [-1, 5, -1, 14, -5]
+    got_k, got_v, want_k, want_v = write(slots, seed=1)
+    check(got_k, want_k, "key_cache", f"writing slots {slots} (negative = padding)")
+    check(got_v, want_v, "value_cache", f"writing slots {slots} (negative = padding)")
+
+
+@graded(1, "the cache dtype is kept and strided inputs (K and V sliced out of a fused QKV "
+           "projection) are read through their strides", f"{DOC}#the-cache-write-kernel")
+def test_cache_write_bf16_from_a_fused_projection():
+    """bf16 keys and values taken as column slices of one [tokens, 8, 16] tensor."""
+    torch = torch_module()
+    mod = load(*WRITE)
+    dev = device()
+    gen = torch.Generator().manual_seed(2)
+    qkv = torch.randn((5, 8, 16), generator=gen).to(device=dev, dtype=torch.bfloat16)
+    key, value = qkv[:, 4:6], qkv[:, 6:8]
+    buffer = torch.zeros((2, 5, 4, 2, 16), dtype=torch.bfloat16, device=dev)  # [k/v, blocks...]
+    slots = [0, 5, -1, 11, 6]
+    mod.reshape_and_cache(key, value, buffer[0, 1:-1], buffer[1, 1:-1],
+                          torch.tensor(slots, device=dev))
+    flat_k = buffer[0, 1:-1].reshape(12, 2, 16)
+    flat_v = buffer[1, 1:-1].reshape(12, 2, 16)
+    for i, slot in enumerate(slots):
+        if slot >= 0:
+            assert torch.equal(flat_k[slot], key[i]), f"key_cache slot {slot} != key row {i}"
+            assert torch.equal(flat_v[slot], value[i]), f"value_cache slot {slot} != value row {i}"
+    untouched = [s for s in range(12) if s not in slots]
+    assert flat_k[untouched].abs().sum() == 0 and flat_v[untouched].abs().sum() == 0, (
+        f"slots {untouched} were never written to but changed")
+    assert buffer[:, [0, -1]].abs().sum() == 0, "a store landed outside the cache"
+
+
+@graded(1, "the second grid axis tiles a token's num_kv_heads * head_dim elements: program "
+           "(token, t) copies elements t * TILE ..", f"{DOC}#the-cache-write-kernel")
+def test_cache_write_rows_wider_than_a_tile():
+    """5 KV heads of 1024: 5120 elements per token, more than one tile of 4096."""
+    slots = [1, -1, 2]
+    got_k, got_v, want_k, want_v = write(slots, num_blocks=2, block_size=2, kv_heads=5,
+                                         head_dim=1024, seed=3)
+    check(got_k, want_k, "key_cache", "rows of 5 x 1024 elements")
+    check(got_v, want_v, "value_cache", "rows of 5 x 1024 elements")

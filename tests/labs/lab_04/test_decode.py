@@ -1,0 +1,270 @@
+"""lab-04, part 2: the decode kernel (``_paged_decode_kernel``) and the merge of its splits
+(``_merge_splits_kernel``), through the given launcher ``paged_attention_decode``.
+
+Without a GPU these run in Triton's interpreter on small shapes (head_dim 16, a few dozen
+tokens); with one, the same tests run compiled, and the ``gpu_`` tests add real shapes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grading.suite import graded
+from tests.labs.lab_04.support import (
+    DECODE,
+    DECODE_SPLIT,
+    WRITE,
+    assert_close,
+    device,
+    load,
+    make_case,
+    oracle_decode,
+    run_decode,
+    torch_module,
+)
+
+DOC = "phases/04-attention-kernels/README.md"
+
+
+@graded(2, "decode: one program per (sequence, KV head) reads the sequence's blocks through "
+           "its table and equals dense attention", f"{DOC}#one-program-per-sequence-and-kv-head")
+def test_decode_one_sequence():
+    """One 21-token sequence in blocks of 8, 4 query heads over 2 KV heads, one split."""
+    got, want, tol = run_decode(load(*DECODE), make_case(1, [21], 8, 4, 2), num_splits=1)
+    assert_close(got, want, tol, "one sequence of 21 tokens, blocks of 8")
+
+
+@graded(2, "blocks smaller than a tile: each token t of a tile has its own table entry "
+           "t // block_size and row t % block_size", f"{DOC}#tiles-of-tokens")
+def test_decode_blocks_smaller_than_a_tile():
+    """Block sizes 1 and 4 (a 32-token tile spans many blocks), lengths 1 to 37."""
+    mod = load(*DECODE)
+    for block_size in (1, 4):
+        case = make_case(10 + block_size, [1, 5, 37], block_size, 4, 2)
+        got, want, tol = run_decode(mod, case, num_splits=1)
+        assert_close(got, want, tol, f"lengths [1, 5, 37] in blocks of {block_size}")
+
+
+@graded(2, "blocks larger than a tile: a tile starting at token s lies in block "
+           "table[s // block_size], rows s % block_size ..", f"{DOC}#tiles-of-tokens")
+def test_decode_blocks_larger_than_a_tile():
+    """Blocks of 64 tokens, read a 32-token tile at a time: lengths 50, 100 and 130."""
+    case = make_case(2, [50, 100, 130], 64, 2, 1)
+    got, want, tol = run_decode(load(*DECODE), case, num_splits=1)
+    assert_close(got, want, tol, "lengths [50, 100, 130] in blocks of 64")
+
+
+@graded(2, "tokens at positions >= seq_len get score -inf: the rest of the last block and of "
+           "the last tile is another request's data", f"{DOC}#masking-past-the-sequence-length")
+def test_decode_masks_past_seq_len():
+    """Lengths that end mid-block and mid-tile; the slots after them hold large garbage."""
+    case = make_case(3, [3, 19, 45], 16, 2, 2, garbage=20.0)
+    got, want, tol = run_decode(load(*DECODE), case, num_splits=1)
+    assert_close(got, want, tol, "lengths [3, 19, 45] in blocks of 16 (garbage after them)")
+
+
+@graded(2, "GQA: the program for KV head j serves query heads j * group .. j * group + group - 1 "
+           "(query head h reads KV head h // group, not h % num_kv_heads)",
+        f"{DOC}#one-program-per-sequence-and-kv-head")
+def test_decode_gqa_groups():
+    """Groups of 1, 3 (not a power of two), 4 and 32 (more rows than the 16-row pad)."""
+    mod = load(*DECODE)
+    for num_heads, num_kv_heads in ((4, 4), (6, 2), (8, 2), (32, 1)):
+        case = make_case(num_heads, [9, 26], 8, num_heads, num_kv_heads)
+        case.buffer_v += 5.0 * np.arange(num_kv_heads)[None, None, :, None]  # tell KV heads apart
+        got, want, tol = run_decode(mod, case, num_splits=1)
+        assert_close(got, want, tol, f"{num_heads} query heads over {num_kv_heads} KV heads")
+
+
+@graded(1, "online softmax: when a later tile raises the running max, acc and l are rescaled "
+           "by exp2(m_old - m_new)", f"{DOC}#the-online-softmax")
+def test_decode_later_tiles_dominate():
+    """Scores that grow along the sequence: every tile raises the running maximum."""
+    case = make_case(4, [100], 16, 2, 1)
+    direction = case.query[0, 0] / np.linalg.norm(case.query[0, 0])
+    for p in range(100):
+        block, offset = case.tables[0, p // 16] + 1, p % 16
+        case.buffer_k[block, offset, 0] += 0.08 * p * direction
+    got, want, tol = run_decode(load(*DECODE), case, num_splits=1)
+    assert_close(got, want, tol, "a 100-token sequence whose scores grow along it")
+
+
+@graded(3, "split-K: split s walks tiles [s * per_split, min((s + 1) * per_split, num_tiles)) "
+           "with per_split = cdiv(num_tiles, num_splits); the merge weights each partial by "
+           "2**(lse_s - max lse)", f"{DOC}#split-k-and-the-log-sum-exp-merge")
+def test_decode_split_k_is_exact():
+    """2 and 3 splits of sequences of 1-130 tokens (tiles of 16, uneven shares)."""
+    mod = load(*DECODE_SPLIT)
+    case = make_case(5, [1, 19, 130, 64], 4, 4, 2)
+    for num_splits in (2, 3):
+        got, want, tol = run_decode(mod, case, num_splits=num_splits, block_n=16)
+        assert_close(got, want, tol, f"{num_splits} splits of lengths [1, 19, 130, 64]")
+
+
+@graded(1, "an empty split (more splits than tiles) stores a zero partial and lse = -inf, "
+           "and the merge gives it weight 0", f"{DOC}#split-k-and-the-log-sum-exp-merge")
+def test_decode_more_splits_than_tiles():
+    """7 splits of sequences that have only 1 to 3 tiles."""
+    case = make_case(6, [5, 40], 8, 2, 1)
+    got, want, tol = run_decode(load(*DECODE_SPLIT), case, num_splits=7, block_n=16)
+    assert_close(got, want, tol, "7 splits of lengths [5, 40] (most splits empty)")
+
+
+@graded(2, "numerics: subtract the running max before exp2 (and the max lse in the merge); "
+           "scores of several hundred overflow float32 and float16 otherwise",
+        f"{DOC}#numerics")
+def test_decode_large_logits_fp16():
+    """fp16 caches and queries scaled by 30: scores in the hundreds, one split and three."""
+    mod = load(*DECODE_SPLIT)
+    case = make_case(7, [40, 9], 8, 4, 2)
+    case.query *= 30.0
+    for num_splits in (1, 3):
+        got, want, tol = run_decode(mod, case, "float16", scale=1.0, num_splits=num_splits,
+                                    block_n=16)
+        assert_close(got, want, tol, f"fp16, scores in the hundreds, {num_splits} split(s)")
+
+
+@graded(1, "fp16 and bf16 caches: the dots read the cache dtype, softmax and accumulator stay "
+           "float32, the output has the query's dtype", f"{DOC}#numerics")
+def test_decode_half_precision():
+    """fp16 and bf16 caches, split and unsplit."""
+    mod = load(*DECODE_SPLIT)
+    case = make_case(8, [33, 100], 16, 8, 2)
+    for dtype in ("float16", "bfloat16"):
+        for num_splits in (1, 4):
+            got, want, tol = run_decode(mod, case, dtype, num_splits=num_splits)
+            assert_close(got, want, tol, f"{dtype}, {num_splits} split(s)")
+
+
+@graded(2, "any batch: variable lengths, any power-of-two block size, any split count",
+        f"{DOC}#reading-the-cache")
+def test_decode_random_batches():
+    """Four seeded random configurations: block size, group, lengths, splits."""
+    mod = load(*DECODE_SPLIT)
+    rng = np.random.default_rng(2024)
+    for trial in range(4):
+        block_size = int(rng.choice([1, 2, 8, 16, 32]))
+        group, num_kv_heads = int(rng.choice([1, 2, 4])), int(rng.integers(1, 3))
+        lens = rng.integers(1, 70, size=int(rng.integers(1, 4))).tolist()
+        num_splits = int(rng.integers(1, 4))
+        case = make_case(100 + trial, lens, block_size, group * num_kv_heads, num_kv_heads)
+        got, want, tol = run_decode(mod, case, num_splits=num_splits)
+        assert_close(got, want, tol, f"lengths {lens}, blocks of {block_size}, "
+                     f"{group * num_kv_heads}/{num_kv_heads} heads, {num_splits} split(s)")
+
+
+@graded(2, "the whole path: slots from the table, your cache write, your decode, equal to "
+           "dense attention over the keys written", f"{DOC}#where-attention-meets-the-block-table")
+def test_write_then_decode():
+    """23 tokens written with your cache-write kernel, then decoded in 2 splits."""
+    torch = torch_module()
+    mod = load(*WRITE, *DECODE_SPLIT)
+    dev = device()
+    gen = torch.Generator().manual_seed(9)
+    block_size, heads, kv_heads, dim, n = 4, 8, 2, 16, 23
+    key = torch.randn((n, kv_heads, dim), generator=gen)
+    value = torch.randn((n, kv_heads, dim), generator=gen)
+    query = torch.randn((1, heads, dim), generator=gen)
+    table = torch.tensor([11, 2, 7, 0, 5, 9])
+    key_cache = torch.randn((12, block_size, kv_heads, dim), generator=gen).to(dev)
+    value_cache = torch.randn((12, block_size, kv_heads, dim), generator=gen).to(dev)
+    slots = mod.compute_slot_mapping(table, torch.arange(n), block_size)
+    mod.reshape_and_cache(key.to(dev), value.to(dev), key_cache, value_cache, slots.to(dev))
+    out = mod.paged_attention_decode(query.to(dev), key_cache, value_cache, table[None].to(dev),
+                                     torch.tensor([n], device=dev), 0.25, num_splits=2)
+    kc = np.zeros((6, block_size, kv_heads, dim))
+    vc = np.zeros_like(kc)
+    for p in range(n):  # the expected cache, laid out by the test
+        kc[p // block_size, p % block_size] = key[p].double().numpy()
+        vc[p // block_size, p % block_size] = value[p].double().numpy()
+    want = oracle_decode(query.double().numpy(), kc, vc, np.arange(6)[None], np.array([n]), 0.25)
+    assert_close(out.double().cpu().numpy(), want, 2e-5, "write 23 tokens, then decode them")
+
+
+# ------------------------------------------------------------------------------ GPU, real shapes
+
+
+def gpu_oracle(q, key_cache, value_cache, tables, seq_lens, scale):
+    """float32 attention on the GPU, gathering each sequence through its table."""
+    torch = torch_module()
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    group = q.shape[1] // key_cache.shape[2]
+    block_size = key_cache.shape[1]
+    for i in range(q.shape[0]):
+        n = int(seq_lens[i])
+        blocks = tables[i, : -(-n // block_size)].long()
+        k = key_cache[blocks].flatten(0, 1)[:n].float().repeat_interleave(group, dim=1)
+        v = value_cache[blocks].flatten(0, 1)[:n].float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q[i].float(), k) * scale
+        out[i] = torch.einsum("hn,nhd->hd", scores.softmax(-1), v)
+    return out
+
+
+def gpu_case(seed, lens, block_size, num_heads, num_kv_heads, head_dim=128):
+    torch = torch_module()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    used = [-(-n // block_size) for n in lens]
+    num_blocks = sum(used) + 8
+    perm = torch.randperm(num_blocks, generator=gen, device="cuda")
+    tables = torch.zeros((len(lens), max(used)), dtype=torch.int32, device="cuda")
+    start = 0
+    for i, u in enumerate(used):
+        tables[i, :u] = perm[start:start + u]
+        start += u
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    kc = torch.randn(shape, generator=gen, device="cuda").to(torch.bfloat16)
+    vc = torch.randn(shape, generator=gen, device="cuda").to(torch.bfloat16)
+    q = torch.randn((len(lens), num_heads, head_dim), generator=gen, device="cuda")
+    return q.to(torch.bfloat16), kc, vc, tables, torch.tensor(lens, device="cuda")
+
+
+def check_gpu(got, want, what):
+    torch = torch_module()
+    assert bool(torch.isfinite(got).all()), f"{what}: the output holds inf/nan"
+    err = float((got.float() - want).abs().max())
+    tol = 1e-2 * float(want.abs().max()) + 2e-3
+    assert err <= tol, f"{what}: max |got - expected| = {err:.3g} > {tol:.2g}"
+
+
+@graded(3, "real shapes (bf16, head_dim 128, 32/8 heads, blocks of 16, thousands of tokens, "
+           "the default split count)", f"{DOC}#split-k-and-the-log-sum-exp-merge", gpu=True)
+def test_gpu_decode_long_sequences_split():
+    """A batch of 4 long, uneven sequences: the launcher chooses several splits."""
+    mod = load(*DECODE_SPLIT)
+    q, kc, vc, tables, lens = gpu_case(0, [3001, 1, 517, 8192], 16, 32, 8)
+    got = mod.paged_attention_decode(q, kc, vc, tables, lens, 128**-0.5)
+    check_gpu(got, gpu_oracle(q, kc, vc, tables, lens, 128**-0.5), "4 long sequences, bf16")
+
+
+@graded(2, "real shapes, large batch (one split: the decode kernel writes the output itself)",
+        f"{DOC}#one-program-per-sequence-and-kv-head", gpu=True)
+def test_gpu_decode_large_batch_single_split():
+    """128 sequences of about 1000 tokens, 64/8 heads, blocks of 128."""
+    mod = load(*DECODE_SPLIT)
+    lens = [900 + 7 * i for i in range(128)]
+    q, kc, vc, tables, seq_lens = gpu_case(1, lens, 128, 64, 8)
+    got = mod.paged_attention_decode(q, kc, vc, tables, seq_lens, 128**-0.5)
+    check_gpu(got, gpu_oracle(q, kc, vc, tables, seq_lens, 128**-0.5), "128 sequences, bf16")
+
+
+@graded(1, "real shapes: 4096 tokens of 8 x 128 bf16 written in one launch, padding skipped",
+        f"{DOC}#the-cache-write-kernel", gpu=True)
+def test_gpu_cache_write_real_shapes():
+    """A prefill-sized write: 4096 tokens, every 10th one padding."""
+    torch = torch_module()
+    mod = load(*WRITE)
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    kc = torch.zeros((300, 16, 8, 128), dtype=torch.bfloat16, device="cuda")
+    vc = torch.zeros_like(kc)
+    key = torch.randn((4096, 8, 128), generator=gen, device="cuda").to(torch.bfloat16)
+    value = torch.randn((4096, 8, 128), generator=gen, device="cuda").to(torch.bfloat16)
+    slots = torch.randperm(300 * 16, generator=gen, device="cuda")[:4096]
+    slots[::10] = -1
+    mod.reshape_and_cache(key, value, kc, vc, slots)
+    keep = slots >= 0
+    flat_k, flat_v = kc.view(-1, 8, 128), vc.view(-1, 8, 128)
+    assert torch.equal(flat_k[slots[keep]], key[keep]), "a key row is not in its slot"
+    assert torch.equal(flat_v[slots[keep]], value[keep]), "a value row is not in its slot"
+    written = torch.zeros(300 * 16, dtype=torch.bool, device="cuda")
+    written[slots[keep]] = True
+    assert flat_k[~written].abs().sum() == 0, "slots no token maps to were written"

@@ -1,0 +1,90 @@
+"""The shim itself: it maps ``vllm.*`` onto mini_vllm only while installed, and leaves no trace.
+
+Collected after ``selected.txt`` (pytest sorts a folder's entries), so the leak checks below
+also cover the upstream suite that just ran in the same process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+from mini_vllm.core import kv_cache_utils as mini_kv_cache_utils
+from mini_vllm.request import Request as MiniRequest
+
+from . import shim
+
+
+def _vllm_modules() -> list[str]:
+    return [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]
+
+
+def test_nothing_of_the_shim_outlives_it() -> None:
+    assert _vllm_modules() == []
+    assert shim.Shim.get().finder not in sys.meta_path
+    assert "tests.v1.kv_connector.unit.utils" not in sys.modules
+    with pytest.raises(ImportError):
+        importlib.import_module("vllm.v1.core.block_pool")
+
+
+def test_mirrored_modules_read_mini_vllm_live() -> None:
+    saved = mini_kv_cache_utils.NONE_HASH
+    with shim.installed():
+        kv_cache_utils = importlib.import_module("vllm.v1.core.kv_cache_utils")
+        assert kv_cache_utils.KVCacheBlock is mini_kv_cache_utils.KVCacheBlock
+        kv_cache_utils.init_none_hash(mini_kv_cache_utils.sha256)
+        # Reads go to the live module, so a rebinding by init_none_hash is seen.
+        assert kv_cache_utils.NONE_HASH is mini_kv_cache_utils.NONE_HASH
+        assert importlib.reload(kv_cache_utils) is kv_cache_utils
+        from vllm.v1.request import Request
+
+        assert issubclass(Request, MiniRequest)
+    assert saved == mini_kv_cache_utils.NONE_HASH  # restored on uninstall
+
+
+def test_upstream_only_names_fail_when_used_not_when_imported() -> None:
+    with shim.installed():
+        from vllm.lora.request import LoRARequest
+        from vllm.v1.core.kv_cache_utils import generate_block_hash_extra_keys
+
+        assert isinstance(None, LoRARequest | None)  # usable in annotations and isinstance
+        with pytest.raises(shim.UpstreamOnlyError, match="no LoRA adapters"):
+            LoRARequest("adapter", 1, "/path")
+        with pytest.raises(NotImplementedError, match="extra hash keys are not mirrored"):
+            generate_block_hash_extra_keys(None, 0, 1, 0)
+
+
+def test_adapters_refuse_features_mini_vllm_lacks() -> None:
+    with shim.installed():
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=4, prompt_logprobs=None)
+        Request("ok", [1, 2], params, None)
+        with pytest.raises(shim.UpstreamOnlyError, match="cache_salt"):
+            Request("salted", [1, 2], params, None, cache_salt="s")
+        with pytest.raises(shim.UpstreamOnlyError, match="prompt_logprobs"):
+            SamplingParams(max_tokens=4, prompt_logprobs=5)
+
+
+def test_manager_adapter_keeps_upstream_views() -> None:
+    with shim.installed():
+        from vllm.v1.core.kv_cache_manager import KVCacheManager
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+
+        config = KVCacheConfig(
+            num_blocks=5,
+            kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=4))],
+        )
+        manager = KVCacheManager(config, max_model_len=64, hash_block_size=4)
+        view = manager.coordinator.single_type_managers[0]
+        assert view.req_to_blocks is manager.req_to_blocks
+        assert manager.block_pool.get_num_free_blocks() == 4
+        with pytest.raises(shim.UpstreamOnlyError, match="hash_block_size"):
+            KVCacheManager(config, max_model_len=64, hash_block_size=2)
+        hybrid = KVCacheConfig(5, [], [config.kv_cache_groups[0], config.kv_cache_groups[0]])
+        with pytest.raises(shim.UpstreamOnlyError, match="one full-attention group"):
+            KVCacheManager(hybrid, max_model_len=64, hash_block_size=4)

@@ -362,6 +362,10 @@ class KVCacheManager:
         not scheduled this step still count, so the result may understate the
         prefix shared by the scheduled batch.
         """
+        if not self.enable_caching:
+            # Without prefix caching no two requests share a block (as upstream's
+            # no-prefix-cache coordinator reports).
+            return [0]
         blocks = self.req_to_blocks.get(running_request_id, [])
         num_requests = len(self.req_to_blocks)
         num_common_blocks = 0

@@ -329,7 +329,7 @@ class FreeKVCacheBlockQueue:
         """
         first = self.fake_free_list_head.next_free_block
         if first is None or first is self.fake_free_list_tail:
-            raise ValueError("No free blocks available: the free queue is empty")
+            raise ValueError("No free blocks available")
         second = first.next_free_block
         if second is None:
             raise RuntimeError(f"Free queue is corrupted: block {first.block_id} has no successor")

@@ -250,7 +250,7 @@ class LLMEngine:
         block_bytes = runner.kv_cache_block_bytes
         num_gpu_blocks = kv_sizing.num_gpu_blocks_from_budget(budget, block_bytes)
         # One block is the null block (never handed out); the rest must cover a full request.
-        needed = kv_sizing.blocks_per_request(self.max_model_len, args.block_size) + 1
+        needed = kv_sizing.min_num_gpu_blocks(self.max_model_len, args.block_size)
         if num_gpu_blocks < needed:
             raise ValueError(
                 f"KV cache budget too small: {max(budget, 0) / 2**20:.1f} MiB holds "

@@ -15,6 +15,8 @@ upstream reports it): bytes are never rounded to MiB before the last step.
 
 from __future__ import annotations
 
+import math
+
 # Bytes per element of the dtypes a KV cache is stored in.
 DTYPE_SIZES: dict[str, int] = {
     "float32": 4,
@@ -73,13 +75,17 @@ def available_kv_cache_memory(
 ) -> int:
     """The KV cache budget on a GPU: the allowed share of the device minus what the model needs.
 
+    The share is of the device's *total* memory, not of what is free at startup: the setting
+    says how much of the GPU this engine may occupy in all, so memory another process holds
+    must be left out of it by lowering ``gpu_memory_utilization``, never silently subtracted.
+    The share is rounded up to a whole byte, as upstream's ``request_memory`` does.
     ``non_kv_cache_memory`` is the peak measured by a profiling forward pass at the largest
     batch: weights plus activations (plus the CUDA context where it is measured). The result may
     be negative, which means the model alone does not fit the allowed share.
     """
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    return int(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)
+    return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)
 
 
 def num_gpu_blocks_from_budget(budget_bytes: int, block_bytes: int) -> int:
@@ -94,11 +100,25 @@ def blocks_per_request(num_tokens: int, block_size: int) -> int:
     return cdiv(num_tokens, block_size)
 
 
+def min_num_gpu_blocks(max_model_len: int, block_size: int, num_requests: int = 1) -> int:
+    """Blocks a cache needs to hold ``num_requests`` requests of ``max_model_len`` tokens at once.
+
+    One more than their blocks: block 0 is the null block, reserved by the block pool as the
+    placeholder of padded block tables and never handed to a request. An engine whose cache is
+    smaller than ``min_num_gpu_blocks(max_model_len, block_size)`` would accept a prompt it can
+    never finish, so it refuses to start.
+    """
+    _check_positive(max_model_len=max_model_len, num_requests=num_requests)
+    return num_requests * blocks_per_request(max_model_len, block_size) + 1
+
+
 def max_concurrency(num_gpu_blocks: int, block_size: int, max_model_len: int) -> float:
     """How many requests of ``max_model_len`` tokens the cache holds at once.
 
     The figure upstream logs at startup ("Maximum concurrency for N tokens per request"): a
-    lower bound, since real requests are usually shorter and share prefixes.
+    lower bound, since real requests are usually shorter and share prefixes. Like upstream's,
+    it divides every block of the cache, the null block included: a figure for a log line, not
+    a promise (``min_num_gpu_blocks`` is where the null block is counted exactly).
     """
     _check_positive(max_model_len=max_model_len)
     return num_gpu_blocks / blocks_per_request(max_model_len, block_size)

@@ -9,6 +9,11 @@ now all computed (a request in the middle of a chunked prefill gets nothing).
 
 It also owns the KV cache tensors: sizes them from a memory budget at startup (the arithmetic is
 in ``kv_sizing``), allocates them once, and on a GPU captures decode steps in CUDA graphs.
+
+``prepare_inputs`` and its helpers are module-level functions that ``execute_model`` looks up by
+name at every step. That is lab-09's seam: its graded suite replaces
+``mini_vllm.worker.model_runner.prepare_inputs`` with the learner's and runs the whole engine on
+it, so a learner writes the input preparation without touching (or copying) the runner.
 """
 
 from __future__ import annotations
@@ -98,6 +103,53 @@ class ModelInputs:
     max_seq_len: int
 
 
+def _get_cumsum_and_arange(num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative token counts, and each token's offset inside its own request.
+
+    ``[2, 5, 3]`` -> ``([2, 7, 10], [0, 1, 0, 1, 2, 3, 4, 0, 1, 2])`` (upstream's helper of the
+    same name). The second array is what turns per-request numbers into per-token ones without a
+    Python loop over tokens: subtract from a flat ``arange`` the start of each token's request,
+    spread over that request's tokens with ``np.repeat``.
+    """
+    num_tokens = np.asarray(num_tokens, dtype=np.int64)
+    cu_num_tokens = np.cumsum(num_tokens)
+    total = int(cu_num_tokens[-1]) if cu_num_tokens.size else 0
+    request_starts = np.repeat(cu_num_tokens - num_tokens, num_tokens)
+    return cu_num_tokens, np.arange(total, dtype=np.int64) - request_starts
+
+
+def make_block_tables(block_ids: Sequence[Sequence[int]], width: int) -> np.ndarray:
+    """The requests' block tables as one ``[num_reqs, width]`` int32 array, padded with 0.
+
+    Kernels index a rectangle, but requests hold different numbers of blocks, so short rows are
+    padded. The padding is block 0, the null block, as upstream's block table is: an entry past
+    a request's ``seq_len`` is never attended to, but a kernel may still load it before masking,
+    and the null block is the one id that is always in bounds and never holds anyone's data
+    (a real block id there would alias another request's K/V; -1 would index out of bounds).
+    """
+    if any(len(ids) > width for ids in block_ids):
+        widest = max(len(ids) for ids in block_ids)
+        raise ValueError(f"a block table of {widest} blocks does not fit width {width}")
+    block_tables = np.zeros((len(block_ids), width), dtype=np.int32)
+    for i, ids in enumerate(block_ids):
+        block_tables[i, : len(ids)] = ids
+    return block_tables
+
+
+def compute_slot_mapping(
+    block_tables: np.ndarray, req_indices: np.ndarray, positions: np.ndarray, block_size: int
+) -> np.ndarray:
+    """The KV cache slot of every token of the step (upstream: ``BlockTable.compute_slot_mapping``).
+
+    Token ``t`` of request ``r = req_indices[t]`` at position ``p = positions[t]`` goes to
+    ``block_tables[r, p // block_size] * block_size + p % block_size``: the block its position
+    falls in, looked up in *its own* request's table, then the offset inside that block. (lab-06
+    writes the same rule for one sequence; this is the whole flattened batch at once.)
+    """
+    block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)
+    return block_numbers * block_size + positions % block_size
+
+
 def prepare_inputs(
     token_ids: Sequence[Sequence[int]],
     num_computed_tokens: Sequence[int],
@@ -149,12 +201,12 @@ def prepare_inputs(
                 f"{len(block_ids[i])}"
             )
 
-    # [2, 5, 3] -> query_start_loc [0, 2, 7, 10]; req_indices [0 0 1 1 1 1 1 2 2 2]
-    cu_num_tokens = np.cumsum(scheduled)
-    query_start_loc = np.concatenate(([0], cu_num_tokens))
+    # [2, 5, 3] -> cu_num_tokens [2, 7, 10], query_pos [0 1 0 1 2 3 4 0 1 2],
+    # req_indices [0 0 1 1 1 1 1 2 2 2], query_start_loc [0, 2, 7, 10]
+    cu_num_tokens, query_pos = _get_cumsum_and_arange(scheduled)
     req_indices = np.repeat(np.arange(num_reqs), scheduled)
-    # Offset of each token inside its request's query: [0 1 0 1 2 3 4 0 1 2]
-    query_pos = np.arange(cu_num_tokens[-1]) - np.repeat(query_start_loc[:-1], scheduled)
+    query_start_loc = np.concatenate(([0], cu_num_tokens))
+    # A token's position counts the tokens cached before it: the step starts at the offset.
     positions = computed[req_indices] + query_pos
 
     input_ids = np.concatenate(
@@ -165,13 +217,8 @@ def prepare_inputs(
     )
 
     width = max_num_blocks_per_req or max(len(b) for b in block_ids)
-    block_tables = np.zeros((num_reqs, width), dtype=np.int32)
-    for i, ids in enumerate(block_ids):
-        block_tables[i, : len(ids)] = ids
-    slot_mapping = (
-        block_tables[req_indices, positions // block_size].astype(np.int64) * block_size
-        + positions % block_size
-    )
+    block_tables = make_block_tables(block_ids, width)
+    slot_mapping = compute_slot_mapping(block_tables, req_indices, positions, block_size)
 
     return ModelInputs(
         input_ids=torch.from_numpy(input_ids),
@@ -291,10 +338,8 @@ class ModelRunner:
         if kv_cache_memory_bytes is not None:
             return int(kv_cache_memory_bytes)
         if self.device.type != "cuda":
-            reachable_blocks = (
-                self.max_num_seqs
-                * kv_sizing.blocks_per_request(self.max_model_len, self.block_size)
-                + 1
+            reachable_blocks = kv_sizing.min_num_gpu_blocks(
+                self.max_model_len, self.block_size, self.max_num_seqs
             )
             return min(DEFAULT_CPU_KV_CACHE_BYTES, reachable_blocks * self.kv_cache_block_bytes)
         torch.cuda.empty_cache()

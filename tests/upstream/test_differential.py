@@ -480,9 +480,7 @@ class KVCacheManagerMachine(RuleBasedStateMachine):
     def finish(self, data: st.DataObject) -> None:
         self._free(data.draw(st.sampled_from(sorted(self.running)), label="request"))
 
-    # With caching disabled the two differ on purpose-or-not: see
-    # test_common_prefix_blocks_without_caching below (a strict xfail).
-    @precondition(lambda self: len(self.running) > 0 and self.managers["mini"].enable_caching)
+    @precondition(lambda self: len(self.running) > 0)
     @rule(data=st.data())
     def common_prefix(self, data: st.DataObject) -> None:
         request_id = data.draw(st.sampled_from(sorted(self.running)), label="request")
@@ -512,14 +510,8 @@ TestKVCacheManagerDifferential = KVCacheManagerMachine.TestCase
 TestKVCacheManagerDifferential.settings = SETTINGS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with prefix caching off, upstream's KVCacheCoordinatorNoPrefixCache reports 0 "
-    "common prefix blocks; mini_vllm counts the blocks whose ref_cnt equals the number of "
-    "requests (reported; fix: return [0] when caching is disabled)",
-)
 def test_common_prefix_blocks_without_caching() -> None:
-    """The one divergence the manager machine found and skips (its ``common_prefix`` rule)."""
+    """With caching off both report no common prefix (a divergence the machine once found)."""
     machine = KVCacheManagerMachine()
     machine.setup(num_blocks=4, block_size=2, enable_caching=False, max_model_len=16)
     sides = machine.admit_prompt([0, 1, 2], chunk=3)

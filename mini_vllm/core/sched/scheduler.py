@@ -226,6 +226,25 @@ class Scheduler:
         """Requests waiting or running."""
         return len(self.waiting) + len(self.running)
 
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """Forget every cached prefix (e.g. after new weights made the cached KV stale).
+
+        The block pool refuses while any block is held, so by default this only
+        succeeds when nothing runs. With ``reset_running_requests`` every running
+        request is first preempted by recompute, last first, so that they return to
+        the front of the waiting queue in their original order.
+        """
+        if reset_running_requests:
+            while self.running:
+                self._preempt_request(self.running.pop())
+        reset = self.kv_cache_manager.reset_prefix_cache()
+        if reset_running_requests and not reset:
+            raise RuntimeError(
+                "the prefix cache could not be reset although every running request "
+                "was preempted: some blocks are still held"
+            )
+        return reset
+
     def has_unfinished_requests(self) -> bool:
         """Whether any request is still waiting or running."""
         return self.get_num_unfinished_requests() > 0

@@ -28,8 +28,8 @@ class Verdict:
     detail: str = ""
 
 
-def grade_folder(lab: Lab, folder: Path) -> tuple[int, int, list]:
-    runner = SuiteRunner(lab, folder)
+def grade_folder(lab: Lab, folder: Path, fail_fast: bool = False) -> tuple[int, int, list]:
+    runner = SuiteRunner(lab, folder, fail_fast=fail_fast)
     results = runner.run(runner.collect())
     score, total = totals(results)
     return score, total, results
@@ -38,8 +38,8 @@ def grade_folder(lab: Lab, folder: Path) -> tuple[int, int, list]:
 def check_mutant(lab: Lab, mutant: Mutant) -> Verdict:
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         folder = mutant.materialize(lab, Path(tmp) / lab.dirname)
-        score, total, results = grade_folder(lab, folder)
-    failed = [r.info.name for r in results if r.outcome != "passed"]
+        score, total, results = grade_folder(lab, folder, fail_fast=True)
+    failed = [r.info.name for r in results if r.outcome not in ("passed", "skipped")]
     return Verdict(f"bug: {mutant.name}", score, total, "< full", score < total,
                    ", ".join(failed[:4]) + (" …" if len(failed) > 4 else ""))
 

@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", help="file with one node id per line (run mode)")
     parser.add_argument("--modules", nargs="*", default=[], help="modules to pre-import")
     parser.add_argument("--needs-torch", action="store_true")
+    parser.add_argument("--exitfirst", action="store_true", help="stop at the first failure")
     args = parser.parse_args(argv)
 
     nonce = sys.stdin.readline().strip()
@@ -246,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                     seen.add(id(module))
                     integrity.watch(name, module)
 
-    pytest.main(_pytest_args(args.suite, nodeids), plugins=[reporter, WatchTestModules()])
+    extra = ["--exitfirst"] if args.exitfirst else []
+    pytest.main([*_pytest_args(args.suite, nodeids), *extra],
+                plugins=[reporter, WatchTestModules()])
     channel.send("done")
     return 0
 

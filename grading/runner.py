@@ -74,13 +74,17 @@ class SuiteRunner:
     def __init__(self, lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = None,
                  timeout: float | None = None,
                  on_result: Callable[[TestResult], None] | None = None,
-                 preflight_timeout: float = PREFLIGHT_TIMEOUT) -> None:
+                 preflight_timeout: float = PREFLIGHT_TIMEOUT,
+                 fail_fast: bool = False) -> None:
         self.lab = lab
         self.impl = impl.resolve()
         self.chain = chain or []
         self.timeout = timeout or lab.timeout
         self.on_result = on_result
         self.preflight_timeout = preflight_timeout
+        # Stop at the first test that does not pass (to tell whether a suite catches a bug,
+        # one failure is enough); the tests not run then score nothing.
+        self.fail_fast = fail_fast
         self.workdir = Path(tempfile.mkdtemp(prefix="mini-vllm-grading-"))
 
     # -- one child -------------------------------------------------------------------------
@@ -215,6 +219,10 @@ class SuiteRunner:
             remaining = [t for t in tests if t.nodeid not in results]
             if not remaining:
                 break
+            if self.fail_fast and any(r.outcome != "passed" for r in results.values()):
+                for info in remaining:
+                    record(TestResult(info, "skipped", "not run: stopped at the first failure"))
+                break
             left = budget_end - time.monotonic()
             if left <= 0:
                 for info in remaining:
@@ -224,6 +232,8 @@ class SuiteRunner:
             list_file = self.workdir / "tests.txt"
             list_file.write_text("\n".join(t.nodeid for t in remaining))
             args = ["run", "--suite", str(self.lab.suite_dir), "--tests", str(list_file)]
+            if self.fail_fast:
+                args.append("--exitfirst")
             out = self._spawn(args, self.timeout, left)
             for event in out.events:
                 nodeid = event.get("nodeid")
@@ -239,6 +249,8 @@ class SuiteRunner:
                                   "an operation that is not O(1)?"))
                 continue
             if any(e["event"] == "done" for e in out.events):
+                if self.fail_fast:
+                    continue  # the loop head records what --exitfirst left unrun
                 # pytest finished but skipped reporting some ids (deselected by a bad id).
                 for info in [t for t in tests if t.nodeid not in results]:
                     record(TestResult(info, "error", "the test did not run"))

@@ -47,6 +47,24 @@ def dtype_size(dtype: str | int) -> int:
     return DTYPE_SIZES[name]
 
 
+def kv_cache_dims(config: object) -> tuple[int, int, int]:
+    """``(num_layers, num_kv_heads, head_dim)`` of a Llama-family model's config.
+
+    The three numbers the cache's size depends on, read the way the model reads them (upstream:
+    ``ModelConfig.get_num_layers``, ``get_num_kv_heads``, ``get_head_size``). ``config`` is a
+    transformers config or any object with its attribute names: duck-typed, so that this file
+    needs no transformers. A config without
+    ``num_key_value_heads`` (or with None) is multi-head attention: one KV head per query head.
+    ``head_dim`` is the config's own when it states one, since some models (Gemma, a few Llamas)
+    make it unequal to ``hidden_size / num_attention_heads``.
+    """
+    num_heads = int(config.num_attention_heads)  # type: ignore[attr-defined]
+    num_kv_heads = int(getattr(config, "num_key_value_heads", None) or num_heads)
+    hidden_size = int(config.hidden_size)  # type: ignore[attr-defined]
+    head_dim = int(getattr(config, "head_dim", None) or hidden_size // num_heads)
+    return int(config.num_hidden_layers), num_kv_heads, head_dim  # type: ignore[attr-defined]
+
+
 def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
     """KV cache bytes one token occupies across the whole model.
 

@@ -1,0 +1,155 @@
+# lab-03: write the functions below that raise NotImplementedError.
+# Grade your work: make lab-03   Guide: labs/lab-03-kv-cache-sizing/README.md
+"""How many KV cache blocks fit in memory: the arithmetic behind vLLM's startup log line.
+
+The file of lab-03. In ``solutions/`` every function is a copy of the reference,
+``mini_vllm/worker/kv_sizing.py``, kept identical by ``tests/test_lab_sync.py``; in ``labs/``
+the formulas raise ``NotImplementedError`` and the two helpers (``cdiv``, ``_check_positive``)
+are given.
+
+Every function takes plain integers (a dtype may be named by a string) and returns integers,
+except ``max_concurrency``, a float as upstream logs it. Bytes stay bytes until the very end:
+rounding to MiB or GiB early is how sizing bugs of a few blocks are born. The file needs nothing
+but the standard library, so the formulas can be graded on any laptop; the engine that uses
+them (``LLMEngine._initialize_kv_cache``) is checked against them in the same suite.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Bytes per element of the dtypes a KV cache is stored in.
+DTYPE_SIZES: dict[str, int] = {
+    "float32": 4,
+    "float": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "fp8": 1,
+}
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return -(-a // b)
+
+
+def dtype_size(dtype: str | int) -> int:
+    """Bytes per element: ``dtype_size("bfloat16") == 2``; an int passes through unchanged."""
+    raise NotImplementedError(
+        "lab-03: dtype_size — bytes per element of a dtype name ('bfloat16' -> 2, "
+        "'torch.float32' -> 4); an int passes through; ValueError for an unknown name"
+    )
+
+
+def kv_cache_dims(config: object) -> tuple[int, int, int]:
+    """``(num_layers, num_kv_heads, head_dim)`` of a Llama-family model's config.
+
+    The three numbers the cache's size depends on, read the way the model reads them (upstream:
+    ``ModelConfig.get_num_layers``, ``get_num_kv_heads``, ``get_head_size``). ``config`` is a
+    transformers config or any object with its attribute names: duck-typed, so that this file
+    needs no transformers. A config without
+    ``num_key_value_heads`` (or with None) is multi-head attention: one KV head per query head.
+    ``head_dim`` is the config's own when it states one, since some models (Gemma, a few Llamas)
+    make it unequal to ``hidden_size / num_attention_heads``.
+    """
+    raise NotImplementedError(
+        "lab-03: kv_cache_dims — (layers, KV heads, head_dim) from a config: KV heads default "
+        "to the query heads, an explicit head_dim wins over hidden_size / heads"
+    )
+
+
+def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """KV cache bytes one token occupies across the whole model.
+
+    Each layer stores one key and one value vector (the factor 2) per KV head. Query heads cost
+    nothing here, which is why grouped-query attention shrinks the cache by
+    ``num_heads / num_kv_heads``.
+    """
+    raise NotImplementedError(
+        "lab-03: bytes_per_token — K and V (the factor 2) of every layer and KV head: 2 * "
+        "layers * kv_heads * head_dim * dtype bytes"
+    )
+
+
+def bytes_per_block(
+    block_size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int
+) -> int:
+    """Bytes of one block across all layers: ``block_size`` tokens' worth.
+
+    A block id names the same slot range in every layer's cache, so allocating one block costs
+    this much memory at once. (Upstream's ``page_size_bytes`` is the one-layer share of it.)
+    """
+    raise NotImplementedError(
+        "lab-03: bytes_per_block — block_size tokens' worth of bytes_per_token"
+    )
+
+
+def available_kv_cache_memory(
+    total_memory: int, gpu_memory_utilization: float, non_kv_cache_memory: int
+) -> int:
+    """The KV cache budget on a GPU: the allowed share of the device minus what the model needs.
+
+    The share is of the device's *total* memory, not of what is free at startup: the setting
+    says how much of the GPU this engine may occupy in all, so memory another process holds
+    must be left out of it by lowering ``gpu_memory_utilization``, never silently subtracted.
+    The share is rounded up to a whole byte, as upstream's ``request_memory`` does.
+    ``non_kv_cache_memory`` is the peak measured by a profiling forward pass at the largest
+    batch: weights plus activations (plus the CUDA context where it is measured). The result may
+    be negative, which means the model alone does not fit the allowed share.
+    """
+    raise NotImplementedError(
+        "lab-03: available_kv_cache_memory — ceil(total * gpu_memory_utilization) - "
+        "non_kv_cache_memory; ValueError unless 0 < utilization <= 1"
+    )
+
+
+def num_gpu_blocks_from_budget(budget_bytes: int, block_bytes: int) -> int:
+    """Whole blocks that fit in ``budget_bytes`` (0 for an empty or negative budget)."""
+    raise NotImplementedError(
+        "lab-03: num_gpu_blocks_from_budget — whole blocks that fit in the budget (floor), "
+        "never below 0"
+    )
+
+
+def blocks_per_request(num_tokens: int, block_size: int) -> int:
+    """Blocks a sequence of ``num_tokens`` tokens holds: its last block may be partly empty."""
+    raise NotImplementedError(
+        "lab-03: blocks_per_request — blocks a sequence of num_tokens tokens holds (ceil)"
+    )
+
+
+def min_num_gpu_blocks(max_model_len: int, block_size: int, num_requests: int = 1) -> int:
+    """Blocks a cache needs to hold ``num_requests`` requests of ``max_model_len`` tokens at once.
+
+    One more than their blocks: block 0 is the null block, reserved by the block pool as the
+    placeholder of padded block tables and never handed to a request. An engine whose cache is
+    smaller than ``min_num_gpu_blocks(max_model_len, block_size)`` would accept a prompt it can
+    never finish, so it refuses to start.
+    """
+    raise NotImplementedError(
+        "lab-03: min_num_gpu_blocks — num_requests full-length requests' blocks, plus the null "
+        "block"
+    )
+
+
+def max_concurrency(num_gpu_blocks: int, block_size: int, max_model_len: int) -> float:
+    """How many requests of ``max_model_len`` tokens the cache holds at once.
+
+    The figure upstream logs at startup ("Maximum concurrency for N tokens per request"): a
+    lower bound, since real requests are usually shorter and share prefixes. Like upstream's,
+    it divides every block of the cache, the null block included: a figure for a log line, not
+    a promise (``min_num_gpu_blocks`` is where the null block is counted exactly).
+    """
+    raise NotImplementedError(
+        "lab-03: max_concurrency — num_gpu_blocks / blocks per max_model_len request, as a "
+        "float"
+    )
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if int(value) <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")

@@ -1,0 +1,226 @@
+"""lab-03, part 1: the sizing formulas, on the published configs of real models.
+
+Standard library only: these tests run on any laptop, with no torch. Every expected number is
+written out (and worked in the lab's README), never computed by calling the reference.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from grading.suite import graded, load_impl
+
+DOC = "labs/lab-03-kv-cache-sizing/README.md"
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+
+
+def kv():
+    return load_impl("kv_sizing")
+
+
+def config(layers: int, hidden: int, heads: int, kv_heads: int | None = None,
+           head_dim: int | None = None) -> SimpleNamespace:
+    """A config as transformers spells it; omitted attributes are absent, as in older files."""
+    fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads)
+    if kv_heads is not None:
+        fields["num_key_value_heads"] = kv_heads
+    if head_dim is not None:
+        fields["head_dim"] = head_dim
+    return SimpleNamespace(**fields)
+
+
+# Published configs (config.json of each checkpoint).
+MODELS = {
+    # name: (config, dtype, expected (layers, kv_heads, head_dim), expected bytes per token)
+    "Llama-2-7B (fp16, MHA, no num_key_value_heads)": (
+        config(32, 4096, 32), "float16", (32, 32, 128), 512 * KiB),
+    "Llama-3-8B (bf16, GQA 32/8)": (
+        config(32, 4096, 32, 8), "bfloat16", (32, 8, 128), 128 * KiB),
+    "Llama-3-8B (fp8 cache)": (
+        config(32, 4096, 32, 8), "fp8", (32, 8, 128), 64 * KiB),
+    "Llama-3-70B (bf16, GQA 64/8)": (
+        config(80, 8192, 64, 8), "bfloat16", (80, 8, 128), 320 * KiB),
+    "Qwen2.5-7B (bf16, GQA 28/4)": (
+        config(28, 3584, 28, 4), "bfloat16", (28, 4, 128), 56 * KiB),
+    "Gemma-7B (bf16, head_dim 256 != 3072/16)": (
+        config(28, 3072, 16, 16, head_dim=256), "bfloat16", (28, 16, 256), 448 * KiB),
+    "Llama-3.2-1B (bf16, head_dim 64)": (
+        config(16, 2048, 32, 8, head_dim=64), "bfloat16", (16, 8, 64), 32 * KiB),
+    "SmolLM2-135M (fp32, as on our CPU)": (
+        config(30, 576, 9, 3), "float32", (30, 3, 64), 46_080),
+    "SmolLM2-135M (bf16, as on a GPU)": (
+        config(30, 576, 9, 3), "torch.bfloat16", (30, 3, 64), 23_040),
+}
+
+
+@graded(2, "dtype_size: 4 bytes for float32, 2 for float16/bfloat16, 1 for fp8; accept "
+           "'torch.'-prefixed names and plain ints; ValueError for an unknown name",
+        f"{DOC}#bytes-per-token")
+def test_dtype_size():
+    """Element sizes of the cache dtypes, by name or as an int."""
+    m = kv()
+    cases = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "fp8": 1,
+             "float8_e4m3fn": 1, "torch.float16": 2, "torch.bfloat16": 2, "torch.float32": 4,
+             2: 2, 4: 4}
+    for dtype, size in cases.items():
+        got = m.dtype_size(dtype)
+        assert got == size, f"dtype_size({dtype!r}) should be {size} bytes, got {got}"
+    with pytest.raises(ValueError):
+        m.dtype_size("int3")
+
+
+@graded(4, "kv_cache_dims: the cache has one K and one V per *KV* head (num_key_value_heads, "
+           "which defaults to num_attention_heads); head_dim is the config's own when it has one",
+        f"{DOC}#bytes-per-token")
+def test_kv_cache_dims_reads_real_configs():
+    """(layers, KV heads, head_dim) of MHA, GQA and explicit-head_dim configs."""
+    m = kv()
+    for name, (cfg, _, dims, _) in MODELS.items():
+        got = tuple(m.kv_cache_dims(cfg))
+        assert got == dims, f"{name}: kv_cache_dims should be {dims}, got {got}"
+
+
+@graded(6, "bytes_per_token = 2 (K and V) x layers x KV heads x head_dim x dtype bytes; query "
+           "heads do not appear", f"{DOC}#bytes-per-token")
+def test_bytes_per_token_of_real_models():
+    """Llama-2-7B is 512 KiB a token in fp16; GQA and small dtypes shrink it."""
+    m = kv()
+    for name, (_, dtype, (layers, kv_heads, head_dim), expected) in MODELS.items():
+        got = m.bytes_per_token(layers, kv_heads, head_dim, m.dtype_size(dtype))
+        assert got == expected, (
+            f"{name}: {layers} layers x {kv_heads} KV heads x head_dim {head_dim} in {dtype} "
+            f"should take {expected:,} bytes per token, got {got:,}")
+    # A dtype given by name works too.
+    assert m.bytes_per_token(32, 32, 128, "float16") == 512 * KiB, (
+        "bytes_per_token(32, 32, 128, 'float16') should be 524,288 bytes (Llama-2-7B)")
+
+
+@graded(3, "bytes_per_block = block_size x bytes_per_token, all layers included: one block id "
+           "names the same slots in every layer", f"{DOC}#bytes-per-block")
+def test_bytes_per_block():
+    """A 16-token block of Llama-2-7B is 8 MiB; of SmolLM2 in fp32, 720 KiB."""
+    m = kv()
+    cases = [
+        ((16, 32, 32, 128, 2), 8 * MiB, "Llama-2-7B fp16, block 16"),
+        ((16, 32, 8, 128, 2), 2 * MiB, "Llama-3-8B bf16, block 16"),
+        ((16, 30, 3, 64, 4), 737_280, "SmolLM2-135M fp32, block 16"),
+        ((32, 30, 3, 64, 2), 737_280, "SmolLM2-135M bf16, block 32"),
+        ((1, 2, 2, 16, 4), 512, "a tiny model, block 1"),
+    ]
+    for args, expected, name in cases:
+        got = m.bytes_per_block(*args)
+        assert got == expected, f"{name}: bytes_per_block{args} should be {expected:,}, got {got:,}"
+
+
+@graded(4, "the budget is ceil(total x gpu_memory_utilization) minus the measured non-KV peak "
+           "(weights + activations): utilization applies to the device's TOTAL memory, before "
+           "anything is subtracted", f"{DOC}#the-memory-budget")
+def test_available_kv_cache_memory():
+    """80 GiB x 0.9 - 14 GiB = 58 GiB for Llama-2-7B; a model that does not fit gives < 0."""
+    m = kv()
+    got = m.available_kv_cache_memory(80 * GiB, 0.9, 14 * GiB)
+    assert got == 58 * GiB, f"80 GiB x 0.9 - 14 GiB should be 58 GiB, got {got / GiB:.4f} GiB"
+    got = m.available_kv_cache_memory(80 * GiB, 0.5, 10 * GiB)
+    assert got == 30 * GiB, (
+        f"80 GiB x 0.5 - 10 GiB should be 30 GiB, got {got / GiB:.4f} GiB (is the utilization "
+        "applied after subtracting the model? It is a share of the whole device)")
+    got = m.available_kv_cache_memory(80 * GiB, 0.1, 10 * GiB)
+    assert got == 8 * GiB - 10 * GiB, (
+        f"80 GiB x 0.1 - 10 GiB should be -2 GiB (the model does not fit the share), got {got}")
+    got = m.available_kv_cache_memory(1000, 1.0, 0)
+    assert got == 1000, f"all of 1,000 bytes with nothing else loaded is 1,000, got {got}"
+
+
+@graded(1, "upstream rounds the requested share UP to a whole byte (request_memory uses "
+           "math.ceil); the result is an int", f"{DOC}#the-memory-budget")
+def test_available_kv_cache_memory_rounds_up():
+    """ceil(1,000,000,001 x 0.5) = 500,000,001 bytes."""
+    m = kv()
+    got = m.available_kv_cache_memory(10**9 + 1, 0.5, 1)
+    assert isinstance(got, int), f"the budget is a whole number of bytes, got {type(got).__name__}"
+    assert got == 500_000_000, f"ceil(1,000,000,001 x 0.5) - 1 should be 500,000,000, got {got}"
+
+
+@graded(1, "gpu_memory_utilization must be in (0, 1]: ValueError otherwise",
+        f"{DOC}#the-memory-budget")
+def test_available_kv_cache_memory_rejects_bad_utilization():
+    """0, negative and > 1 utilizations are refused."""
+    m = kv()
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError):
+            m.available_kv_cache_memory(80 * GiB, bad, 0)
+
+
+@graded(4, "num_gpu_blocks = budget // bytes_per_block: whole blocks only (floor, never ceil: "
+           "a partial block would overrun the budget), and 0 for a negative budget",
+        f"{DOC}#blocks-from-the-budget")
+def test_num_gpu_blocks_from_budget_floors():
+    """58 GiB of 8 MiB blocks is 7,424; one byte short of a block does not make a block."""
+    m = kv()
+    cases = [
+        ((58 * GiB, 8 * MiB), 7424, "58 GiB of Llama-2-7B blocks"),
+        ((512 * MiB, 737_280), 728, "SmolLM2 fp32: the 512 MiB CPU default"),
+        ((10 * 1000 + 999, 1000), 10, "10,999 bytes of 1,000-byte blocks"),
+        ((999, 1000), 0, "less than one block"),
+        ((1000, 1000), 1, "exactly one block"),
+        ((-5 * GiB, 1000), 0, "a negative budget (the model does not fit)"),
+    ]
+    for args, expected, name in cases:
+        got = m.num_gpu_blocks_from_budget(*args)
+        assert got == expected, f"{name}: num_gpu_blocks_from_budget{args} should be {expected}, got {got}"
+
+
+@graded(3, "blocks_per_request = ceil(num_tokens / block_size): the last block may be partly "
+           "empty, but it is a whole block", f"{DOC}#blocks-from-the-budget")
+def test_blocks_per_request_ceils():
+    """17 tokens in 16-token blocks take 2 blocks; 16 take 1."""
+    m = kv()
+    for tokens, bs, expected in [(17, 16, 2), (16, 16, 1), (1, 16, 1), (4096, 16, 256),
+                                 (8192, 16, 512), (100, 7, 15), (5, 1, 5)]:
+        got = m.blocks_per_request(tokens, bs)
+        assert got == expected, f"blocks_per_request({tokens}, {bs}) should be {expected}, got {got}"
+
+
+@graded(4, "the null block: block 0 is reserved (padding of block tables) and never given to a "
+           "request, so a cache must hold num_requests x ceil(max_model_len / block_size) + 1 "
+           "blocks, the +1 once, not per request", f"{DOC}#the-null-block")
+def test_min_num_gpu_blocks_counts_the_null_block_once():
+    """One 2,048-token request needs 128 + 1 blocks; four need 4 x 128 + 1."""
+    m = kv()
+    for args, expected in [((2048, 16), 129), ((2048, 16, 4), 513), ((17, 16), 3),
+                           ((16, 16, 1), 2), ((100, 7, 3), 46), ((8, 1, 2), 17)]:
+        got = m.min_num_gpu_blocks(*args)
+        assert got == expected, f"min_num_gpu_blocks{args} should be {expected}, got {got}"
+
+
+@graded(3, "max_concurrency = num_gpu_blocks / ceil(max_model_len / block_size), a float, over "
+           "all the cache's blocks as upstream logs it", f"{DOC}#maximum-concurrency")
+def test_max_concurrency():
+    """7,424 blocks hold 29 Llama-2-7B requests of 4,096 tokens."""
+    m = kv()
+    for args, expected in [((7424, 16, 4096), 29.0), ((27904, 16, 8192), 54.5),
+                           ((728, 16, 8192), 728 / 512), ((10, 16, 17), 5.0),
+                           ((3, 16, 16), 3.0)]:
+        got = m.max_concurrency(*args)
+        assert isinstance(got, float), f"max_concurrency{args} should be a float, got {got!r}"
+        assert got == pytest.approx(expected, rel=1e-12), (
+            f"max_concurrency{args} should be {expected}, got {got}")
+
+
+@graded(4, "the whole startup computation: dims from the config, bytes per block, the budget "
+           "from total x utilization - peak, floor to blocks, then the concurrency figure",
+        f"{DOC}#the-startup-log-line")
+def test_startup_log_line_of_llama3_8b():
+    """Llama-3-8B in bf16 on an 80 GiB GPU at 0.9 with a 17.5 GiB peak: 27,904 blocks, 54.5x."""
+    m = kv()
+    layers, kv_heads, head_dim = m.kv_cache_dims(config(32, 4096, 32, 8))
+    block = m.bytes_per_block(16, layers, kv_heads, head_dim, m.dtype_size("bfloat16"))
+    budget = m.available_kv_cache_memory(80 * GiB, 0.9, 17 * GiB + 512 * MiB)
+    blocks = m.num_gpu_blocks_from_budget(budget, block)
+    assert (block, budget, blocks) == (2 * MiB, 58_518_929_408, 27_904), (
+        f"expected a 2 MiB block, a 54.5 GiB budget and 27,904 blocks; got block={block:,} B, "
+        f"budget={budget:,} B, blocks={blocks:,}")
+    assert m.max_concurrency(blocks, 16, 8192) == pytest.approx(54.5)
+    assert m.min_num_gpu_blocks(8192, 16) <= blocks, "one 8k request must fit"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grading.labs import available_labs
-from grading.runner import SuiteRunner
+from tests.collected import collected_tests
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ LABS = available_labs()
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
 def test_hint_links_resolve(lab):
     missing = []
-    for info in SuiteRunner(lab, lab.solution_dir).collect():
+    for info in collected_tests(lab.id):
         page, _, anchor = info.doc.partition("#")
         path = REPO / page
         if not path.exists():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grading.labs import LabNotFound, load_lab, normalize_lab_id
-from grading.runner import SuiteRunner
+from tests.collected import collected_tests
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,8 +42,7 @@ def test_stub_scores_zero_all_not_started(tmp_path):
 
 
 def load_total(lab: str) -> int:
-    runner = SuiteRunner(load_lab(lab), load_lab(lab).solution_dir)
-    return sum(t.points for t in runner.collect())
+    return sum(t.points for t in collected_tests(lab))
 
 
 def test_solution_full_marks_and_valid_gradescope_json(tmp_path):
@@ -64,7 +63,7 @@ def test_every_graded_test_has_points_hint_and_doc():
     from grading.labs import available_labs
 
     for lab in available_labs():
-        for info in SuiteRunner(lab, lab.solution_dir).collect():
+        for info in collected_tests(lab.id):
             assert info.points > 0, info.nodeid
             assert len(info.hint) > 20, f"{info.nodeid}: the hint must teach something"
             assert ".md#" in info.doc, f"{info.nodeid}: the doc link needs a section anchor"

@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from grading.labs import available_labs  # noqa: E402
-from grading.runner import SuiteRunner  # noqa: E402
+from tests.collected import collected_tests  # noqa: E402
 from tools.build_site import (  # noqa: E402
     SITE_DIRNAME,
     SRC_DIRNAME,
@@ -199,7 +199,7 @@ def hints() -> Iterator[dict[str, Future]]:
     labs are collected in parallel, and ``built_site`` starts them before running mkdocs.
     """
     with ThreadPoolExecutor(max_workers=max(1, len(LABS))) as pool:
-        yield {lab.id: pool.submit(SuiteRunner(lab, lab.solution_dir).collect) for lab in LABS}
+        yield {lab.id: pool.submit(collected_tests, lab.id) for lab in LABS}
 
 
 @pytest.fixture(scope="module")

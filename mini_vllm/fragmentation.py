@@ -3,10 +3,10 @@
 Before paging, serving systems gave each request one contiguous range of KV memory as long as the
 longest sequence it might reach (``max_model_len``, or the request's own limit), because a
 request's final length is unknown when it starts and its KV cache could not move later. The vLLM
-paper (Kwon et al., SOSP 2023, section 2.3 and figure 2) measured that such systems kept only
-20.4-38.2 % of their KV memory holding token states. The rest was:
+paper (Kwon et al., SOSP 2023, figure 2) measured that such systems kept only 20.4-38.2 % of
+their KV memory holding token states. The rest was:
 
-* **reserved** for tokens the request will produce later (used, but only at the very end);
+* **reserved**: held now for tokens the request will only produce later;
 * **internal fragmentation**: reserved for tokens the request will never produce, since it
   stops before its maximum length;
 * **external fragmentation**: free memory cut into holes too small for the next request.

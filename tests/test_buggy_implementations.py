@@ -1,12 +1,14 @@
-"""Every graded suite catches the buggy implementations kept in ``tests/buggy/lab_NN.py``.
+"""Every graded suite catches the buggy implementations kept in ``tests/buggy/``.
 
 A suite that gives full marks to a broken allocator teaches nothing, so each lab keeps a set of
-mutants (the solution with one plausible learner mistake, see ``grading.mutants``) and every one
-must lose points. ``python -m grading check-suites`` prints the same verdicts as a table.
+mutants in ``tests/buggy/lab_NN.py`` (the solution with one plausible learner mistake, see
+``grading.mutants``) and every one must lose points. ``python -m grading check-suites`` prints
+the same verdicts as a table.
 
-Grading one implementation takes a few seconds (child processes, property tests, timing tests),
-so the mutants of one lab are graded two at a time in one test, and every miss is reported at
-once rather than one per run.
+Grading one implementation takes seconds (child processes, property tests, timing tests; half a
+minute for the labs that need torch or the model), so each mutant is graded fail-fast (its first
+failing test is enough), the mutants of one lab are graded two at a time in one test, and every
+miss is reported at once rather than one per run.
 """
 
 from __future__ import annotations
@@ -26,21 +28,28 @@ from grading.runner import SuiteRunner
 if TYPE_CHECKING:  # imported by name, pytest would try to collect the class TestInfo
     from grading.protocol import TestInfo
 
-MIN_MUTANTS = 10
+#: A lab keeps at least this many mutants; a quiz's answer sheet has fewer ways to be wrong.
+MIN_MUTANTS = {"lab": 10, "quiz": 1}
 WORKERS = 2
 
 LABS = available_labs()
 LABS_WITH_MUTANTS = [lab for lab in LABS if mutants_for(lab)]
 
 
+def mutants_file(lab: Lab) -> Path:
+    return REPO_ROOT / "tests" / "buggy" / f"{lab.kind}_{lab.number}.py"
+
+
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
 def test_lab_keeps_enough_mutants(lab: Lab):
+    path = mutants_file(lab).relative_to(REPO_ROOT)
+    if not mutants_file(lab).exists():
+        pytest.skip(f"{lab.id} has no {path} yet: nothing checks that its suite catches bugs")
     mutants = mutants_for(lab)
-    if not (REPO_ROOT / "tests" / "buggy" / f"lab_{lab.number}.py").exists():
-        pytest.skip(f"{lab.id} has no tests/buggy/lab_{lab.number}.py yet: its suite is unchecked")
-    assert len(mutants) >= MIN_MUTANTS, (
-        f"{lab.id} has {len(mutants)} buggy implementations in tests/buggy/lab_{lab.number}.py; "
-        f"keep at least {MIN_MUTANTS} (realistic learner mistakes the suite must catch)")
+    least = MIN_MUTANTS.get(lab.kind, MIN_MUTANTS["lab"])
+    assert len(mutants) >= least, (
+        f"{lab.id} has {len(mutants)} buggy implementations in {path}; keep at least {least} "
+        "(realistic learner mistakes the suite must catch)")
     names = [m.name for m in mutants]
     assert len(set(names)) == len(names), f"{lab.id}: mutant names must be unique: {names}"
     for mutant in mutants:
@@ -69,14 +78,12 @@ def test_mutants_apply_to_the_current_solution(lab: Lab, tmp_path: Path):
     assert not problems, "\n".join(problems)
 
 
-def _grade(lab: Lab, tests: list[TestInfo], mutant: Mutant, root: Path) -> tuple[int, int, str]:
+def _grade(lab: Lab, tests: list[TestInfo], mutant: Mutant, root: Path) -> tuple[int, int]:
     folder = mutant.materialize(lab, root / mutant.name / lab.dirname)
-    results = SuiteRunner(lab, folder).run(tests)
-    score, total = totals(results)
-    failing = ", ".join(r.info.name for r in results if r.outcome != "passed")
-    return score, total, failing
+    return totals(SuiteRunner(lab, folder, fail_fast=True).run(tests))
 
 
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("lab", LABS_WITH_MUTANTS, ids=[lab.id for lab in LABS_WITH_MUTANTS])
 def test_every_mutant_loses_points(lab: Lab, tmp_path: Path):
     mutants = mutants_for(lab)
@@ -85,9 +92,10 @@ def test_every_mutant_loses_points(lab: Lab, tmp_path: Path):
         graded = list(pool.map(lambda m: _grade(lab, tests, m, tmp_path), mutants))
     missed = [
         f"- {m.name}: scored {score}/{total}, full marks for a bug: {m.why}"
-        for m, (score, total, _) in zip(mutants, graded)
+        for m, (score, total) in zip(mutants, graded)
         if score >= total
     ]
+    suite = lab.suite_dir.relative_to(REPO_ROOT)
     assert not missed, (
         f"the {lab.id} suite misses {len(missed)} of {len(mutants)} buggy implementations "
-        f"(strengthen tests/labs/lab_{lab.number}/):\n" + "\n".join(missed))
+        f"(strengthen {suite}/):\n" + "\n".join(missed))

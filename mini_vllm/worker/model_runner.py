@@ -122,10 +122,12 @@ def make_block_tables(block_ids: Sequence[Sequence[int]], width: int) -> np.ndar
     """The requests' block tables as one ``[num_reqs, width]`` int32 array, padded with 0.
 
     Kernels index a rectangle, but requests hold different numbers of blocks, so short rows are
-    padded. The padding is block 0, the null block, as upstream's block table is: an entry past
-    a request's ``seq_len`` is never attended to, but a kernel may still load it before masking,
-    and the null block is the one id that is always in bounds and never holds anyone's data
-    (a real block id there would alias another request's K/V; -1 would index out of bounds).
+    padded, with block 0, the null block, as upstream's block table is. No kernel here reads an
+    entry past a request's ``seq_len``; the padding still has to be harmless if one did (a
+    kernel that loads a tile of entries before masking them, a CUDA-graph row that pads the
+    batch and reads one token through an all-padding row): the null block is always in bounds
+    and holds nobody's data, where a real block id would alias another request's K/V and -1
+    would index out of bounds.
     """
     if any(len(ids) > width for ids in block_ids):
         widest = max(len(ids) for ids in block_ids)

@@ -169,7 +169,8 @@ def test_num_gpu_blocks_from_budget_floors():
     ]
     for args, expected, name in cases:
         got = m.num_gpu_blocks_from_budget(*args)
-        assert got == expected, f"{name}: num_gpu_blocks_from_budget{args} should be {expected}, got {got}"
+        assert got == expected, (
+            f"{name}: num_gpu_blocks_from_budget{args} should be {expected}, got {got}")
 
 
 @graded(3, "blocks_per_request = ceil(num_tokens / block_size): the last block may be partly "
@@ -180,7 +181,8 @@ def test_blocks_per_request_ceils():
     for tokens, bs, expected in [(17, 16, 2), (16, 16, 1), (1, 16, 1), (4096, 16, 256),
                                  (8192, 16, 512), (100, 7, 15), (5, 1, 5)]:
         got = m.blocks_per_request(tokens, bs)
-        assert got == expected, f"blocks_per_request({tokens}, {bs}) should be {expected}, got {got}"
+        assert got == expected, (
+            f"blocks_per_request({tokens}, {bs}) should be {expected}, got {got}")
 
 
 @graded(4, "the null block: block 0 is reserved (padding of block tables) and never given to a "

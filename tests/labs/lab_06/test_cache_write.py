@@ -88,7 +88,8 @@ def write_cases(draw):
     head_dim = draw(st.sampled_from([1, 4, 8]))
     slots = draw(st.permutations(range(num_blocks * block_size)))
     num_tokens = draw(st.integers(0, len(slots)))
-    return block_size, num_blocks, num_kv_heads, head_dim, slots[:num_tokens], draw(st.integers(0, 99))
+    seed = draw(st.integers(0, 99))
+    return block_size, num_blocks, num_kv_heads, head_dim, slots[:num_tokens], seed
 
 
 def expected_caches(key_cache, value_cache, key, value, slots):

@@ -7,6 +7,8 @@ contiguous keys, to 1e-12: paging changes where keys live, never what attention 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -232,10 +234,10 @@ def test_chunked_prefill_equals_one_pass(case):
     paged = write_paged(rng, [length], block_size, num_kv_heads=1, head_dim=4)
     query = rng.standard_normal((length, 2, 4))
     bounds = [0, *cuts, length]
-    outs = [run_prefill(paged, query[a:b], a, 0.5) for a, b in zip(bounds, bounds[1:])]
+    outs = [run_prefill(paged, query[a:b], a, 0.5) for a, b in itertools.pairwise(bounds)]
     want = prefill_oracle(query, paged, 0, 0.5)
     assert_close(np.concatenate(outs), want, TOL,
-                 f"a {length}-token prompt in chunks {list(zip(bounds, bounds[1:]))}, "
+                 f"a {length}-token prompt in chunks {list(itertools.pairwise(bounds))}, "
                  f"block_size {block_size}")
 
 

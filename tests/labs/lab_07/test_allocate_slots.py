@@ -1,4 +1,4 @@
-"""lab-07, part 2: allocate_slots — new blocks only, all or nothing, hits claimed, blocks published."""
+"""lab-07, part 2: allocate_slots — new blocks only, all or nothing, hits claimed, publishing."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def test_prefill_gets_cdiv_blocks():
     assert block_ids(new) == [1, 2, 3], (
         f"a fresh pool hands out blocks 1, 2, 3 for 10 tokens; allocate_slots returned "
         f"{block_ids(new)}")
-    assert table(mgr, "a") == [1, 2, 3], f"req_to_blocks['a'] should be [1, 2, 3], is {table(mgr, 'a')}"
+    assert table(mgr, "a") == [1, 2, 3], (
+        f"req_to_blocks['a'] should be [1, 2, 3], is {table(mgr, 'a')}")
     assert mgr.block_pool.get_num_free_blocks() == 6
     check_block_pool(mgr.block_pool, expected_ref_cnts={1: 1, 2: 1, 3: 1})
 
@@ -86,7 +87,8 @@ def test_free_cached_hits_are_revived():
     b = make_request("b", range(9))
     new, num_hit = admit(mgr, b)
     assert num_hit == 8 and new is not None
-    assert table(mgr, "b")[:2] == [1, 2], f"b must reuse blocks 1 and 2, its table is {table(mgr, 'b')}"
+    assert table(mgr, "b")[:2] == [1, 2], (
+        f"b must reuse blocks 1 and 2, its table is {table(mgr, 'b')}")
     assert 1 not in free_queue(mgr) and 2 not in free_queue(mgr), (
         "revived hit blocks must leave the free queue")
     assert mgr.block_pool.get_num_free_blocks() == free_before - 3, (
@@ -180,7 +182,8 @@ def test_newly_full_blocks_are_published():
     decode(mgr, a, 8)
     assert mgr.req_to_blocks["a"][2].block_hash is None
     _, num_hit = mgr.get_computed_blocks(make_request("b", [*range(8), 1]))
-    assert num_hit == 8, f"both full blocks of a are published: expected an 8-token hit, got {num_hit}"
+    assert num_hit == 8, (
+        f"both full blocks of a are published: expected an 8-token hit, got {num_hit}")
     check_block_pool(mgr.block_pool)
 
 
@@ -216,7 +219,8 @@ def test_lookahead_slots_are_not_published():
         "be cached")
 
 
-@graded(2, "Allocating slots: no request gets slots beyond max_model_len", f"{DOC}#allocating-slots")
+@graded(2, "Allocating slots: no request gets slots beyond max_model_len",
+        f"{DOC}#allocating-slots")
 def test_slots_capped_at_max_model_len():
     """max_model_len 8: 6 tokens + 10 lookahead still get only 2 blocks."""
     mgr = make_manager(10, max_model_len=8)

@@ -41,7 +41,8 @@ def test_hit_is_the_longest_cached_prefix():
         f"the hits must be a's first two blocks {a_table[:2]}, got {block_ids(hits)}")
     longer = make_request("c", [*range(12), 99])
     _, num_hit = mgr.get_computed_blocks(longer)
-    assert num_hit == 12, f"c starts with all 12 of a's tokens: expected a 12-token hit, got {num_hit}"
+    assert num_hit == 12, (
+        f"c starts with all 12 of a's tokens: expected a 12-token hit, got {num_hit}")
 
 
 @graded(3, "Prefix-cache hits: the hit is capped at num_tokens - 1 tokens (the model must run on "
@@ -156,7 +157,8 @@ def test_prefix_cache_stats_count_lookups():
 
 
 @graded(1, "Prefix-cache stats: make_prefix_cache_stats hands the counters out and starts "
-           "afresh; it returns None when log_stats is off", f"{DOC}#usage-and-prefix-cache-statistics")
+           "afresh; it returns None when log_stats is off",
+        f"{DOC}#usage-and-prefix-cache-statistics")
 def test_make_prefix_cache_stats_resets():
     """Each snapshot covers the lookups since the previous one."""
     mgr = make_manager(log_stats=True)

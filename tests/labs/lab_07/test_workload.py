@@ -109,7 +109,8 @@ class ManagerWorkload(RuleBasedStateMachine):
         new = self.mgr.allocate_slots(req, num_new)
         if new is None:
             after = snapshot(self.mgr)
-            assert after == before, f"{rid}: a refused allocation changed {describe_change(before, after)}"
+            assert after == before, (
+                f"{rid}: a refused allocation changed {describe_change(before, after)}")
             return
         added = [b.block_id for b in self.mgr.req_to_blocks[rid][num_before:]]
         assert block_ids(new) == added, (

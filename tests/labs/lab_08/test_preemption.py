@@ -76,6 +76,29 @@ def test_no_admission_in_a_step_that_preempted():
     assert waiting_ids(engine.sched) == ["b", "c"], f"waiting is {waiting_ids(engine.sched)}"
 
 
+@graded(2, "No admissions after a preemption: not even the request just preempted, although its "
+           "first chunk would fit the block that is left",
+        f"{DOC}#no-admissions-after-a-preemption")
+def test_the_victim_is_not_readmitted_in_the_same_step():
+    """Caching off, threshold 4: b's first chunk back would need 1 block, and 1 is free."""
+    engine = Engine(make_scheduler(num_blocks=5, budget=16, max_model_len=32, caching=False,
+                                   long_prefill_token_threshold=4))
+    engine.add(make_request("a", 8, base=0), make_request("b", 8, base=50))
+    for _ in range(2):
+        engine.step()
+    assert num_free(engine.sched) == 0, "set-up: a and b hold the 4 usable blocks"
+    out, _ = engine.step()
+    assert out.preempted_req_ids == {"b"}
+    assert dict(out.num_scheduled_tokens) == {"a": 1}, (
+        f"b was preempted in this step: it must not be readmitted before the next one, but the "
+        f"batch is {dict(out.num_scheduled_tokens)}")
+    assert waiting_ids(engine.sched) == ["b"] and num_free(engine.sched) == 1
+    out, _ = engine.step()
+    assert dict(out.num_scheduled_tokens) == {"a": 1, "b": 4}, (
+        f"next step b resumes with a 4-token chunk, got {dict(out.num_scheduled_tokens)}")
+    assert out.scheduled_cached_reqs.resumed_req_ids == {"b"}
+
+
 @graded(2, "Preemption: a request that must preempt itself (it is the last running one) is not "
            "scheduled, and the running loop stops there", f"{DOC}#preemption-by-recompute")
 def test_a_request_that_preempts_itself_stops_the_loop():

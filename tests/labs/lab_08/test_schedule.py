@@ -79,7 +79,7 @@ def test_chunked_prefill_resumes():
     engine.add(req)
     chunks = []
     for _ in range(3):
-        out, results = engine.step()
+        out, _ = engine.step()
         chunks.append(out.num_scheduled_tokens.get("a"))
     assert chunks == [6, 6, 3], f"expected chunks [6, 6, 3], got {chunks}"
     assert list(req.output_token_ids) == [model_token("a", 15)], (
@@ -118,7 +118,8 @@ def test_without_chunked_prefill():
     engine.add(make_request("a", 40, base=0), make_request("b", 30, base=100),
                make_request("c", 5, base=200))
     out, _ = engine.step()
-    assert batch(out) == [("a", 40)], f"b does not fit whole and c must not overtake it: {batch(out)}"
+    assert batch(out) == [("a", 40)], (
+        f"b does not fit whole and c must not overtake it: {batch(out)}")
     out, _ = engine.step()
     assert batch(out) == [("a", 1), ("b", 30), ("c", 5)], f"got {batch(out)}"
 

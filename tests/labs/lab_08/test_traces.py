@@ -151,7 +151,8 @@ def simulations(draw):
 
 @graded(5, "Random workloads on tiny pools: every request finishes with exactly the fake "
            "model's tokens, first admissions in arrival order (FCFS), budget and max_num_seqs "
-           "respected every step, no block leaked", f"{DOC}#watching-the-scheduler-in-the-simulator")
+           "respected every step, no block leaked",
+        f"{DOC}#watching-the-scheduler-in-the-simulator")
 @GRADED_SETTINGS
 @given(simulations())
 def test_random_workloads_finish_correctly(case):

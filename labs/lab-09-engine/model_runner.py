@@ -1,0 +1,129 @@
+# lab-09: write the functions below that raise NotImplementedError.
+# Grade your work: make lab-09   Guide: labs/lab-09-engine/README.md
+"""The model runner's input preparation: one scheduler step flattened into the model's inputs.
+
+The file of lab-09. It holds the pure half of ``mini_vllm/worker/model_runner.py``:
+``ModelInputs`` and ``prepare_inputs`` with its three helpers. In ``solutions/`` each is a copy
+of the reference, kept identical by ``tests/test_lab_sync.py``; in ``labs/`` the four functions
+raise ``NotImplementedError`` and ``ModelInputs`` is given.
+
+The rest of the runner (the KV cache tensors, the forward pass, sampling, CUDA graphs) stays in
+the reference, which calls ``mini_vllm.worker.model_runner.prepare_inputs`` by name at every
+step. The grader swaps your ``prepare_inputs`` in there and runs the whole engine on it, so your
+function is judged twice: on hand-made batches, tensor by tensor, and by generating the same
+tokens as Hugging Face ``generate`` on a small model.
+
+Shapes: ``T`` tokens in the step (the sum of the scheduled counts), ``R`` requests. Work in numpy
+(``np.repeat``, ``np.cumsum``, fancy indexing) and convert once at the end with
+``torch.from_numpy``: the engine calls this every step, so a Python loop per token would show in
+the step time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mini_vllm.worker import kv_sizing
+
+
+@dataclass
+class ModelInputs:
+    """One step flattened: every tensor the model and the attention backend read.
+
+    Shapes: ``T`` tokens in the step (the sum of the scheduled counts), ``R`` requests.
+    """
+
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64: position of each token in its own sequence
+    slot_mapping: torch.Tensor  # [T] int64: cache slot where each token's K/V is written
+    block_tables: torch.Tensor  # [R, max_blocks] int32, padded with 0 (the null block)
+    query_start_loc: torch.Tensor  # [R + 1] int32: request i owns tokens [qsl[i], qsl[i+1])
+    seq_lens: torch.Tensor  # [R] int32: num_computed_tokens + num_scheduled_tokens
+    logits_indices: torch.Tensor  # [R] int64: the last token of each request
+    max_query_len: int
+    max_seq_len: int
+
+
+def _get_cumsum_and_arange(num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative token counts, and each token's offset inside its own request.
+
+    ``[2, 5, 3]`` -> ``([2, 7, 10], [0, 1, 0, 1, 2, 3, 4, 0, 1, 2])`` (upstream's helper of the
+    same name). The second array is what turns per-request numbers into per-token ones without a
+    Python loop over tokens: subtract from a flat ``arange`` the start of each token's request,
+    spread over that request's tokens with ``np.repeat``.
+    """
+    raise NotImplementedError(
+        "lab-09: _get_cumsum_and_arange — cumsum of the counts, and each token's offset inside "
+        "its request (np.repeat, no loop over tokens)"
+    )
+
+
+def make_block_tables(block_ids: Sequence[Sequence[int]], width: int) -> np.ndarray:
+    """The requests' block tables as one ``[num_reqs, width]`` int32 array, padded with 0.
+
+    Kernels index a rectangle, but requests hold different numbers of blocks, so short rows are
+    padded, with block 0, the null block, as upstream's block table is. No kernel here reads an
+    entry past a request's ``seq_len``; the padding still has to be harmless if one did (a
+    kernel that loads a tile of entries before masking them, a CUDA-graph row that pads the
+    batch and reads one token through an all-padding row): the null block is always in bounds
+    and holds nobody's data, where a real block id would alias another request's K/V and -1
+    would index out of bounds.
+    """
+    raise NotImplementedError(
+        "lab-09: make_block_tables — one [num_reqs, width] int32 array, rows padded with 0 (the "
+        "null block); ValueError if a row is wider"
+    )
+
+
+def compute_slot_mapping(
+    block_tables: np.ndarray, req_indices: np.ndarray, positions: np.ndarray, block_size: int
+) -> np.ndarray:
+    """The KV cache slot of every token of the step (upstream: ``BlockTable.compute_slot_mapping``).
+
+    Token ``t`` of request ``r = req_indices[t]`` at position ``p = positions[t]`` goes to
+    ``block_tables[r, p // block_size] * block_size + p % block_size``: the block its position
+    falls in, looked up in *its own* request's table, then the offset inside that block. (lab-06
+    writes the same rule for one sequence; this is the whole flattened batch at once.)
+    """
+    raise NotImplementedError(
+        "lab-09: compute_slot_mapping — slot = table[req, pos // block_size] * block_size + pos "
+        "% block_size, int64"
+    )
+
+
+def prepare_inputs(
+    token_ids: Sequence[Sequence[int]],
+    num_computed_tokens: Sequence[int],
+    num_scheduled_tokens: Sequence[int],
+    block_ids: Sequence[Sequence[int]],
+    block_size: int,
+    max_num_blocks_per_req: int | None = None,
+) -> ModelInputs:
+    """Flatten one step's requests into the model's inputs (upstream: ``_prepare_inputs``).
+
+    Request ``i`` runs its tokens ``num_computed_tokens[i] .. + num_scheduled_tokens[i]``: the
+    tokens before are already in the KV cache (earlier steps, or a prefix-cache hit), so a
+    prefill starts mid-prompt after a hit, a chunk continues where the last one stopped, and a
+    decode is the case of one token. Positions restart at each request's own offset, and each
+    token's cache slot comes from its request's block table:
+    ``slot = block_ids[pos // block_size] * block_size + pos % block_size``.
+
+    Pure: plain lists in, CPU tensors out, no runner state. Vectorised as upstream does it:
+    ``np.repeat`` spreads per-request values over their tokens instead of a Python loop per token.
+
+    Args:
+        token_ids: per request, every token known so far (prompt + sampled).
+        num_computed_tokens: per request, tokens whose K/V is already cached.
+        num_scheduled_tokens: per request, tokens to run this step (>= 1).
+        block_ids: per request, its block table (must cover the scheduled tokens).
+        block_size: tokens per KV cache block.
+        max_num_blocks_per_req: width of ``block_tables``; default: the widest table in the batch.
+    """
+    raise NotImplementedError(
+        "lab-09: prepare_inputs — check the step; then input_ids, positions, slot_mapping, "
+        "block_tables, query_start_loc, seq_lens, logits_indices for the flattened batch"
+    )

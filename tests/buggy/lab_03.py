@@ -1,0 +1,135 @@
+"""Buggy implementations of lab-03 (KV cache sizing).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-03`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "kv_sizing.py"
+
+MUTANTS = [
+    Mutant(
+        name="k_and_v_factor_forgotten",
+        file=FILE,
+        find="return 2 * num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)",
+        replace="return num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)",
+        why="counts only keys (or only values): every size is half the truth, so the engine "
+            "would allocate twice the blocks its memory holds",
+    ),
+    Mutant(
+        name="query_heads_instead_of_kv_heads",
+        file=FILE,
+        find='num_kv_heads = int(getattr(config, "num_key_value_heads", None) or num_heads)',
+        replace="num_kv_heads = num_heads",
+        why="sizes the cache by query heads: GQA models (Llama-3: 32 query, 8 KV heads) look 4x "
+            "bigger than they are",
+    ),
+    Mutant(
+        name="head_dim_always_hidden_over_heads",
+        file=FILE,
+        find='head_dim = int(getattr(config, "head_dim", None) or hidden_size // num_heads)',
+        replace="head_dim = hidden_size // num_heads",
+        why="ignores an explicit head_dim (Gemma-7B: 256, not 3072 / 16 = 192)",
+    ),
+    Mutant(
+        name="dtype_bytes_assumed_two",
+        file=FILE,
+        find="return 2 * num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)",
+        replace="return 2 * num_layers * num_kv_heads * head_dim * 2",
+        why="assumes a 16-bit cache: the float32 cache of the CPU engine (and an fp8 one) is "
+            "sized wrong",
+    ),
+    Mutant(
+        name="dtype_torch_prefix_not_stripped",
+        file=FILE,
+        find='name = str(dtype).removeprefix("torch.")',
+        replace="name = str(dtype)",
+        why="str(torch.bfloat16) is 'torch.bfloat16': the engine's own dtype is refused",
+    ),
+    Mutant(
+        name="block_bytes_of_one_layer",
+        file=FILE,
+        find="return block_size * bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)",
+        replace="return block_size * bytes_per_token(1, num_kv_heads, head_dim, dtype_bytes)",
+        why="upstream's page_size_bytes is per layer; a block id costs that in every layer",
+    ),
+    Mutant(
+        name="utilization_applied_to_memory_left_after_the_model",
+        file=FILE,
+        find="return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
+        replace="return math.ceil((total_memory - int(non_kv_cache_memory)) * gpu_memory_utilization)",
+        why="takes the utilization share of the memory left after the model instead of the whole "
+            "device: 0.5 of 80 GiB with a 10 GiB model gives 35 GiB instead of 30",
+    ),
+    Mutant(
+        name="budget_rounded_down",
+        file=FILE,
+        find="return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
+        replace="return int(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
+        why="truncates the requested share where upstream's request_memory rounds it up",
+    ),
+    Mutant(
+        name="utilization_not_checked",
+        file=FILE,
+        find="""
+            if not 0.0 < gpu_memory_utilization <= 1.0:
+                raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        """,
+        replace="",
+        why="accepts a utilization of 1.5: the engine would plan for more memory than exists",
+    ),
+    Mutant(
+        name="blocks_rounded_up",
+        file=FILE,
+        find="return max(int(budget_bytes) // block_bytes, 0)",
+        replace="return max(-(-int(budget_bytes) // block_bytes), 0)",
+        why="ceil instead of floor: a partial block is counted, and the cache overruns its budget",
+    ),
+    Mutant(
+        name="negative_budget_gives_negative_blocks",
+        file=FILE,
+        find="return max(int(budget_bytes) // block_bytes, 0)",
+        replace="return int(budget_bytes) // block_bytes",
+        why="a model that does not fit gives a negative block count instead of 0",
+    ),
+    Mutant(
+        name="blocks_per_request_floored",
+        file=FILE,
+        find="return cdiv(num_tokens, block_size)",
+        replace="return num_tokens // block_size",
+        why="forgets the partly filled last block: 17 tokens in 16-token blocks need 2, not 1",
+    ),
+    Mutant(
+        name="null_block_not_counted",
+        file=FILE,
+        find="return num_requests * blocks_per_request(max_model_len, block_size) + 1",
+        replace="return num_requests * blocks_per_request(max_model_len, block_size)",
+        why="forgets block 0, the null block: a cache of exactly that size cannot hold the "
+            "full-length request it was sized for",
+    ),
+    Mutant(
+        name="null_block_per_request",
+        file=FILE,
+        find="return num_requests * blocks_per_request(max_model_len, block_size) + 1",
+        replace="return num_requests * (blocks_per_request(max_model_len, block_size) + 1)",
+        why="counts a null block per request; there is one per cache",
+    ),
+    Mutant(
+        name="max_concurrency_without_the_null_block",
+        file=FILE,
+        find="return num_gpu_blocks / blocks_per_request(max_model_len, block_size)",
+        replace="return (num_gpu_blocks - 1) / blocks_per_request(max_model_len, block_size)",
+        why="off by one against upstream's figure, which divides all of the cache's blocks",
+    ),
+    Mutant(
+        name="max_concurrency_integer_division",
+        file=FILE,
+        find="return num_gpu_blocks / blocks_per_request(max_model_len, block_size)",
+        replace="return float(num_gpu_blocks // blocks_per_request(max_model_len, block_size))",
+        why="rounds the concurrency down: upstream logs 54.50x, not 54x",
+    ),
+]

@@ -1,0 +1,152 @@
+"""Buggy implementations of lab-09 (the model runner's input preparation).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-09`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "model_runner.py"
+
+MUTANTS = [
+    # -- helpers ---------------------------------------------------------------------------------
+    Mutant(
+        name="arange_not_restarted_per_request",
+        file=FILE,
+        find="return cu_num_tokens, np.arange(total, dtype=np.int64) - request_starts",
+        replace="return cu_num_tokens, np.arange(total, dtype=np.int64)",
+        why="the offsets run on across requests ([0 1 2 3 ...] instead of [0 1 0 1 2 ...]): "
+            "every request after the first gets positions shifted by its neighbours' tokens",
+    ),
+    Mutant(
+        name="block_table_padded_with_a_real_block",
+        file=FILE,
+        find="block_tables = np.zeros((len(block_ids), width), dtype=np.int32)",
+        replace="block_tables = np.ones((len(block_ids), width), dtype=np.int32)",
+        why="pads short rows with block 1, a real block that belongs to some request, instead "
+            "of the null block 0",
+    ),
+    Mutant(
+        name="block_table_padded_with_minus_one",
+        file=FILE,
+        find="block_tables = np.zeros((len(block_ids), width), dtype=np.int32)",
+        replace="block_tables = np.full((len(block_ids), width), -1, dtype=np.int32)",
+        why="pads with -1: a kernel that loads a table entry before masking indexes out of bounds",
+    ),
+    Mutant(
+        name="block_table_int64",
+        file=FILE,
+        find="block_tables = np.zeros((len(block_ids), width), dtype=np.int32)",
+        replace="block_tables = np.zeros((len(block_ids), width), dtype=np.int64)",
+        why="int64 block tables: twice the bytes copied to the GPU each step, and not the dtype "
+            "the kernels are written for",
+    ),
+    Mutant(
+        name="slot_block_index_and_offset_swapped",
+        file=FILE,
+        find="block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)",
+        replace="block_numbers = block_tables[req_indices, positions % block_size].astype(np.int64)",
+        why="looks the block up by the offset inside it instead of by pos // block_size",
+    ),
+    Mutant(
+        name="slot_without_block_size_factor",
+        file=FILE,
+        find="return block_numbers * block_size + positions % block_size",
+        replace="return block_numbers + positions % block_size",
+        why="adds the block id and the offset without scaling the block id to its first slot: "
+            "blocks overlap",
+    ),
+    # -- prepare_inputs --------------------------------------------------------------------------
+    Mutant(
+        name="query_start_loc_not_cumulative",
+        file=FILE,
+        find="query_start_loc = np.concatenate(([0], cu_num_tokens))",
+        replace="query_start_loc = np.concatenate(([0], scheduled))",
+        why="stores each request's token count instead of the running total: request i's "
+            "tokens are not at qsl[i]:qsl[i+1]",
+    ),
+    Mutant(
+        name="positions_off_by_one",
+        file=FILE,
+        find="positions = computed[req_indices] + query_pos",
+        replace="positions = computed[req_indices] + query_pos + 1",
+        why="counts positions from 1: every key is rotated (RoPE) one step too far and written "
+            "one slot late",
+    ),
+    Mutant(
+        name="prefix_hits_not_skipped",
+        file=FILE,
+        find="""
+            positions = computed[req_indices] + query_pos
+
+            input_ids = np.concatenate(
+                [
+                    np.asarray(token_ids[i][computed[i] : seq_lens[i]], dtype=np.int64)
+                    for i in range(num_reqs)
+                ]
+            )
+        """,
+        replace="""
+            start = np.where(scheduled > 1, 0, computed)  # a prompt runs from its first token
+            positions = start[req_indices] + query_pos
+
+            input_ids = np.concatenate(
+                [
+                    np.asarray(token_ids[i][start[i] : start[i] + scheduled[i]], dtype=np.int64)
+                    for i in range(num_reqs)
+                ]
+            )
+        """,
+        why="treats every multi-token step as a fresh prompt from position 0: a prefix-cache "
+            "hit or an earlier chunk is recomputed over (and its tail never runs)",
+    ),
+    Mutant(
+        name="decode_token_taken_from_the_prompt",
+        file=FILE,
+        find="np.asarray(token_ids[i][computed[i] : seq_lens[i]], dtype=np.int64)",
+        replace="np.asarray(token_ids[i][: seq_lens[i] - computed[i]], dtype=np.int64)",
+        why="takes the first tokens of the sequence instead of those after the computed ones: "
+            "a decode feeds the prompt's first token instead of the one sampled last",
+    ),
+    Mutant(
+        name="slots_from_the_offset_in_the_step",
+        file=FILE,
+        find="slot_mapping = compute_slot_mapping(block_tables, req_indices, positions, block_size)",
+        replace="slot_mapping = compute_slot_mapping(block_tables, req_indices, query_pos, block_size)",
+        why="uses the token's index inside this step instead of its position: a decode writes "
+            "its K/V over slot 0 of the request's first block",
+    ),
+    Mutant(
+        name="seq_lens_missing_the_context",
+        file=FILE,
+        find="seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),",
+        replace="seq_lens=torch.from_numpy(scheduled.astype(np.int32)),",
+        why="reports only this step's tokens as the sequence length: attention never sees the "
+            "cached context",
+    ),
+    Mutant(
+        name="logits_of_the_first_token",
+        file=FILE,
+        find="logits_indices=torch.from_numpy(cu_num_tokens - 1),",
+        replace="logits_indices=torch.from_numpy(cu_num_tokens - scheduled),",
+        why="samples from each request's first token of the step instead of its last",
+    ),
+    Mutant(
+        name="block_table_width_ignores_max_num_blocks",
+        file=FILE,
+        find="width = max_num_blocks_per_req or max(len(b) for b in block_ids)",
+        replace="width = max(len(b) for b in block_ids)",
+        why="ignores the fixed width the CUDA-graph buffers need",
+    ),
+    Mutant(
+        name="short_block_table_not_refused",
+        file=FILE,
+        find="if kv_sizing.cdiv(int(seq_lens[i]), block_size) > len(block_ids[i]):",
+        replace="if False:",
+        why="a block table too short for the scheduled tokens goes through and fails later as "
+            "an index error, or writes a slot of the null block",
+    ),
+]

@@ -1,0 +1,288 @@
+"""lab-09, part 1: one scheduler step flattened, checked tensor by tensor on hand-made batches.
+
+The main batch mixes everything a step can hold, with ``block_size = 4``:
+
+| req | known tokens | computed | scheduled | what it is | block ids |
+|---|---|---|---|---|---|
+| A | 100..109 (10) | 8 | 2 | a prompt whose first two blocks were prefix-cache hits | 11 12 13 |
+| B | 200..211 (12) | 0 | 5 | the first chunk of a long prompt | 21 22 |
+| C | 300..309 (10) | 5 | 5 | the second chunk of a chunked prompt | 31 32 33 |
+| D | 400..407 (8) | 7 | 1 | a decode: 407 is the token sampled last step | 41 42 |
+| E | 500..508 (9) | 8 | 1 | a decode whose token opens a new block | 51 52 53 |
+
+Every expected tensor is written out below from the rules, never computed by the reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grading.suite import graded, load_impl
+from tests.labs.common import GRADED_SETTINGS
+
+DOC = "phases/05-end-to-end/README.md"
+BLOCK_SIZE = 4
+TOKENS = [list(range(100, 110)), list(range(200, 212)), list(range(300, 310)),
+          list(range(400, 408)), list(range(500, 509))]
+COMPUTED = [8, 0, 5, 7, 8]
+SCHEDULED = [2, 5, 5, 1, 1]
+BLOCK_IDS = [[11, 12, 13], [21, 22], [31, 32, 33], [41, 42], [51, 52, 53]]
+
+
+def runner() -> Any:
+    return load_impl("model_runner")
+
+
+def mixed_batch(**kwargs: Any) -> Any:
+    return runner().prepare_inputs(TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE, **kwargs)
+
+
+def as_list(tensor: Any) -> list:
+    return tensor.tolist() if hasattr(tensor, "tolist") else list(tensor)
+
+
+# -- the helpers --------------------------------------------------------------------------------
+
+
+@graded(2, "_get_cumsum_and_arange: [2, 5, 3] -> cumsum [2, 7, 10] and offsets "
+           "[0, 1, 0, 1, 2, 3, 4, 0, 1, 2], each token's index inside its own request",
+        f"{DOC}#tokens-and-positions")
+def test_get_cumsum_and_arange():
+    """The building block of positions and query_start_loc."""
+    m = runner()
+    for counts, cumsum, arange in [
+        ([2, 5, 3], [2, 7, 10], [0, 1, 0, 1, 2, 3, 4, 0, 1, 2]),
+        ([1, 1, 1], [1, 2, 3], [0, 0, 0]),
+        ([4], [4], [0, 1, 2, 3]),
+        ([1, 3], [1, 4], [0, 0, 1, 2]),
+    ]:
+        got_cumsum, got_arange = m._get_cumsum_and_arange(np.array(counts))
+        assert as_list(got_cumsum) == cumsum, (
+            f"_get_cumsum_and_arange({counts}): cumulative counts should be {cumsum}, got "
+            f"{as_list(got_cumsum)}")
+        assert as_list(got_arange) == arange, (
+            f"_get_cumsum_and_arange({counts}): offsets should be {arange}, got "
+            f"{as_list(got_arange)}")
+
+
+@graded(2, "make_block_tables: rows padded to the width with 0, the null block (never a real "
+           "block id, never -1), int32, and a row wider than the table is an error",
+        f"{DOC}#block-tables-and-the-null-block")
+def test_make_block_tables_pads_with_the_null_block():
+    """Ragged block lists become one rectangle."""
+    m = runner()
+    tables = m.make_block_tables([[7, 3], [5, 9, 2], [4]], 4)
+    assert np.asarray(tables).tolist() == [[7, 3, 0, 0], [5, 9, 2, 0], [4, 0, 0, 0]], (
+        f"expected [[7, 3, 0, 0], [5, 9, 2, 0], [4, 0, 0, 0]] (padding = block 0), got "
+        f"{np.asarray(tables).tolist()}")
+    assert np.asarray(tables).dtype == np.int32, "block tables are int32, as the kernels read them"
+    with pytest.raises(ValueError):
+        m.make_block_tables([[1, 2, 3]], 2)
+
+
+@graded(3, "compute_slot_mapping: slot = block_tables[req, pos // block_size] * block_size + "
+           "pos % block_size, looked up in each token's OWN request's row; int64",
+        f"{DOC}#the-slot-mapping")
+def test_compute_slot_mapping():
+    """Five tokens of two requests, one of them crossing two block boundaries."""
+    m = runner()
+    tables = np.array([[7, 3, 0], [5, 9, 2]], dtype=np.int32)
+    slots = m.compute_slot_mapping(tables, np.array([0, 0, 1, 1, 1]), np.array([4, 5, 0, 7, 8]), 4)
+    # req 0: pos 4, 5 -> block 3 -> 12, 13; req 1: pos 0 -> 5*4 = 20, pos 7 -> 9*4+3 = 39,
+    # pos 8 -> 2*4 = 8
+    assert as_list(slots) == [12, 13, 20, 39, 8], (
+        f"expected slots [12, 13, 20, 39, 8], got {as_list(slots)}")
+    assert np.asarray(slots).dtype == np.int64, (
+        "slots are int64: block_id * block_size overflows int32 on a big cache")
+
+
+# -- prepare_inputs on the mixed batch -----------------------------------------------------------
+
+
+@graded(3, "input_ids: for each request, token_ids[computed : computed + scheduled], in "
+           "request order: cached tokens (prefix hits, earlier chunks) are skipped, and a "
+           "decode runs the token sampled last (the end of token_ids)",
+        f"{DOC}#tokens-and-positions")
+def test_input_ids_skip_cached_tokens():
+    """Only the tokens this step computes."""
+    got = as_list(mixed_batch().input_ids)
+    expected = [108, 109, 200, 201, 202, 203, 204, 305, 306, 307, 308, 309, 407, 508]
+    assert got == expected, f"input_ids should be {expected}, got {got}"
+
+
+@graded(3, "positions = num_computed_tokens[req] + offset inside the step: a prefix hit or an "
+           "earlier chunk shifts the positions; RoPE is applied at these positions",
+        f"{DOC}#tokens-and-positions")
+def test_positions_start_at_the_computed_offset():
+    """A prefix-hit prompt starts at 8, a second chunk at 5, a decode at its last index."""
+    got = as_list(mixed_batch().positions)
+    expected = [8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 7, 8]
+    assert got == expected, f"positions should be {expected}, got {got}"
+
+
+@graded(4, "slot_mapping: each token's K/V goes to its own request's block "
+           "block_ids[pos // block_size], at offset pos % block_size",
+        f"{DOC}#the-slot-mapping")
+def test_slot_mapping_of_the_mixed_batch():
+    """A: 13*4+0, 13*4+1; B: 21*4+0..3, 22*4+0; C: 32*4+1..3, 33*4+0..1; D: 42*4+3; E: 53*4."""
+    got = as_list(mixed_batch().slot_mapping)
+    expected = [52, 53, 84, 85, 86, 87, 88, 129, 130, 131, 132, 133, 171, 212]
+    assert got == expected, f"slot_mapping should be {expected}, got {got}"
+
+
+@graded(3, "query_start_loc is the CUMULATIVE count of scheduled tokens, starting at 0 "
+           "([R + 1] entries); logits_indices is each request's last token, qsl[1:] - 1",
+        f"{DOC}#query-start-locations-and-sequence-lengths")
+def test_query_start_loc_and_logits_indices():
+    """Request i owns tokens qsl[i]:qsl[i+1]; its next token is predicted at qsl[i+1] - 1."""
+    inputs = mixed_batch()
+    assert as_list(inputs.query_start_loc) == [0, 2, 7, 12, 13, 14], (
+        f"query_start_loc should be [0, 2, 7, 12, 13, 14], got {as_list(inputs.query_start_loc)}")
+    assert as_list(inputs.logits_indices) == [1, 6, 11, 12, 13], (
+        f"logits_indices should be [1, 6, 11, 12, 13], got {as_list(inputs.logits_indices)}")
+    assert inputs.max_query_len == 5, f"max_query_len should be 5, got {inputs.max_query_len}"
+
+
+@graded(3, "seq_lens = num_computed_tokens + num_scheduled_tokens: the context a request "
+           "attends to includes its cached tokens, not only this step's",
+        f"{DOC}#query-start-locations-and-sequence-lengths")
+def test_seq_lens_include_the_context():
+    """Attention reads seq_lens[i] tokens of request i through its block table."""
+    inputs = mixed_batch()
+    assert as_list(inputs.seq_lens) == [10, 5, 10, 8, 9], (
+        f"seq_lens should be [10, 5, 10, 8, 9], got {as_list(inputs.seq_lens)}")
+    assert inputs.max_seq_len == 10, f"max_seq_len should be 10, got {inputs.max_seq_len}"
+
+
+@graded(3, "block_tables: one row per request, as wide as the widest table (or "
+           "max_num_blocks_per_req), padded with 0, the null block",
+        f"{DOC}#block-tables-and-the-null-block")
+def test_block_tables_of_the_mixed_batch():
+    """Rows of 2 blocks are padded to 3 with block 0; a fixed width pads further."""
+    got = as_list(mixed_batch().block_tables)
+    expected = [[11, 12, 13], [21, 22, 0], [31, 32, 33], [41, 42, 0], [51, 52, 53]]
+    assert got == expected, f"block_tables should be {expected}, got {got}"
+    got = as_list(mixed_batch(max_num_blocks_per_req=5).block_tables)
+    expected = [[11, 12, 13, 0, 0], [21, 22, 0, 0, 0], [31, 32, 33, 0, 0], [41, 42, 0, 0, 0],
+                [51, 52, 53, 0, 0]]
+    assert got == expected, (
+        f"with max_num_blocks_per_req=5, block_tables should be {expected}, got {got}")
+
+
+@graded(1, "dtypes as the model and kernels read them: int64 input_ids, positions, "
+           "slot_mapping, logits_indices; int32 block_tables, query_start_loc, seq_lens; torch "
+           "tensors on the CPU", f"{DOC}#the-step-as-tensors")
+def test_dtypes_and_shapes():
+    """Five requests and 14 tokens."""
+    import torch
+
+    inputs = mixed_batch()
+    want = {"input_ids": (torch.int64, (14,)), "positions": (torch.int64, (14,)),
+            "slot_mapping": (torch.int64, (14,)), "logits_indices": (torch.int64, (5,)),
+            "block_tables": (torch.int32, (5, 3)), "query_start_loc": (torch.int32, (6,)),
+            "seq_lens": (torch.int32, (5,))}
+    for name, (dtype, shape) in want.items():
+        tensor = getattr(inputs, name)
+        assert isinstance(tensor, torch.Tensor), f"{name} should be a torch tensor"
+        assert tensor.dtype == dtype and tuple(tensor.shape) == shape, (
+            f"{name} should be {dtype} of shape {shape}, got {tensor.dtype} {tuple(tensor.shape)}")
+
+
+# -- other batches -----------------------------------------------------------------------------
+
+
+@graded(3, "a decode-only step (the common case): one token per request, the last known "
+           "token at position len - 1, written to the right block", f"{DOC}#the-step-as-tensors")
+def test_decode_only_batch():
+    """Three decodes with 16-token blocks, one of them the first token of its second block."""
+    m = runner()
+    inputs = m.prepare_inputs(
+        [[5, 6, 7], [*range(16), 99], [1] * 30 + [42]], [2, 16, 30], [1, 1, 1],
+        [[3], [8, 2], [4, 6]], 16)
+    assert as_list(inputs.input_ids) == [7, 99, 42]
+    assert as_list(inputs.positions) == [2, 16, 30]
+    assert as_list(inputs.slot_mapping) == [3 * 16 + 2, 2 * 16 + 0, 6 * 16 + 14]
+    assert as_list(inputs.query_start_loc) == [0, 1, 2, 3]
+    assert as_list(inputs.seq_lens) == [3, 17, 31]
+    assert as_list(inputs.logits_indices) == [0, 1, 2]
+    assert as_list(inputs.block_tables) == [[3, 0], [8, 2], [4, 6]]
+    assert inputs.max_query_len == 1 and inputs.max_seq_len == 31
+
+
+@graded(2, "block_size 1: every position is its own block, slot = block_ids[pos]",
+        f"{DOC}#the-slot-mapping")
+def test_block_size_one():
+    """A prefix hit of 2 tokens, then 3 tokens in blocks 9, 4, 7."""
+    m = runner()
+    inputs = m.prepare_inputs([[10, 11, 12, 13, 14]], [2], [3], [[5, 6, 9, 4, 7]], 1)
+    assert as_list(inputs.input_ids) == [12, 13, 14]
+    assert as_list(inputs.positions) == [2, 3, 4]
+    assert as_list(inputs.slot_mapping) == [9, 4, 7]
+
+
+@graded(1, "an inconsistent step is refused with ValueError: no scheduled token, more tokens "
+           "than known, or a block table too short for the tokens", f"{DOC}#the-step-as-tensors")
+def test_inconsistent_steps_are_refused():
+    """Garbage in must not become a silent wrong slot."""
+    m = runner()
+    for kwargs in (dict(num_computed_tokens=[2], num_scheduled_tokens=[2]),
+                   dict(num_computed_tokens=[0], num_scheduled_tokens=[0]),
+                   dict(num_computed_tokens=[0], num_scheduled_tokens=[3], block_ids=[[1]])):
+        args = dict(token_ids=[[1, 2, 3]], block_ids=[[1, 2]], block_size=2) | kwargs
+        with pytest.raises(ValueError):
+            m.prepare_inputs(**args)
+
+
+def _by_the_definition(tokens, computed, scheduled, block_ids, block_size):
+    """The step, one token at a time, straight from the rules."""
+    ids, pos, slots, starts = [], [], [], [0]
+    for t, c, s, b in zip(tokens, computed, scheduled, block_ids):
+        for p in range(c, c + s):
+            ids.append(t[p])
+            pos.append(p)
+            slots.append(b[p // block_size] * block_size + p % block_size)
+        starts.append(starts[-1] + s)
+    return ids, pos, slots, starts, [c + s for c, s in zip(computed, scheduled)]
+
+
+@st.composite
+def steps(draw):
+    block_size = draw(st.sampled_from([1, 2, 3, 4, 16]))
+    num_reqs = draw(st.integers(1, 6))
+    tokens, computed, scheduled, block_ids = [], [], [], []
+    next_block = 1
+    for _ in range(num_reqs):
+        known = draw(st.integers(1, 40))
+        done = draw(st.integers(0, known - 1))
+        todo = draw(st.integers(1, known - done))
+        tokens.append(draw(st.lists(st.integers(0, 1000), min_size=known, max_size=known)))
+        computed.append(done)
+        scheduled.append(todo)
+        n = -(-(done + todo) // block_size)
+        block_ids.append(list(range(next_block, next_block + n))[::-1])
+        next_block += n
+    return tokens, computed, scheduled, block_ids, block_size
+
+
+@graded(3, "any batch: input_ids, positions, slot_mapping, query_start_loc and seq_lens equal "
+           "a token-by-token application of the rules", f"{DOC}#the-step-as-tensors")
+@GRADED_SETTINGS
+@given(step=steps())
+def test_random_batches_follow_the_rules(step):
+    """Random mixes of prefills, chunks and decodes; any block size."""
+    tokens, computed, scheduled, block_ids, block_size = step
+    inputs = runner().prepare_inputs(tokens, computed, scheduled, block_ids, block_size)
+    ids, pos, slots, qsl, lens = _by_the_definition(tokens, computed, scheduled, block_ids,
+                                                    block_size)
+    assert as_list(inputs.input_ids) == ids, "input_ids differ from the rule"
+    assert as_list(inputs.positions) == pos, "positions differ from the rule"
+    assert as_list(inputs.slot_mapping) == slots, "slot_mapping differs from the rule"
+    assert as_list(inputs.query_start_loc) == qsl, "query_start_loc differs from the rule"
+    assert as_list(inputs.seq_lens) == lens, "seq_lens differ from the rule"
+    assert as_list(inputs.logits_indices) == [q - 1 for q in qsl[1:]], (
+        "logits_indices should be query_start_loc[1:] - 1")

@@ -11,7 +11,7 @@ TORCH_LABS := lab-04
 MODEL_LABS := lab-03 lab-09
 
 .PHONY: help setup setup-full test lint $(CORE_LABS) $(TORCH_LABS) $(MODEL_LABS) quiz-01 \
-        upstream demo bench docs site notebooks list autograder check-suites stubs
+        upstream demo bench docs site notebooks figures list autograder check-suites stubs
 
 help:
 	@echo "make lab-01 ... lab-09   grade your lab (labs/lab-NN-*/); e.g. make lab-01"
@@ -21,6 +21,7 @@ help:
 	@echo "make upstream            download vLLM v0.22.1's source (sha256-checked) into upstream/"
 	@echo "make quiz-01             grade the phase 01 self-check quiz (labs/quiz-01-engine-tour/answers.py)"
 	@echo "make site / make docs    build the course site strictly / serve it on 127.0.0.1:8000"
+	@echo "make notebooks           the notebooks in JupyterLab (make figures refreshes docs/pictures.md)"
 	@echo "make list                which labs exist"
 
 $(VENV)/.stamp-core: pyproject.toml
@@ -99,3 +100,10 @@ site: $(VENV)/.stamp-docs
 docs: $(VENV)/.stamp-docs
 	@$(PY) tools/build_site.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve -f build/mkdocs.generated.yml -a 127.0.0.1:8000
+
+notebooks: $(VENV)/.stamp-full
+	@$(PY) -c "import jupyterlab" 2>/dev/null || { echo "installing JupyterLab into $(VENV) (first time only) ..."; $(PIP) install "jupyterlab>=4"; }
+	$(VENV)/bin/jupyter lab notebooks/
+
+figures: $(VENV)/.stamp-full
+	$(PY) tools/export_figures.py

@@ -579,6 +579,7 @@ def stage_hf_cb(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any
         except Exception as exc:  # warm-up is an optimisation; say so and go on
             print(f"hf-cb: warmup failed ({exc}); continuing without", file=sys.stderr)
     manager.start()
+    print(f"hf-cb: manager started ({time.time() - args.stop_at:+.0f} s to stop)", file=sys.stderr)
     # Warm-up requests through the running manager, untimed.
     for i in range(2):
         add(requests[i]["prompt"][:16], f"warm{i}", 4)
@@ -591,6 +592,7 @@ def stage_hf_cb(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any
             got += 1
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    print(f"hf-cb: warmed up ({time.time() - args.stop_at:+.0f} s to stop)", file=sys.stderr)
 
     t0 = time.perf_counter()
     added_at: dict[str, float] = {}
@@ -610,6 +612,7 @@ def stage_hf_cb(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any
             finished[res.request_id] = (res, time.perf_counter())
             errors += getattr(res, "error", None) is not None
     elapsed = time.perf_counter() - t0
+    print(f"hf-cb: {len(finished)} finished in {elapsed:.1f} s", file=sys.stderr)
     tokens = sum(len(res.generated_tokens) for res, _ in finished.values())
     in_flight = 0
     note = None
@@ -622,9 +625,11 @@ def stage_hf_cb(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any
         except Exception:
             note = "stopped at the time limit; only finished requests counted (a lower bound)"
     try:
-        manager.stop(block=True, timeout=30)
-    except TypeError:
-        manager.stop(block=True)
+        manager.stop(block=True, timeout=10)
+    except TypeError:  # an older signature
+        manager.stop(block=False)
+    except Exception as exc:  # stopping is cleanup: the measurement is done
+        print(f"hf-cb: stop failed ({exc})", file=sys.stderr)
     ttft, tpot = [], []
     for rid, (res, done_t) in finished.items():
         stamps = getattr(res, "timestamps", None) or []
@@ -654,7 +659,11 @@ def child_main(args: argparse.Namespace) -> int:
     fn = STAGES[args.child]
     result = fn(args) if args.child == "prepare" else fn(args, work)
     Path(args.result_json).write_text(json.dumps(result))
-    return 0
+    # Leave at once: a library thread that outlives its stage (Hugging Face's continuous
+    # batching manager runs one) must not keep the process, and the run's clock, going.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -696,8 +705,13 @@ def run_child(stage: str, args: argparse.Namespace, extra: list[str], timeout: f
     try:
         proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True, env=env)
     except subprocess.TimeoutExpired as exc:
-        tail = (exc.stderr or b"")[-800:] if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        return {"error": f"timed out after {timeout:.0f} s", "log": str(tail)[-800:]}
+        if result_json.exists():  # it reported, then failed to exit in time
+            result = json.loads(result_json.read_text())
+            result["wall_s"] = time.perf_counter() - t0
+            return result
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (
+            exc.stderr or "")
+        return {"error": f"timed out after {timeout:.0f} s", "log": err[-1500:]}
     wall = time.perf_counter() - t0
     if proc.returncode != 0 or not result_json.exists():
         return {"error": f"exit status {proc.returncode}", "log": proc.stderr[-1500:]}

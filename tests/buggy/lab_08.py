@@ -35,6 +35,14 @@ MUTANTS = [
             "stop token still ends the request",
     ),
     Mutant(
+        name="stops_on_all_stop_token_ids",
+        file=FILE,
+        find="if last_token_id in (sampling_params.stop_token_ids or ()):",
+        replace="if last_token_id in sampling_params.all_stop_token_ids:",
+        why="checks all_stop_token_ids, which holds the model's EOS even under ignore_eos (it is "
+            "the set min_tokens masks): ignore_eos requests stop on EOS anyway",
+    ),
+    Mutant(
         name="max_tokens_off_by_one",
         file=FILE,
         find="request.num_output_tokens >= request.max_tokens",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from grading.suite import graded
-from mini_vllm.request import FinishReason, RequestStatus
+from mini_vllm.request import FinishReason, Request, RequestStatus
+from mini_vllm.sampling_params import SamplingParams
 from tests.labs.lab_08.helpers import (
     DOC,
+    HASHER,
     Engine,
     make_request,
     make_scheduler,
@@ -40,7 +42,11 @@ def test_eos_stops():
            "and the stop token is recorded as stop_reason", f"{DOC}#stop-conditions")
 def test_stop_tokens_apply_even_with_ignore_eos():
     """ignore_eos with EOS 7 and stop token 9: 7 goes on, 9 stops."""
-    req = make_request("a", 4, max_tokens=10, eos=7, ignore_eos=True, stop_token_ids=[9])
+    # Built as the engine builds it: the model's EOS is recorded in the sampling parameters
+    # (all_stop_token_ids holds it even under ignore_eos: that set is for min_tokens masking).
+    params = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True, stop_token_ids=[9])
+    params.update_from_generation_config({}, eos_token_id=7)
+    req = Request("a", [0, 1, 2, 3], params, eos_token_id=7, block_hasher=HASHER)
     req.max_tokens = 10
     assert appended(req, 7, 7, 9) == [False, False, True], (
         "under ignore_eos the EOS token (7) must not stop the request, but the stop token 9 must")

@@ -29,7 +29,7 @@ class Verdict:
 
 
 def grade_folder(lab: Lab, folder: Path, fail_fast: bool = False) -> tuple[int, int, list]:
-    runner = SuiteRunner(lab, folder, fail_fast=fail_fast)
+    runner = SuiteRunner(lab, folder, fail_fast=fail_fast, preflight=not fail_fast)
     results = runner.run(runner.collect())
     score, total = totals(results)
     return score, total, results

@@ -37,13 +37,24 @@ class Mutant:
         text = path.read_text()
         find, replace = textwrap.dedent(self.find).strip("\n"), textwrap.dedent(self.replace)
         replace = replace.strip("\n")
-        # Re-indent both to where ``find`` sits in the file.
+        # Re-indent both to where ``find`` sits in the file. A one-line ``find`` may sit in
+        # the middle of a line: the replacement's further lines then take that line's indent.
         first = find.splitlines()[0]
         for indent in (" " * n for n in range(0, 17, 4)):
             candidate = textwrap.indent(find, indent)
-            if text.count(candidate) == 1:
-                text = text.replace(candidate, textwrap.indent(replace, indent))
-                break
+            if text.count(candidate) != 1:
+                continue
+            i = text.index(candidate)
+            line_start = text.rfind("\n", 0, i) + 1
+            if i == line_start:
+                replacement = textwrap.indent(replace, indent)
+            else:
+                line = text[line_start:]
+                line_indent = line[: len(line) - len(line.lstrip(" "))]
+                head, *rest = replace.splitlines()
+                replacement = "\n".join([head, *[line_indent + r if r else r for r in rest]])
+            text = text[:i] + replacement + text[i + len(candidate):]
+            break
         else:
             raise ValueError(f"mutant {self.name}: {first.strip()!r}… does not occur exactly "
                              f"once in {lab.solution_dir / self.file}")

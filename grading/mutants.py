@@ -51,7 +51,7 @@ class Mutant:
             else:
                 line = text[line_start:]
                 line_indent = line[: len(line) - len(line.lstrip(" "))]
-                head, *rest = replace.splitlines()
+                head, *rest = replace.splitlines() or [""]
                 replacement = "\n".join([head, *[line_indent + r if r else r for r in rest]])
             text = text[:i] + replacement + text[i + len(candidate):]
             break

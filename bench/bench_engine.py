@@ -276,8 +276,8 @@ def _mini_engine(args: argparse.Namespace, device: str, max_model_len: int) -> A
     return LLM(args.model_dir, **kwargs)
 
 
-def _drive(engine: Any, requests: list[dict[str, Any]], arrivals: list[float], stop_at: float,
-           steps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _drive(engine: Any, requests: list[dict[str, Any]], arrivals: list[float],
+           stop_at: float) -> dict[str, Any]:
     """Feed requests at their arrival times and step the engine until all are done.
 
     Records, per request, the times of its first token and of its finish (relative to its

@@ -18,6 +18,7 @@ help:
 	@echo "make reset-lab-01        restore a lab's stub (your edits are kept unless FORCE=1, then backed up)"
 	@echo "make test                the repository's own tests (installs everything)"
 	@echo "make demo                the reference engine answering on a real model (CPU)"
+	@echo "make bench               mini-vLLM against Hugging Face on this machine (results in build/)"
 	@echo "make upstream            download vLLM v0.22.1's source (sha256-checked) into upstream/"
 	@echo "make quiz-01             grade the phase 01 self-check quiz (labs/quiz-01-engine-tour/answers.py)"
 	@echo "make site / make docs    build the course site strictly / serve it on 127.0.0.1:8000"
@@ -107,3 +108,9 @@ notebooks: $(VENV)/.stamp-full
 
 figures: $(VENV)/.stamp-full
 	$(PY) tools/export_figures.py
+
+bench: $(VENV)/.stamp-full
+	$(PY) bench/bench_engine.py --scale cpu --out build/engine_cpu.md
+	@$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" && \
+		$(PY) bench/bench_paged_decode.py --quick --out build/paged_decode.md || \
+		echo "no GPU: the Triton decode benchmark (bench/bench_paged_decode.py) needs one"

@@ -152,8 +152,6 @@ class Collector:
 
 
 def _has_gpu() -> bool:
-    if "torch" not in sys.modules and os.environ.get("MINI_VLLM_NO_TORCH_PROBE"):
-        return False
     try:
         import torch
     except ImportError:

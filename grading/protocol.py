@@ -11,7 +11,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-OUTCOMES = ("passed", "failed", "not_started", "error", "timeout", "crashed", "skipped")
 MAX_MESSAGE = 1500
 
 

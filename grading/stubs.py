@@ -66,16 +66,14 @@ def make_stub(lab: Lab, filename: str, solution_source: str) -> str:
         if has_doc and len(body) == 1:
             raise StubError(f"{qualname} has only a docstring: nothing to stub")
         first = body[1] if has_doc else body[0]
-        start = first.lineno - 1
-        # keep comments that sit between the docstring and the first statement out of the stub
+        # The body is replaced from just after the docstring (comments before the first
+        # statement go too), or from the first statement when there is no docstring.
+        start = (body[0].end_lineno or body[0].lineno) if has_doc else first.lineno - 1
         indent = " " * first.col_offset
         message = f"{lab.id}: {qualname} — {task}"
         raise_lines = [f"{indent}raise NotImplementedError(",
                        *[f'{indent}    "{part}"' for part in _wrap(message, 90 - len(indent))],
                        f"{indent})"]
-        if has_doc:
-            doc_end = body[0].end_lineno or body[0].lineno
-            start = doc_end  # drop comments between the docstring and the code too
         edits.append((start, fn.end_lineno or fn.lineno, raise_lines))
     for start, end, replacement in sorted(edits, reverse=True):
         lines[start:end] = replacement

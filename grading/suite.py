@@ -55,7 +55,7 @@ def graded(
 
 
 def impl_dir() -> Path:
-    """The folder being graded (the grader sets it; plain pytest falls back to solutions)."""
+    """The folder being graded, which the grader sets; graded suites never run without it."""
     configured = os.environ.get(IMPL_ENV)
     if configured:
         return Path(configured)

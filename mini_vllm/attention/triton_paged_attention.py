@@ -37,8 +37,10 @@ The softmax is the streaming ("online") form: scores are kept in the log2 domain
 native instruction), the running maximum rescales the accumulator, and all of it is float32
 whatever the cache dtype (fp16, bf16 or fp32; fp32 uses IEEE dots, not TF32).
 
-Prefill on the GPU uses the torch path (:func:`paged_attention_prefill` is re-exported from
-:mod:`mini_vllm.attention.torch_paged_attention`), as does :func:`compute_slot_mapping`.
+A step that holds a prefill runs the varlen kernel of
+:mod:`mini_vllm.attention.triton_varlen_attention` (any query length per sequence, built on the same
+tiles). :func:`paged_attention_prefill` (one sequence) and :func:`compute_slot_mapping` are
+re-exported from :mod:`mini_vllm.attention.torch_paged_attention`.
 
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the same kernels run on CPU
 tensors through Triton's interpreter; the tests use that on machines without a GPU.

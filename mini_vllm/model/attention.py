@@ -2,8 +2,9 @@
 
 Upstream splits this between ``vllm/model_executor/layers/attention/`` (the layer) and one
 metadata class per backend (``FlashAttentionMetadata``). Here one small dataclass serves both of
-our backends: the torch reference (any batch, any device) and the Triton decode kernel (GPU,
-batches where every request brings exactly one new token).
+our backends: the torch reference (any batch, any device) and the Triton kernels (GPU): the
+decode kernel for batches where every request brings exactly one new token, the varlen kernel
+for any other step.
 
 The model itself never learns what a block is: the runner turns block tables into a
 ``slot_mapping`` (where each new token's K/V goes) and hands the tables to the attention kernel
@@ -29,6 +30,12 @@ def _triton_backend() -> ModuleType:
     return triton_paged_attention
 
 
+def _triton_varlen() -> ModuleType:
+    from mini_vllm.attention import triton_varlen_attention
+
+    return triton_varlen_attention
+
+
 @dataclass
 class AttentionMetadata:
     """Everything attention needs to know about one flattened batch, shared by every layer.
@@ -44,8 +51,9 @@ class AttentionMetadata:
     seq_lens: torch.Tensor  # [num_seqs] int32: context + new tokens per request
     max_query_len: int
     max_seq_len: int
-    # True only on CUDA with the Triton kernels importable; decode-only batches then skip the
-    # torch reference (which handles any batch but is slow) for the Triton decode kernel.
+    # True only on CUDA with the Triton kernels importable: decode-only batches then run the
+    # split-K decode kernel of lab-04 and any other batch the varlen kernel, one launch per
+    # layer either way. Otherwise the torch reference serves every batch (slow, but anywhere).
     use_triton: bool = False
 
     @property
@@ -105,7 +113,8 @@ class Attention(nn.Module):
                 self.scale,
                 max_seq_len=attn_metadata.max_seq_len,
             )
-        return torch_paged_attention.paged_attention_varlen(
+        varlen = _triton_varlen() if attn_metadata.use_triton else torch_paged_attention
+        return varlen.paged_attention_varlen(
             query,
             key_cache,
             value_cache,

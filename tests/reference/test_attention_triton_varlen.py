@@ -137,8 +137,15 @@ def test_random_steps(seed: int) -> None:
         query_lens[0] = 1
     kv = int(rng.choice([1, 2, 3]))
     run(
-        make_case(seed, query_lens, context_lens, int(rng.choice([2, 8, 16])), kv * int(
-            rng.choice([1, 2, 3])), kv, head_dim=int(rng.choice([16, 32, 40]))),
+        make_case(
+            seed,
+            query_lens,
+            context_lens,
+            int(rng.choice([2, 8, 16])),
+            kv * int(rng.choice([1, 2, 3])),
+            kv,
+            head_dim=int(rng.choice([16, 32, 40])),
+        ),
     )
 
 

@@ -4,16 +4,36 @@ Each mirrors the upstream layer of the same name (``vllm/model_executor/layers/l
 ``rotary_embedding/``, ``activation.py``) in behaviour, written for one device and no kernels.
 The arithmetic follows Hugging Face's Llama step by step (same dtype casts, same order) because the
 engine's correctness is proven by matching its logits to 1e-4 in float32.
+
+On a GPU each layer hands CUDA tensors to one fused Triton kernel instead
+(:mod:`mini_vllm.model.triton_ops`): the torch form launches up to eighteen tiny kernels per
+call, and at decode time those launches, not the arithmetic, are the cost.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from types import ModuleType
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+@functools.cache
+def _load_triton_ops() -> ModuleType | None:
+    try:
+        from mini_vllm.model import triton_ops
+    except Exception:  # no triton (CPU-only installs), or a kernel module that fails to import
+        return None
+    return triton_ops
+
+
+def gpu_ops(x: torch.Tensor) -> ModuleType | None:
+    """The fused kernels for a CUDA tensor; None (use torch) on CPU or without Triton."""
+    return _load_triton_ops() if x.is_cuda else None
 
 
 class RMSNorm(nn.Module):
@@ -40,6 +60,11 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        ops = gpu_ops(x)
+        if ops is not None and x.dim() == 2:
+            if residual is None:
+                return ops.rms_norm(x, self.weight, self.variance_epsilon)
+            return ops.fused_add_rms_norm(x, residual, self.weight, self.variance_epsilon)
         if residual is None:
             return self._norm(x)
         x = x + residual
@@ -55,6 +80,9 @@ class SiluAndMul(nn.Module):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ops = gpu_ops(x)
+        if ops is not None and x.dim() == 2:
+            return ops.silu_and_mul(x)
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
@@ -88,7 +116,16 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``query`` ``[T, num_heads, head_dim]`` and ``key`` ``[T, num_kv_heads, ...]``."""
+        """Rotate ``query`` ``[T, num_heads, head_dim]`` and ``key`` ``[T, num_kv_heads, ...]``.
+
+        On CUDA the rotation happens in place (one kernel; the inputs may be views of the QKV
+        projection); on CPU new tensors are returned.
+        """
+        ops = gpu_ops(query)
+        if ops is not None:
+            return ops.rotary_embedding(
+                positions, query, key, self.inv_freq, self.attention_scaling
+            )
         cos, sin = self.cos_sin(positions)
         cos = cos[:, None, :].to(query.dtype)
         sin = sin[:, None, :].to(query.dtype)

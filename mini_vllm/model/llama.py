@@ -66,7 +66,8 @@ class LlamaAttention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(q, k.contiguous(), v.contiguous(), kv_cache, attn_metadata)
+        # q, k and v may stay strided views of ``qkv``: every attention backend takes strides.
+        out = self.attn(q, k, v, kv_cache, attn_metadata)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
 

@@ -31,7 +31,7 @@ class SamplingMetadata:
     other random rows draw from ``default_generator``.
     """
 
-    temperature: torch.Tensor  # [num_reqs] float32; 0 for greedy rows
+    temperature: torch.Tensor | None  # [num_reqs] float32, 0 for greedy rows; None if all_greedy
     all_greedy: bool
     all_random: bool
     top_p: torch.Tensor | None  # [num_reqs] float32 in (0, 1]
@@ -106,6 +106,8 @@ class Sampler(nn.Module):
         if metadata.all_greedy:
             return greedy
         temperature = metadata.temperature
+        if temperature is None:
+            raise ValueError("temperature may only be None when every row is greedy")
         if not metadata.all_random:
             temperature = torch.where(temperature < _SAMPLING_EPS, 1.0, temperature)
         logits = logits / temperature.unsqueeze(1)

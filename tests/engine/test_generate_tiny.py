@@ -69,7 +69,8 @@ def _make_llm(path: Path, hf: Any, config: str) -> LLM:
         # 10 blocks: the null block plus 9, enough for one 128-token request but far from
         # the ~50 blocks the 13 prompts want at once.
         kwargs["kv_cache_memory_bytes"] = 10 * _block_bytes(hf)
-    return LLM(str(path), skip_tokenizer_init=True, **kwargs)
+    # float32 everywhere: on a GPU "auto" would pick bfloat16, which no float32 reference matches.
+    return LLM(str(path), skip_tokenizer_init=True, dtype="float32", **kwargs)
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
@@ -137,7 +138,7 @@ def test_greedy_matches_hf_through_the_triton_kernels(
 def test_second_batch_hits_the_prefix_cache(
     tiny_llama_dir: Path, references: dict[str, list[list[int]]]
 ) -> None:
-    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True)
+    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32")
     params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
     prompts = [{"prompt_token_ids": p} for p in PROMPTS]
     llm.generate(prompts, params, use_tqdm=False)
@@ -155,7 +156,7 @@ def test_second_batch_hits_the_prefix_cache(
 def test_stop_tokens_and_max_tokens(
     tiny_llama_dir: Path, references: dict[str, list[list[int]]]
 ) -> None:
-    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, max_model_len=128)
+    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=128)
     ref = references["tiny_llama"][0]
     stop = ref[5]
     first = ref.index(stop)

@@ -1,0 +1,182 @@
+"""Where one engine step's time goes: the host phases, the GPU, and the kernels.
+
+``bench_engine.py`` says how fast the engine is; this says why. It fills the engine with
+``--batch`` requests of ``--context`` prompt tokens (random weights of a known shape, greedy, EOS
+ignored), lets every prefill finish, then times ``--steps`` decode steps phase by phase:
+
+* ``schedule``: ``Scheduler.schedule()`` (pure Python, per request);
+* ``update states`` / ``prepare inputs``: the runner applying the scheduler's diff and flattening
+  the step (``prepare_inputs``, lab-09);
+* ``model launch``: the forward pass as the host sees it (a CUDA-graph replay is a few copies and
+  one launch), ``logits`` and ``sample`` (the sample ends with the one device-to-host read of the
+  step, so it also waits for the GPU);
+* ``update from output``: the scheduler appending tokens, checking stops;
+* ``GPU``: CUDA events around the forward pass, the logits and the sampling.
+
+Then one step that holds a prefill (``--prefill-tokens`` new prompt tokens next to the decodes),
+and, with ``--profile``, the CUDA kernels of a few decode steps (``torch.profiler``).
+
+    python bench/profile_engine_step.py --random-model smollm2-135m --batch 256 --context 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import bench_engine  # noqa: E402  (same directory)
+
+
+class PhaseTimer:
+    """Wall-clock time per named phase, accumulated over wrapped calls."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = defaultdict(list)
+
+    def wrap(self, name: str, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.times[name].append(time.perf_counter() - t0)
+
+        return timed
+
+
+def build_engine(args: argparse.Namespace, model_dir: Path) -> Any:
+    from mini_vllm.llm import LLM
+
+    prep_args = argparse.Namespace(random_model=args.random_model, model_dir=str(model_dir),
+                                   threads=1, model=None)
+    bench_engine.stage_prepare(prep_args)
+    cuda = args.device == "cuda"
+    llm = LLM(str(model_dir), skip_tokenizer_init=True, device=args.device,
+              dtype="bfloat16" if cuda else "float32",
+              max_model_len=args.context + args.steps + 64 + args.prefill_tokens,
+              max_num_seqs=args.batch + 1, gpu_memory_utilization=args.gpu_memory_utilization)
+    return llm.llm_engine
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--random-model", default="smollm2-135m",
+                   choices=list(bench_engine.RANDOM_MODELS))
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--context", type=int, default=600)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--prefill-tokens", type=int, default=4096)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.8)
+    p.add_argument("--profile", action="store_true", help="list the top CUDA kernels")
+    p.add_argument("--device", default="cuda", help="cpu: only checks the script")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from mini_vllm.sampling_params import SamplingParams
+    from mini_vllm.worker import model_runner as mr
+
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = build_engine(args, Path(tmp) / "model")
+    runner = engine.model_runner
+
+    def sync() -> None:
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+
+    sched = engine.scheduler
+    vocab = engine.hf_config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(temperature=0.0, max_tokens=10**6, ignore_eos=True)
+    for i in range(args.batch):
+        prompt = torch.randint(vocab, (args.context,), generator=gen).tolist()
+        engine.add_request(f"r{i}", {"prompt_token_ids": prompt}, params)
+    while sched.waiting or any(r.num_output_tokens == 0 for r in sched.running):
+        engine.step()
+    for _ in range(5):  # warm
+        engine.step()
+
+    timer = PhaseTimer()
+    sched.schedule = timer.wrap("schedule", sched.schedule)
+    sched.update_from_output = timer.wrap("update from output", sched.update_from_output)
+    runner._update_states = timer.wrap("update states", runner._update_states)
+    original_prepare = mr.prepare_inputs
+    mr.prepare_inputs = timer.wrap("prepare inputs", original_prepare)
+    runner._run_model = timer.wrap("model launch", runner._run_model)
+    runner.model.compute_logits = timer.wrap("logits", runner.model.compute_logits)
+    runner._sample = timer.wrap("sample (waits for the GPU)", runner._sample)
+    original_execute = runner.execute_model
+    gpu_ms: list[float] = []
+
+    def execute_with_events(scheduler_output: Any) -> Any:
+        if args.device != "cuda":
+            return original_execute(scheduler_output)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = original_execute(scheduler_output)
+        end.record()
+        end.synchronize()
+        gpu_ms.append(start.elapsed_time(end))
+        return out
+
+    runner.execute_model = execute_with_events
+    step_s = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        engine.step()
+        step_s.append(time.perf_counter() - t0)
+    batch = len(sched.running)
+    print(f"## {args.random_model}: decode steps at batch {batch}, context ~{args.context}\n")
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    print(f"Device: {device}, torch {torch.__version__}\n")
+    print("| phase | median (ms) |\n|---|---:|")
+    for name, values in timer.times.items():
+        print(f"| {name} | {statistics.median(values[-args.steps:]) * 1e3:.3f} |")
+    if gpu_ms:
+        print(f"| GPU (events around execute_model) | {statistics.median(gpu_ms):.3f} |")
+    print(f"| **whole engine step** | **{statistics.median(step_s) * 1e3:.3f}** |\n")
+
+    # One step holding a prefill next to the decodes.
+    prompt = torch.randint(vocab, (args.prefill_tokens,), generator=gen).tolist()
+    engine.add_request("prefill", {"prompt_token_ids": prompt}, params)
+    sync()
+    t0 = time.perf_counter()
+    engine.step()
+    sync()
+    print(f"Step with a {args.prefill_tokens}-token prefill beside {batch} decodes: "
+          f"{(time.perf_counter() - t0) * 1e3:.1f} ms (first call of its shapes)")
+    engine.abort_request(["prefill"])
+    engine.add_request("prefill2", {"prompt_token_ids": prompt[::-1]}, params)
+    t0 = time.perf_counter()
+    engine.step()
+    sync()
+    print(f"and again with another prompt: {(time.perf_counter() - t0) * 1e3:.1f} ms\n")
+    engine.abort_request(["prefill2"])
+
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                engine.step()
+        print("Top CUDA kernels over 5 decode steps:\n\n```")
+        table = prof.key_averages().table(
+            sort_by="cuda_time_total", row_limit=20, max_name_column_width=60
+        )
+        print(table)
+        print("```")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

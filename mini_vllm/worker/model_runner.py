@@ -18,6 +18,7 @@ it, so a learner writes the input preparation without touching (or copying) the 
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -128,13 +129,18 @@ def make_block_tables(block_ids: Sequence[Sequence[int]], width: int) -> np.ndar
     batch and reads one token through an all-padding row): the null block is always in bounds
     and holds nobody's data, where a real block id would alias another request's K/V and -1
     would index out of bounds.
+
+    Built without a Python loop over rows (this runs every step, for every request): all the
+    lists are read once into one flat array, then scattered through a mask that is True on the
+    first ``len(ids)`` cells of each row. A boolean mask assigns in row-major order, the order
+    of the concatenated lists, so ``[[7, 3], [5, 9, 2]]`` fills ``[[7, 3, 0], [5, 9, 2]]``.
     """
-    if any(len(ids) > width for ids in block_ids):
-        widest = max(len(ids) for ids in block_ids)
-        raise ValueError(f"a block table of {widest} blocks does not fit width {width}")
+    lens = np.fromiter(map(len, block_ids), np.int64, count=len(block_ids))
+    if (lens > width).any():
+        raise ValueError(f"a block table of {int(lens.max())} blocks does not fit width {width}")
+    flat = np.fromiter(itertools.chain.from_iterable(block_ids), np.int32, count=int(lens.sum()))
     block_tables = np.zeros((len(block_ids), width), dtype=np.int32)
-    for i, ids in enumerate(block_ids):
-        block_tables[i, : len(ids)] = ids
+    block_tables[np.arange(width) < lens[:, None]] = flat
     return block_tables
 
 
@@ -190,18 +196,24 @@ def prepare_inputs(
     if (scheduled < 1).any():
         raise ValueError(f"every request needs >= 1 scheduled token, got {scheduled.tolist()}")
     seq_lens = computed + scheduled
-    for i in range(num_reqs):
-        if seq_lens[i] > len(token_ids[i]):
+    # Both checks on whole arrays, not in a loop over requests (at hundreds of requests a step,
+    # the loop cost more than the rest of the function); the error names the first bad request.
+    num_known = np.fromiter(map(len, token_ids), np.int64, count=num_reqs)
+    num_blocks = np.fromiter(map(len, block_ids), np.int64, count=num_reqs)
+    blocks_needed = kv_sizing.cdiv(seq_lens, block_size)  # elementwise on an array
+    too_many_tokens = seq_lens > num_known
+    too_few_blocks = blocks_needed > num_blocks
+    if (too_many_tokens | too_few_blocks).any():
+        i = int(np.argmax(too_many_tokens | too_few_blocks))
+        if too_many_tokens[i]:
             raise ValueError(
                 f"request {i}: {computed[i]} computed + {scheduled[i]} scheduled tokens exceed "
-                f"its {len(token_ids[i])} known tokens"
+                f"its {num_known[i]} known tokens"
             )
-        if kv_sizing.cdiv(int(seq_lens[i]), block_size) > len(block_ids[i]):
-            raise ValueError(
-                f"request {i}: {seq_lens[i]} tokens need "
-                f"{kv_sizing.cdiv(int(seq_lens[i]), block_size)} blocks, its table has "
-                f"{len(block_ids[i])}"
-            )
+        raise ValueError(
+            f"request {i}: {seq_lens[i]} tokens need {blocks_needed[i]} blocks, its table has "
+            f"{num_blocks[i]}"
+        )
 
     # [2, 5, 3] -> cu_num_tokens [2, 7, 10], query_pos [0 1 0 1 2 3 4 0 1 2],
     # req_indices [0 0 1 1 1 1 1 2 2 2], query_start_loc [0, 2, 7, 10]
@@ -211,14 +223,19 @@ def prepare_inputs(
     # A token's position counts the tokens cached before it: the step starts at the offset.
     positions = computed[req_indices] + query_pos
 
-    input_ids = np.concatenate(
-        [
-            np.asarray(token_ids[i][computed[i] : seq_lens[i]], dtype=np.int64)
-            for i in range(num_reqs)
-        ]
+    # Each request's tokens [computed, seq_len) of its own list, read straight into one array.
+    # The bounds are converted to Python ints once: slicing a list with numpy scalars is slower,
+    # and so is making one small array per request to concatenate.
+    starts, ends = computed.tolist(), seq_lens.tolist()
+    input_ids = np.fromiter(
+        itertools.chain.from_iterable(
+            tokens[start:end] for tokens, start, end in zip(token_ids, starts, ends)
+        ),
+        np.int64,
+        count=int(cu_num_tokens[-1]),
     )
 
-    width = max_num_blocks_per_req or max(len(b) for b in block_ids)
+    width = max_num_blocks_per_req or int(num_blocks.max())
     block_tables = make_block_tables(block_ids, width)
     slot_mapping = compute_slot_mapping(block_tables, req_indices, positions, block_size)
 
@@ -448,10 +465,9 @@ class ModelRunner:
         )
 
         hidden_states = self._run_model(inputs)
-        logits = self.model.compute_logits(hidden_states)
 
         # Only requests whose every known token is now computed get a token: the logits of a
-        # partial prefill predict a prompt token we already know.
+        # partial prefill predict a prompt token we already know, so they are not even computed.
         sample_rows = [
             i
             for i, s in enumerate(states)
@@ -459,7 +475,11 @@ class ModelRunner:
         ]
         sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
         if sample_rows:
-            sampled = self._sample(logits[sample_rows], [states[i] for i in sample_rows])
+            if len(sample_rows) < len(states):
+                rows = torch.tensor(sample_rows, dtype=torch.long)
+                hidden_states = hidden_states[rows.to(self.device, non_blocking=True)]
+            logits = self.model.compute_logits(hidden_states)
+            sampled = self._sample(logits, [states[i] for i in sample_rows])
             for row, token_id in zip(sample_rows, sampled):
                 states[row].token_ids.append(token_id)
                 sampled_token_ids[row] = [token_id]
@@ -499,23 +519,29 @@ class ModelRunner:
     def _sample(self, logits: torch.Tensor, states: list[CachedRequestState]) -> list[int]:
         """Build the batch's ``SamplingMetadata`` and draw one token per row."""
         params = [s.sampling_params for s in states]
-        vocab_size = logits.shape[-1]
-        types = [p.sampling_type for p in params]
-        all_greedy = all(t == SamplingType.GREEDY for t in types)
-        all_random = all(t != SamplingType.GREEDY for t in types)
-        top_k = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
-        top_p = [p.top_p for p in params]
         stop_token_masks = {
             row: sorted(p.all_stop_token_ids)
             for row, (p, s) in enumerate(zip(params, states))
-            if len(s.output_token_ids) < p.min_tokens and p.all_stop_token_ids
+            if p.min_tokens and p.all_stop_token_ids and len(s.output_token_ids) < p.min_tokens
         }
+        types = [p.sampling_type for p in params]
+        if all(t == SamplingType.GREEDY for t in types):
+            # The common offline case: an argmax needs none of the per-row tensors, whose
+            # host-to-device copies would cost more than the argmax itself.
+            metadata = SamplingMetadata(
+                temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
+                stop_token_masks=stop_token_masks,
+            )  # fmt: skip
+            return self.sampler(logits, metadata).tolist()
+        vocab_size = logits.shape[-1]
+        top_k = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
+        top_p = [p.top_p for p in params]
         metadata = SamplingMetadata(
             temperature=torch.tensor(
                 [p.temperature for p in params], dtype=torch.float32, device=self.device
             ),
-            all_greedy=all_greedy,
-            all_random=all_random,
+            all_greedy=False,
+            all_random=all(t != SamplingType.GREEDY for t in types),
             top_p=None
             if all(v >= 1.0 for v in top_p)
             else torch.tensor(top_p, dtype=torch.float32, device=self.device),
@@ -556,6 +582,12 @@ class ModelRunner:
             "seq_lens": torch.ones(max_bs, dtype=torch.int32, device=device),
             "query_start_loc": torch.arange(max_bs + 1, dtype=torch.int32, device=device),
         }
+        # Pinned host twins of the static inputs: a step fills them, then copies them over
+        # asynchronously (a copy from pageable memory would block the host on each of them).
+        self._staging = {
+            name: torch.empty_like(t, device="cpu").pin_memory() for name, t in self._static.items()
+        }
+        self._staging_free = torch.cuda.Event()
         pool = torch.cuda.graph_pool_handle()
         try:
             for bs in reversed(sizes):
@@ -599,17 +631,21 @@ class ModelRunner:
     def _replay_cuda_graph(self, inputs: ModelInputs) -> torch.Tensor:
         num_reqs = inputs.seq_lens.shape[0]
         bs = next(s for s in self.cudagraph_batch_sizes if s >= num_reqs)
-        static = self._static
-        device = self.device
-        static["input_ids"][:num_reqs].copy_(inputs.input_ids.to(device, non_blocking=True))
-        static["positions"][:num_reqs].copy_(inputs.positions.to(device, non_blocking=True))
-        static["slot_mapping"].fill_(-1)
-        static["slot_mapping"][:num_reqs].copy_(inputs.slot_mapping.to(device))
-        static["seq_lens"].fill_(1)
-        static["seq_lens"][:num_reqs].copy_(inputs.seq_lens.to(device))
         width = inputs.block_tables.shape[1]
-        static["block_tables"][:bs].zero_()
-        static["block_tables"][:num_reqs, :width].copy_(inputs.block_tables.to(device))
+        staging = self._staging
+        self._staging_free.synchronize()  # the previous step's copies have left the buffers
+        staging["input_ids"][:num_reqs] = inputs.input_ids
+        staging["positions"][:num_reqs] = inputs.positions
+        # Padding rows write nowhere (slot -1) and read one token of the null block.
+        staging["slot_mapping"][:num_reqs] = inputs.slot_mapping
+        staging["slot_mapping"][num_reqs:bs] = -1
+        staging["seq_lens"][:num_reqs] = inputs.seq_lens
+        staging["seq_lens"][num_reqs:bs] = 1
+        staging["block_tables"][:bs] = 0
+        staging["block_tables"][:num_reqs, :width] = inputs.block_tables
+        for name in ("input_ids", "positions", "slot_mapping", "seq_lens", "block_tables"):
+            self._static[name][:bs].copy_(staging[name][:bs], non_blocking=True)
+        self._staging_free.record()
         self._graphs[bs].replay()
         return self._graph_outputs[bs][:num_reqs]
 

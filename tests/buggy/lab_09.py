@@ -82,23 +82,16 @@ MUTANTS = [
         find="""
             positions = computed[req_indices] + query_pos
 
-            input_ids = np.concatenate(
-                [
-                    np.asarray(token_ids[i][computed[i] : seq_lens[i]], dtype=np.int64)
-                    for i in range(num_reqs)
-                ]
-            )
+            # Each request's tokens [computed, seq_len) of its own list, read straight into one array.
+            # The bounds are converted to Python ints once: slicing a list with numpy scalars is slower,
+            # and so is making one small array per request to concatenate.
+            starts, ends = computed.tolist(), seq_lens.tolist()
         """,
         replace="""
             start = np.where(scheduled > 1, 0, computed)  # a prompt runs from its first token
             positions = start[req_indices] + query_pos
 
-            input_ids = np.concatenate(
-                [
-                    np.asarray(token_ids[i][start[i] : start[i] + scheduled[i]], dtype=np.int64)
-                    for i in range(num_reqs)
-                ]
-            )
+            starts, ends = start.tolist(), (start + scheduled).tolist()
         """,
         why="treats every multi-token step as a fresh prompt from position 0: a prefix-cache "
             "hit or an earlier chunk is recomputed over (and its tail never runs)",
@@ -106,8 +99,8 @@ MUTANTS = [
     Mutant(
         name="decode_token_taken_from_the_prompt",
         file=FILE,
-        find="np.asarray(token_ids[i][computed[i] : seq_lens[i]], dtype=np.int64)",
-        replace="np.asarray(token_ids[i][: seq_lens[i] - computed[i]], dtype=np.int64)",
+        find="tokens[start:end] for tokens, start, end in zip(token_ids, starts, ends)",
+        replace="tokens[: end - start] for tokens, start, end in zip(token_ids, starts, ends)",
         why="takes the first tokens of the sequence instead of those after the computed ones: "
             "a decode feeds the prompt's first token instead of the one sampled last",
     ),
@@ -137,15 +130,15 @@ MUTANTS = [
     Mutant(
         name="block_table_width_ignores_max_num_blocks",
         file=FILE,
-        find="width = max_num_blocks_per_req or max(len(b) for b in block_ids)",
-        replace="width = max(len(b) for b in block_ids)",
+        find="width = max_num_blocks_per_req or int(num_blocks.max())",
+        replace="width = int(num_blocks.max())",
         why="ignores the fixed width the CUDA-graph buffers need",
     ),
     Mutant(
         name="short_block_table_not_refused",
         file=FILE,
-        find="if kv_sizing.cdiv(int(seq_lens[i]), block_size) > len(block_ids[i]):",
-        replace="if False:",
+        find="too_few_blocks = blocks_needed > num_blocks",
+        replace="too_few_blocks = np.zeros(num_reqs, dtype=bool)",
         why="a block table too short for the scheduled tokens goes through and fails later as "
             "an index error, or writes a slot of the null block",
     ),

@@ -585,7 +585,7 @@ class ModelRunner:
         # Pinned host twins of the static inputs: a step fills them, then copies them over
         # asynchronously (a copy from pageable memory would block the host on each of them).
         self._staging = {
-            name: torch.empty_like(t, device="cpu").pin_memory() for name, t in self._static.items()
+            name: torch.zeros_like(t, device="cpu").pin_memory() for name, t in self._static.items()
         }
         self._staging_free = torch.cuda.Event()
         pool = torch.cuda.graph_pool_handle()
@@ -636,7 +636,11 @@ class ModelRunner:
         self._staging_free.synchronize()  # the previous step's copies have left the buffers
         staging["input_ids"][:num_reqs] = inputs.input_ids
         staging["positions"][:num_reqs] = inputs.positions
-        # Padding rows write nowhere (slot -1) and read one token of the null block.
+        # Padding rows embed token 0 at position 0 (any valid id: an id past the vocabulary
+        # would trip the embedding's bounds check), write nowhere (slot -1) and read one token
+        # of the null block.
+        staging["input_ids"][num_reqs:bs] = 0
+        staging["positions"][num_reqs:bs] = 0
         staging["slot_mapping"][:num_reqs] = inputs.slot_mapping
         staging["slot_mapping"][num_reqs:bs] = -1
         staging["seq_lens"][:num_reqs] = inputs.seq_lens

@@ -30,6 +30,22 @@ TINY_VOCAB = 128
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _free_gpu_engines() -> Any:
+    """On a GPU, release each test's engine before the next one sizes its KV cache.
+
+    An engine takes ``gpu_memory_utilization`` of the whole device for its cache, and engines
+    hold reference cycles, so without a collection the next test's engine would find the
+    memory still taken and fail to start.
+    """
+    yield
+    if torch.cuda.is_available():
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def _save_tiny(path: Path, seed: int, **overrides: Any) -> Path:
     config_kwargs: dict[str, Any] = dict(
         vocab_size=TINY_VOCAB,

@@ -351,27 +351,52 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
     engine.kv_cache_manager.reset_prefix_cache()
     engine.stats = EngineStats(num_gpu_blocks=engine.num_gpu_blocks, block_size=engine.block_size)
 
-    # Record every model step: batch size, tokens, context read, time.
+    # Record every model step: batch size, tokens, context read, time. The engine launches a
+    # step (execute_model_async) and collects its tokens later (get_output), scheduling the
+    # next step in between (async scheduling). A step's time runs from the start of its launch
+    # (input preparation included) until its tokens are computed: CUDA events on a GPU, so the
+    # scheduling the GPU overlaps is not counted; wall time of launch + wait on a CPU.
     steps: list[dict[str, Any]] = []
-    original = runner.execute_model
-    last_end = [0.0]
+    original_launch, original_collect = runner.execute_model_async, runner.get_output
+    in_flight: dict[int, dict[str, Any]] = {}
+    last_launch = [0.0]
+    cuda = device == "cuda"
 
-    def timed(scheduler_output: Any) -> Any:
-        t0 = time.perf_counter()
-        out = original(scheduler_output)
-        t1 = time.perf_counter()
+    def launch(scheduler_output: Any) -> Any:
         sched = scheduler_output.num_scheduled_tokens
+        t0 = time.perf_counter()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        pending = original_launch(scheduler_output)
+        if not sched:
+            return pending
+        if cuda:
+            end.record()
         context = sum(runner.requests[r].num_computed_tokens + n for r, n in sched.items())
-        # "gap": the engine's own work since the previous model step (scheduling, updating
-        # requests, this loop's bookkeeping); model + gap is one whole engine step.
-        gap = t0 - last_end[0] if last_end[0] else 0.0
-        steps.append({"reqs": len(sched), "tokens": sum(sched.values()), "context": context,
-                      "decode_only": all(n == 1 for n in sched.values()), "s": t1 - t0,
-                      "gap": gap})
-        last_end[0] = t1
+        # "period": launch to launch, one whole engine step (scheduling and updates included).
+        period = t0 - last_launch[0] if last_launch[0] else 0.0
+        last_launch[0] = t0
+        in_flight[id(pending)] = {
+            "reqs": len(sched), "tokens": sum(sched.values()), "context": context,
+            "decode_only": all(n == 1 for n in sched.values()), "period": period,
+            "launch_s": time.perf_counter() - t0, "events": (start, end) if cuda else None,
+        }
+        return pending
+
+    def collect(pending: Any) -> Any:
+        t0 = time.perf_counter()
+        out = original_collect(pending)
+        step = in_flight.pop(id(pending), None)
+        if step is not None:
+            events = step.pop("events")
+            wait = time.perf_counter() - t0
+            step["s"] = (events[0].elapsed_time(events[1]) / 1e3 if events
+                         else step["launch_s"] + wait)
+            steps.append(step)
         return out
 
-    runner.execute_model = timed
+    runner.execute_model_async, runner.get_output = launch, collect
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     offline = _drive(engine, requests, [0.0] * len(requests), args.stop_at)
@@ -392,7 +417,7 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         result["mem_beyond_weights"] = int(torch.cuda.max_memory_allocated()
                                            - weight_bytes(engine.model))
         result["mem_note"] = "includes the whole preallocated KV cache"
-    runner.execute_model = original
+    runner.execute_model_async, runner.get_output = original_launch, original_collect
 
     # Decode step time at the largest decode batch against the bandwidth floor.
     decode = [s for s in steps if s["decode_only"]]
@@ -403,9 +428,10 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         per_token = kv_bytes_per_token(engine.hf_config, torch.tensor([], dtype=engine.dtype)
                                        .element_size())
         kv_read = statistics.median(s["context"] for s in at_top) * per_token
-        timed_steps = at_top[1:] or at_top  # the first one's gap spans the engine's start-up
+        timed_steps = at_top[1:] or at_top  # the first one's period spans the start-up
         step_s = statistics.median(s["s"] for s in timed_steps)
-        engine_s = statistics.median(s["s"] + s["gap"] for s in timed_steps)
+        periods = [s["period"] for s in timed_steps if s["period"]]
+        engine_s = statistics.median(periods) if periods else step_s
         result["decode"] = {"batch": top, "steps": len(at_top), "step_s": step_s,
                             "engine_step_s": engine_s,
                             "mean_context": statistics.mean(s["context"] / top for s in at_top),
@@ -816,9 +842,11 @@ def model_section(name: str, prep: dict[str, Any], results: dict[str, dict[str, 
                     f"{mib(d['weight_bytes'])} | "
                     f"{mib(d['kv_read_bytes'])} | {d['copy_rate'] / 1e9:,.0f} | "
                     f"{d['floor_s'] * 1e3:.2f} | {d['ratio']:.2f}x |", "",
-                    "Model step: `ModelRunner.execute_model` (inputs, forward, sampling, the "
-                    "copy of the tokens back); whole engine step: plus scheduling and updating "
-                    "the requests. Floor: (weights + KV read) / copy rate.", ""]
+                    "Model step: from the start of the step's launch (`execute_model_async`: "
+                    "preparing its inputs) until its tokens are sampled on the GPU (CUDA "
+                    "events); whole engine step: launch to launch, scheduling and request "
+                    "updates included (with async scheduling the next step is scheduled while "
+                    "the GPU runs this one). Floor: (weights + KV read) / copy rate.", ""]
             else:
                 lines += [f"batch {d['batch']} ({d['steps']} steps, mean context "
                           f"{d['mean_context']:.0f}): {d['step_s'] * 1e3:.1f} ms a model step, "

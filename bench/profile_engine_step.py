@@ -2,14 +2,16 @@
 
 ``bench_engine.py`` says how fast the engine is; this says why. It fills the engine with
 ``--batch`` requests of ``--context`` prompt tokens (random weights of a known shape, greedy, EOS
-ignored), lets every prefill finish, then times ``--steps`` decode steps phase by phase:
+ignored), lets every prefill finish, then times ``--steps`` decode steps phase by phase, with
+async scheduling off so that the phases run one after the other (with it, ``schedule`` overlaps
+the GPU):
 
 * ``schedule``: ``Scheduler.schedule()`` (pure Python, per request);
 * ``update states`` / ``prepare inputs``: the runner applying the scheduler's diff and flattening
   the step (``prepare_inputs``, lab-09);
 * ``model launch``: the forward pass as the host sees it (a CUDA-graph replay is a few copies and
-  one launch), ``logits`` and ``sample`` (the sample ends with the one device-to-host read of the
-  step, so it also waits for the GPU);
+  one launch), ``logits`` and ``sample`` (launches), and ``collect tokens``: the one
+  device-to-host read of the step, which waits for the GPU;
 * ``update from output``: the scheduler appending tokens, checking stops;
 * ``GPU``: CUDA events around the forward pass, the logits and the sampling.
 
@@ -64,7 +66,8 @@ def build_engine(args: argparse.Namespace, model_dir: Path) -> Any:
     llm = LLM(str(model_dir), skip_tokenizer_init=True, device=args.device,
               dtype="bfloat16" if cuda else "float32",
               max_model_len=args.context + args.steps + 64 + args.prefill_tokens,
-              max_num_seqs=args.batch + 1, gpu_memory_utilization=args.gpu_memory_utilization)
+              max_num_seqs=args.batch + 1, gpu_memory_utilization=args.gpu_memory_utilization,
+              async_scheduling=False)
     return llm.llm_engine
 
 
@@ -114,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     mr.prepare_inputs = timer.wrap("prepare inputs", original_prepare)
     runner._run_model = timer.wrap("model launch", runner._run_model)
     runner.model.compute_logits = timer.wrap("logits", runner.model.compute_logits)
-    runner._sample = timer.wrap("sample (waits for the GPU)", runner._sample)
+    runner._sample_tensor = timer.wrap("sample", runner._sample_tensor)
+    runner.get_output = timer.wrap("collect tokens (waits for the GPU)", runner.get_output)
     original_execute = runner.execute_model
     gpu_ms: list[float] = []
 

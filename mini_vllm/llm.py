@@ -78,6 +78,7 @@ class LLM:
         seed: int = 0,
         skip_tokenizer_init: bool = False,
         long_prefill_token_threshold: int = 0,
+        async_scheduling: bool = True,
     ) -> None:
         _configure_logging()
         engine_args = EngineArgs(
@@ -96,6 +97,7 @@ class LLM:
             enforce_eager=enforce_eager,
             seed=seed,
             skip_tokenizer_init=skip_tokenizer_init,
+            async_scheduling=async_scheduling,
         )
         self.llm_engine = LLMEngine.from_engine_args(engine_args)
         self.request_counter = 0

@@ -210,6 +210,9 @@ class Request:
         # Draft tokens of speculative decoding; always empty in mini-vLLM but
         # kept so that num_tokens_with_spec reads as upstream's scheduler does.
         self.spec_token_ids: list[int] = []
+        # Tokens being sampled by a step still on the GPU (async scheduling only): the
+        # scheduler plans the next step as if they were known, see AsyncScheduler.
+        self.num_output_placeholders = 0
         self.num_computed_tokens = 0
         # True while the request is scheduled for a non-final prefill chunk: the
         # model runner must not sample a token for it in that step.

@@ -26,14 +26,15 @@ import torch
 
 from mini_vllm.core.kv_cache_manager import KVCacheManager
 from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
-from mini_vllm.core.sched.output import SchedulerOutput
+from mini_vllm.core.sched.async_scheduler import AsyncScheduler
+from mini_vllm.core.sched.output import CachedRequestData, SchedulerOutput
 from mini_vllm.core.sched.scheduler import Scheduler
 from mini_vllm.model.loader import get_model, load_tokenizer, resolve_model
 from mini_vllm.outputs import CompletionOutput, RequestOutput
 from mini_vllm.request import Request, RequestStatus
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.worker import kv_sizing
-from mini_vllm.worker.model_runner import ModelRunner
+from mini_vllm.worker.model_runner import ModelRunner, ModelRunnerOutput, PendingOutput
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class EngineArgs:
     enforce_eager: bool = False
     seed: int = 0
     skip_tokenizer_init: bool = False
+    # Plan step N+1 while step N runs (upstream's default at the pin); see AsyncScheduler.
+    async_scheduling: bool = True
 
 
 @dataclass
@@ -188,7 +191,8 @@ class LLMEngine:
             enable_caching=args.enable_prefix_caching,
             log_stats=True,
         )
-        self.scheduler = Scheduler(
+        scheduler_cls = AsyncScheduler if args.async_scheduling else Scheduler
+        self.scheduler = scheduler_cls(
             self.kv_cache_manager,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
@@ -203,6 +207,8 @@ class LLMEngine:
         )
         self.stats = EngineStats(num_gpu_blocks=self.num_gpu_blocks, block_size=args.block_size)
         self._records: dict[str, _RequestRecord] = {}
+        # Async scheduling: the step launched on the GPU and not yet collected.
+        self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs) -> LLMEngine:
@@ -359,7 +365,38 @@ class LLMEngine:
         Only finished requests are reported (upstream's ``FINAL_ONLY`` output kind, which its
         offline ``LLM`` uses): detokenizing every request at every step would cost more than
         the step on a small model.
+
+        With async scheduling a call collects the step launched by the previous call (or
+        launches one first) and, before waiting for it, schedules and then launches the next:
+        the scheduler's Python work overlaps the GPU's. Without it, schedule, run, update.
         """
+        if not self.args.async_scheduling:
+            scheduler_output = self._schedule()
+            runner_output = self.model_runner.execute_model(scheduler_output)
+            return self._update_from_output(scheduler_output, runner_output)
+
+        if self._in_flight is None:
+            scheduler_output = self._schedule()
+            self._in_flight = (
+                scheduler_output,
+                self.model_runner.execute_model_async(scheduler_output),
+            )
+        scheduler_output, pending = self._in_flight
+        # The GPU is busy with `scheduler_output`; plan the next step meanwhile. Its requests
+        # count the tokens being sampled now as placeholders (AsyncScheduler).
+        next_output = self.scheduler.schedule()
+        self._record_schedule(next_output)
+        runner_output = self.model_runner.get_output(pending)
+        outputs = self._update_from_output(scheduler_output, runner_output)
+        self._drop_finished(next_output, {o.request_id for o in outputs})
+        pending = self.model_runner.execute_model_async(next_output)
+        if next_output.total_num_scheduled_tokens:
+            self._in_flight = (next_output, pending)
+        else:
+            self._in_flight = None  # nothing ran; the next call schedules afresh
+        return outputs
+
+    def _schedule(self) -> SchedulerOutput:
         scheduler_output = self.scheduler.schedule()
         self._record_schedule(scheduler_output)
         if scheduler_output.total_num_scheduled_tokens == 0 and self.has_unfinished_requests():
@@ -368,7 +405,11 @@ class LLMEngine:
                 f"the scheduler could schedule nothing ({running} running, {waiting} waiting, "
                 f"{self.kv_cache_manager.block_pool.get_num_free_blocks()} free blocks)"
             )
-        runner_output = self.model_runner.execute_model(scheduler_output)
+        return scheduler_output
+
+    def _update_from_output(
+        self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
+    ) -> list[RequestOutput]:
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output.to_dict())
         prefix_stats = self.kv_cache_manager.make_prefix_cache_stats()
         if prefix_stats is not None:
@@ -384,6 +425,37 @@ class LLMEngine:
             outputs.append(self._make_request_output(record, core_output.finish_reason))
         self.stats.num_steps += 1
         return outputs
+
+    @staticmethod
+    def _drop_finished(scheduler_output: SchedulerOutput, finished: set[str]) -> None:
+        """Take requests that finished on the token just collected out of the next step.
+
+        The next step was planned before that token existed (a stop token ends a request one
+        step earlier than its placeholder assumed). Their blocks are already freed; running
+        them would write K/V into blocks another request may get. They are added to the step's
+        ``finished_req_ids`` so the runner forgets them now.
+        """
+        gone = finished & scheduler_output.num_scheduled_tokens.keys()
+        if not gone:
+            return
+        for req_id in gone:
+            num_tokens = scheduler_output.num_scheduled_tokens.pop(req_id)
+            scheduler_output.total_num_scheduled_tokens -= num_tokens
+        scheduler_output.scheduled_new_reqs = [
+            r for r in scheduler_output.scheduled_new_reqs if r.req_id not in gone
+        ]
+        cached = scheduler_output.scheduled_cached_reqs
+        keep = [i for i, req_id in enumerate(cached.req_ids) if req_id not in gone]
+        scheduler_output.scheduled_cached_reqs = CachedRequestData(
+            req_ids=[cached.req_ids[i] for i in keep],
+            resumed_req_ids=cached.resumed_req_ids - gone,
+            new_token_ids=[cached.new_token_ids[i] for i in keep],
+            all_token_ids={k: v for k, v in cached.all_token_ids.items() if k not in gone},
+            new_block_ids=[cached.new_block_ids[i] for i in keep],
+            num_computed_tokens=[cached.num_computed_tokens[i] for i in keep],
+            num_output_tokens=[cached.num_output_tokens[i] for i in keep],
+        )
+        scheduler_output.finished_req_ids = scheduler_output.finished_req_ids | gone
 
     def _record_schedule(self, scheduler_output: SchedulerOutput) -> None:
         for new_req in scheduler_output.scheduled_new_reqs:

@@ -87,6 +87,16 @@ class ModelRunnerOutput:
 
 
 @dataclass
+class PendingOutput:
+    """A launched step whose sampled tokens may still be on the GPU (see ``get_output``)."""
+
+    req_ids: list[str]
+    states: list[CachedRequestState]
+    sample_rows: list[int]
+    sampled: torch.Tensor | None  # [len(sample_rows)] token ids, on the device
+
+
+@dataclass
 class ModelInputs:
     """One step flattened: every tensor the model and the attention backend read.
 
@@ -450,10 +460,19 @@ class ModelRunner:
     @torch.inference_mode()
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Run one step; return a sampled token for every request whose prompt is complete."""
+        return self.get_output(self.execute_model_async(scheduler_output))
+
+    @torch.inference_mode()
+    def execute_model_async(self, scheduler_output: SchedulerOutput) -> PendingOutput:
+        """Launch one step and return without waiting for the GPU (async scheduling).
+
+        Everything up to the sampling is queued on the device; the sampled ids stay there until
+        ``get_output``, so the host is free to schedule the next step meanwhile.
+        """
         self._update_states(scheduler_output)
         req_ids = list(scheduler_output.num_scheduled_tokens)
         if not req_ids:
-            return ModelRunnerOutput([], {}, [])
+            return PendingOutput([], [], [], None)
         states = [self.requests[r] for r in req_ids]
         num_scheduled = [scheduler_output.num_scheduled_tokens[r] for r in req_ids]
         inputs = prepare_inputs(
@@ -473,19 +492,26 @@ class ModelRunner:
             for i, s in enumerate(states)
             if s.num_computed_tokens + num_scheduled[i] == s.num_tokens
         ]
-        sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
+        sampled = None
         if sample_rows:
             if len(sample_rows) < len(states):
                 rows = torch.tensor(sample_rows, dtype=torch.long)
                 hidden_states = hidden_states[rows.to(self.device, non_blocking=True)]
             logits = self.model.compute_logits(hidden_states)
-            sampled = self._sample(logits, [states[i] for i in sample_rows])
-            for row, token_id in zip(sample_rows, sampled):
-                states[row].token_ids.append(token_id)
+            sampled = self._sample_tensor(logits, [states[i] for i in sample_rows])
+        return PendingOutput(req_ids, states, sample_rows, sampled)
+
+    def get_output(self, pending: PendingOutput) -> ModelRunnerOutput:
+        """Wait for a launched step's tokens (the one device-to-host read of a step) and record
+        each in its request's state, where the next step's input comes from."""
+        sampled_token_ids: list[list[int]] = [[] for _ in pending.req_ids]
+        if pending.sampled is not None:
+            for row, token_id in zip(pending.sample_rows, pending.sampled.tolist()):
+                pending.states[row].token_ids.append(token_id)
                 sampled_token_ids[row] = [token_id]
         return ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            req_ids=pending.req_ids,
+            req_id_to_index={r: i for i, r in enumerate(pending.req_ids)},
             sampled_token_ids=sampled_token_ids,
         )
 
@@ -518,6 +544,12 @@ class ModelRunner:
 
     def _sample(self, logits: torch.Tensor, states: list[CachedRequestState]) -> list[int]:
         """Build the batch's ``SamplingMetadata`` and draw one token per row."""
+        return self._sample_tensor(logits, states).tolist()
+
+    def _sample_tensor(
+        self, logits: torch.Tensor, states: list[CachedRequestState]
+    ) -> torch.Tensor:
+        """``_sample`` without the read-back: the tokens stay on the device."""
         params = [s.sampling_params for s in states]
         stop_token_masks = {
             row: sorted(p.all_stop_token_ids)
@@ -532,7 +564,7 @@ class ModelRunner:
                 temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
                 stop_token_masks=stop_token_masks,
             )  # fmt: skip
-            return self.sampler(logits, metadata).tolist()
+            return self.sampler(logits, metadata)
         vocab_size = logits.shape[-1]
         top_k = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
         top_p = [p.top_p for p in params]
@@ -552,7 +584,7 @@ class ModelRunner:
             default_generator=self.generator,
             stop_token_masks=stop_token_masks,
         )
-        return self.sampler(logits, metadata).tolist()
+        return self.sampler(logits, metadata)
 
     # ---------------------------------------------------------------- CUDA graphs
 

@@ -60,12 +60,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "block_size_1": dict(block_size=1, max_model_len=128),
     "block_size_5_long_prefill_threshold": dict(block_size=5, long_prefill_token_threshold=7),
     "preemption": dict(max_model_len=128),  # plus a 10-block budget, below
+    # The engine schedules asynchronously by default (upstream's default); the plain loop too:
+    "sync_scheduling": dict(async_scheduling=False),
+    "preemption_sync_scheduling": dict(max_model_len=128, async_scheduling=False),
 }
 
 
 def _make_llm(path: Path, hf: Any, config: str) -> LLM:
     kwargs = dict(CONFIGS[config])
-    if config == "preemption":
+    if config.startswith("preemption"):
         # 10 blocks: the null block plus 9, enough for one 128-token request but far from
         # the ~50 blocks the 13 prompts want at once.
         kwargs["kv_cache_memory_bytes"] = 10 * _block_bytes(hf)
@@ -90,7 +93,7 @@ def test_greedy_matches_hf(
         assert out.finished and out.outputs[0].finish_reason == "length"
 
     stats = llm.get_stats()
-    if config == "preemption":
+    if config.startswith("preemption"):
         assert stats.num_preemptions > 0
         assert stats.kv_blocks_used_peak <= 9
     else:
@@ -171,3 +174,36 @@ def test_stop_tokens_and_max_tokens(
         0
     ].outputs[0]
     assert short.token_ids == ref[:3] and short.finish_reason == "length"
+
+
+def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Async scheduling plans each step before the previous one's tokens exist. Requests that
+    stop on a token (not on their length) were then planned into the next step and must be
+    dropped from it; seeded sampling, stop tokens and max_tokens must come out as without it."""
+    from mini_vllm.engine.llm_engine import LLMEngine
+
+    dropped: list[str] = []
+    original = LLMEngine._drop_finished
+
+    def spy(scheduler_output: Any, finished: set[str]) -> None:
+        dropped.extend(finished & scheduler_output.num_scheduled_tokens.keys())
+        original(scheduler_output, finished)
+
+    monkeypatch.setattr(LLMEngine, "_drop_finished", staticmethod(spy))
+    prompts = [{"prompt_token_ids": p} for p in PROMPTS]
+    params = [
+        SamplingParams(temperature=0.8, seed=i, max_tokens=5 + 3 * i, stop_token_ids=[7, 42])
+        for i in range(len(PROMPTS))
+    ]
+    results = {}
+    for mode in (False, True):
+        llm = LLM(
+            str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32", async_scheduling=mode
+        )
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        results[mode] = [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in outputs]
+    assert results[True] == results[False]
+    assert any(reason == "stop" for _, reason in results[True])  # stops were exercised
+    assert dropped, "no stopped request was planned into a next step: the test lost its point"

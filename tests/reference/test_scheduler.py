@@ -14,6 +14,7 @@ import pytest
 from mini_vllm.core.invariants import check_block_pool
 from mini_vllm.core.kv_cache_manager import KVCacheManager
 from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
+from mini_vllm.core.sched.async_scheduler import AsyncScheduler
 from mini_vllm.core.sched.output import SchedulerOutput
 from mini_vllm.core.sched.request_queue import FCFSRequestQueue
 from mini_vllm.core.sched.scheduler import Scheduler, check_stop
@@ -425,3 +426,58 @@ def test_fcfs_queue() -> None:
     assert [r.request_id for r in q] == ["c", "a", "b"]
     q.remove_request(a)
     assert [r.request_id for r in q] == ["c", "b"]
+
+
+# ------------------------------------------------------------------ async scheduling
+
+
+def make_async_scheduler(**kwargs) -> AsyncScheduler:
+    mgr = KVCacheManager(20, BS, 64, enable_caching=True)
+    return AsyncScheduler(mgr, 16, 4, 64, **kwargs)
+
+
+def test_async_plans_the_next_decode_before_the_token_exists() -> None:
+    sched = make_async_scheduler()
+    sched.add_request(make_request("a", 5, max_tokens=3))
+    first = sched.schedule()  # the whole prompt; its last step samples a token
+    assert first.num_scheduled_tokens == {"a": 5}
+    req = sched.requests["a"]
+    assert req.num_output_placeholders == 1
+    second = sched.schedule()  # planned while the first is "on the GPU"
+    assert second.num_scheduled_tokens == {"a": 1}
+    assert req.num_output_placeholders == 2 and req.num_computed_tokens == 6
+    sched.update_from_output(first, {"a": [100]})
+    assert req.num_output_placeholders == 1 and req.output_token_ids == [100]
+    # max_tokens=3: the token of `second` is the 2nd; a third step may be planned...
+    third = sched.schedule()
+    assert third.num_scheduled_tokens == {"a": 1}
+    sched.update_from_output(second, {"a": [101]})
+    # ...but not a fourth: the placeholders already reach max_tokens.
+    fourth = sched.schedule()
+    assert fourth.num_scheduled_tokens == {}
+    outputs = sched.update_from_output(third, {"a": [102]})
+    assert outputs[0].finished and req.output_token_ids == [100, 101, 102]
+    assert req.num_output_placeholders == 0
+    check_block_pool(sched.kv_cache_manager.block_pool)
+
+
+def test_async_stop_token_retires_every_placeholder_and_frees_blocks() -> None:
+    sched = make_async_scheduler()
+    sched.add_request(make_request("a", 5, max_tokens=10, stop_token_ids=[7]))
+    first = sched.schedule()
+    second = sched.schedule()
+    assert second.num_scheduled_tokens == {"a": 1}
+    outputs = sched.update_from_output(first, {"a": [7]})  # stops on the token in flight
+    assert outputs[0].finished and outputs[0].finish_reason is not None
+    assert sched.requests.get("a") is None or sched.requests["a"].num_output_placeholders == 0
+    assert sched.kv_cache_manager.block_pool.get_num_free_blocks() == 19
+    # The planned step comes back (the engine drops it before launch); nothing is appended.
+    assert sched.update_from_output(second, {}) == []
+
+
+def test_sync_scheduler_never_counts_placeholders() -> None:
+    sched = make_scheduler()
+    sched.add_request(make_request("a", 5))
+    sched.schedule()
+    assert sched.requests["a"].num_output_placeholders == 0
+    assert sched.schedule().num_scheduled_tokens == {}  # its token is not known yet

@@ -275,7 +275,24 @@ class Scheduler:
         while req_index < len(self.running) and token_budget > 0:
             request = self.running[req_index]
 
-            num_new_tokens = request.num_tokens_with_spec - request.num_computed_tokens
+            if (
+                request.num_output_placeholders > 0
+                and request.max_tokens is not None
+                and request.num_output_tokens + request.num_output_placeholders
+                >= request.max_tokens
+            ):
+                # Async scheduling: the step in flight samples its last token; another step
+                # would compute a token nobody may have.
+                req_index += 1
+                continue
+
+            # Placeholders (async scheduling; always 0 otherwise) are tokens the step on the
+            # GPU is sampling: the next step runs them although their ids are not known yet.
+            num_new_tokens = (
+                request.num_tokens_with_spec
+                + request.num_output_placeholders
+                - request.num_computed_tokens
+            )
             if 0 < self.long_prefill_token_threshold < num_new_tokens:
                 num_new_tokens = self.long_prefill_token_threshold
             num_new_tokens = min(num_new_tokens, token_budget)

@@ -1,0 +1,56 @@
+"""Async scheduling: plan step N+1 while step N is still on the GPU.
+
+Mirrors ``vllm/v1/core/sched/async_scheduler.py`` (``AsyncScheduler``), on by default at the pin.
+
+Without it an engine step is strictly serial: schedule (Python, per request), prepare the inputs,
+run the GPU, wait, append the sampled tokens (Python, per request). At 256 running requests the
+two Python phases took longer than the GPU step of a 135M model (``bench/profile_engine_step.py``),
+so the GPU sat idle most of the time. The engine (``LLMEngine.step``) therefore calls
+``schedule()`` for the next step right after launching the current one, while the GPU works.
+
+The catch is that the next step is planned before this step's tokens exist. Each request that
+will get a token from the step in flight carries an *output placeholder*
+(``Request.num_output_placeholders``): ``schedule()`` counts it as a known token, so a decoding
+request is scheduled for its next position at once, and the runner fills in the real token id
+before it launches that next step (by then the engine has waited for it). When the token
+arrives, ``_update_request_with_output`` retires the placeholder. A request that stops on the
+token in flight (a stop token) has already been planned into the next step; the engine drops it
+from that step before launch (``LLMEngine._drop_finished``), and the length limit is checked
+ahead (``schedule()`` skips a request whose placeholders already reach ``max_tokens``).
+"""
+
+from __future__ import annotations
+
+from mini_vllm.core.sched.output import SchedulerOutput
+from mini_vllm.core.sched.scheduler import Scheduler
+from mini_vllm.request import Request, RequestStatus
+
+
+class AsyncScheduler(Scheduler):
+    """The scheduler with output placeholders for the step in flight."""
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        super()._update_after_schedule(scheduler_output)
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests[req_id]
+            if not request.is_prefill_chunk:
+                # This step ends with every known token computed: it samples one.
+                request.num_output_placeholders += 1
+
+    def _update_request_with_output(
+        self, request: Request, new_token_ids: list[int]
+    ) -> tuple[list[int], bool]:
+        status_before_update = request.status
+        new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids)
+        request.num_output_placeholders -= len(new_token_ids)
+        if stopped:
+            # A stop drops the tokens after it (none: one token per step); none is still due.
+            request.num_output_placeholders = 0
+        assert request.num_output_placeholders >= 0
+        # The token's block may now be full: publish it to the prefix cache right away (a
+        # preempted request's blocks are gone).
+        if status_before_update == RequestStatus.RUNNING:
+            self.kv_cache_manager.cache_blocks(
+                request, request.num_computed_tokens - request.num_output_placeholders
+            )
+        return new_token_ids, stopped

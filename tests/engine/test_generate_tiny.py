@@ -199,8 +199,14 @@ def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
     ]
     results = {}
     for mode in (False, True):
+        # An explicit budget: on a GPU the first engine still holds its cache when the second
+        # one starts.
         llm = LLM(
-            str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32", async_scheduling=mode
+            str(tiny_llama_dir),
+            skip_tokenizer_init=True,
+            dtype="float32",
+            async_scheduling=mode,
+            kv_cache_memory_bytes=8 * 2**20,
         )
         outputs = llm.generate(prompts, params, use_tqdm=False)
         results[mode] = [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in outputs]

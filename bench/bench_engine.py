@@ -351,36 +351,36 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
     engine.kv_cache_manager.reset_prefix_cache()
     engine.stats = EngineStats(num_gpu_blocks=engine.num_gpu_blocks, block_size=engine.block_size)
 
-    # Record every model step: batch size, tokens, context read, time. The engine launches a
-    # step (execute_model_async) and collects its tokens later (get_output), scheduling the
-    # next step in between (async scheduling). A step's time runs from the start of its launch
-    # (input preparation included) until its tokens are computed: CUDA events on a GPU, so the
-    # scheduling the GPU overlaps is not counted; wall time of launch + wait on a CPU.
+    # Record every model step: batch size, tokens, context read, time. With async scheduling
+    # the engine flattens step N+1 (prepare_step) and schedules it while step N runs, then
+    # launches it (launch_step) once N's tokens are collected (get_output). A step's time runs
+    # from its launch until its tokens are sampled on the GPU: CUDA events on a GPU (the host
+    # work the GPU overlaps is not counted), wall time of launch + wait on a CPU.
     steps: list[dict[str, Any]] = []
-    original_launch, original_collect = runner.execute_model_async, runner.get_output
+    original_launch, original_collect = runner.launch_step, runner.get_output
     in_flight: dict[int, dict[str, Any]] = {}
     last_launch = [0.0]
     cuda = device == "cuda"
 
-    def launch(scheduler_output: Any) -> Any:
-        sched = scheduler_output.num_scheduled_tokens
+    def launch(prepared: Any) -> Any:
+        inputs = prepared.inputs
         t0 = time.perf_counter()
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-        pending = original_launch(scheduler_output)
-        if not sched:
+        pending = original_launch(prepared)
+        if inputs is None:
             return pending
         if cuda:
             end.record()
-        context = sum(runner.requests[r].num_computed_tokens + n for r, n in sched.items())
         # "period": launch to launch, one whole engine step (scheduling and updates included).
         period = t0 - last_launch[0] if last_launch[0] else 0.0
         last_launch[0] = t0
         in_flight[id(pending)] = {
-            "reqs": len(sched), "tokens": sum(sched.values()), "context": context,
-            "decode_only": all(n == 1 for n in sched.values()), "period": period,
-            "launch_s": time.perf_counter() - t0, "events": (start, end) if cuda else None,
+            "reqs": len(prepared.req_ids), "tokens": int(inputs.query_start_loc[-1]),
+            "context": int(inputs.seq_lens.sum()), "decode_only": inputs.max_query_len == 1,
+            "period": period, "launch_s": time.perf_counter() - t0,
+            "events": (start, end) if cuda else None,
         }
         return pending
 
@@ -396,7 +396,7 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
             steps.append(step)
         return out
 
-    runner.execute_model_async, runner.get_output = launch, collect
+    runner.launch_step, runner.get_output = launch, collect
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     offline = _drive(engine, requests, [0.0] * len(requests), args.stop_at)
@@ -417,7 +417,7 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         result["mem_beyond_weights"] = int(torch.cuda.max_memory_allocated()
                                            - weight_bytes(engine.model))
         result["mem_note"] = "includes the whole preallocated KV cache"
-    runner.execute_model_async, runner.get_output = original_launch, original_collect
+    runner.launch_step, runner.get_output = original_launch, original_collect
 
     # Decode step time at the largest decode batch against the bandwidth floor.
     decode = [s for s in steps if s["decode_only"]]
@@ -842,11 +842,11 @@ def model_section(name: str, prep: dict[str, Any], results: dict[str, dict[str, 
                     f"{mib(d['weight_bytes'])} | "
                     f"{mib(d['kv_read_bytes'])} | {d['copy_rate'] / 1e9:,.0f} | "
                     f"{d['floor_s'] * 1e3:.2f} | {d['ratio']:.2f}x |", "",
-                    "Model step: from the start of the step's launch (`execute_model_async`: "
-                    "preparing its inputs) until its tokens are sampled on the GPU (CUDA "
-                    "events); whole engine step: launch to launch, scheduling and request "
-                    "updates included (with async scheduling the next step is scheduled while "
-                    "the GPU runs this one). Floor: (weights + KV read) / copy rate.", ""]
+                    "Model step: from the step's launch (`launch_step`) until its tokens are "
+                    "sampled on the GPU (CUDA events); with async scheduling its inputs were "
+                    "prepared, and the step scheduled, while the GPU ran the previous step. "
+                    "Whole engine step: launch to launch, everything included. "
+                    "Floor: (weights + KV read) / copy rate.", ""]
             else:
                 lines += [f"batch {d['batch']} ({d['steps']} steps, mean context "
                           f"{d['mean_context']:.0f}): {d['step_s'] * 1e3:.1f} ms a model step, "

@@ -382,14 +382,16 @@ class LLMEngine:
                 self.model_runner.execute_model_async(scheduler_output),
             )
         scheduler_output, pending = self._in_flight
-        # The GPU is busy with `scheduler_output`; plan the next step meanwhile. Its requests
-        # count the tokens being sampled now as placeholders (AsyncScheduler).
+        # The GPU is busy with `scheduler_output`; plan and flatten the next step meanwhile. Its
+        # requests count the tokens being sampled now as placeholders (AsyncScheduler).
         next_output = self.scheduler.schedule()
         self._record_schedule(next_output)
+        prepared = self.model_runner.prepare_step(next_output, in_flight=pending)
         runner_output = self.model_runner.get_output(pending)
         outputs = self._update_from_output(scheduler_output, runner_output)
-        self._drop_finished(next_output, {o.request_id for o in outputs})
-        pending = self.model_runner.execute_model_async(next_output)
+        if self._drop_finished(next_output, {o.request_id for o in outputs}):
+            prepared = self.model_runner.flatten_step(next_output)
+        pending = self.model_runner.launch_step(prepared)
         if next_output.total_num_scheduled_tokens:
             self._in_flight = (next_output, pending)
         else:
@@ -427,17 +429,18 @@ class LLMEngine:
         return outputs
 
     @staticmethod
-    def _drop_finished(scheduler_output: SchedulerOutput, finished: set[str]) -> None:
+    def _drop_finished(scheduler_output: SchedulerOutput, finished: set[str]) -> bool:
         """Take requests that finished on the token just collected out of the next step.
 
         The next step was planned before that token existed (a stop token ends a request one
         step earlier than its placeholder assumed). Their blocks are already freed; running
         them would write K/V into blocks another request may get. They are added to the step's
-        ``finished_req_ids`` so the runner forgets them now.
+        ``finished_req_ids`` so the runner forgets them now. Returns whether any was dropped
+        (the step must then be flattened again).
         """
         gone = finished & scheduler_output.num_scheduled_tokens.keys()
         if not gone:
-            return
+            return False
         for req_id in gone:
             num_tokens = scheduler_output.num_scheduled_tokens.pop(req_id)
             scheduler_output.total_num_scheduled_tokens -= num_tokens
@@ -456,6 +459,7 @@ class LLMEngine:
             num_output_tokens=[cached.num_output_tokens[i] for i in keep],
         )
         scheduler_output.finished_req_ids = scheduler_output.finished_req_ids | gone
+        return True
 
     def _record_schedule(self, scheduler_output: SchedulerOutput) -> None:
         for new_req in scheduler_output.scheduled_new_reqs:

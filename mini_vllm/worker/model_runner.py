@@ -97,6 +97,18 @@ class PendingOutput:
 
 
 @dataclass
+class PreparedStep:
+    """A step flattened on the host and not launched yet (see ``ModelRunner.prepare_step``)."""
+
+    req_ids: list[str]
+    states: list[CachedRequestState]
+    inputs: ModelInputs | None  # None for an empty step
+    sample_rows: list[int]
+    # Rows whose one input token is being sampled by the step still in flight.
+    late_rows: list[int]
+
+
+@dataclass
 class ModelInputs:
     """One step flattened: every tensor the model and the attention backend read.
 
@@ -464,34 +476,72 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute_model_async(self, scheduler_output: SchedulerOutput) -> PendingOutput:
-        """Launch one step and return without waiting for the GPU (async scheduling).
+        """Prepare and launch one step; return without waiting for the GPU."""
+        return self.launch_step(self.prepare_step(scheduler_output))
 
-        Everything up to the sampling is queued on the device; the sampled ids stay there until
-        ``get_output``, so the host is free to schedule the next step meanwhile.
+    def prepare_step(
+        self, scheduler_output: SchedulerOutput, in_flight: PendingOutput | None = None
+    ) -> PreparedStep:
+        """Apply the scheduler's diff and flatten the step, possibly before the last step ended.
+
+        With async scheduling the engine calls this while ``in_flight`` (the previous step) is
+        still on the GPU, so that the host's input preparation overlaps the GPU too. A request
+        that ``in_flight`` samples a token for then decodes that very token, whose id is not
+        known yet: a placeholder stands in for it here, and ``launch_step`` writes the real id
+        over it once ``get_output`` has collected it.
         """
         self._update_states(scheduler_output)
+        return self.flatten_step(scheduler_output, in_flight)
+
+    def flatten_step(
+        self, scheduler_output: SchedulerOutput, in_flight: PendingOutput | None = None
+    ) -> PreparedStep:
+        """The ``prepare_inputs`` half of ``prepare_step``: the states are already up to date
+        (the engine calls it again for a step it had to shrink after preparing it)."""
         req_ids = list(scheduler_output.num_scheduled_tokens)
         if not req_ids:
-            return PendingOutput([], [], [], None)
+            return PreparedStep([], [], None, [], [])
         states = [self.requests[r] for r in req_ids]
         num_scheduled = [scheduler_output.num_scheduled_tokens[r] for r in req_ids]
-        inputs = prepare_inputs(
-            [s.token_ids for s in states],
-            [s.num_computed_tokens for s in states],
-            num_scheduled,
-            [s.block_ids for s in states],
-            self.block_size,
-        )
+        awaited: set[int] = set()
+        if in_flight is not None and in_flight.sampled is not None:
+            awaited = {id(in_flight.states[row]) for row in in_flight.sample_rows}
+        # Rows whose input is the token in flight: always a one-token decode of it.
+        late_rows = [i for i, st in enumerate(states) if id(st) in awaited]
+        for i in late_rows:
+            states[i].token_ids.append(0)
+        try:
+            inputs = prepare_inputs(
+                [st.token_ids for st in states],
+                [st.num_computed_tokens for st in states],
+                num_scheduled,
+                [st.block_ids for st in states],
+                self.block_size,
+            )
+            # Only requests whose every known token is now computed get a token: the logits
+            # of a partial prefill predict a prompt token we already know, so they are not
+            # even computed.
+            sample_rows = [
+                i
+                for i, st in enumerate(states)
+                if st.num_computed_tokens + num_scheduled[i] == st.num_tokens
+            ]
+        finally:
+            for i in late_rows:
+                states[i].token_ids.pop()
+        return PreparedStep(req_ids, states, inputs, sample_rows, late_rows)
 
+    @torch.inference_mode()
+    def launch_step(self, prepared: PreparedStep) -> PendingOutput:
+        """Queue a prepared step on the device; the sampled ids stay there until ``get_output``."""
+        inputs, states = prepared.inputs, prepared.states
+        if inputs is None:
+            return PendingOutput([], [], [], None)
+        for i in prepared.late_rows:
+            # The placeholder is the row's only token: the last one, at logits_indices[i].
+            inputs.input_ids[inputs.logits_indices[i]] = states[i].token_ids[-1]
         hidden_states = self._run_model(inputs)
-
-        # Only requests whose every known token is now computed get a token: the logits of a
-        # partial prefill predict a prompt token we already know, so they are not even computed.
-        sample_rows = [
-            i
-            for i, s in enumerate(states)
-            if s.num_computed_tokens + num_scheduled[i] == s.num_tokens
-        ]
+        sample_rows = prepared.sample_rows
         sampled = None
         if sample_rows:
             if len(sample_rows) < len(states):
@@ -499,7 +549,7 @@ class ModelRunner:
                 hidden_states = hidden_states[rows.to(self.device, non_blocking=True)]
             logits = self.model.compute_logits(hidden_states)
             sampled = self._sample_tensor(logits, [states[i] for i in sample_rows])
-        return PendingOutput(req_ids, states, sample_rows, sampled)
+        return PendingOutput(prepared.req_ids, states, sample_rows, sampled)
 
     def get_output(self, pending: PendingOutput) -> ModelRunnerOutput:
         """Wait for a launched step's tokens (the one device-to-host read of a step) and record

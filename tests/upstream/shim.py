@@ -92,7 +92,7 @@ _REASONS: list[tuple[str, str]] = [
     ("vllm.v1.kv_cache_interface", "mini-vLLM has one full-attention KV cache group"),
     ("vllm.v1.structured_output", "mini-vLLM has no structured outputs"),
     ("vllm.v1.core.encoder_cache_manager", "mini-vLLM has no encoder cache"),
-    ("vllm.v1.core.sched.async_scheduler", "mini-vLLM has no async scheduling"),
+    ("vllm.v1.core.sched.async_scheduler", "upstream's AsyncScheduler is not shimmed"),
     ("vllm.v1.metrics", "mini-vLLM keeps PrefixCacheStats only"),
     ("vllm.config", "mini-vLLM's constructors take plain arguments, not vLLM configs"),
     ("vllm.v1.core.kv_cache_utils", "KV cache config/sizing and extra hash keys are not mirrored"),

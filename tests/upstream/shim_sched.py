@@ -157,7 +157,9 @@ class Scheduler(_scheduler.Scheduler):
         parallel_config = vllm_config.parallel_config
         assert scheduler_config is not None and cache_config is not None
         if scheduler_config.async_scheduling:
-            raise UpstreamOnlyError("mini-vLLM has no async scheduling")
+            # mini-vLLM's AsyncScheduler pairs with its own engine loop (LLMEngine.step), not
+            # with upstream's EngineCore, whose tests these are.
+            raise UpstreamOnlyError("async scheduling is tested with mini-vLLM's own engine")
         if parallel_config is not None and parallel_config.pipeline_parallel_size != 1:
             raise UpstreamOnlyError("mini-vLLM has no pipeline parallelism")
         reject_unsupported("Scheduler", include_finished_set=include_finished_set)

@@ -537,9 +537,13 @@ class ModelRunner:
         inputs, states = prepared.inputs, prepared.states
         if inputs is None:
             return PendingOutput([], [], [], None)
-        for i in prepared.late_rows:
-            # The placeholder is the row's only token: the last one, at logits_indices[i].
-            inputs.input_ids[inputs.logits_indices[i]] = states[i].token_ids[-1]
+        if prepared.late_rows:
+            # Each placeholder is its row's only token, the last one, at logits_indices[row]:
+            # one indexed write for the batch, not a tensor write per row on the launch path.
+            rows = torch.tensor(prepared.late_rows, dtype=torch.long)
+            inputs.input_ids[inputs.logits_indices[rows]] = torch.tensor(
+                [states[i].token_ids[-1] for i in prepared.late_rows], dtype=torch.long
+            )
         hidden_states = self._run_model(inputs)
         sample_rows = prepared.sample_rows
         sampled = None
@@ -548,7 +552,7 @@ class ModelRunner:
                 rows = torch.tensor(sample_rows, dtype=torch.long)
                 hidden_states = hidden_states[rows.to(self.device, non_blocking=True)]
             logits = self.model.compute_logits(hidden_states)
-            sampled = self._sample_tensor(logits, [states[i] for i in sample_rows])
+            sampled = self._sample(logits, [states[i] for i in sample_rows])
         return PendingOutput(prepared.req_ids, states, sample_rows, sampled)
 
     def get_output(self, pending: PendingOutput) -> ModelRunnerOutput:
@@ -592,14 +596,9 @@ class ModelRunner:
         )
         return hidden_states[inputs.logits_indices.to(device)]
 
-    def _sample(self, logits: torch.Tensor, states: list[CachedRequestState]) -> list[int]:
-        """Build the batch's ``SamplingMetadata`` and draw one token per row."""
-        return self._sample_tensor(logits, states).tolist()
-
-    def _sample_tensor(
-        self, logits: torch.Tensor, states: list[CachedRequestState]
-    ) -> torch.Tensor:
-        """``_sample`` without the read-back: the tokens stay on the device."""
+    def _sample(self, logits: torch.Tensor, states: list[CachedRequestState]) -> torch.Tensor:
+        """Build the batch's ``SamplingMetadata`` and draw one token per row, left on the device
+        (``get_output`` reads them back)."""
         params = [s.sampling_params for s in states]
         stop_token_masks = {
             row: sorted(p.all_stop_token_ids)

@@ -352,10 +352,10 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
     engine.stats = EngineStats(num_gpu_blocks=engine.num_gpu_blocks, block_size=engine.block_size)
 
     # Record every model step: batch size, tokens, context read, time. With async scheduling
-    # the engine flattens step N+1 (prepare_step) and schedules it while step N runs, then
-    # launches it (launch_step) once N's tokens are collected (get_output). A step's time runs
-    # from its launch until its tokens are sampled on the GPU: CUDA events on a GPU (the host
-    # work the GPU overlaps is not counted), wall time of launch + wait on a CPU.
+    # the engine schedules and flattens step N+1 while step N runs, queues it behind N
+    # (launch_step), then collects N's tokens (get_output). A step's time runs from its launch
+    # until its tokens are sampled: CUDA events on a GPU (the start event fires when the GPU
+    # reaches it, i.e. when the step ahead of it ends), wall time of launch + wait on a CPU.
     steps: list[dict[str, Any]] = []
     original_launch, original_collect = runner.launch_step, runner.get_output
     in_flight: dict[int, dict[str, Any]] = {}
@@ -391,6 +391,8 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         if step is not None:
             events = step.pop("events")
             wait = time.perf_counter() - t0
+            if events:
+                events[1].synchronize()  # get_output waited for the tokens, not for this event
             step["s"] = (events[0].elapsed_time(events[1]) / 1e3 if events
                          else step["launch_s"] + wait)
             steps.append(step)
@@ -843,9 +845,9 @@ def model_section(name: str, prep: dict[str, Any], results: dict[str, dict[str, 
                     f"{mib(d['kv_read_bytes'])} | {d['copy_rate'] / 1e9:,.0f} | "
                     f"{d['floor_s'] * 1e3:.2f} | {d['ratio']:.2f}x |", "",
                     "Model step: from the step's launch (`launch_step`) until its tokens are "
-                    "sampled on the GPU (CUDA events); with async scheduling its inputs were "
-                    "prepared, and the step scheduled, while the GPU ran the previous step. "
-                    "Whole engine step: launch to launch, everything included. "
+                    "sampled on the GPU (CUDA events); with async scheduling the step is queued "
+                    "behind the one still running, so it counts from that one's end. "
+                    "Whole engine step: launch to launch on the host, everything included. "
                     "Floor: (weights + KV read) / copy rate.", ""]
             else:
                 lines += [f"batch {d['batch']} ({d['steps']} steps, mean context "

@@ -27,7 +27,7 @@ import torch
 from mini_vllm.core.kv_cache_manager import KVCacheManager
 from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
 from mini_vllm.core.sched.async_scheduler import AsyncScheduler
-from mini_vllm.core.sched.output import CachedRequestData, SchedulerOutput
+from mini_vllm.core.sched.output import SchedulerOutput
 from mini_vllm.core.sched.scheduler import Scheduler
 from mini_vllm.model.loader import get_model, load_tokenizer, resolve_model
 from mini_vllm.outputs import CompletionOutput, RequestOutput
@@ -366,9 +366,13 @@ class LLMEngine:
         offline ``LLM`` uses): detokenizing every request at every step would cost more than
         the step on a small model.
 
-        With async scheduling a call collects the step launched by the previous call (or
-        launches one first) and, before waiting for it, schedules and then launches the next:
-        the scheduler's Python work overlaps the GPU's. Without it, schedule, run, update.
+        With async scheduling a call schedules and launches the next step while the previous one
+        is still on the GPU, and only then waits for the previous one's tokens and applies them:
+        the host's Python (scheduling, input preparation, token updates) overlaps the GPU's work,
+        and the GPU always has the next step queued. The next step's input ids come from the
+        previous step's samples on the device (``ModelRunner.launch_step``). A request that stops
+        on the token being collected has already been launched once more; that step's token for
+        it is discarded (``update_from_output`` skips finished requests), as upstream does.
         """
         if not self.args.async_scheduling:
             scheduler_output = self._schedule()
@@ -382,21 +386,16 @@ class LLMEngine:
                 self.model_runner.execute_model_async(scheduler_output),
             )
         scheduler_output, pending = self._in_flight
-        # The GPU is busy with `scheduler_output`; plan and flatten the next step meanwhile. Its
-        # requests count the tokens being sampled now as placeholders (AsyncScheduler).
+        # The GPU is busy with `scheduler_output`; plan, flatten and queue the next step behind
+        # it. Its requests count the tokens being sampled now as placeholders (AsyncScheduler).
         next_output = self.scheduler.schedule()
         self._record_schedule(next_output)
-        prepared = self.model_runner.prepare_step(next_output, in_flight=pending)
-        runner_output = self.model_runner.get_output(pending)
-        outputs = self._update_from_output(scheduler_output, runner_output)
-        if self._drop_finished(next_output, {o.request_id for o in outputs}):
-            prepared = self.model_runner.flatten_step(next_output)
-        pending = self.model_runner.launch_step(prepared)
+        self._in_flight = None  # an empty schedule: the next call schedules afresh
         if next_output.total_num_scheduled_tokens:
-            self._in_flight = (next_output, pending)
-        else:
-            self._in_flight = None  # nothing ran; the next call schedules afresh
-        return outputs
+            prepared = self.model_runner.prepare_step(next_output, in_flight=pending)
+            self._in_flight = (next_output, self.model_runner.launch_step(prepared))
+        runner_output = self.model_runner.get_output(pending)
+        return self._update_from_output(scheduler_output, runner_output)
 
     def _schedule(self) -> SchedulerOutput:
         scheduler_output = self.scheduler.schedule()
@@ -427,39 +426,6 @@ class LLMEngine:
             outputs.append(self._make_request_output(record, core_output.finish_reason))
         self.stats.num_steps += 1
         return outputs
-
-    @staticmethod
-    def _drop_finished(scheduler_output: SchedulerOutput, finished: set[str]) -> bool:
-        """Take requests that finished on the token just collected out of the next step.
-
-        The next step was planned before that token existed (a stop token ends a request one
-        step earlier than its placeholder assumed). Their blocks are already freed; running
-        them would write K/V into blocks another request may get. They are added to the step's
-        ``finished_req_ids`` so the runner forgets them now. Returns whether any was dropped
-        (the step must then be flattened again).
-        """
-        gone = finished & scheduler_output.num_scheduled_tokens.keys()
-        if not gone:
-            return False
-        for req_id in gone:
-            num_tokens = scheduler_output.num_scheduled_tokens.pop(req_id)
-            scheduler_output.total_num_scheduled_tokens -= num_tokens
-        scheduler_output.scheduled_new_reqs = [
-            r for r in scheduler_output.scheduled_new_reqs if r.req_id not in gone
-        ]
-        cached = scheduler_output.scheduled_cached_reqs
-        keep = [i for i, req_id in enumerate(cached.req_ids) if req_id not in gone]
-        scheduler_output.scheduled_cached_reqs = CachedRequestData(
-            req_ids=[cached.req_ids[i] for i in keep],
-            resumed_req_ids=cached.resumed_req_ids - gone,
-            new_token_ids=[cached.new_token_ids[i] for i in keep],
-            all_token_ids={k: v for k, v in cached.all_token_ids.items() if k not in gone},
-            new_block_ids=[cached.new_block_ids[i] for i in keep],
-            num_computed_tokens=[cached.num_computed_tokens[i] for i in keep],
-            num_output_tokens=[cached.num_output_tokens[i] for i in keep],
-        )
-        scheduler_output.finished_req_ids = scheduler_output.finished_req_ids | gone
-        return True
 
     def _record_schedule(self, scheduler_output: SchedulerOutput) -> None:
         for new_req in scheduler_output.scheduled_new_reqs:

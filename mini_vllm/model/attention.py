@@ -36,6 +36,20 @@ def _triton_varlen() -> ModuleType:
     return triton_varlen_attention
 
 
+def decode_launch_options(head_dim: int) -> dict[str, int]:
+    """Tile options for the decode kernel in the engine, by head size.
+
+    lab-04's defaults (32-token tiles, 4 warps) were tuned on 128-wide heads. With 64-wide heads
+    (SmolLM2, Llama-3.2-1B) a 32-token tile is only 4 KiB of K, too little per loop iteration
+    to keep enough loads in flight: at batch 256 of the engine benchmark on an H100, 64-token
+    tiles with 2 warps ran 11 % faster for SmolLM2's heads and 6 % for the 1B's
+    (docs/performance.md, "Decode attention tiles").
+    """
+    if head_dim <= 64:
+        return {"block_n": 64, "num_warps": 2}
+    return {}
+
+
 @dataclass
 class AttentionMetadata:
     """Everything attention needs to know about one flattened batch, shared by every layer.
@@ -86,6 +100,7 @@ class Attention(nn.Module):
         self.head_dim = head_dim
         self.scale = scale
         self.num_kv_heads = num_kv_heads
+        self.decode_options = decode_launch_options(head_dim)
 
     def forward(
         self,
@@ -112,6 +127,7 @@ class Attention(nn.Module):
                 attn_metadata.seq_lens,
                 self.scale,
                 max_seq_len=attn_metadata.max_seq_len,
+                **self.decode_options,
             )
         varlen = _triton_varlen() if attn_metadata.use_triton else torch_paged_attention
         return varlen.paged_attention_varlen(

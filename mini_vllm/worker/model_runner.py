@@ -88,12 +88,19 @@ class ModelRunnerOutput:
 
 @dataclass
 class PendingOutput:
-    """A launched step whose sampled tokens may still be on the GPU (see ``get_output``)."""
+    """A launched step whose sampled tokens may still be on the GPU (see ``get_output``).
+
+    ``sampled`` stays on the device, where the next step's launch reads its input ids from it;
+    ``sampled_host`` is the pinned copy that ``get_output`` reads once ``ready`` has fired (on a
+    CPU both are the same tensor and ``ready`` is None).
+    """
 
     req_ids: list[str]
     states: list[CachedRequestState]
     sample_rows: list[int]
     sampled: torch.Tensor | None  # [len(sample_rows)] token ids, on the device
+    sampled_host: torch.Tensor | None = None
+    ready: torch.cuda.Event | None = None
 
 
 @dataclass
@@ -104,8 +111,13 @@ class PreparedStep:
     states: list[CachedRequestState]
     inputs: ModelInputs | None  # None for an empty step
     sample_rows: list[int]
-    # Rows whose one input token is being sampled by the step still in flight.
-    late_rows: list[int]
+    # Rows whose one input token is being sampled by the step still in flight, and for each the
+    # index of that token in the in-flight step's ``sampled`` tensor (``in_flight_sampled``).
+    late_rows: list[int] = field(default_factory=list)
+    late_sources: list[int] = field(default_factory=list)
+    in_flight_sampled: torch.Tensor | None = None
+    # Output tokens of each sampled row's request, the one in flight included (min_tokens).
+    num_output_tokens: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -487,8 +499,8 @@ class ModelRunner:
         With async scheduling the engine calls this while ``in_flight`` (the previous step) is
         still on the GPU, so that the host's input preparation overlaps the GPU too. A request
         that ``in_flight`` samples a token for then decodes that very token, whose id is not
-        known yet: a placeholder stands in for it here, and ``launch_step`` writes the real id
-        over it once ``get_output`` has collected it.
+        known yet: a placeholder stands in for it here, and ``launch_step`` has the GPU copy the
+        real id over it from ``in_flight``'s sampled tokens, so the launch waits for nothing.
         """
         self._update_states(scheduler_output)
         return self.flatten_step(scheduler_output, in_flight)
@@ -496,16 +508,15 @@ class ModelRunner:
     def flatten_step(
         self, scheduler_output: SchedulerOutput, in_flight: PendingOutput | None = None
     ) -> PreparedStep:
-        """The ``prepare_inputs`` half of ``prepare_step``: the states are already up to date
-        (the engine calls it again for a step it had to shrink after preparing it)."""
+        """The ``prepare_inputs`` half of ``prepare_step``: the states are already up to date."""
         req_ids = list(scheduler_output.num_scheduled_tokens)
         if not req_ids:
-            return PreparedStep([], [], None, [], [])
+            return PreparedStep([], [], None, [])
         states = [self.requests[r] for r in req_ids]
         num_scheduled = [scheduler_output.num_scheduled_tokens[r] for r in req_ids]
-        awaited: set[int] = set()
+        awaited: dict[int, int] = {}
         if in_flight is not None and in_flight.sampled is not None:
-            awaited = {id(in_flight.states[row]) for row in in_flight.sample_rows}
+            awaited = {id(in_flight.states[row]): k for k, row in enumerate(in_flight.sample_rows)}
         # Rows whose input is the token in flight: always a one-token decode of it.
         late_rows = [i for i, st in enumerate(states) if id(st) in awaited]
         for i in late_rows:
@@ -526,41 +537,60 @@ class ModelRunner:
                 for i, st in enumerate(states)
                 if st.num_computed_tokens + num_scheduled[i] == st.num_tokens
             ]
+            num_prompt = [len(states[i].prompt_token_ids) for i in sample_rows]
+            num_output_tokens = [states[i].num_tokens - n for i, n in zip(sample_rows, num_prompt)]
         finally:
             for i in late_rows:
                 states[i].token_ids.pop()
-        return PreparedStep(req_ids, states, inputs, sample_rows, late_rows)
+        return PreparedStep(
+            req_ids,
+            states,
+            inputs,
+            sample_rows,
+            late_rows,
+            [awaited[id(states[i])] for i in late_rows],
+            in_flight.sampled if late_rows else None,
+            num_output_tokens,
+        )
 
     @torch.inference_mode()
     def launch_step(self, prepared: PreparedStep) -> PendingOutput:
-        """Queue a prepared step on the device; the sampled ids stay there until ``get_output``."""
+        """Queue a prepared step on the device and return without waiting for anything.
+
+        The sampled ids stay on the device (the next step's inputs are copied from there) and
+        are copied to pinned host memory behind the step, for ``get_output`` to read.
+        """
         inputs, states = prepared.inputs, prepared.states
         if inputs is None:
             return PendingOutput([], [], [], None)
-        if prepared.late_rows:
-            # Each placeholder is its row's only token, the last one, at logits_indices[row]:
-            # one indexed write for the batch, not a tensor write per row on the launch path.
-            rows = torch.tensor(prepared.late_rows, dtype=torch.long)
-            inputs.input_ids[inputs.logits_indices[rows]] = torch.tensor(
-                [states[i].token_ids[-1] for i in prepared.late_rows], dtype=torch.long
-            )
-        hidden_states = self._run_model(inputs)
+        hidden_states = self._run_model(inputs, self._late_input_ids(prepared))
         sample_rows = prepared.sample_rows
-        sampled = None
-        if sample_rows:
-            if len(sample_rows) < len(states):
-                rows = torch.tensor(sample_rows, dtype=torch.long)
-                hidden_states = hidden_states[rows.to(self.device, non_blocking=True)]
-            logits = self.model.compute_logits(hidden_states)
-            sampled = self._sample(logits, [states[i] for i in sample_rows])
-        return PendingOutput(prepared.req_ids, states, sample_rows, sampled)
+        if not sample_rows:
+            return PendingOutput(prepared.req_ids, states, sample_rows, None)
+        if len(sample_rows) < len(states):
+            rows = torch.tensor(sample_rows, dtype=torch.long)
+            hidden_states = hidden_states[self._upload(rows)]
+        logits = self.model.compute_logits(hidden_states)
+        sampled = self._sample(logits, [states[i] for i in sample_rows], prepared.num_output_tokens)
+        if self.device.type != "cuda":
+            return PendingOutput(prepared.req_ids, states, sample_rows, sampled, sampled)
+        sampled_host = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
+        sampled_host.copy_(sampled, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return PendingOutput(prepared.req_ids, states, sample_rows, sampled, sampled_host, ready)
 
     def get_output(self, pending: PendingOutput) -> ModelRunnerOutput:
         """Wait for a launched step's tokens (the one device-to-host read of a step) and record
-        each in its request's state, where the next step's input comes from."""
+        each in its request's state, where later steps' inputs come from.
+
+        It waits for that step only: steps launched after it keep the GPU busy meanwhile.
+        """
         sampled_token_ids: list[list[int]] = [[] for _ in pending.req_ids]
-        if pending.sampled is not None:
-            for row, token_id in zip(pending.sample_rows, pending.sampled.tolist()):
+        if pending.sampled_host is not None:
+            if pending.ready is not None:
+                pending.ready.synchronize()
+            for row, token_id in zip(pending.sample_rows, pending.sampled_host.tolist()):
                 pending.states[row].token_ids.append(token_id)
                 sampled_token_ids[row] = [token_id]
         return ModelRunnerOutput(
@@ -569,7 +599,55 @@ class ModelRunner:
             sampled_token_ids=sampled_token_ids,
         )
 
-    def _run_model(self, inputs: ModelInputs) -> torch.Tensor:
+    def _upload(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Copy a host tensor to the device without making the host wait for the GPU.
+
+        A copy from pageable memory would block until the stream drained, i.e. until the step
+        in flight ended; from pinned memory it is queued like a kernel.
+        """
+        if self.device.type != "cuda":
+            return tensor.to(self.device)
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def _late_input_ids(
+        self, prepared: PreparedStep
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``(positions in input_ids, indices into the in-flight sampled ids, those ids)`` for
+        the rows whose input token the step in flight is still sampling, or None."""
+        if not prepared.late_rows:
+            return None
+        assert prepared.inputs is not None and prepared.in_flight_sampled is not None
+        rows = torch.tensor(prepared.late_rows, dtype=torch.long)
+        # Each placeholder is its row's only token, the last one: at logits_indices[row].
+        positions = prepared.inputs.logits_indices[rows]
+        sources = torch.tensor(prepared.late_sources, dtype=torch.long)
+        return positions, sources, prepared.in_flight_sampled
+
+    def _forward_late_tokens(
+        self,
+        input_ids: torch.Tensor,
+        late: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    ) -> None:
+        """Overwrite the placeholders in ``input_ids`` (on the device) with the sampled ids.
+
+        Queued behind the step that samples them, so it reads them once they exist. The common
+        case, an unchanged decode batch, is one contiguous device-to-device copy.
+        """
+        if late is None:
+            return
+        positions, sources, sampled = late
+        n = positions.shape[0]
+        identity = torch.arange(n)
+        if torch.equal(positions, identity) and torch.equal(sources, identity):
+            input_ids[:n].copy_(sampled[:n])
+        else:
+            input_ids[self._upload(positions)] = sampled[self._upload(sources)]
+
+    def _run_model(
+        self,
+        inputs: ModelInputs,
+        late: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """Hidden states of each request's last token, ``[num_reqs, hidden_size]``."""
         num_reqs = inputs.seq_lens.shape[0]
         if (
@@ -577,33 +655,41 @@ class ModelRunner:
             and inputs.max_query_len == 1
             and num_reqs <= self.cudagraph_batch_sizes[-1]
         ):
-            return self._replay_cuda_graph(inputs)
-        device = self.device
+            return self._replay_cuda_graph(inputs, late)
+        upload = self._upload
         attn_metadata = AttentionMetadata(
-            slot_mapping=inputs.slot_mapping.to(device),
-            block_tables=inputs.block_tables.to(device),
-            query_start_loc=inputs.query_start_loc.to(device),
-            seq_lens=inputs.seq_lens.to(device),
+            slot_mapping=upload(inputs.slot_mapping),
+            block_tables=upload(inputs.block_tables),
+            query_start_loc=upload(inputs.query_start_loc),
+            seq_lens=upload(inputs.seq_lens),
             max_query_len=inputs.max_query_len,
             max_seq_len=inputs.max_seq_len,
             use_triton=self.use_triton,
         )
+        input_ids = upload(inputs.input_ids)
+        self._forward_late_tokens(input_ids, late)
         hidden_states = self.model(
-            inputs.input_ids.to(device),
-            inputs.positions.to(device),
+            input_ids,
+            upload(inputs.positions),
             self.kv_caches,
             attn_metadata,
         )
-        return hidden_states[inputs.logits_indices.to(device)]
+        return hidden_states[upload(inputs.logits_indices)]
 
-    def _sample(self, logits: torch.Tensor, states: list[CachedRequestState]) -> torch.Tensor:
+    def _sample(
+        self,
+        logits: torch.Tensor,
+        states: list[CachedRequestState],
+        num_output_tokens: list[int],
+    ) -> torch.Tensor:
         """Build the batch's ``SamplingMetadata`` and draw one token per row, left on the device
-        (``get_output`` reads them back)."""
+        (``get_output`` reads them back). ``num_output_tokens[row]`` counts the row's request's
+        output so far, a token still in flight included (``min_tokens`` masks stops below it)."""
         params = [s.sampling_params for s in states]
         stop_token_masks = {
             row: sorted(p.all_stop_token_ids)
-            for row, (p, s) in enumerate(zip(params, states))
-            if p.min_tokens and p.all_stop_token_ids and len(s.output_token_ids) < p.min_tokens
+            for row, (p, n) in enumerate(zip(params, num_output_tokens))
+            if p.min_tokens and p.all_stop_token_ids and n < p.min_tokens
         }
         types = [p.sampling_type for p in params]
         if all(t == SamplingType.GREEDY for t in types):
@@ -668,6 +754,9 @@ class ModelRunner:
         self._staging = {
             name: torch.zeros_like(t, device="cpu").pin_memory() for name, t in self._static.items()
         }
+        # numpy views of the same memory: filling them costs a fraction of torch's per-op
+        # dispatch, and the launch path fills five of them per step.
+        self._staging_np = {name: t.numpy() for name, t in self._staging.items()}
         self._staging_free = torch.cuda.Event()
         pool = torch.cuda.graph_pool_handle()
         try:
@@ -709,28 +798,33 @@ class ModelRunner:
             use_triton=True,
         )
 
-    def _replay_cuda_graph(self, inputs: ModelInputs) -> torch.Tensor:
+    def _replay_cuda_graph(
+        self,
+        inputs: ModelInputs,
+        late: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         num_reqs = inputs.seq_lens.shape[0]
         bs = next(s for s in self.cudagraph_batch_sizes if s >= num_reqs)
         width = inputs.block_tables.shape[1]
-        staging = self._staging
+        host = self._staging_np
         self._staging_free.synchronize()  # the previous step's copies have left the buffers
-        staging["input_ids"][:num_reqs] = inputs.input_ids
-        staging["positions"][:num_reqs] = inputs.positions
         # Padding rows embed token 0 at position 0 (any valid id: an id past the vocabulary
         # would trip the embedding's bounds check), write nowhere (slot -1) and read one token
-        # of the null block.
-        staging["input_ids"][num_reqs:bs] = 0
-        staging["positions"][num_reqs:bs] = 0
-        staging["slot_mapping"][:num_reqs] = inputs.slot_mapping
-        staging["slot_mapping"][num_reqs:bs] = -1
-        staging["seq_lens"][:num_reqs] = inputs.seq_lens
-        staging["seq_lens"][num_reqs:bs] = 1
-        staging["block_tables"][:bs] = 0
-        staging["block_tables"][:num_reqs, :width] = inputs.block_tables
+        # of the null block. Table entries past a row's length are never read.
+        for name, value, pad in (
+            ("input_ids", inputs.input_ids, 0),
+            ("positions", inputs.positions, 0),
+            ("slot_mapping", inputs.slot_mapping, -1),
+            ("seq_lens", inputs.seq_lens, 1),
+        ):
+            host[name][:num_reqs] = value.numpy()
+            host[name][num_reqs:bs] = pad
+        host["block_tables"][:num_reqs, :width] = inputs.block_tables.numpy()
+        host["block_tables"][num_reqs:bs, 0] = 0
         for name in ("input_ids", "positions", "slot_mapping", "seq_lens", "block_tables"):
-            self._static[name][:bs].copy_(staging[name][:bs], non_blocking=True)
+            self._static[name][:bs].copy_(self._staging[name][:bs], non_blocking=True)
         self._staging_free.record()
+        self._forward_late_tokens(self._static["input_ids"], late)
         self._graphs[bs].replay()
         return self._graph_outputs[bs][:num_reqs]
 

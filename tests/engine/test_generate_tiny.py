@@ -179,22 +179,34 @@ def test_stop_tokens_and_max_tokens(
 def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
     tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Async scheduling plans each step before the previous one's tokens exist. Requests that
-    stop on a token (not on their length) were then planned into the next step and must be
-    dropped from it; seeded sampling, stop tokens and max_tokens must come out as without it."""
-    from mini_vllm.engine.llm_engine import LLMEngine
+    """Async scheduling launches each step before the previous one's tokens are known. Requests
+    that stop on a token (not on their length) were then launched once more, and that step's
+    token for them must be discarded; seeded sampling, min_tokens, stop tokens and max_tokens
+    must come out as without it."""
+    from mini_vllm.core.sched.async_scheduler import AsyncScheduler
 
-    dropped: list[str] = []
-    original = LLMEngine._drop_finished
+    discarded: list[str] = []
+    original = AsyncScheduler.update_from_output
 
-    def spy(scheduler_output: Any, finished: set[str]) -> None:
-        dropped.extend(finished & scheduler_output.num_scheduled_tokens.keys())
-        original(scheduler_output, finished)
+    def spy(self: Any, scheduler_output: Any, sampled_token_ids: Any) -> Any:
+        for req_id, tokens in sampled_token_ids.items():
+            request = self.requests.get(req_id)
+            if tokens and (request is None or request.is_finished()):
+                discarded.append(req_id)
+        return original(self, scheduler_output, sampled_token_ids)
 
-    monkeypatch.setattr(LLMEngine, "_drop_finished", staticmethod(spy))
+    monkeypatch.setattr(AsyncScheduler, "update_from_output", spy)
     prompts = [{"prompt_token_ids": p} for p in PROMPTS]
     params = [
-        SamplingParams(temperature=0.8, seed=i, max_tokens=5 + 3 * i, stop_token_ids=[7, 42])
+        SamplingParams(
+            temperature=0.8,
+            seed=i,
+            max_tokens=5 + 3 * i,
+            # Every 7th id of the tiny vocabulary (128) stops: stops come early, often before
+            # min_tokens, which must then mask them in both modes alike.
+            stop_token_ids=list(range(0, 128, 7)),
+            min_tokens=2 * (i % 3),
+        )
         for i in range(len(PROMPTS))
     ]
     results = {}
@@ -212,4 +224,4 @@ def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
         results[mode] = [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in outputs]
     assert results[True] == results[False]
     assert any(reason == "stop" for _, reason in results[True])  # stops were exercised
-    assert dropped, "no stopped request was planned into a next step: the test lost its point"
+    assert discarded, "no stopped request was launched once more: the test lost its point"

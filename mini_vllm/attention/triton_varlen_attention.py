@@ -64,7 +64,11 @@ def _find_sequence(query_start_loc_ptr, num_seqs, pid, BLOCK_Q: tl.constexpr):
     return lo
 
 
-@triton.jit
+# Triton compiles a variant of a kernel per "shape class" of its integer arguments (== 1,
+# divisible by 16, other). The batch size and the block table's width change from step to step,
+# so without this a long-running engine stalls for a fresh compile (~0.5 s on an H100) whenever
+# one of them first lands in a new class; the grid does not depend on them being known.
+@triton.jit(do_not_specialize=["num_seqs", "stride_bt_seq"])
 def _paged_varlen_kernel(
     q_ptr,
     k_cache_ptr,

@@ -512,13 +512,14 @@ class ModelRunner:
         req_ids = list(scheduler_output.num_scheduled_tokens)
         if not req_ids:
             return PreparedStep([], [], None, [])
-        states = [self.requests[r] for r in req_ids]
-        num_scheduled = [scheduler_output.num_scheduled_tokens[r] for r in req_ids]
+        requests = self.requests
+        states = [requests[r] for r in req_ids]
+        num_scheduled = list(scheduler_output.num_scheduled_tokens.values())
         awaited: dict[int, int] = {}
         if in_flight is not None and in_flight.sampled is not None:
             awaited = {id(in_flight.states[row]): k for k, row in enumerate(in_flight.sample_rows)}
         # Rows whose input is the token in flight: always a one-token decode of it.
-        late_rows = [i for i, st in enumerate(states) if id(st) in awaited]
+        late_rows = [i for i, st in enumerate(states) if id(st) in awaited] if awaited else []
         for i in late_rows:
             states[i].token_ids.append(0)
         try:
@@ -532,13 +533,13 @@ class ModelRunner:
             # Only requests whose every known token is now computed get a token: the logits
             # of a partial prefill predict a prompt token we already know, so they are not
             # even computed.
-            sample_rows = [
-                i
-                for i, st in enumerate(states)
-                if st.num_computed_tokens + num_scheduled[i] == st.num_tokens
-            ]
-            num_prompt = [len(states[i].prompt_token_ids) for i in sample_rows]
-            num_output_tokens = [states[i].num_tokens - n for i, n in zip(sample_rows, num_prompt)]
+            sample_rows: list[int] = []
+            num_output_tokens: list[int] = []
+            for i, (st, n) in enumerate(zip(states, num_scheduled)):
+                num_tokens = len(st.token_ids)
+                if st.num_computed_tokens + n == num_tokens:
+                    sample_rows.append(i)
+                    num_output_tokens.append(num_tokens - len(st.prompt_token_ids))
         finally:
             for i in late_rows:
                 states[i].token_ids.pop()
@@ -689,10 +690,10 @@ class ModelRunner:
         stop_token_masks = {
             row: sorted(p.all_stop_token_ids)
             for row, (p, n) in enumerate(zip(params, num_output_tokens))
-            if p.min_tokens and p.all_stop_token_ids and n < p.min_tokens
+            if p.min_tokens and n < p.min_tokens and p.all_stop_token_ids
         }
         types = [p.sampling_type for p in params]
-        if all(t == SamplingType.GREEDY for t in types):
+        if SamplingType.GREEDY in types and len(set(types)) == 1:
             # The common offline case: an argmax needs none of the per-row tensors, whose
             # host-to-device copies would cost more than the argmax itself.
             metadata = SamplingMetadata(

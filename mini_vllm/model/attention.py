@@ -41,9 +41,9 @@ def decode_launch_options(head_dim: int) -> dict[str, int]:
 
     lab-04's defaults (32-token tiles, 4 warps) were tuned on 128-wide heads. With 64-wide heads
     (SmolLM2, Llama-3.2-1B) a 32-token tile is only 4 KiB of K, too little per loop iteration
-    to keep enough loads in flight: at batch 256 of the engine benchmark on an H100, 64-token
-    tiles with 2 warps ran 11 % faster for SmolLM2's heads and 6 % for the 1B's
-    (docs/performance.md, "Decode attention tiles").
+    to keep enough loads in flight: at the engine benchmark's batch-256 state on an H100,
+    64-token tiles with 2 warps ran 14 % faster for SmolLM2's 9/3 heads and 6 % for
+    Llama-3.2-1B's 32/8 (``bench/sweep_decode_tiles.py``, docs/perf/decode_tiles_h100.md).
     """
     if head_dim <= 64:
         return {"block_n": 64, "num_warps": 2}

@@ -11,12 +11,13 @@ so the GPU sat idle most of the time. The engine (``LLMEngine.step``) therefore 
 The catch is that the next step is planned before this step's tokens exist. Each request that
 will get a token from the step in flight carries an *output placeholder*
 (``Request.num_output_placeholders``): ``schedule()`` counts it as a known token, so a decoding
-request is scheduled for its next position at once, and the runner fills in the real token id
-before it launches that next step (by then the engine has waited for it). When the token
-arrives, ``_update_request_with_output`` retires the placeholder. A request that stops on the
-token in flight (a stop token) has already been planned into the next step; the engine drops it
-from that step before launch (``LLMEngine._drop_finished``), and the length limit is checked
-ahead (``schedule()`` skips a request whose placeholders already reach ``max_tokens``).
+request is scheduled for its next position at once. The engine queues that next step on the GPU
+before it reads the token, and the runner copies the real id into its inputs on the device.
+When the token reaches the host, ``_update_request_with_output`` retires the placeholder. A
+request that stops on the token in flight (a stop token) has already been launched once more;
+``update_from_output`` skips it, since it is finished, so that extra token is discarded, as
+upstream does. The length limit is checked ahead (``schedule()`` skips a request whose
+placeholders already reach ``max_tokens``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Upstream separates them into processes for throughput; here they are one object,
 4. finished requests are detokenized into ``RequestOutput``.
 
 Startup follows upstream's order too: load the model, measure memory, size and allocate the KV
-cache (refusing a cache that cannot hold one request of ``max_model_len`` tokens), capture CUDA
+cache (refusing a cache that cannot hold one request of ``max_model_len`` tokens), run one
+dummy step so that the kernels compile before the first request does, capture CUDA
 graphs, then build the KV cache manager and scheduler on the block count just decided.
 """
 
@@ -182,6 +183,7 @@ class LLMEngine:
             seed=args.seed,
         )
         self.num_gpu_blocks = self._initialize_kv_cache()
+        self.model_runner.warm_up_model()
         self.model_runner.capture_model()
 
         self.kv_cache_manager = KVCacheManager(

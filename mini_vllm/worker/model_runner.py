@@ -437,6 +437,35 @@ class ModelRunner:
         )
         self.kv_caches = list(self.kv_cache.unbind(0))
 
+    @torch.inference_mode()
+    def warm_up_model(self) -> None:
+        """Run one mixed step (a 3-token prefill beside a decode) on the real cache, writing
+        nothing to it.
+
+        Triton compiles a kernel on its first launch: the varlen attention kernel, which only a
+        step holding a prefill uses, takes about half a second on an H100, and without this the
+        first request would wait for it. Upstream warms up the same way before capturing its
+        graphs (``compile_or_warm_up_model``). Every token's slot is -1 (written nowhere) and
+        both block tables are all the null block, so no request's K/V is read or touched.
+        """
+        if self.kv_cache is None:
+            return
+        device = self.device
+        attn_metadata = AttentionMetadata(
+            slot_mapping=torch.full((4,), -1, dtype=torch.long, device=device),
+            block_tables=torch.zeros((2, 1), dtype=torch.int32, device=device),
+            query_start_loc=torch.tensor([0, 3, 4], dtype=torch.int32, device=device),
+            seq_lens=torch.tensor([3, 1], dtype=torch.int32, device=device),
+            max_query_len=3,
+            max_seq_len=3,
+            use_triton=self.use_triton,
+        )
+        positions = torch.tensor([0, 1, 2, 0], dtype=torch.long, device=device)
+        input_ids = torch.zeros(4, dtype=torch.long, device=device)
+        self.model(input_ids, positions, self.kv_caches, attn_metadata)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     # ---------------------------------------------------------------- per-step state
 
     def _update_states(self, scheduler_output: SchedulerOutput) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from mini_vllm.llm import LLM
 from mini_vllm.sampling_params import SamplingParams
@@ -225,3 +226,15 @@ def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
     assert results[True] == results[False]
     assert any(reason == "stop" for _, reason in results[True])  # stops were exercised
     assert discarded, "no stopped request was launched once more: the test lost its point"
+
+
+def test_warm_up_step_writes_nothing_to_the_cache(tiny_llama_dir: Path) -> None:
+    """The dummy step run at startup (it compiles the kernels before the first request needs
+    them) must leave every cache slot as it was: its tokens go to slot -1."""
+    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=64)
+    runner = llm.llm_engine.model_runner
+    assert runner.kv_cache is not None
+    runner.kv_cache.normal_()
+    before = runner.kv_cache.clone()
+    runner.warm_up_model()
+    assert torch.equal(runner.kv_cache, before), "the warm-up step wrote into the KV cache"

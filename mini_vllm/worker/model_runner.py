@@ -453,7 +453,9 @@ class ModelRunner:
         device = self.device
         attn_metadata = AttentionMetadata(
             slot_mapping=torch.full((4,), -1, dtype=torch.long, device=device),
-            block_tables=torch.zeros((2, 1), dtype=torch.int32, device=device),
+            block_tables=torch.zeros(
+                (2, kv_sizing.cdiv(3, self.block_size)), dtype=torch.int32, device=device
+            ),
             query_start_loc=torch.tensor([0, 3, 4], dtype=torch.int32, device=device),
             seq_lens=torch.tensor([3, 1], dtype=torch.int32, device=device),
             max_query_len=3,

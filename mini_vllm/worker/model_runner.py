@@ -724,7 +724,7 @@ class ModelRunner:
             if p.min_tokens and n < p.min_tokens and p.all_stop_token_ids
         }
         types = [p.sampling_type for p in params]
-        if SamplingType.GREEDY in types and len(set(types)) == 1:
+        if all(t == SamplingType.GREEDY for t in types):
             # The common offline case: an argmax needs none of the per-row tensors, whose
             # host-to-device copies would cost more than the argmax itself.
             metadata = SamplingMetadata(

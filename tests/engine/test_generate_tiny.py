@@ -18,7 +18,7 @@ from mini_vllm.llm import LLM
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.worker import kv_sizing
 
-from .conftest import hf_greedy, random_prompts
+from .conftest import TINY_VOCAB, hf_greedy, random_prompts
 
 MAX_NEW = 24
 MODELS = ["tiny_llama", "tiny_llama3"]
@@ -203,9 +203,9 @@ def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
             temperature=0.8,
             seed=i,
             max_tokens=5 + 3 * i,
-            # Every 7th id of the tiny vocabulary (128) stops: stops come early, often before
+            # Every 7th id of the tiny vocabulary stops: stops come early, often before
             # min_tokens, which must then mask them in both modes alike.
-            stop_token_ids=list(range(0, 128, 7)),
+            stop_token_ids=list(range(0, TINY_VOCAB, 7)),
             min_tokens=2 * (i % 3),
         )
         for i in range(len(PROMPTS))

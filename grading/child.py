@@ -1,15 +1,21 @@
-"""The grading child: collects, pre-imports or runs a lab's suite and reports to the parent.
+"""The judge: collects, pre-imports or runs a lab's suite and reports to the grader.
 
-Run as ``python -m grading.child MODE --suite DIR --report-fd N [--tests FILE]`` with the
-nonce as the first line of stdin. MODE is ``collect`` (list the graded tests; no graded code
-runs), ``preflight`` (import the graded modules once, so a broken file is reported once
-instead of once per test) or ``run`` (run the listed tests, reporting each as it ends).
+Run as ``python -P -m grading.child MODE --suite DIR --report-fd N --staging DIR [--tests FILE]``.
+MODE is ``collect`` (list the graded tests; no graded code runs), ``preflight`` (import the
+graded modules once, so a broken file is reported once instead of once per test) or ``run``
+(run the listed tests, reporting each as it ends).
+
+The judge runs the tests, and so decides every outcome, but never imports learner code: the
+tests reach it through proxies to a separate, sandboxed learner process (``grading/remote.py``,
+``grading/sandbox.py``). Nothing the learner process does can reach this process's memory, its
+report pipe or its files; it can only send data, which the tests judge.
 """
 
 from __future__ import annotations
 
 import argparse
-import builtins
+import ast
+import ctypes
 import os
 import sys
 import time
@@ -18,27 +24,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _pytest import python as _pt_python
-from _pytest import reports as _pt_reports
-from _pytest import runner as _pt_runner
 
 from grading import protocol
-from grading.suite import IMPL_ENV, load_impl
+from grading.labs import load_lab
+from grading.remote import LearnerError, LearnerFault
+from grading.sandbox import Staging
+from grading.suite import IMPL_ENV, SESSION, load_impl
 
-_write = os.write  # bound before any graded code can replace it
+PR_SET_DUMPABLE = 4
+
+
+def harden_process() -> None:
+    """No core dumps, no ptrace and no /proc/PID/fd access for processes of the same user."""
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 class Channel:
-    """Writes nonce-tagged events to the parent on a private file descriptor."""
+    """Writes JSON events to the grader on a private pipe that only this process holds."""
 
-    def __init__(self, fd: int, nonce: str) -> None:
+    def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._nonce = nonce
 
     def send(self, event: str, **fields: Any) -> None:
-        data = protocol.encode(self._nonce, event, **fields)
+        data = protocol.encode(event, **fields)
         while data:
-            data = data[_write(self._fd, data) :]
+            data = data[os.write(self._fd, data) :]
 
 
 def _graded_marker(item: pytest.Item) -> dict[str, Any] | None:
@@ -46,49 +59,21 @@ def _graded_marker(item: pytest.Item) -> dict[str, Any] | None:
     return dict(marker.kwargs) if marker else None
 
 
-def _describe(exc: BaseException, tb: Any) -> str:
-    """One readable paragraph: the exception and where it came from in the graded code."""
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    impl = os.environ.get(IMPL_ENV, "")
-    frames = [f for f in traceback.extract_tb(tb) if impl and f.filename.startswith(impl)]
-    if frames:
-        last = frames[-1]
-        text += f"\n  at {Path(last.filename).name}:{last.lineno} in {last.name}"
-    return protocol.clip(text)
-
-
-class Integrity:
-    """Remembers the objects that decide an outcome and notices when they are replaced.
-
-    Graded code runs in this process, so it could monkeypatch pytest, the test modules or
-    this reporter to turn failures into passes; the parent zeroes a run that did.
-    """
-
-    def __init__(self) -> None:
-        self._watched: list[tuple[str, object, str, object]] = []
-
-    def watch(self, label: str, owner: object, names: list[str] | None = None) -> None:
-        namespace = vars(owner)
-        for name in names if names is not None else list(namespace):
-            if name in namespace:
-                self._watched.append((label, owner, name, namespace[name]))
-
-    def broken(self) -> str | None:
-        for label, owner, name, original in self._watched:
-            if vars(owner).get(name, _MISSING) is not original:
-                return f"{label}.{name}"
-        return None
-
-
-_MISSING = object()
+def _describe(exc: BaseException) -> str:
+    """One readable paragraph: the exception and, for the learner's, where it was raised."""
+    if isinstance(exc, LearnerError):
+        return protocol.clip(getattr(exc, "display", str(exc)))
+    if isinstance(exc, LearnerFault):
+        return protocol.clip(str(exc))
+    return protocol.clip("".join(traceback.format_exception_only(type(exc), exc)).strip())
 
 
 class Reporter:
     """A pytest plugin that turns each test's phases into one outcome for the parent."""
 
-    def __init__(self, channel: Channel, integrity: Integrity) -> None:
+    def __init__(self, channel: Channel, timeout: float) -> None:
         self.channel = channel
-        self.integrity = integrity
+        self.timeout = timeout
         self._outcome: dict[str, tuple[str, str]] = {}
         self._started: dict[str, float] = {}
 
@@ -100,11 +85,13 @@ class Reporter:
         exc = call.excinfo.value
         if report.skipped:
             self._record(item.nodeid, "skipped", str(getattr(exc, "msg", exc)))
+        elif isinstance(exc, LearnerFault):
+            self._record(item.nodeid, exc.outcome, _describe(exc))
         elif isinstance(exc, NotImplementedError):
             self._record(item.nodeid, "not_started", protocol.clip(str(exc)))
         else:
             outcome = "failed" if call.when == "call" else "error"
-            self._record(item.nodeid, outcome, _describe(exc, call.excinfo.tb))
+            self._record(item.nodeid, outcome, _describe(exc))
 
     def _record(self, nodeid: str, outcome: str, message: str) -> None:
         if nodeid not in self._outcome:  # the first failing phase tells the story
@@ -112,14 +99,12 @@ class Reporter:
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int, str]) -> None:
         self._started[nodeid] = time.perf_counter()
+        SESSION.deadline = time.monotonic() + self.timeout
         self.channel.send("start", nodeid=nodeid)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int, str]) -> None:
-        tampered = self.integrity.broken()
-        if tampered:
-            self.channel.send("tampered", nodeid=nodeid, what=tampered)
-            os._exit(3)
         outcome, message = self._outcome.get(nodeid, ("passed", ""))
+        SESSION.end_test(passed=outcome == "passed")
         duration = time.perf_counter() - self._started.get(nodeid, time.perf_counter())
         self.channel.send("result", nodeid=nodeid, outcome=outcome, message=message,
                           duration=round(duration, 3))
@@ -173,20 +158,45 @@ def _pytest_args(suite: str, nodeids: list[str]) -> list[str]:
     ]
 
 
+def _undefined_symbols(lab_id: str, modules: list[str]) -> str | None:
+    """Graded classes and functions must be written in the submitted file, not imported.
+
+    Read from the file's syntax tree (the judge never imports it): a name the lab grades that
+    the file does not define with ``def`` or ``class`` at top level is refused.
+    """
+    lab = load_lab(lab_id)
+    for module in modules:
+        path = Path(os.environ[IMPL_ENV]) / f"{module}.py"
+        try:
+            tree = ast.parse(path.read_text(errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            return None  # the import reports it, with the learner's line number
+        defined = {n.name for n in tree.body
+                   if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)}
+        wanted = {q.split(".")[0] for q in lab.tasks.get(f"{module}.py", {})}
+        missing = sorted(wanted - defined)
+        if missing:
+            return (f"{module}.py must define {', '.join(missing)} itself (with `class` or "
+                    "`def`), not import or assign it: the grader grades the code you wrote")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    harden_process()
     parser = argparse.ArgumentParser(prog="python -m grading.child")
     parser.add_argument("mode", choices=["collect", "preflight", "run"])
     parser.add_argument("--suite", required=True)
     parser.add_argument("--report-fd", type=int, required=True)
+    parser.add_argument("--lab", required=True)
+    parser.add_argument("--staging", help="the learner sandbox's staged folder")
     parser.add_argument("--tests", help="file with one node id per line (run mode)")
     parser.add_argument("--modules", nargs="*", default=[], help="modules to pre-import")
     parser.add_argument("--needs-torch", action="store_true")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per test")
     parser.add_argument("--exitfirst", action="store_true", help="stop at the first failure")
     args = parser.parse_args(argv)
-
-    nonce = sys.stdin.readline().strip()
-    sys.stdin = open(os.devnull)  # noqa: SIM115 - graded code gets no access to the pipe
-    channel = Channel(args.report_fd, nonce)
+    sys.stdin = open(os.devnull)  # noqa: SIM115
+    channel = Channel(args.report_fd)
 
     if args.mode == "collect":
         has_gpu = args.needs_torch and _has_gpu()
@@ -195,59 +205,38 @@ def main(argv: list[str] | None = None) -> int:
             plugins=[Collector(channel, has_gpu)],
         ) and 0
 
+    SESSION.staging = Staging.load(Path(args.staging), load_lab(args.lab))
+    SESSION.gpu = args.needs_torch and _has_gpu()
+    SESSION.preload = ("numpy", "torch") if args.needs_torch else ("numpy",)
+
     if args.mode == "preflight":
-        for module in args.modules:
-            try:
+        SESSION.deadline = time.monotonic() + args.timeout
+        status, message = "ok", ""
+        try:
+            for module in args.modules:
                 load_impl(module)
-            except NotImplementedError as exc:
-                channel.send("preflight", status="not_started", message=protocol.clip(str(exc)))
-                return 0
-            except BaseException as exc:
-                channel.send("preflight", status="error",
-                             message=_describe(exc, exc.__traceback__))
-                return 0
-        channel.send("preflight", status="ok", message="")
+            undefined = _undefined_symbols(args.lab, args.modules)
+            if undefined:
+                status, message = "error", undefined
+        except NotImplementedError as exc:
+            status, message = "not_started", protocol.clip(str(exc))
+        except LearnerFault as exc:
+            status, message = exc.outcome, _describe(exc)
+        except BaseException as exc:  # noqa: BLE001 - an import error of any kind
+            status, message = "error", _describe(exc)
+        finally:
+            SESSION.end_test(passed=False)
+        channel.send("preflight", status=status, message=message)
         return 0
 
     nodeids = Path(args.tests).read_text().split("\n") if args.tests else []
     nodeids = [n for n in nodeids if n]
-    integrity = Integrity()
-    reporter = Reporter(channel, integrity)
-    integrity.watch("pytest.runner", _pt_runner,
-                    ["call_and_report", "runtestprotocol", "call_runtest_hook",
-                     "check_interactive_exception"])
-    integrity.watch("pytest.CallInfo", _pt_runner.CallInfo, ["from_call"])
-    integrity.watch("pytest.python", _pt_python, ["pytest_pyfunc_call"])
-    integrity.watch("pytest.Function", _pt_python.Function, ["runtest", "setup"])
-    integrity.watch("pytest.TestReport", _pt_reports.TestReport, ["from_item_and_call"])
-    integrity.watch("builtins", builtins, ["isinstance", "AssertionError", "NotImplementedError",
-                                           "Exception", "BaseException", "len", "range"])
-    integrity.watch("grading.child", sys.modules[__name__])
-    integrity.watch("grading.child.Reporter", Reporter)
-    integrity.watch("grading.child.Channel", Channel)
-    integrity.watch("grading.child.Integrity", Integrity)
-    integrity.watch("os", os, ["_exit", "write"])
-
-    class WatchTestModules:
-        """Once collected, the test modules' own functions and helpers are watched too."""
-
-        @pytest.hookimpl(trylast=True)
-        def pytest_collection_finish(self, session: pytest.Session) -> None:
-            seen = set()
-            for item in session.items:
-                module = getattr(item, "module", None)
-                if module is not None and id(module) not in seen:
-                    seen.add(id(module))
-                    integrity.watch(module.__name__, module)
-            for name, module in list(sys.modules.items()):
-                watched = name.startswith(("tests.", "numpy.testing", "mini_vllm.core.invariants"))
-                if watched and id(module) not in seen:
-                    seen.add(id(module))
-                    integrity.watch(name, module)
-
+    reporter = Reporter(channel, args.timeout)
     extra = ["--exitfirst"] if args.exitfirst else []
-    pytest.main([*_pytest_args(args.suite, nodeids), *extra],
-                plugins=[reporter, WatchTestModules()])
+    try:
+        pytest.main([*_pytest_args(args.suite, nodeids), *extra], plugins=[reporter])
+    finally:
+        SESSION.end_test(passed=False)
     channel.send("done")
     return 0
 

@@ -1,8 +1,9 @@
-"""The messages a grading child sends its parent: one JSON object per line.
+"""The messages the judge sends the grader: one JSON object per line on a private pipe.
 
-Each line carries the run's nonce, which the parent hands the child on stdin before any
-graded code is imported; a line without it is ignored, so printing or writing fake
-results from graded code forges nothing.
+Only the judge holds the pipe (the learner process is a separate, sandboxed process that never
+inherits it), so no nonce is needed. The grader still treats every line as untrusted input: a
+line that is too long, not JSON, or not one of the events below with fields of the right
+types is dropped, never allowed to raise.
 """
 
 from __future__ import annotations
@@ -12,19 +13,39 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_MESSAGE = 1500
+MAX_LINE = 4 * 1024 * 1024
+_STR, _NUM = (str,), (int, float)
+#: event -> {field: allowed types}; every field listed must be present.
+SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
+    "start": {"nodeid": _STR},
+    "result": {"nodeid": _STR, "outcome": _STR, "message": _STR, "duration": _NUM},
+    "preflight": {"status": _STR, "message": _STR},
+    "collected": {"tests": (list,), "ungraded": (list,)},
+    "done": {},
+}
 
 
-def encode(nonce: str, event: str, **fields: Any) -> bytes:
-    return (json.dumps({"nonce": nonce, "event": event, **fields}) + "\n").encode()
+def encode(event: str, **fields: Any) -> bytes:
+    return (json.dumps({"event": event, **fields}) + "\n").encode()
 
 
-def decode(line: bytes, nonce: str) -> dict[str, Any] | None:
+def decode(line: bytes) -> dict[str, Any] | None:
+    """The event on ``line``, or None if it is not a well-formed one."""
+    if len(line) > MAX_LINE:
+        return None
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if not isinstance(obj, dict) or obj.get("nonce") != nonce:
+    if not isinstance(obj, dict):
         return None
+    fields = SCHEMA.get(obj.get("event"))  # type: ignore[arg-type]
+    if fields is None:
+        return None
+    for name, types in fields.items():
+        value = obj.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            return None
     return obj
 
 

@@ -1,8 +1,11 @@
-"""Runs a lab's suite in child processes and turns their reports into results.
+"""Runs a lab's suite in judge processes and turns their reports into results.
 
-The parent never imports graded code. It hands each child a fresh nonce, reads only
-nonce-tagged lines from a private pipe, enforces a per-test timeout and a suite budget, and
-restarts a child that hung or died on the tests that remain: one bad test costs that test.
+Three kinds of process take part (docs/grader.md has the picture): this one, the grader,
+which prints the table and writes results.json; the judge (``grading.child``), which runs the
+pytest suite; and the learner process (``grading.learner_host``), sandboxed, which alone
+imports the submitted code and answers the judge's requests with data. The grader reads
+schema-checked lines from the judge on a private pipe, enforces a watchdog per test and a
+budget per suite, and restarts a judge that died on the tests that remain.
 """
 
 from __future__ import annotations
@@ -27,12 +30,18 @@ from typing import Any
 from grading import protocol
 from grading.labs import REPO_ROOT, Lab, load_lab
 from grading.protocol import TestInfo, TestResult
-from grading.suite import CHAIN_ENV, IMPL_ENV
+from grading.sandbox import stage
+from grading.suite import IMPL_ENV
 
-#: Output of graded code goes to a log file capped at this size (then the child is killed).
+#: The judge's own output goes to a log file capped at this size.
 MAX_LOG_BYTES = 8 * 1024 * 1024
 PREFLIGHT_TIMEOUT = 60.0
 COLLECT_TIMEOUT = 120.0
+#: The judge enforces each test's time limit itself; the grader kills a judge that overruns
+#: a test by more than this (a stuck judge, never a slow learner).
+JUDGE_GRACE = 30.0
+#: After "done", the judge has this long to exit before it is killed.
+DONE_GRACE = 5.0
 
 
 class GraderError(Exception):
@@ -89,54 +98,49 @@ class SuiteRunner:
         # (a mutant of the solution) can skip it.
         self.run_preflight = preflight
         self.workdir = Path(tempfile.mkdtemp(prefix="mini-vllm-grading-"))
+        self.staging = stage(lab, self.impl, self.chain, parent=self.workdir)
 
-    # -- one child -------------------------------------------------------------------------
+    # -- one judge -------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(
             os.pathsep)
-        env[IMPL_ENV] = str(self.impl)
+        env[IMPL_ENV] = str(self.staging.root / "impl")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
-        if self.chain:
-            env[CHAIN_ENV] = json.dumps([[str(d), f, p] for d, f, p in self.chain])
-        else:
-            env.pop(CHAIN_ENV, None)
         return env
 
     def _spawn(self, args: Sequence[str], per_test: float | None, overall: float,
                started: Callable[[str], None] | None = None) -> ChildExit:
-        """Run one child; stop it when a test outlives ``per_test`` or the child ``overall``."""
-        nonce = secrets.token_hex(16)
+        """Run one judge; stop it when a test outlives ``per_test`` or the judge ``overall``."""
         read_fd, write_fd = os.pipe()
-        log_path = self.workdir / f"child-{secrets.token_hex(4)}.log"
+        log_path = self.workdir / f"judge-{secrets.token_hex(4)}.log"
+        isolated = ["-P"] if sys.version_info >= (3, 11) else []
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "grading.child", *args, "--report-fd", str(write_fd)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, *isolated, "-m", "grading.child", *args,
+                 "--report-fd", str(write_fd), "--lab", self.lab.id,
+                 "--staging", str(self.staging.root), "--timeout", str(self.timeout)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.workdir, env=self._env(), pass_fds=(write_fd,),
                 preexec_fn=_limit_child,
             )
         os.close(write_fd)
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write((nonce + "\n").encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
         events: list[dict[str, Any]] = []
         buffer = b""
         current: str | None = None
         deadline_test = None
         deadline_all = time.monotonic() + overall
+        deadline_done = None
         timed_out_on = None
         eof = False
         while not eof:
             now = time.monotonic()
-            limits = [deadline_all] + ([deadline_test] if deadline_test else [])
+            limits = [deadline_all] + [d for d in (deadline_test, deadline_done) if d]
             wait = min(limits) - now
             if wait <= 0:
-                timed_out_on = current or "<between tests>"
+                if deadline_done is None:
+                    timed_out_on = current or "<between tests>"
                 _kill_group(proc)
                 break
             ready, _, _ = select.select([read_fd], [], [], wait)
@@ -147,22 +151,27 @@ class SuiteRunner:
                 eof = True
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
+            if len(buffer) > protocol.MAX_LINE:
+                buffer = b""
             for line in lines:
-                event = protocol.decode(line, nonce)
+                event = protocol.decode(line)
                 if event is None:
                     continue
                 events.append(event)
                 if event["event"] == "start":
-                    current = event.get("nodeid")
-                    deadline_test = time.monotonic() + per_test if per_test else None
+                    current = event["nodeid"]
+                    deadline_test = time.monotonic() + per_test + JUDGE_GRACE if per_test \
+                        else None
                     if started:
                         started(current)
-                elif event["event"] in ("result", "tampered"):
+                elif event["event"] == "result":
                     current, deadline_test = None, None
+                elif event["event"] == "done":
+                    deadline_done = time.monotonic() + DONE_GRACE
         os.close(read_fd)
         if timed_out_on is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+                proc.wait(timeout=DONE_GRACE)
             _kill_group(proc)
         tail = _tail(log_path)
         log_path.unlink(missing_ok=True)
@@ -199,6 +208,9 @@ class SuiteRunner:
             return self._run(tests)
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __del__(self) -> None:
+        shutil.rmtree(getattr(self, "workdir", "/nonexistent-mini-vllm"), ignore_errors=True)
 
     def _run(self, tests: list[TestInfo]) -> list[TestResult]:
         by_id = {t.nodeid: t for t in tests}
@@ -243,9 +255,6 @@ class SuiteRunner:
                 if event["event"] == "result" and nodeid in by_id and nodeid not in results:
                     record(TestResult(by_id[nodeid], event["outcome"], event.get("message", ""),
                                       float(event.get("duration", 0.0))))
-                elif event["event"] == "tampered":
-                    what = event.get("what", "?")
-                    raise TamperedError(f"the graded code replaced {what} while {nodeid} ran")
             if out.timed_out_on in by_id and out.timed_out_on not in results:
                 record(TestResult(by_id[out.timed_out_on], "timeout",
                                   f"did not finish in {self.timeout:g} s: an infinite loop, or "
@@ -267,10 +276,6 @@ class SuiteRunner:
                               f"the test process died ({_exit_text(out.returncode)})"
                               + (f"; last output:\n{tail}" if tail else "")))
         return [results[t.nodeid] for t in tests]
-
-
-class TamperedError(Exception):
-    """Graded code modified the test harness; the run is void."""
 
 
 def _exit_text(code: int | None) -> str:
@@ -306,7 +311,4 @@ def grade(lab_name: str, impl: Path | None = None, *, chain: bool = False,
         raise GraderError(f"{folder} is not a folder holding {', '.join(lab.files)}")
     runner = SuiteRunner(lab, folder, chain_for(lab) if chain else None, on_result=on_result)
     tests = runner.collect()
-    try:
-        return lab, runner.run(tests)
-    except TamperedError as exc:
-        return lab, [TestResult(t, "error", f"run void: {exc}") for t in tests]
+    return lab, runner.run(tests)

@@ -1,30 +1,28 @@
-"""What a graded test imports: the ``graded`` marker and ``load_impl``.
+"""What a graded test imports: the ``graded`` marker, ``load_impl`` and ``learner_module``.
 
-Graded tests load the learner's module *inside* the test (never at import time), so an
-import error or a ``NotImplementedError`` costs the tests that need it, and collecting the
-suite never runs learner code: the grader trusts the test list, the points and the hints
-because it reads them from a process the graded code has not touched.
+Graded tests run in the judge process, which never imports learner code: ``load_impl`` returns
+a proxy to the module as imported in a separate, sandboxed learner process
+(``grading/remote.py``). Tests load it *inside* the test (never at import time), so an import
+error or a ``NotImplementedError`` costs the tests that need it.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import json
 import os
-import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
+
+from grading.remote import Connection, Remote
+from grading.sandbox import Staging
 
 IMPL_ENV = "MINI_VLLM_IMPL"
 CHAIN_ENV = "MINI_VLLM_CHAIN"
 F = TypeVar("F", bound=Callable[..., Any])
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def graded(
@@ -55,7 +53,11 @@ def graded(
 
 
 def impl_dir() -> Path:
-    """The folder being graded, which the grader sets; graded suites never run without it."""
+    """The folder being graded, which the grader sets; graded suites never run without it.
+
+    The judge may read the submitted files as text (to find a stub's task message); it never
+    imports them: see :func:`load_impl`.
+    """
     configured = os.environ.get(IMPL_ENV)
     if configured:
         return Path(configured)
@@ -65,46 +67,65 @@ def impl_dir() -> Path:
     )
 
 
-def load_impl(module: str) -> ModuleType:
-    """Import the graded implementation of ``module`` (a file name without ``.py``).
+class _Session:
+    """The learner process of the running test: started on first use, replaced after a fault.
 
-    The folder is put first on ``sys.path`` so that a learner's files can import each
-    other; the module is cached like any import, so a failed import is retried (and fails
-    again, with the same message) in every test that needs it.
+    A learner process serves consecutive tests as long as they pass; after any other outcome
+    (or a timeout, a crash, a ``BaseException``) the next test gets a fresh one, so one broken
+    test never leaves state behind for the next.
     """
-    folder = str(impl_dir())
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    _apply_chain()
-    path = Path(folder) / f"{module}.py"
+
+    def __init__(self) -> None:
+        self.staging: Staging | None = None
+        self.gpu = False
+        self.preload: tuple[str, ...] = ()
+        self.conn: Connection | None = None
+        self.deadline: float | None = None
+
+    def connection(self) -> Connection:
+        if self.staging is None:
+            raise RuntimeError("no learner sandbox: graded suites run through the grader")
+        if self.conn is None or self.conn.dead is not None:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = Connection(self.staging, gpu=self.gpu, preload=self.preload)
+        self.conn.deadline = self.deadline
+        return self.conn
+
+    def end_test(self, passed: bool) -> None:
+        conn, self.conn = self.conn, None
+        self.deadline = None
+        if conn is None:
+            return
+        if passed and conn.dead is None and not conn.tainted:
+            conn.deadline = time.monotonic() + 10
+            try:
+                conn.request("reset")
+                conn.deadline = None
+                self.conn = conn
+                return
+            except BaseException:  # noqa: BLE001 - a learner that will not reset is replaced
+                pass
+        conn.close()
+
+
+SESSION = _Session()
+
+
+def load_impl(module: str) -> Remote:
+    """The graded implementation of ``module`` (a file name without ``.py``), as a proxy.
+
+    The module is imported in the learner process, never here; what the test gets is a
+    :class:`grading.remote.Remote` through which it reads and calls the learner's code.
+    """
+    path = impl_dir() / f"{module}.py"
     if not path.exists():
-        raise ImportError(f"{module}.py is missing from {folder}")
-    return importlib.import_module(module)
+        raise ImportError(f"{module}.py is missing from {impl_dir()}")
+    return SESSION.connection().request("import", module)
 
 
-_chain_applied = False
-
-
-def _apply_chain() -> None:
-    """With ``--chain``, swap the reference symbols for the learner's earlier labs.
-
-    ``MINI_VLLM_CHAIN`` holds ``[[folder, file, {reference_module: [names]}], ...]`` in
-    course order; each earlier lab's file is imported and its symbols are set on the
-    reference modules before the graded module imports them.
-    """
-    global _chain_applied
-    spec = os.environ.get(CHAIN_ENV)
-    if _chain_applied or not spec:
-        return
-    _chain_applied = True
-    for folder, filename, provides in json.loads(spec):
-        name = f"_chain_{Path(folder).name.replace('-', '_')}_{filename[:-3]}"
-        loader = importlib.util.spec_from_file_location(name, Path(folder) / filename)
-        assert loader is not None and loader.loader is not None
-        learner = importlib.util.module_from_spec(loader)
-        sys.modules[name] = learner
-        loader.loader.exec_module(learner)
-        for ref_module, names in provides.items():
-            target = importlib.import_module(ref_module)
-            for symbol in names:
-                setattr(target, symbol, getattr(learner, symbol))
+def learner_module(name: str) -> Remote:
+    """Another module in the learner process: the reference (``mini_vllm.request``) or the
+    suite's ``learner_side`` helpers. Objects the learner's code must receive (requests, a
+    KV cache manager) are built there, through this."""
+    return SESSION.connection().request("import", name)

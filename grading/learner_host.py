@@ -1,0 +1,339 @@
+"""The learner process: it imports the graded code and runs what the judge asks, nothing more.
+
+``python -I learner_host.py CONFIG`` (the judge starts it; see ``grading/sandbox.py``). First,
+still privileged where the grader runs as root, it closes the sandbox around itself: the course
+folders hidden, a private size-limited ``/tmp``, resource limits, an unprivileged user. Then it
+serves requests on two pipes: import a module, read or set an attribute, call something, and
+return the result as data (``grading/wire.py``); objects that are not data stay here and the
+judge gets a handle. It decides nothing: every assertion runs in the judge, on the data it got.
+
+This file runs from a copy in the sandbox, so it imports only the standard library, msgspec
+(through ``wire``) and whatever the graded code imports.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import resource
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import wire  # the sandbox's copy of grading/wire.py, next to this file
+
+_BUILTIN_EXCEPTIONS = {name for name, obj in vars(builtins).items()
+                       if isinstance(obj, type) and issubclass(obj, BaseException)}
+CLONE_NEWNS = 0x00020000
+MS_BIND, MS_REC, MS_PRIVATE, MS_RDONLY, MS_NOSUID, MS_NODEV = 4096, 16384, 1 << 18, 1, 2, 4
+PR_SET_NO_NEW_PRIVS = 38
+
+
+# -- the sandbox ------------------------------------------------------------------------------
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    libc = _libc()
+    rc = libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
+                    ctypes.c_ulong(flags), data.encode() if data else None)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {fstype or 'bind'} on {target}: {os.strerror(err)}")
+
+
+def _hide_and_isolate(config: dict[str, Any]) -> None:
+    """In our own mount namespace (made by ``unshare``): hide the course, give a fresh /tmp."""
+    _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    staging = os.open(config["staging"], os.O_RDONLY | os.O_DIRECTORY)
+    keep = [(closed, inner, os.open(inner, os.O_RDONLY | os.O_DIRECTORY))
+            for closed, inner in config["expose"]]
+    for closed in sorted({c for c, _, _ in keep}):
+        _mount("closed", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+    for _, inner, fd in keep:
+        os.makedirs(inner, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", inner, None, MS_BIND | MS_REC, None)
+        os.close(fd)
+    for path in config["hide"]:
+        if any(inner == path or inner.startswith(path + "/") for _, inner, _ in keep):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            _mount("hidden", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=555")
+        elif os.path.isfile(path) and not os.path.islink(path):
+            _mount("/dev/null", path, None, MS_BIND, None)
+    size = f"size={config['tmp_mib']}m,mode=1777"
+    for tmp in ("/tmp", "/dev/shm", "/var/tmp"):
+        if os.path.isdir(tmp):
+            _mount("learner-tmp", tmp, "tmpfs", MS_NOSUID | MS_NODEV, size)
+    os.makedirs(config["root"], exist_ok=True)
+    _mount(f"/proc/self/fd/{staging}", config["root"], None, MS_BIND | MS_REC, None)
+    os.close(staging)
+
+
+def _limit(config: dict[str, Any]) -> None:
+    limits = config["limits"]
+    wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits["fsize"]),
+              (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_AS, limits.get("address_space")),
+              (resource.RLIMIT_NPROC, limits.get("nproc"))]
+    for which, value in wanted:
+        if value is None:
+            continue
+        _, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
+def _drop_privileges(uid: int) -> None:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise RuntimeError("could not drop privileges")
+
+
+def enter_sandbox(config: dict[str, Any]) -> Path:
+    """Close the sandbox; return the folder the learner code works in."""
+    if config.get("namespace"):
+        _hide_and_isolate(config)
+    root = Path(config["root"])
+    work = root / "work"
+    work.mkdir(exist_ok=True)
+    uid = config.get("uid")
+    if uid is not None:
+        os.chown(work, uid, uid)
+    _limit(config)
+    if uid is not None:
+        _drop_privileges(uid)
+    os.chdir(work)
+    os.environ.clear()
+    os.environ.update(config["env"])
+    os.environ["HOME"] = os.environ["TMPDIR"] = str(work)
+    sys.path[:] = [str(root / "impl"), str(root / "lib"),
+                   *[p for p in sys.path if p.startswith(tuple(config["site"]))]]
+    return work
+
+
+# -- serving the judge ---------------------------------------------------------------------
+class Host:
+    """Keeps the objects the judge holds handles to, and runs its requests."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.impl = str(Path(config["root"]) / "impl")
+        self.chain = config.get("chain") or []
+        self.objects: dict[int, Any] = {}
+        self.by_identity: dict[int, int] = {}
+        self.type_ids: dict[int, int] = {}
+        self.next_hid = 1
+        self.decoder = wire.Decoder(self._resolve, self._enum)
+        self.chain_applied = False
+
+    # handles
+    def _to_handle(self, obj: Any) -> list[Any]:
+        hid = self.by_identity.get(id(obj))
+        if hid is None:
+            hid = self.next_hid
+            self.next_hid += 1
+            self.objects[hid] = obj
+            self.by_identity[id(obj)] = hid
+        cls = type(obj)
+        type_id = self.type_ids.get(id(cls))
+        methods = None
+        if type_id is None:
+            type_id = len(self.type_ids) + 1
+            self.type_ids[id(cls)] = type_id
+            methods = _method_names(cls)
+        return [hid, type_id, _type_name(cls), methods]
+
+    def _resolve(self, payload: list[Any]) -> Any:
+        try:
+            return self.objects[int(payload[0])]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise wire.WireError("a handle to an object that no longer exists") from None
+
+    def _enum(self, module: str, qualname: str, name: str) -> Any:
+        target: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        return target[name]
+
+    def release(self, hids: list[int]) -> None:
+        for hid in hids:
+            obj = self.objects.pop(hid, None)
+            if obj is not None:
+                self.by_identity.pop(id(obj), None)
+
+    # requests
+    def handle(self, body: bytes) -> list[Any]:
+        request = self.decoder.decode(body)
+        self.release(request[0])
+        op, args = request[1], request[2:]
+        copyback = None
+        if op == "import":
+            result = self._import(args[0])
+        elif op == "getattr":
+            result = getattr(args[0], args[1])
+        elif op == "setattr":
+            setattr(args[0], args[1], args[2])
+            result = None
+        elif op in ("call", "callmethod"):
+            if op == "callmethod":
+                target, name, call_args, call_kwargs, want_copy = args
+                target = getattr(target, name)
+            else:
+                target, call_args, call_kwargs, want_copy = args
+            result = target(*call_args, **call_kwargs)
+            if want_copy:
+                copyback = [[i, a] for i, a in enumerate(call_args) if _is_array(a)]
+                copyback += [[k, a] for k, a in call_kwargs.items() if _is_array(a)]
+        elif op == "len":
+            result = int(len(args[0]))
+        elif op == "list":
+            result = list(args[0])
+        elif op == "getitem":
+            result = args[0][args[1]]
+        elif op == "setitem":
+            args[0][args[1]] = args[2]
+            result = None
+        elif op == "contains":
+            result = bool(args[1] in args[0])
+        elif op == "bool":
+            result = bool(args[0])
+        elif op == "repr":
+            result = _short(repr(args[0]))
+        elif op == "str":
+            result = _short(str(args[0]))
+        elif op == "isinstance":
+            result = bool(isinstance(args[0], args[1]))
+        elif op == "type":
+            result = type(args[0])
+        elif op == "reset":
+            self.objects.clear()
+            self.by_identity.clear()
+            result = None
+        elif op == "ping":
+            result = "pong"
+        else:
+            raise wire.WireError(f"unknown request {op!r}")
+        encode = self._to_handle
+        return ["ok", wire.encode_value(result, encode),
+                None if copyback is None else wire.encode_value(copyback, encode)]
+
+    def _import(self, name: str) -> Any:
+        self._apply_chain()
+        return importlib.import_module(name)
+
+    def _apply_chain(self) -> None:
+        """With ``--chain``: the learner's earlier labs replace the reference's symbols."""
+        if self.chain_applied:
+            return
+        self.chain_applied = True
+        for folder, filename, provides in self.chain:
+            name = f"_chain_{Path(folder).name.replace('-', '_')}_{filename[:-3]}"
+            spec = importlib.util.spec_from_file_location(name, Path(folder) / filename)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            for ref_module, names in provides.items():
+                target = importlib.import_module(ref_module)
+                for symbol in names:
+                    setattr(target, symbol, getattr(module, symbol))
+
+    def describe(self, exc: BaseException) -> list[Any]:
+        """An exception as data: builtin base names, type name, message, where in the impl."""
+        types = [c.__name__ for c in type(exc).__mro__
+                 if c.__name__ in _BUILTIN_EXCEPTIONS and getattr(builtins, c.__name__) is c]
+        try:
+            message = _short(str(exc), 4000)
+        except BaseException:  # noqa: BLE001 - a learner's __str__ may raise anything
+            message = "<the exception's message could not be read>"
+        where = ""
+        try:
+            frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                      if f.filename.startswith(self.impl)]
+            if frames:
+                where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}"
+        except BaseException:  # noqa: BLE001
+            pass
+        return ["err", [types, _short(_type_name(type(exc)), 200), message, where]]
+
+
+def _is_array(value: Any) -> bool:
+    kind = type(value)
+    return (kind.__module__ == "numpy" and kind.__name__ == "ndarray") or (
+        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter"))
+
+
+def _type_name(cls: type) -> str:
+    try:
+        return f"{cls.__module__}.{cls.__qualname__}"
+    except BaseException:  # noqa: BLE001
+        return "<a type without a name>"
+
+
+def _method_names(cls: type) -> list[str]:
+    names = []
+    try:
+        for name in dir(cls):
+            if name.startswith("__"):
+                continue
+            attr = inspect.getattr_static(cls, name, None)
+            if isinstance(attr, staticmethod | classmethod) or inspect.isfunction(attr):
+                names.append(name)
+    except BaseException:  # noqa: BLE001
+        return []
+    return names
+
+
+def _short(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[: limit - 12] + "… (cut)"
+
+
+def serve(host: Host, fd_in: int, fd_out: int) -> None:
+    while True:
+        try:
+            body = wire.read_frame(fd_in)
+        except (EOFError, OSError):
+            os._exit(0)
+        try:
+            reply = host.handle(body)
+            frame = wire.pack(reply)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back as data
+            frame = wire.pack(host.describe(exc))
+        _write_all(fd_out, frame)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    fd_in, fd_out = config["fd_in"], config["fd_out"]
+    try:
+        enter_sandbox(config)
+    except BaseException as exc:  # noqa: BLE001 - the judge must hear why, not hang
+        _write_all(fd_out, wire.pack(["sandbox-failed", f"{type(exc).__name__}: {exc}"]))
+        os._exit(70)
+    for module in config.get("preload", []):
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - a missing optional package shows up when used
+            pass
+    _write_all(fd_out, wire.pack(["ready", os.getuid()]))
+    serve(Host(config), fd_in, fd_out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,404 @@
+"""The judge's side of the learner process: proxies that look like the learner's objects.
+
+A graded test calls ``load_impl("block_pool")`` and gets a :class:`Remote` standing for the
+learner's module. Everything done with it (reading an attribute, calling a method, ``len``,
+iterating, indexing) is one request to the learner process; what comes back is plain data
+(ints, lists, numpy arrays, tensors…) or another :class:`Remote`. So test code reads almost as
+if the learner's objects were local, while:
+
+* no learner code ever runs in the judge: equality, hashing and truth of a :class:`Remote` are
+  the judge's own (identity), and results are data built by the judge's decoder;
+* a learner exception arrives as a :class:`LearnerError` that is also an instance of the same
+  builtin type (``pytest.raises(ValueError)`` works), with the learner's message;
+* a hang, a crash or a ``BaseException`` in learner code raises a :class:`LearnerFault`, which
+  is not an ``Exception``: no ``pytest.raises(Exception)`` can swallow it, and it ends the test.
+
+Arrays and tensors passed as arguments are copied in and, after the call, copied back into the
+judge's objects, so in-place kernels (``reshape_and_cache``) behave as they would locally.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import importlib
+import select
+import time
+import weakref
+from typing import Any
+
+from grading import wire
+from grading.sandbox import Launched, Staging, launch
+
+_START_TIMEOUT = 60.0
+
+
+class LearnerFault(BaseException):  # noqa: N818 - a fault, not an error the test may expect
+    """The learner process misbehaved in a way no test may catch: it ends the test."""
+
+    outcome = "error"
+
+
+class LearnerTimeout(LearnerFault):
+    outcome = "timeout"
+
+
+class LearnerCrashed(LearnerFault):
+    outcome = "crashed"
+
+
+class LearnerAborted(LearnerFault):
+    """Learner code raised a ``BaseException`` that is not an ``Exception`` (``SystemExit``…)."""
+
+
+class LearnerError(Exception):
+    """An exception raised by learner code, as data: its type name, message and location."""
+
+    learner_type: str = ""
+    where: str = ""
+
+
+_classes: dict[str, type[LearnerError]] = {}
+
+
+def _exception_class(builtin_name: str) -> type[LearnerError]:
+    """``LearnerError`` mixed with the builtin exception the learner's one derives from."""
+    cls = _classes.get(builtin_name)
+    if cls is None:
+        base = getattr(builtins, builtin_name, None)
+        bases: tuple[type, ...] = (LearnerError,)
+        if isinstance(base, type) and issubclass(base, Exception) and base is not Exception:
+            bases = (LearnerError, base)
+        try:
+            cls = type(f"Learner{builtin_name}", bases, {})
+        except TypeError:  # an incompatible layout (a few OSError subclasses)
+            cls = type(f"Learner{builtin_name}", (LearnerError,), {})
+        _classes[builtin_name] = cls
+    return cls
+
+
+class _TypeInfo:
+    __slots__ = ("methods", "name")
+
+    def __init__(self, name: str, methods: frozenset[str]) -> None:
+        self.name, self.methods = name, methods
+
+
+class Connection:
+    """One learner process, and the requests the judge makes of it."""
+
+    def __init__(self, staging: Staging, gpu: bool = False, preload: tuple[str, ...] = ()) -> None:
+        self.launched: Launched = launch(staging, gpu=gpu, preload=preload)
+        self.proxies: weakref.WeakValueDictionary[int, Remote] = weakref.WeakValueDictionary()
+        self.types: dict[int, _TypeInfo] = {}
+        self.released: list[int] = []
+        self.dead: LearnerFault | None = None
+        self.tainted = False
+        self.deadline: float | None = None
+        self.decoder = wire.Decoder(self._on_handle, _judge_enum)
+        self._hello()
+
+    # -- process ---------------------------------------------------------------------------
+    def _hello(self) -> None:
+        self.deadline = time.monotonic() + _START_TIMEOUT
+        try:
+            reply = self._receive()
+        finally:
+            self.deadline = None
+        if not (isinstance(reply, list) and reply and reply[0] == "ready"):
+            detail = reply[1] if isinstance(reply, list) and len(reply) > 1 else reply
+            self.close()
+            raise RuntimeError(f"the learner sandbox did not start: {str(detail)[:500]}")
+
+    def close(self) -> None:
+        self.launched.kill()
+        if self.dead is None:
+            self.dead = LearnerCrashed("the learner process was stopped")
+
+    def exit_text(self) -> str:
+        code = self.launched.proc.poll()
+        if code is None:
+            return "no exit status"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                import signal
+
+                return f"killed by {signal.Signals(-code).name}"
+            return f"killed by signal {-code}"
+        if code == 128 + 9 or code == 137:
+            return "killed by SIGKILL"
+        return f"exit status {code}"
+
+    def _fail(self, fault: LearnerFault) -> LearnerFault:
+        self.dead = fault
+        self.tainted = True
+        self.launched.kill()
+        return fault
+
+    def _wait_readable(self, fd: int) -> None:
+        while True:
+            timeout = None if self.deadline is None else self.deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                raise self._fail(LearnerTimeout("the learner's code did not return in time"))
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if ready:
+                return
+
+    def _send(self, frame: bytes) -> None:
+        view = memoryview(frame)
+        fd = self.launched.to_learner
+        import os
+
+        while view:
+            timeout = None if self.deadline is None else self.deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                raise self._fail(LearnerTimeout("the learner's code did not return in time"))
+            _, ready, _ = select.select([], [fd], [], timeout)
+            if ready:
+                try:
+                    view = view[os.write(fd, view[:65536]):]
+                except OSError:
+                    raise self._crashed() from None
+
+    def _crashed(self) -> LearnerFault:
+        wire_exit = self.launched.proc
+        with contextlib.suppress(Exception):
+            wire_exit.wait(timeout=2)
+        tail = self.launched.log_tail(600).strip()
+        message = f"the learner process died ({self.exit_text()})"
+        if tail:
+            message += f"; its last output:\n{tail}"
+        return self._fail(LearnerCrashed(message))
+
+    def _receive(self) -> Any:
+        fd = self.launched.from_learner
+        try:
+            body = wire.read_frame(fd, lambda: self._wait_readable(fd))
+        except (EOFError, OSError):
+            raise self._crashed() from None
+        except wire.WireError as exc:
+            raise self._fail(LearnerFault(f"the learner process broke the protocol: {exc}")) \
+                from None
+        try:
+            return self.decoder.decode(body)
+        except wire.WireError as exc:
+            raise self._fail(LearnerFault(f"the learner process sent {exc}")) from None
+
+    # -- requests --------------------------------------------------------------------------
+    def request(self, op: str, *args: Any) -> Any:
+        value, _ = self.request_with_copyback(op, *args)
+        return value
+
+    def request_with_copyback(self, op: str, *args: Any) -> tuple[Any, Any]:
+        if self.dead is not None:
+            raise type(self.dead)(*self.dead.args)
+        released, self.released = self.released, []
+        try:
+            encoded = [released, op, *[wire.encode_value(a, _to_wire) for a in args]]
+            frame = wire.pack(encoded)
+        except wire.WireError as exc:
+            raise TypeError(f"the judge cannot send this to the learner: {exc}") from None
+        self._send(frame)
+        reply = self._receive()
+        if not isinstance(reply, list) or len(reply) < 2 or not isinstance(reply[0], str):
+            raise self._fail(LearnerFault("the learner process sent a reply of the wrong shape"))
+        if reply[0] == "ok":
+            return reply[1], (reply[2] if len(reply) > 2 else None)
+        if reply[0] == "err" and isinstance(reply[1], list) and len(reply[1]) == 4:
+            raise self._exception(reply[1])
+        raise self._fail(LearnerFault("the learner process sent a reply of the wrong shape"))
+
+    def _exception(self, info: list[Any]) -> BaseException:
+        types, name, message, where = (x if isinstance(x, str | list) else "" for x in info)
+        types = [t for t in types if isinstance(t, str)] if isinstance(types, list) else []
+        name, message, where = str(name)[:200], str(message)[:4000], str(where)[:300]
+        first = types[0] if types else "Exception"
+        base = getattr(builtins, first, None)
+        short = name.rsplit(".", 1)[-1]
+        text = f"{short}: {message}" if message else short
+        if where:
+            text += f"\n  at {where}"
+        if not (isinstance(base, type) and issubclass(base, Exception)):
+            self.tainted = True
+            return LearnerAborted(f"your code raised {text} (it ends a program, not an "
+                                  "operation; raise an Exception subclass)")
+        exc = _exception_class(first)(message)
+        exc.learner_type, exc.where = name, where
+        exc.args = (message,)
+        exc.display = text  # type: ignore[attr-defined]
+        return exc
+
+    def _on_handle(self, payload: Any) -> Remote:
+        if not isinstance(payload, list) or len(payload) != 4:
+            raise wire.WireError("a malformed handle")
+        hid, type_id, type_name, methods = payload
+        if not isinstance(hid, int) or not isinstance(type_id, int):
+            raise wire.WireError("a malformed handle")
+        if type_id not in self.types:
+            names = frozenset(m for m in methods or [] if isinstance(m, str))
+            self.types[type_id] = _TypeInfo(str(type_name)[:200], names)
+        proxy = self.proxies.get(hid)
+        if proxy is None:
+            proxy = Remote._make(self, hid, self.types[type_id])
+            self.proxies[hid] = proxy
+        return proxy
+
+def _to_wire(obj: Any) -> list[Any]:
+    if isinstance(obj, Remote):
+        return [object.__getattribute__(obj, "_hid"), 0, "", None]
+    if isinstance(obj, _RemoteMethod):
+        raise wire.WireError("pass the object, not one of its methods")
+    raise wire.WireError(f"a judge-side {type(obj).__name__}: build it in the learner process "
+                         "(learner_module(...)) and pass that")
+
+
+def _judge_enum(module: str, qualname: str, name: str) -> Any:
+    """An enum member from the learner becomes the judge's own member, if the judge has it."""
+    if module.split(".")[0] in ("mini_vllm", "enum"):
+        with contextlib.suppress(Exception):
+            target: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                target = getattr(target, part)
+            return target[name]
+    return f"{qualname}.{name}"
+
+
+def _array_like(value: Any) -> bool:
+    kind = type(value)
+    return (kind.__module__ == "numpy" and kind.__name__ == "ndarray") or (
+        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter"))
+
+
+def _copy_into(dest: Any, src: Any) -> None:
+    if type(dest).__module__ == "numpy":
+        if getattr(src, "shape", None) == dest.shape:
+            dest[...] = src
+    else:
+        if tuple(getattr(src, "shape", ())) == tuple(dest.shape):
+            dest.copy_(src.to(dest.device))
+
+
+def _call(conn: Connection, op: str, head: list[Any], args: tuple[Any, ...],
+          kwargs: dict[str, Any]) -> Any:
+    arrays = any(_array_like(a) for a in args) or any(_array_like(v) for v in kwargs.values())
+    value, copyback = conn.request_with_copyback(op, *head, list(args), dict(kwargs), arrays)
+    if arrays and isinstance(copyback, list):
+        for entry in copyback:
+            if not (isinstance(entry, list) and len(entry) == 2):
+                continue
+            key, new = entry
+            if isinstance(key, int) and 0 <= key < len(args) and _array_like(args[key]):
+                _copy_into(args[key], new)
+            elif isinstance(key, str) and _array_like(kwargs.get(key)):
+                _copy_into(kwargs[key], new)
+    return value
+
+
+class _RemoteMethod:
+    """``obj.method`` for a method the learner's class defines: calling it is one request."""
+
+    __slots__ = ("_name", "_owner")
+
+    def __init__(self, owner: Remote, name: str) -> None:
+        self._owner, self._name = owner, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        owner = self._owner
+        conn = object.__getattribute__(owner, "_conn")
+        return _call(conn, "callmethod", [owner, self._name], args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<learner method {self._name}>"
+
+
+class Remote:
+    """An object that lives in the learner process. Equality, hash and ``is`` are identity.
+
+    Handles are never released during a test (a proxy that dies and a handle that comes back
+    in the same reply must not race); the learner process drops them all when the test ends.
+    """
+
+    __slots__ = ("__weakref__", "_conn", "_hid", "_type")
+
+    @classmethod
+    def _make(cls, conn: Connection, hid: int, info: _TypeInfo) -> Remote:
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "_conn", conn)
+        object.__setattr__(obj, "_hid", hid)
+        object.__setattr__(obj, "_type", info)
+        return obj
+
+    def _req(self, op: str, *args: Any) -> Any:
+        return object.__getattribute__(self, "_conn").request(op, self, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        info = object.__getattribute__(self, "_type")
+        if name in info.methods:
+            return _RemoteMethod(self, name)
+        return self._req("getattr", name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._req("setattr", name, value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _call(object.__getattribute__(self, "_conn"), "call", [self], args, kwargs)
+
+    def __len__(self) -> int:
+        n = self._req("len")
+        if type(n) is not int or n < 0:
+            raise TypeError("len() of a learner object did not give a count")
+        return n
+
+    def __iter__(self) -> Any:
+        items = self._req("list")
+        if type(items) is not list:
+            raise TypeError("iterating a learner object did not give a list")
+        return iter(items)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._req("getitem", key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._req("setitem", key, value)
+
+    def __contains__(self, item: Any) -> bool:
+        return self._req("contains", item) is True
+
+    def __bool__(self) -> bool:
+        return self._req("bool") is True
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def __hash__(self) -> int:
+        return object.__hash__(self)
+
+    def __repr__(self) -> str:
+        info = object.__getattribute__(self, "_type")
+        try:
+            text = self._req("repr")
+        except (LearnerError, TypeError):
+            text = None
+        return str(text)[:300] if isinstance(text, str) else f"<learner {info.name}>"
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+
+def type_name(obj: Any) -> str:
+    """The learner-side type of a value: ``module.Qualname`` for a :class:`Remote`."""
+    if isinstance(obj, Remote):
+        return object.__getattribute__(obj, "_type").name
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def remote_isinstance(obj: Any, cls: Any) -> bool:
+    """``isinstance`` evaluated in the learner process (``cls`` a :class:`Remote` class)."""
+    if not isinstance(obj, Remote):
+        return False
+    return obj._req("isinstance", cls) is True

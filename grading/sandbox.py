@@ -1,0 +1,331 @@
+"""Where the learner process runs: a staged folder, and the strongest confinement the OS gives.
+
+The judge stages what the graded code may see into one folder: the submitted files (copies),
+``mini_vllm`` with the graded lab's own functions stubbed out (so re-exporting the reference
+scores what the stub scores), the suite's learner-side helpers and the host program. Then it
+starts the learner process in one of three confinements, the strongest available:
+
+``namespace`` (the grader runs as root and ``unshare`` works, as in CI and most containers):
+    new mount and PID namespaces; the course folder is covered by empty read-only mounts,
+    ``/tmp`` and ``/dev/shm`` are fresh size-limited tmpfs, ``/proc`` shows only the sandbox;
+    the process drops to an unused uid with no groups and ``no_new_privs``; when it ends, the
+    kernel ends every process it started.
+``uid`` (root, no namespaces, e.g. a container without ``CAP_SYS_ADMIN``):
+    the same unprivileged uid, limits and environment; every process of that uid is killed
+    afterwards. Files are protected by their permissions (the Gradescope bundle makes its
+    source folder root-only).
+``none`` (an ordinary user grading their own checkout): resource limits, an allow-listed
+    environment, a fresh session; the graded code can read what its user can read.
+
+In every mode the verdict is safe: it is decided in the judge, which never runs learner code.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grading.labs import REPO_ROOT, Lab
+
+MODE_ENV = "MINI_VLLM_SANDBOX"
+HOST_FILES = ("learner_host.py", "wire.py")
+#: Variables the learner process may see; everything else (tokens, keys, paths) stays out.
+ENV_ALLOW = ("LANG", "LC_ALL", "TZ", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
+             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "TRITON_CACHE_DIR")
+LOG_CAP = 8 * 1024 * 1024
+
+
+@dataclass
+class Limits:
+    fsize: int = 64 * 1024 * 1024
+    tmp_mib: int = 256
+    nproc: int = 256
+    #: Address space for CPU labs; CUDA needs far more virtual memory, so GPU runs set none.
+    address_space: int | None = 16 * 1024**3
+
+
+@dataclass
+class Staging:
+    """A folder holding everything the learner process may read."""
+
+    root: Path
+    lab: Lab
+    chain_dirs: list[tuple[str, str, dict]] = field(default_factory=list)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @classmethod
+    def load(cls, root: Path, lab: Lab) -> Staging:
+        """The staging a grader built, as the judge finds it (``staging.json`` beside it)."""
+        meta = json.loads((root / "staging.json").read_text())
+        return cls(root, lab, [tuple(c) for c in meta["chain"]])  # type: ignore[misc]
+
+
+def _stub_source(source: str, qualnames: list[str], lab_id: str) -> str:
+    """``source`` with the body of each function named in ``qualnames`` that it defines replaced."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    edits = []
+    for qualname in qualnames:
+        scope: list[ast.stmt] = tree.body
+        parts = qualname.split(".")
+        found = None
+        for i, part in enumerate(parts):
+            node = next((n for n in scope if getattr(n, "name", None) == part), None)
+            if node is None:
+                break
+            if i == len(parts) - 1 and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found = node
+            elif isinstance(node, ast.ClassDef):
+                scope = node.body
+        if found is None:
+            continue
+        first = found.body[0]
+        indent = " " * first.col_offset
+        message = f"{lab_id}: {qualname} is yours to write (the reference is not available here)"
+        edits.append((first.lineno - 1, found.end_lineno or found.lineno,
+                      [f"{indent}raise NotImplementedError({message!r})"]))
+    for start, end, replacement in sorted(edits, reverse=True):
+        lines[start:end] = replacement
+    return "\n".join(lines) + "\n"
+
+
+def graded_modules(lab: Lab) -> list[str]:
+    """The reference modules that hold the lab's graded code."""
+    modules = list(lab.reference)
+    for provides in lab.provides.values():
+        modules += [m for m in provides if m not in modules]
+    return modules
+
+
+def stage(lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = None,
+          parent: Path | None = None) -> Staging:
+    """Copy what the learner process may read into a fresh folder."""
+    root = Path(tempfile.mkdtemp(prefix="mini-vllm-learner-", dir=parent))
+    (root / "impl").mkdir()
+    for filename in lab.files:
+        src = impl / filename
+        if src.is_file():
+            shutil.copyfile(src, root / "impl" / filename)
+    host = root / "host"
+    host.mkdir()
+    for name in HOST_FILES:
+        shutil.copyfile(Path(__file__).with_name(name), host / name)
+    lib = root / "lib"
+    shutil.copytree(REPO_ROOT / "mini_vllm", lib / "mini_vllm",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    qualnames = [q for tasks in lab.tasks.values() for q in tasks]
+    for module in graded_modules(lab):
+        path = lib.joinpath(*module.split(".")).with_suffix(".py")
+        if path.is_file():
+            path.write_text(_stub_source(path.read_text(), qualnames, lab.id))
+    side = lab.suite_dir / "learner_side.py"
+    if side.is_file():
+        shutil.copyfile(side, lib / "learner_side.py")
+    chain_dirs = []
+    for folder, filename, provides in chain or []:
+        dest = root / "chain" / Path(folder).name
+        dest.mkdir(parents=True, exist_ok=True)
+        if (Path(folder) / filename).is_file():
+            shutil.copyfile(Path(folder) / filename, dest / filename)
+        chain_dirs.append((Path(folder).name, filename, provides))
+    (root / "staging.json").write_text(json.dumps({"chain": chain_dirs}))
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return Staging(root, lab, chain_dirs)
+
+
+def _can_unshare() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        done = subprocess.run(["unshare", "--mount", "--pid", "--fork", "true"],
+                              capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+_MODE: str | None = None
+
+
+def sandbox_mode() -> str:
+    """``namespace``, ``uid`` or ``none``: the strongest confinement available here."""
+    global _MODE
+    if _MODE is None:
+        forced = os.environ.get(MODE_ENV, "")
+        if os.geteuid() != 0:
+            _MODE = "none"
+        elif forced in ("uid", "none"):
+            _MODE = forced
+        else:
+            _MODE = "namespace" if _can_unshare() else "uid"
+        if _MODE == "uid" and _exposed():
+            print("grading: Python is installed where an unprivileged user cannot read it; "
+                  "graded code runs without a separate user", file=sys.stderr)
+            _MODE = "none"
+    return _MODE
+
+
+def _hidden_paths() -> list[str]:
+    """The course folder's entries, except the one holding this Python (a venv in the repo)."""
+    prefix = Path(sys.prefix).resolve()
+    hide = []
+    for entry in sorted(REPO_ROOT.iterdir()):
+        resolved = entry.resolve()
+        if prefix == resolved or resolved in prefix.parents:
+            continue
+        hide.append(str(entry))
+    return hide
+
+
+def _closed_ancestor(path: Path) -> Path | None:
+    """The highest folder above ``path`` that other users cannot enter (``/root``), if any."""
+    closed = None
+    for folder in reversed([path, *path.parents]):
+        try:
+            if not folder.stat().st_mode & stat.S_IXOTH:
+                closed = folder
+                break
+        except OSError:
+            return None
+    return closed
+
+
+def _exposed() -> list[list[str]]:
+    """``[closed folder, python folder]`` pairs: Python under a folder other users cannot
+    enter (pyenv in ``/root``) is bound back inside an empty mount over that folder."""
+    pairs = []
+    for prefix in sorted({str(Path(p).resolve()) for p in (sys.base_prefix, sys.prefix)}):
+        closed = _closed_ancestor(Path(prefix))
+        if closed is not None and closed != Path(prefix):
+            pairs.append([str(closed), prefix])
+    return pairs
+
+
+def _site_prefixes() -> list[str]:
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    return sorted({str(Path(p)) for p in prefixes} | {str(Path(p).resolve()) for p in prefixes})
+
+
+@dataclass
+class Launched:
+    proc: subprocess.Popen[bytes]
+    mode: str
+    uid: int | None
+    to_learner: int
+    from_learner: int
+    log: Path
+    log_fd: int
+
+    def kill(self) -> None:
+        """End the learner process and everything it started."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        if self.uid is not None:
+            kill_uid(self.uid)
+        for fd in (self.to_learner, self.from_learner, self.log_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def log_tail(self, limit: int = 2000) -> str:
+        """The end of what the learner printed, read from the judge's own descriptor."""
+        try:
+            size = os.fstat(self.log_fd).st_size
+            data = os.pread(self.log_fd, limit, max(0, size - limit))
+        except OSError:
+            return ""
+        return data.decode(errors="replace")
+
+
+def kill_uid(uid: int) -> None:
+    """Kill every process of ``uid``: a child becomes that user and signals them all."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for _ in range(3):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _learner_uid() -> int:
+    """An unused uid, different for each judge, far above any real account."""
+    return 200_000 + secrets.randbelow(700_000)
+
+
+def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
+           uid: int | None = None, preload: tuple[str, ...] = ()) -> Launched:
+    """Start a learner process for ``staging``; it answers ``ready`` once confined."""
+    limits = limits or Limits()
+    mode = sandbox_mode()
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    log_dir = Path(tempfile.mkdtemp(prefix="mini-vllm-log-"))
+    log = log_dir / "learner.log"
+    log_fd = os.open(log, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    learner_uid = (uid or _learner_uid()) if mode != "none" else None
+    namespaced = mode == "namespace"
+    root = "/tmp/mini-vllm-sandbox" if namespaced else str(staging.root)
+    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    env.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"})
+    env.setdefault("LANG", "C.UTF-8")
+    config = {
+        "fd_in": to_r, "fd_out": from_w,
+        "staging": str(staging.root), "root": root, "namespace": namespaced,
+        "hide": _hidden_paths() if namespaced else [],
+        "expose": _exposed() if namespaced else [],
+        "tmp_mib": limits.tmp_mib, "uid": learner_uid, "env": env,
+        "site": _site_prefixes(), "preload": list(preload),
+        "chain": [[f"{root}/chain/{d}", f, p] for d, f, p in staging.chain_dirs],
+        "limits": {"fsize": limits.fsize,
+                   "nproc": limits.nproc if learner_uid is not None else None,
+                   "address_space": None if gpu else limits.address_space},
+    }
+    bootstrap = (f"import sys; sys.path.insert(0, {str(staging.root / 'host')!r}); "
+                 "import learner_host; learner_host.main()")
+    argv = [sys.executable, "-I", "-c", bootstrap, json.dumps(config)]
+    if namespaced:
+        argv = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", *argv]
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                                pass_fds=(to_r, from_w), start_new_session=True,
+                                cwd=staging.root, env=env)
+    finally:
+        os.close(to_r)
+        os.close(from_w)
+    os.unlink(log)
+    os.rmdir(log_dir)
+    return Launched(proc, mode, learner_uid, to_w, from_r, log, log_fd)
+
+
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        code = proc.poll()
+        if code is not None:
+            return code
+        time.sleep(0.01)
+    return proc.poll()

@@ -1,0 +1,238 @@
+"""The values that cross between the judge and the learner process, and how they are framed.
+
+Only data crosses: ``None``, booleans, numbers, strings, bytes, lists, tuples, dicts, sets,
+numpy arrays and scalars, torch tensors (by value), enum members (by name), and *handles*: a
+number that stands for an object living in the learner process. Decoding builds nothing but
+those types, so whatever the learner process sends, the judge never runs its code: no pickle,
+no ``__eq__``, no ``__reduce__``. msgspec's msgpack does the byte work (vLLM's own choice for
+its engine-core messages); extension codes below say which Python type a payload becomes.
+
+This module is copied into the learner process's sandbox, so it imports only the standard
+library, msgspec, and numpy or torch when a value needs them.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+TUPLE, DICT, SET, FROZENSET, NDARRAY, TENSOR, HANDLE, BIGINT, ENUM, NPSCALAR, SLICE = range(1, 12)
+#: Nesting deeper than this is refused both ways (a learner value nested 10,000 deep is data
+#: the judge does not need, and decoding it must not exhaust the stack).
+MAX_DEPTH = 48
+#: A frame larger than this ends the learner process's session (a 4 GiB length prefix must
+#: not make the judge allocate 4 GiB).
+MAX_FRAME = 512 * 1024 * 1024
+_LEN = struct.Struct("!I")
+
+
+class WireError(Exception):
+    """A value that cannot cross, or bytes that are not a well-formed message."""
+
+
+class Handle:
+    """A reference to an object in the learner process, as the decoder hands it over."""
+
+    __slots__ = ("hid", "type_id", "type_name", "methods")
+
+    def __init__(self, hid: int, type_id: int, type_name: str, methods: tuple[str, ...] | None):
+        self.hid, self.type_id, self.type_name, self.methods = hid, type_id, type_name, methods
+
+
+_packer = msgspec.msgpack.Encoder()
+
+
+def _ext(code: int, payload: Any) -> msgspec.msgpack.Ext:
+    return msgspec.msgpack.Ext(code, _packer.encode(payload))
+
+
+def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None,
+                 depth: int = 0) -> Any:
+    """``value`` as msgpack-ready data; other objects become handles through ``to_handle``."""
+    if depth > MAX_DEPTH:
+        raise WireError(f"a value nested more than {MAX_DEPTH} levels deep")
+    kind = type(value)
+    if value is None or kind in (bool, float, str, bytes):
+        return value
+    if kind is int:
+        return value if -(2**63) <= value < 2**64 else _ext(BIGINT, str(value))
+    if isinstance(value, enum.Enum):
+        cls = type(value)
+        return _ext(ENUM, [cls.__module__, cls.__qualname__, value.name])
+    if kind is list:
+        return [encode_value(v, to_handle, depth + 1) for v in value]
+    if kind is tuple:
+        return _ext(TUPLE, [encode_value(v, to_handle, depth + 1) for v in value])
+    if kind is dict:
+        return _ext(DICT, [[encode_value(k, to_handle, depth + 1),
+                            encode_value(v, to_handle, depth + 1)] for k, v in value.items()])
+    if kind in (set, frozenset):
+        return _ext(SET if kind is set else FROZENSET,
+                    [encode_value(v, to_handle, depth + 1) for v in value])
+    if kind is bytearray:
+        return bytes(value)
+    if kind is slice:
+        return _ext(SLICE, [encode_value(v, to_handle, depth + 1)
+                            for v in (value.start, value.stop, value.step)])
+    module = kind.__module__
+    if module == "numpy" and kind.__name__ == "ndarray":
+        if value.dtype.hasobject:
+            raise WireError("numpy arrays of Python objects cannot cross")
+        import numpy as np
+
+        data = np.ascontiguousarray(value)
+        return _ext(NDARRAY, [data.dtype.str, list(data.shape), data.tobytes()])
+    if module == "numpy" and hasattr(value, "dtype") and hasattr(value, "item"):
+        if value.dtype.hasobject:
+            raise WireError("numpy object scalars cannot cross")
+        return _ext(NPSCALAR, [value.dtype.str, value.tobytes()])
+    if module == "torch" and kind.__name__ in ("Tensor", "Parameter"):
+        return _ext(TENSOR, _tensor_payload(value))
+    if to_handle is None:
+        raise WireError(f"a {kind.__name__} cannot be sent to the learner process")
+    return _ext(HANDLE, to_handle(value))
+
+
+def _tensor_payload(tensor: Any) -> list[Any]:
+    import torch
+
+    cpu = tensor.detach().to("cpu").contiguous()
+    dtype = str(cpu.dtype).removeprefix("torch.")
+    if cpu.dtype == torch.bfloat16:
+        raw = cpu.view(torch.int16).numpy().tobytes()
+    else:
+        raw = cpu.numpy().tobytes()
+    return [dtype, list(cpu.shape), raw, str(tensor.device)]
+
+
+def _decode_tensor(payload: list[Any]) -> Any:
+    import numpy as np
+    import torch
+
+    dtype_name, shape, raw, device = payload
+    dtype = getattr(torch, str(dtype_name), None)
+    if not isinstance(dtype, torch.dtype):
+        raise WireError(f"unknown tensor dtype {dtype_name!r}")
+    if dtype == torch.bfloat16:
+        array = np.frombuffer(raw, dtype=np.int16).reshape(shape)
+        tensor = torch.from_numpy(array.copy()).view(torch.bfloat16)
+    else:
+        np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        tensor = torch.from_numpy(np.frombuffer(raw, dtype=np_dtype).reshape(shape).copy())
+    device = str(device)
+    if device != "cpu" and device.startswith("cuda") and torch.cuda.is_available():
+        tensor = tensor.to(device)
+    return tensor
+
+
+class Decoder:
+    """msgpack bytes to values; ``on_handle`` and ``on_enum`` say what handles and enums become."""
+
+    def __init__(self, on_handle: Callable[[list[Any]], Any],
+                 on_enum: Callable[[str, str, str], Any]) -> None:
+        self._on_handle = on_handle
+        self._on_enum = on_enum
+        self._depth = 0
+        self._decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
+
+    def decode(self, data: bytes) -> Any:
+        self._depth = 0
+        try:
+            return self._decoder.decode(data)
+        except WireError:
+            raise
+        except Exception as exc:  # malformed bytes of any kind: msgspec, numpy, recursion
+            raise WireError(f"a malformed message ({type(exc).__name__})") from None
+
+    def _ext_hook(self, code: int, data: memoryview) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise WireError(f"a value nested more than {MAX_DEPTH} levels deep")
+            payload = self._decoder.decode(data)
+            return self._build(code, payload)
+        finally:
+            self._depth -= 1
+
+    def _build(self, code: int, payload: Any) -> Any:
+        if code == TUPLE:
+            return tuple(payload)
+        if code == DICT:
+            return {_hashable(k): v for k, v in payload}
+        if code == SET:
+            return {_hashable(v) for v in payload}
+        if code == FROZENSET:
+            return frozenset(_hashable(v) for v in payload)
+        if code == BIGINT:
+            return int(payload)
+        if code == SLICE:
+            return slice(*payload)
+        if code == NDARRAY:
+            import numpy as np
+
+            dtype_str, shape, raw = payload
+            dtype = np.dtype(str(dtype_str))
+            if dtype.hasobject:
+                raise WireError("numpy arrays of Python objects cannot cross")
+            return np.frombuffer(raw, dtype=dtype).reshape([int(n) for n in shape]).copy()
+        if code == NPSCALAR:
+            import numpy as np
+
+            dtype = np.dtype(str(payload[0]))
+            if dtype.hasobject:
+                raise WireError("numpy object scalars cannot cross")
+            return np.frombuffer(payload[1], dtype=dtype)[0]
+        if code == TENSOR:
+            return _decode_tensor(payload)
+        if code == ENUM:
+            module, qualname, name = (str(p) for p in payload)
+            return self._on_enum(module, qualname, name)
+        if code == HANDLE:
+            return self._on_handle(payload)
+        raise WireError(f"unknown extension code {code}")
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | dict | set):
+        raise WireError("an unhashable key in a dict or set")
+    return value
+
+
+def pack(message: Any) -> bytes:
+    """One frame: a 4-byte length, then the msgpack body."""
+    body = _packer.encode(message)
+    if len(body) > MAX_FRAME:
+        raise WireError(f"a message of {len(body)} bytes is over the {MAX_FRAME}-byte limit")
+    return _LEN.pack(len(body)) + body
+
+
+def write_frame(fd: int, message: Any) -> None:
+    data = memoryview(pack(message))
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def read_exact(fd: int, n: int, wait: Callable[[], None] | None = None) -> bytes:
+    """Read ``n`` bytes; ``wait`` (if given) is called before each read and may raise."""
+    chunks, got = [], 0
+    while got < n:
+        if wait is not None:
+            wait()
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError("the other side closed the channel")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int, wait: Callable[[], None] | None = None) -> bytes:
+    (length,) = _LEN.unpack(read_exact(fd, _LEN.size, wait))
+    if length > MAX_FRAME:
+        raise WireError(f"a frame of {length} bytes is over the {MAX_FRAME}-byte limit")
+    return read_exact(fd, length, wait)

@@ -17,6 +17,7 @@ from grading.labs import PLANNED_LABS, LabNotFound, available_labs, load_lab
 
 
 def _grade(argv: list[str]) -> int:
+    from grading.child import harden_process
     from grading.report import print_table, write_results_json
     from grading.runner import GraderError, grade
 
@@ -28,9 +29,14 @@ def _grade(argv: list[str]) -> int:
     parser.add_argument("--chain", action="store_true",
                         help="use your own earlier labs instead of the reference")
     parser.add_argument("--quiet", action="store_true", help="print only the score line")
-    parser.add_argument("-v", "--verbose", action="store_true", help="full messages")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="full messages, and the whole table even when nothing is started")
     args = parser.parse_args(argv)
+    harden_process()
     started = time.monotonic()
+    if args.json:
+        # A results.json left by anyone before this run (a submission included) never counts.
+        args.json.unlink(missing_ok=True)
     try:
         lab, results = grade(args.lab, args.impl, chain=args.chain)
     except (LabNotFound, GraderError) as exc:
@@ -38,13 +44,13 @@ def _grade(argv: list[str]) -> int:
         return 2
     from grading.report import totals
 
+    if args.json:  # before printing: a broken terminal must not cost the results
+        write_results_json(lab, results, args.json, time.monotonic() - started)
     if args.quiet:
         score, total = totals(results)
         print(f"score: {score} / {total}")
     else:
         print_table(lab, results, verbose=args.verbose)
-    if args.json:
-        write_results_json(lab, results, args.json, time.monotonic() - started)
     return 0
 
 

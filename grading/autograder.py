@@ -4,6 +4,12 @@ A bundle is a zip with Gradescope's two entry points at its root, ``setup.sh`` (
 the lab needs) and ``run_autograder`` (grades ``submission/`` into ``results/results.json``),
 plus the slice of this repository the grader needs: ``grading/``, the reference package, and the
 lab's suite. Submissions are graded by the same suite, the same way, as ``make lab-NN``.
+
+The reference is there for the judge (its oracles), never for the submission: ``run_autograder``
+makes the source folder readable by root only, and the submission runs as an unprivileged user
+that sees a staged copy of ``mini_vllm`` whose graded functions are stubbed out
+(``grading/sandbox.py``). It also deletes any results.json before grading, so a file a
+submission managed to leave there can never be taken for the grade.
 """
 
 from __future__ import annotations
@@ -35,12 +41,19 @@ ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="${{PYTHON:-python3}}"
 WORK="$(mktemp -d)"
 mkdir -p "$WORK/{lab_dir}" "$ROOT/results"
+rm -f "$ROOT/results/results.json"
+# The reference and the suite are the judge's: the submission's user cannot read them.
+chmod -R go-rwx "$ROOT/source" 2>/dev/null || true
+chmod 755 "$WORK" "$WORK/{lab_dir}"
 for name in {files}; do
   found="$(find "$ROOT/submission" -name "$name" -type f -not -path '*/__MACOSX/*' | head -n 1)"
   if [ -n "$found" ]; then cp "$found" "$WORK/{lab_dir}/$name"; fi
 done
 cd "$ROOT/source/course"
-"$PYTHON" -m grading {lab_id} --impl "$WORK/{lab_dir}" --json "$ROOT/results/results.json"
+# -P: the working folder never shadows a module (Python >= 3.11; older ones lack the flag).
+SAFE="$("$PYTHON" -c 'import sys; print("-P" if sys.version_info >= (3, 11) else "")')"
+PYTHONPATH="$ROOT/source/course" "$PYTHON" $SAFE -m grading {lab_id} --impl "$WORK/{lab_dir}" \
+  --json "$ROOT/results/results.json"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
   printf '{{"score": 0, "output": "The grader could not run (status %s). %s"}}\\n' \\

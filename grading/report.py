@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from grading.labs import Lab
@@ -34,10 +37,54 @@ def explanation(result: TestResult) -> str:
     return f"{result.message}\nhint: {info.hint}\nread: {info.doc}"
 
 
+def _cell(text: str) -> object:
+    """Learner text as a literal cell: never parsed as rich markup."""
+    from rich.text import Text
+
+    return Text(text)
+
+
+def nothing_started(results: list[TestResult]) -> bool:
+    return bool(results) and all(r.outcome == "not_started" for r in results)
+
+
+def print_not_started(lab: Lab, results: list[TestResult]) -> None:
+    """The first screen of a learner: what to write first, where, and what to read."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=110)
+    _, total = totals(results)
+    first_task = next((name for tasks in lab.tasks.values() for name in tasks), "")
+    first = next((r for r in results if first_task and first_task in r.message), results[0])
+    out = Text()
+    out.append(f"{lab.id}: {lab.title}\n", style="bold")
+    out.append(f"Nothing is implemented yet: all {len(results)} tests are NOT STARTED.\n\n")
+    for filename, tasks in lab.tasks.items():
+        out.append(f"Edit  labs/{lab.dirname}/{filename}", style="bold")
+        out.append(", in this order:\n")
+        for i, (name, task) in enumerate(tasks.items()):
+            out.append(f"  {i + 1:2d}. {name}", style="bold" if i == 0 else "")
+            out.append(f" — {task}\n")
+    if not lab.tasks:
+        out.append(f"Edit the files in labs/{lab.dirname}/\n")
+    out.append(f"\nRead first: {first.info.doc}\n")
+    out.append(f"Guide:      labs/{lab.dirname}/README.md\n")
+    out.append(f"Each function you write turns rows into PASS or FAIL; `python -m grading "
+               f"{lab.id} --verbose` shows every test now.\n")
+    console.print(out)
+    console.print(f"[bold]score: 0 / {total}[/]")
+
+
 def print_table(lab: Lab, results: list[TestResult], verbose: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    if not verbose and nothing_started(results):
+        print_not_started(lab, results)
+        return
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=140)
@@ -53,7 +100,8 @@ def print_table(lab: Lab, results: list[TestResult], verbose: bool = False) -> N
         if not verbose and r.outcome not in ("passed",):
             lines = text.splitlines()
             text = "\n".join(lines[:8] + (["…"] if len(lines) > 8 else []))
-        table.add_row(r.info.name, f"[{style}]{label}[/]", f"{r.score}/{r.info.points}", text)
+        table.add_row(_cell(r.info.name), f"[{style}]{label}[/]", f"{r.score}/{r.info.points}",
+                      _cell(text))
     console.print(table)
     counts = {k: sum(r.outcome == k for r in results) for k in LABELS}
     summary = ", ".join(f"{n} {LABELS[k][0].lower()}" for k, n in counts.items() if n)
@@ -93,6 +141,13 @@ def write_results_json(lab: Lab, results: list[TestResult], path: Path,
     }
     if elapsed is not None:
         data["execution_time"] = round(elapsed, 2)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

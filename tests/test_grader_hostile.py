@@ -1,108 +1,184 @@
-"""Graded code that attacks the grader: it must survive, and nothing can forge a score."""
+"""Hostile submissions (tests/hostile/): each gets its honest score, and the grader survives.
+
+A case is a snippet appended to lab-01's stub (honest score 0) or solution (honest score: the
+same bug written honestly, its ``# honest:`` line). Whatever the snippet does, at import or in
+the methods it replaces, the grade must equal the honest one, every test must have a result,
+and results.json must be the grader's.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import site
 import time
 from pathlib import Path
 
 import pytest
 
-from grading.labs import load_lab
-from grading.report import totals, write_results_json
+from grading.labs import REPO_ROOT, load_lab
+from grading.protocol import TestResult
+from grading.report import print_table, totals, write_results_json
 from grading.runner import SuiteRunner
+from grading.sandbox import sandbox_mode
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
+LAB = load_lab("lab-01")
+CASES = sorted(p.stem for p in HOSTILE.glob("*.py"))
+#: Attacks on the file system and other processes hold only where the graded code runs as
+#: another user (the grader as root: CI, Gradescope); an ordinary user's own checkout cannot.
+needs_isolation = pytest.mark.skipif(
+    sandbox_mode() == "none",
+    reason="graded code runs as your own user here (the grader is not root): see docs/grader.md")
 
 
-def grade(name: str, timeout: float = 3.0, first: int = 4):
-    """Grade a hostile folder on the first few tests: one restart per crash is what we check."""
-    lab = load_lab("lab-01")
-    runner = SuiteRunner(lab, HOSTILE / name, timeout=timeout, preflight_timeout=8.0)
-    tests = runner.collect()[:first]
+def header(name: str) -> dict[str, str]:
+    fields = {}
+    for line in (HOSTILE / f"{name}.py").read_text().splitlines():
+        if line.startswith("# ") and ":" in line:
+            key, _, value = line[2:].partition(":")
+            fields[key.strip()] = value.strip()
+        elif not line.startswith("#"):
+            break
+    return fields
+
+
+def compose(name: str, dest: Path, honest: bool = False) -> Path:
+    """``dest/block_pool.py``: the case's base with the attack (or its honest twin) appended."""
+    meta = header(name)
+    base_dir = LAB.solution_dir if meta.get("base") == "solution" else LAB.stub_dir
+    tail = meta["honest"] if honest else (HOSTILE / f"{name}.py").read_text()
+    dest.mkdir(parents=True, exist_ok=True)
+    base = (base_dir / "block_pool.py").read_text()
+    (dest / "block_pool.py").write_text(base + "\n\n" + tail + "\n")
+    return dest
+
+
+def grade(folder: Path, timeout: float | None = 4.0, first: int | None = 6) -> list[TestResult]:
+    runner = SuiteRunner(LAB, folder, timeout=timeout, preflight_timeout=10.0)
+    tests = runner.collect()
+    return runner.run(tests[:first] if first else tests)
+
+
+def assert_sound(results: list[TestResult]) -> None:
+    """Every test has exactly one result with a known outcome, and the report renders."""
+    assert results and all(r.outcome in ("passed", "failed", "not_started", "error", "timeout",
+                                         "crashed", "skipped") for r in results)
+    print_table(LAB, results, verbose=True)
+
+
+def digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(str(path).encode())
+        h.update(path.read_bytes() if path.is_file() else b"-")
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("name", [c for c in CASES if header(c).get("base") != "solution"])
+def test_attack_on_the_stub_scores_zero(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("MINI_VLLM_TEST_SECRET", "s3cr3t-token-value")
+    if name in ("write_to_the_course", "read_the_solution", "signal_the_grader",
+                "late_writers") and sandbox_mode() == "none":
+        pytest.skip("graded code runs as your own user here: see docs/grader.md")
+    guarded = [*(REPO_ROOT / "tests" / "labs" / "lab_01").glob("*.py"),
+               *(REPO_ROOT / "grading").glob("*.py"), *LAB.solution_dir.glob("*.py")]
+    before = digest(guarded)
+    results_path = tmp_path / "results" / "results.json"
     started = time.monotonic()
-    results = runner.run(tests)
-    return lab, results, time.monotonic() - started
+    first = 2 if name in ("loop_in_method", "resource_hog", "output_flood") else 6
+    results = grade(compose(name, tmp_path / "impl"), first=first)
+    elapsed = time.monotonic() - started
+    write_results_json(LAB, results, results_path)
+    assert_sound(results)
+    assert totals(results)[0] == 0, [(r.info.name, r.outcome, r.message[:200]) for r in results]
+    assert elapsed < 90, f"{name}: grading took {elapsed:.0f} s"
+    text = json.dumps([r.message for r in results])
+    assert "s3cr3t-token-value" not in text, "the grader's environment reached graded code"
+    assert digest(guarded) == before, "graded code changed the suite, the grader or a solution"
+    for folder in site.getsitepackages():
+        assert not (Path(folder) / "sitecustomize.py").exists() or name != "write_to_the_course"
+    if name == "late_writers":
+        time.sleep(3)
+    data = json.loads(results_path.read_text())
+    assert data["score"] == 0 and all(t["name"] != "forged" for t in data["tests"])
 
 
-def outcomes(results) -> set[str]:
-    return {r.outcome for r in results}
+@pytest.mark.parametrize("name", [c for c in CASES if header(c).get("base") == "solution"])
+def test_under_scoring_attack_gets_the_honest_score(name, tmp_path):
+    """A BaseException or an unprintable exception in one method costs only its tests."""
+    attacked = grade(compose(name, tmp_path / "attack"), timeout=None, first=None)
+    honest = grade(compose(name, tmp_path / "honest", honest=True), timeout=None, first=None)
+    assert_sound(attacked)
+    got = {r.info.name: r.score for r in attacked}
+    want = {r.info.name: r.score for r in honest}
+    assert got == want, {k: (got[k], want[k]) for k in got if got[k] != want[k]}
+    assert 0 < totals(attacked)[0] < totals(attacked)[1]
 
 
-def test_hang_at_import_is_reported_once():
-    _, results, elapsed = grade("loop_on_import", first=100)
-    assert outcomes(results) == {"timeout"}
-    assert totals(results)[0] == 0
-    assert elapsed < 30, "one import timeout, not one per test"
+def test_hang_at_import_is_reported_once(tmp_path):
+    started = time.monotonic()
+    results = grade(compose("loop_on_import", tmp_path / "impl"), first=None)
+    assert {r.outcome for r in results} == {"timeout"}
+    assert time.monotonic() - started < 30, "one import timeout, not one per test"
 
 
-def test_exit_at_import():
-    _, results, _ = grade("exit_on_import")
-    assert totals(results)[0] == 0
-    assert outcomes(results) <= {"error", "crashed"}
-    assert "SystemExit" in results[0].message or "exit" in results[0].message
-
-
-def test_infinite_loop_in_methods_times_out_each_test():
-    _, results, _ = grade("loop_in_method", timeout=1.5, first=3)
-    assert totals(results)[0] == 0
-    assert "timeout" in outcomes(results)
-
-
-def test_segfault_costs_only_the_test():
-    _, results, _ = grade("segfault")
-    assert totals(results)[0] == 0
+def test_crashes_are_named(tmp_path):
+    results = grade(compose("segfault", tmp_path / "impl"), first=3)
     crashed = [r for r in results if r.outcome == "crashed"]
     assert crashed and "SIGSEGV" in crashed[0].message
+    results = grade(compose("os_exit_in_test", tmp_path / "exit"), first=3)
+    assert "crashed" in {r.outcome for r in results}
 
 
-def test_os_exit_mid_test():
-    _, results, _ = grade("os_exit_in_test")
-    assert totals(results)[0] == 0
-    assert "crashed" in outcomes(results)
+def test_markup_is_shown_literally(tmp_path, capsys):
+    results = grade(compose("crash_the_report", tmp_path / "impl"), first=None)
+    capsys.readouterr()
+    print_table(LAB, results, verbose=True)
+    shown = capsys.readouterr().out
+    assert "[bold green]PASS[/]" in shown, "learner text must not be read as rich markup"
 
 
-def test_output_flood_is_capped():
-    _, results, elapsed = grade("output_flood", timeout=20, first=2)
-    assert totals(results)[0] == 0
-    # Past the cap a write fails (EFBIG): the test fails or its process dies, nothing more.
-    assert outcomes(results) <= {"crashed", "timeout", "failed"}
-    assert elapsed < 60
+@needs_isolation
+def test_the_learner_runs_as_another_user_in_its_own_namespace(tmp_path):
+    """The sandbox itself: another uid, no course folder, a private /tmp, no way out."""
+    (tmp_path / "impl").mkdir()
+    probe = tmp_path / "impl" / "block_pool.py"
+    probe.write_text((LAB.stub_dir / "block_pool.py").read_text() + '''
+import os as _os
+def _probe():
+    seen = {"uid": _os.getuid(), "groups": _os.getgroups(),
+            "repo": _os.path.exists(%r), "tests": _os.path.exists(%r),
+            "env": sorted(_os.environ)}
+    raise NotImplementedError("PROBE " + repr(seen))
+FreeKVCacheBlockQueue.__init__ = lambda self, blocks: _probe()
+''' % (str(REPO_ROOT / "solutions"), str(REPO_ROOT / "tests" / "labs")))
+    results = grade(tmp_path / "impl", first=None)
+    probe_text = next(r.message for r in results if "PROBE" in r.message)
+    seen = eval(probe_text.split("PROBE ", 1)[1].splitlines()[0])  # our own probe's repr
+    assert seen["uid"] != os.getuid() and seen["groups"] == []
+    if sandbox_mode() == "namespace":
+        assert not seen["repo"] and not seen["tests"], "the course folder is visible"
+    assert "MINI_VLLM_TEST_SECRET" not in seen["env"]
+    assert set(seen["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ",
+                                "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONHASHSEED",
+                                "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+                                "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "TRITON_CACHE_DIR"}
 
 
-def test_forged_results_are_ignored(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    lab, results, _ = grade("forge_results")
-    assert totals(results)[0] == 0
+def test_a_results_file_left_before_grading_never_counts(tmp_path):
+    """The CLI deletes results.json first and writes its own atomically."""
+    import subprocess
+    import sys
+
     out = tmp_path / "results.json"
-    write_results_json(lab, results, out)
-    assert json.loads(out.read_text())["score"] == 0
-
-
-@pytest.mark.parametrize("name", ["patch_pytest", "patch_test_helpers"])
-def test_patching_the_harness_voids_the_run(name):
-    from grading.runner import TamperedError
-
-    lab = load_lab("lab-01")
-    runner = SuiteRunner(lab, HOSTILE / name, timeout=5)
-    with pytest.raises(TamperedError):
-        runner.run(runner.collect()[:3])
-
-
-def test_patching_the_harness_scores_zero_through_the_cli():
-    from grading.runner import grade as grade_lab
-
-    _, results = grade_lab("lab-01", HOSTILE / "patch_pytest")
-    assert totals(results)[0] == 0
-    assert all("run void" in r.message for r in results)
-
-
-def test_leftover_processes_are_killed(tmp_path, monkeypatch):
-    target = tmp_path / "late-results.json"
-    monkeypatch.setenv("HOSTILE_RESULTS_TARGET", str(target))
-    _, results, _ = grade("spawn_daemon")
-    assert totals(results)[0] == 0
-    time.sleep(6)
-    assert not target.exists(), "a process left behind by graded code outlived the grade"
-    assert os.environ.get("HOSTILE_RESULTS_TARGET")
+    out.write_text(json.dumps({"score": 999, "tests": []}))
+    impl = compose("exit_on_import", tmp_path / "impl")
+    done = subprocess.run([sys.executable, "-m", "grading", "lab-01", "--impl", str(impl),
+                           "--json", str(out), "--quiet"], capture_output=True, text=True,
+                          timeout=300, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert data["score"] == 0 and data["tests"]
+    assert not list(tmp_path.glob(".results-*")), "no temporary file is left behind"

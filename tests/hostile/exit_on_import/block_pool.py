@@ -1,4 +1,0 @@
-"""Exits the interpreter while being imported."""
-import sys
-
-sys.exit(0)

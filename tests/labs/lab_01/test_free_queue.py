@@ -1,4 +1,8 @@
-"""lab-01, part 1: the free block queue (a sentinel-headed doubly linked list)."""
+"""lab-01, part 1: the free block queue (a sentinel-headed doubly linked list).
+
+The queue and its blocks live in the learner process (``learner_side.make_queue`` builds them
+there); the checks read them back as data (``tests/labs/common.py``) and decide here.
+"""
 
 from __future__ import annotations
 
@@ -12,44 +16,61 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from grading.suite import graded, load_impl
-from tests.labs.common import STATEFUL_SETTINGS, assert_constant_time, check_queue, free_ids
+from grading.suite import graded, learner_module, load_impl
+from tests.labs.common import (
+    STATEFUL_SETTINGS,
+    as_int,
+    assert_constant_time,
+    block_ids,
+    check_queue,
+    int_list,
+    same_data,
+    timed_call,
+)
 
 DOC = "phases/02-paged-attention/README.md"
 
 
+def side():
+    return learner_module("learner_side")
+
+
 def make_queue(n: int):
-    bp = load_impl("block_pool")
-    blocks = [bp.KVCacheBlock(i) for i in range(n)]
-    return bp, blocks, bp.FreeKVCacheBlockQueue(blocks)
+    """``(blocks, queue)``: blocks 0 .. n-1 and a queue of them, built in the learner process."""
+    load_impl("block_pool")  # a missing or broken file is reported as such
+    blocks, q = side().make_queue(n)
+    return blocks, q
 
 
 @graded(2, "I2: a new queue links every block in id order between the two sentinels, and "
            "num_free_blocks counts them", f"{DOC}#the-free-block-queue")
 def test_new_queue_links_blocks_in_order():
     """A fresh queue holds the blocks in the order given."""
-    _, blocks, q = make_queue(5)
-    forward = check_queue(q)
-    assert [b.block_id for b in forward] == [0, 1, 2, 3, 4], (
+    blocks, q = make_queue(5)
+    assert check_queue(q) == [0, 1, 2, 3, 4], (
         "I2: the queue must start in the order the blocks were given")
     assert blocks[0].prev_free_block is q.fake_free_list_head, (
         "I2: the first block's prev_free_block must be the head sentinel, not None")
     assert blocks[-1].next_free_block is q.fake_free_list_tail, (
         "I2: the last block's next_free_block must be the tail sentinel, not None")
-    assert [b.block_id for b in q.get_all_free_blocks()] == [0, 1, 2, 3, 4], (
-        "get_all_free_blocks must list the free blocks front to back, without the sentinels")
+    listed = block_ids(q.get_all_free_blocks())
+    assert listed == [0, 1, 2, 3, 4], (
+        f"get_all_free_blocks must list the free blocks front to back, without the sentinels: "
+        f"got {listed}")
 
 
 @graded(1, "I2: an empty queue links the head sentinel straight to the tail sentinel",
         f"{DOC}#the-free-block-queue")
 def test_empty_queue():
     """An empty queue is valid and popping from it is an error."""
-    _, _, q = make_queue(0)
-    assert q.num_free_blocks == 0
+    _, q = make_queue(0)
+    assert as_int(q.num_free_blocks, "num_free_blocks") == 0
     assert q.fake_free_list_head.next_free_block is q.fake_free_list_tail, (
         "I2: in an empty queue the head sentinel's next is the tail sentinel")
-    assert q.fake_free_list_tail.prev_free_block is q.fake_free_list_head
-    assert q.get_all_free_blocks() == []
+    assert q.fake_free_list_tail.prev_free_block is q.fake_free_list_head, (
+        "I2: in an empty queue the tail sentinel's prev is the head sentinel")
+    listed = q.get_all_free_blocks()
+    assert listed == [], f"get_all_free_blocks of an empty queue must be [], got {listed!r}"
     with pytest.raises(ValueError):
         q.popleft()
 
@@ -58,78 +79,72 @@ def test_empty_queue():
         f"{DOC}#the-free-block-queue")
 def test_popleft_takes_the_front():
     """popleft pops in FIFO order and leaves the popped block unlinked."""
-    _, blocks, q = make_queue(4)
+    blocks, q = make_queue(4)
     first = q.popleft()
-    assert first is blocks[0], f"popleft must return the front block (0), got {first.block_id}"
+    assert first is blocks[0], f"popleft must return the front block (0), got {first!r}"
     assert first.prev_free_block is None and first.next_free_block is None, (
         "I2: a popped block must not keep links into the queue")
     assert blocks[1].prev_free_block is q.fake_free_list_head, (
         "I2: after popleft the new front block must point back at the head sentinel")
-    assert q.popleft() is blocks[1]
-    check_queue(q)
-    assert free_ids(q) == [2, 3]
+    assert q.popleft() is blocks[1], "the second popleft must return block 1"
+    assert check_queue(q) == [2, 3], "after two poplefts the queue holds [2, 3]"
 
 
 @graded(2, "I2: popleft_n(n) pops the first n blocks in order; popleft_n(0) pops nothing",
         f"{DOC}#the-free-block-queue")
 def test_popleft_n():
     """popleft_n pops a run of blocks from the front, in order."""
-    _, _, q = make_queue(6)
-    assert q.popleft_n(0) == [], "popleft_n(0) must return an empty list"
+    _, q = make_queue(6)
+    none = q.popleft_n(0)
+    assert none == [], f"popleft_n(0) must return an empty list, got {none!r}"
     check_queue(q)
     got = q.popleft_n(4)
-    assert [b.block_id for b in got] == [0, 1, 2, 3], (
-        f"popleft_n(4) must return blocks 0..3 in order, got {[b.block_id for b in got]}")
+    assert block_ids(got) == [0, 1, 2, 3], (
+        f"popleft_n(4) must return blocks 0..3 in order, got {block_ids(got)}")
     assert all(b.prev_free_block is None and b.next_free_block is None for b in got), (
         "I2: every block popped by popleft_n must be unlinked")
-    check_queue(q)
-    assert free_ids(q) == [4, 5]
+    assert check_queue(q) == [4, 5], "after popleft_n(4) the queue holds [4, 5]"
     rest = q.popleft_n(2)
-    assert [b.block_id for b in rest] == [4, 5]
-    check_queue(q)
-    assert q.num_free_blocks == 0
+    assert block_ids(rest) == [4, 5], f"popleft_n(2) must return [4, 5], got {block_ids(rest)}"
+    assert check_queue(q) == [], "popleft_n of every block empties the queue"
 
 
 @graded(1, "popleft_n must refuse to pop more blocks than are free, and leave the queue as it "
            "was", f"{DOC}#misuse-errors")
 def test_popleft_n_too_many_is_an_error():
     """Asking for more blocks than the queue holds is a clear error."""
-    _, _, q = make_queue(3)
+    _, q = make_queue(3)
     with pytest.raises((ValueError, RuntimeError, AssertionError)):
         q.popleft_n(4)
-    check_queue(q)
-    assert free_ids(q) == [0, 1, 2], "a refused popleft_n must not change the queue"
+    assert check_queue(q) == [0, 1, 2], "a refused popleft_n must not change the queue"
 
 
 @graded(3, "I2: remove unlinks a block from anywhere in the queue by relinking its neighbours",
         f"{DOC}#the-free-block-queue")
 def test_remove_from_middle_head_and_tail():
     """remove works in the middle, at the front and at the back."""
-    _, blocks, q = make_queue(6)
+    blocks, q = make_queue(6)
     q.remove(blocks[3])
     assert blocks[3].prev_free_block is None and blocks[3].next_free_block is None, (
         "I2: a removed block must not keep links into the queue")
     assert blocks[2].next_free_block is blocks[4] and blocks[4].prev_free_block is blocks[2], (
         "I2: remove must link the removed block's neighbours to each other")
-    check_queue(q)
+    assert check_queue(q) == [0, 1, 2, 4, 5], "remove(block 3) leaves [0, 1, 2, 4, 5]"
     q.remove(blocks[0])
     q.remove(blocks[5])
-    check_queue(q)
-    assert free_ids(q) == [1, 2, 4]
-    assert q.num_free_blocks == 3
+    assert check_queue(q) == [1, 2, 4], "removing the front and the back block leaves [1, 2, 4]"
 
 
 @graded(2, "I2/misuse: removing a block that is not in the queue must raise, not corrupt the "
            "list", f"{DOC}#misuse-errors")
 def test_remove_block_not_in_queue_is_an_error():
     """remove of a popped block raises and leaves the queue intact."""
-    _, _, q = make_queue(4)
+    _, q = make_queue(4)
     popped = q.popleft()
     with pytest.raises((RuntimeError, ValueError)) as excinfo:
         q.remove(popped)
     assert str(excinfo.value), "the error must say what was wrong"
-    check_queue(q)
-    assert free_ids(q) == [1, 2, 3] and q.num_free_blocks == 3, (
+    assert check_queue(q) == [1, 2, 3], (
         "a refused remove must not change the queue or its count")
 
 
@@ -137,33 +152,52 @@ def test_remove_block_not_in_queue_is_an_error():
         f"{DOC}#the-free-block-queue")
 def test_append_goes_to_the_back():
     """append adds at the tail, also to an emptied queue."""
-    _, _, q = make_queue(3)
+    _, q = make_queue(3)
     a, b, c = q.popleft(), q.popleft(), q.popleft()
     check_queue(q)
     q.append(b)
-    check_queue(q)
-    assert free_ids(q) == [1]
+    assert check_queue(q) == [1], "append to an empty queue gives a queue of that block"
     q.append(a)
     q.append(c)
-    check_queue(q)
-    assert free_ids(q) == [1, 0, 2], "append must add at the back, in call order"
-    assert q.fake_free_list_tail.prev_free_block is c
+    assert check_queue(q) == [1, 0, 2], "append must add at the back, in call order"
+    assert q.fake_free_list_tail.prev_free_block is c, (
+        "I2: the tail sentinel's prev_free_block must be the block appended last")
 
 
 @graded(2, "I2: append_n adds blocks at the back in the order given",
         f"{DOC}#the-free-block-queue")
 def test_append_n_keeps_order():
     """append_n appends a run of blocks in order; append_n([]) changes nothing."""
-    _, _, q = make_queue(5)
+    _, q = make_queue(5)
     popped = q.popleft_n(5)
     q.append_n([])
-    check_queue(q)
-    assert q.num_free_blocks == 0
+    assert check_queue(q) == [], "append_n([]) must leave an empty queue empty"
     q.append_n([popped[3], popped[1]])
-    check_queue(q)
+    assert check_queue(q) == [3, 1], "append_n([3, 1]) must give the queue [3, 1]"
     q.append_n([popped[4], popped[0], popped[2]])
-    check_queue(q)
-    assert free_ids(q) == [3, 1, 4, 0, 2], "append_n must keep the order of its argument"
+    assert check_queue(q) == [3, 1, 4, 0, 2], "append_n must keep the order of its argument"
+
+
+@graded(2, "Misuse: append / append_n of a block that is already in the queue (or listed twice) "
+           "raises RuntimeError and leaves the queue as it was", f"{DOC}#misuse-errors")
+def test_appending_a_queued_block_is_an_error():
+    """Linking a block in twice would corrupt the list: it is refused, all or nothing."""
+    blocks, q = make_queue(4)
+    out = q.popleft()  # block 0 leaves; 1 2 3 stay
+    with pytest.raises(RuntimeError):
+        q.append(blocks[2])
+    assert check_queue(q) == [1, 2, 3], "a refused append must not change the queue"
+    with pytest.raises(RuntimeError):
+        q.append_n([out, blocks[3]])
+    assert check_queue(q) == [1, 2, 3], (
+        "a refused append_n must not change the queue, not even link the blocks before the bad one")
+    assert out.prev_free_block is None and out.next_free_block is None, (
+        "I2: after a refused append_n, the blocks it had linked must be unlinked again")
+    with pytest.raises(RuntimeError):
+        q.append_n([out, out])
+    assert check_queue(q) == [1, 2, 3], "append_n of a block listed twice must be refused"
+    q.append(out)
+    assert check_queue(q) == [1, 2, 3, 0], "after the refusals, append still works"
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -171,23 +205,23 @@ class QueueMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.bp, self.blocks, self.q = make_queue(12)
+        self.blocks, self.q = make_queue(12)
         self.model = list(range(12))
         self.out: list[int] = []
 
     @precondition(lambda self: self.model)
     @rule()
     def popleft(self) -> None:
-        got = self.q.popleft()
+        got = as_int(self.q.popleft().block_id, "the popped block's block_id")
         want = self.model.pop(0)
-        assert got.block_id == want, f"popleft returned {got.block_id}, expected {want}"
+        assert got == want, f"popleft returned block {got}, expected {want}"
         self.out.append(want)
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
     def popleft_n(self, data) -> None:
         n = data.draw(st.integers(0, len(self.model)))
-        got = [b.block_id for b in self.q.popleft_n(n)]
+        got = int_list(side().block_ids(self.q.popleft_n(n)), "the popped blocks' ids")
         want, self.model = self.model[:n], self.model[n:]
         assert got == want, f"popleft_n({n}) returned {got}, expected {want}"
         self.out.extend(want)
@@ -219,11 +253,12 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def matches_model(self) -> None:
-        check_queue(self.q)
-        assert free_ids(self.q) == self.model, (
-            f"I2: the queue holds {free_ids(self.q)} but should hold {self.model}")
-        assert [b.block_id for b in self.q.get_all_free_blocks()] == self.model, (
-            "get_all_free_blocks disagrees with the links")
+        queue = check_queue(self.q)
+        assert queue == self.model, f"I2: the queue holds {queue} but should hold {self.model}"
+        listed = int_list(side().block_ids(self.q.get_all_free_blocks()),
+                          "get_all_free_blocks' block ids")
+        assert listed == self.model, (
+            f"get_all_free_blocks gives {listed}, but the links give {self.model}")
 
 
 @graded(4, "I2: after any sequence of popleft / popleft_n / remove / append / append_n the "
@@ -233,35 +268,77 @@ def test_random_operations_match_a_list():
     run_state_machine_as_test(QueueMachine, settings=STATEFUL_SETTINGS)
 
 
-def _queue_ops(op: str):
-    def build(n: int):
-        _, blocks, q = make_queue(n)
-        middle = blocks[n // 4: n // 4 + 500]
+class QueueBench:
+    """A queue of ``n`` blocks in the learner process, and the list it should equal.
 
-        def run() -> None:
-            if op == "remove":
-                for b in middle:
-                    q.remove(b)
-                for b in middle:
-                    q.append(b)
-            elif op == "popleft":
-                popped = [q.popleft() for _ in range(500)]
-                for b in popped:
-                    q.append(b)
-            elif op == "popleft_n":
-                for _ in range(500):
-                    q.append_n(q.popleft_n(1))
-            elif op == "num_free_blocks":
-                for _ in range(500):
-                    _ = q.num_free_blocks
-        return run
-    return build
+    Each step sends one batch of operations (one request, timed here), then checks what the
+    batch returned against the list, which the judge updates doing the same.
+    """
+
+    BATCH = 500
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.bench = side().make_queue_bench(n)
+        self.run_ops = side().run_queue_ops
+        self.model = list(range(n))
+
+    def plan(self, op: str) -> tuple[list[list], list]:
+        """A batch exercising ``op`` that puts every block back, and what it must return."""
+        k, model = self.BATCH, self.model
+        if op == "remove":  # take a run out of the middle, then put it back at the end
+            start = len(model) // 4
+            run = model[start:start + k]
+            self.model = model[:start] + model[start + k:] + run
+            return [["remove", i] for i in run] + [["append", i] for i in run], []
+        front = model[:k]
+        self.model = model[k:] + front
+        if op == "popleft":
+            return [["popleft"]] * k + [["append", i] for i in front], front
+        if op == "popleft_n":  # one block at a time
+            return [x for i in front for x in (["popleft_n", 1], ["append_n", [i]])], \
+                [[i] for i in front]
+        if op == "append_n":  # the whole run at once
+            return [["popleft_n", k], ["append_n", front]], [front]
+        assert op == "num_free_blocks"
+        self.model = model
+        return [["num_free_blocks"]] * k, [self.n] * k
+
+    def step(self, op: str) -> float:
+        ops, want = self.plan(op)
+        seconds, got = timed_call(self.run_ops, self.bench, ops)
+        if not same_data(got, want):
+            raise AssertionError(
+                f"{op} on a queue of {self.n:,} blocks returned the wrong blocks or counts "
+                f"(first differences: {_first_difference(got, want)}); the timing only counts "
+                "for correct results")
+        return seconds
+
+    def verify(self) -> None:
+        queue = check_queue(self.bench.queue, self.n + 2)
+        if queue != self.model:
+            raise AssertionError(
+                f"I2: after the timed batches the queue of {self.n:,} blocks is not in the "
+                f"expected order (first difference: {_first_difference(queue, self.model)})")
+
+
+def _first_difference(got, want) -> str:
+    if type(got) is not list:
+        return f"got {got!r:.80}"
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            return f"at position {i}: got {a!r:.60}, expected {b!r:.60}"
+    return f"got {len(got)} results, expected {len(want)}"
 
 
 @graded(4, "I2: remove, popleft, popleft_n, append, append_n and num_free_blocks are O(1) "
            "per block (relink neighbours; keep a counter; never walk or copy the list)",
         f"{DOC}#why-a-hand-written-linked-list")
 def test_operations_are_constant_time():
-    """The same 500 operations cost the same on 2,000 and on 200,000 blocks."""
-    for op in ("remove", "popleft", "popleft_n", "num_free_blocks"):
-        assert_constant_time(f"FreeKVCacheBlockQueue.{op}", _queue_ops(op))
+    """The same 500 operations cost the same on 2,000 and on 200,000 blocks, and are right."""
+    benches = {n: QueueBench(n) for n in (2_000, 200_000)}
+    for op in ("remove", "popleft", "popleft_n", "append_n", "num_free_blocks"):
+        assert_constant_time(f"FreeKVCacheBlockQueue.{op}",
+                             lambda n, op=op: lambda: benches[n].step(op))
+    for bench in benches.values():
+        bench.verify()

@@ -1,0 +1,167 @@
+"""lab-01's helpers in the learner process: they build, run and read back; they never judge.
+
+The grader copies this file into the learner's sandbox as the top-level module
+``learner_side``; the tests reach it with ``learner_module("learner_side")``. It runs beside the
+learner's code, so nothing here decides anything: it builds what the learner's code must
+receive, runs the operation sequences the tests dictate, and returns what it reads as plain
+data (attribute values as they are: the judge checks their types and every invariant). It
+imports only the standard library and, when called, the learner's ``block_pool``.
+
+``queue_snapshot`` and ``pool_snapshot`` are what ``tests/labs/common.py`` asks for; another
+suite's ``learner_side`` may carry copies of them (without, common.py walks the proxies).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+SENTINEL, HIT_NONE, TOO_LONG, NOT_A_BLOCK, NO_SENTINEL = (
+    "sentinel", "none", "limit", "not-a-block", "no-sentinel")
+_MISSING = object()
+
+
+# -- building -----------------------------------------------------------------------------------
+def make_queue(n: int) -> list[Any]:
+    """``[blocks, queue]``: blocks 0 .. n-1 (the learner's ``KVCacheBlock``) and a queue of them."""
+    import block_pool
+
+    blocks = [block_pool.KVCacheBlock(i) for i in range(n)]
+    return [blocks, block_pool.FreeKVCacheBlockQueue(blocks)]
+
+
+def make_request(request_id: str, token_ids: list[int], block_hashes: list[bytes]) -> Any:
+    """What ``cache_full_blocks`` reads of a request, with the hashes the judge computed."""
+    return types.SimpleNamespace(request_id=request_id, block_hashes=list(block_hashes),
+                                 all_token_ids=list(token_ids), num_tokens=len(token_ids),
+                                 lora_request=None)
+
+
+def block_ids(blocks: Any) -> list[Any]:
+    """The ``block_id`` of each block, as found."""
+    return [getattr(b, "block_id", None) for b in blocks]
+
+
+def make_queue_bench(n: int) -> Any:
+    """Like :func:`make_queue`, kept here as one object (``.blocks``, ``.queue``), so that a
+    queue of 200,000 blocks costs the judge one handle, not 200,000."""
+    blocks, queue = make_queue(n)
+    return types.SimpleNamespace(blocks=blocks, queue=queue)
+
+
+# -- running a batch the judge dictates -------------------------------------------------------
+def run_queue_ops(bench: Any, ops: list[list[Any]]) -> list[Any]:
+    """Run ``ops`` on ``bench.queue``; blocks are named by their index in ``bench.blocks``.
+
+    ``["popleft"]``, ``["popleft_n", k]``, ``["remove", i]``, ``["append", i]``,
+    ``["append_n", [i, ...]]``, ``["num_free_blocks"]``. Returns, in order, what the
+    operations that return something returned: a popped block's ``block_id``, a list of them,
+    or the counter.
+    """
+    queue, blocks = bench.queue, bench.blocks
+    out: list[Any] = []
+    for op in ops:
+        name = op[0]
+        if name == "popleft":
+            out.append(queue.popleft().block_id)
+        elif name == "popleft_n":
+            out.append([b.block_id for b in queue.popleft_n(op[1])])
+        elif name == "remove":
+            queue.remove(blocks[op[1]])
+        elif name == "append":
+            queue.append(blocks[op[1]])
+        elif name == "append_n":
+            queue.append_n([blocks[i] for i in op[1]])
+        elif name == "num_free_blocks":
+            out.append(queue.num_free_blocks)
+        else:
+            raise ValueError(f"unknown queue operation {name!r}")
+    return out
+
+
+def make_pool(n: int, enable_caching: bool = False, hash_block_size: int = 4) -> Any:
+    """The learner's ``BlockPool`` of ``n`` blocks."""
+    import block_pool
+
+    return block_pool.BlockPool(num_gpu_blocks=n, enable_caching=enable_caching,
+                                hash_block_size=hash_block_size)
+
+
+def run_pool_ops(pool: Any, ops: list[list[Any]]) -> list[Any]:
+    """Run ``ops`` on ``pool``; blocks are named by id (``pool.blocks[i]``).
+
+    ``["get_new_blocks", k]``, ``["free_blocks", [i, ...]]``, ``["get_num_free_blocks"]``,
+    ``["get_usage"]``. Returns, in order, what the operations that return something returned
+    (``get_new_blocks``: the blocks' ids).
+    """
+    blocks = pool.blocks
+    out: list[Any] = []
+    for op in ops:
+        name = op[0]
+        if name == "get_new_blocks":
+            out.append([b.block_id for b in pool.get_new_blocks(op[1])])
+        elif name == "free_blocks":
+            pool.free_blocks([blocks[i] for i in op[1]])
+        elif name == "get_num_free_blocks":
+            out.append(pool.get_num_free_blocks())
+        elif name == "get_usage":
+            out.append(pool.get_usage())
+        else:
+            raise ValueError(f"unknown pool operation {name!r}")
+    return out
+
+
+# -- reading back ---------------------------------------------------------------------------------
+def _walk(start: Any, stop: Any, link: str, limit: int) -> tuple[list[Any], str]:
+    """The nodes from ``start``'s ``link`` up to ``stop``, and how the walk ended."""
+    nodes: list[Any] = []
+    if start is None:
+        return nodes, NO_SENTINEL
+    node = getattr(start, link, _MISSING)
+    while node is not stop:
+        if node is None:
+            return nodes, HIT_NONE
+        if node is _MISSING:
+            return nodes, NOT_A_BLOCK
+        if len(nodes) >= limit:
+            return nodes, TOO_LONG
+        nodes.append(node)
+        node = getattr(node, link, _MISSING)
+    return nodes, SENTINEL
+
+
+def queue_snapshot(queue: Any, limit: int) -> dict[str, Any]:
+    """The queue's links as data: block ids and identity keys walking forward from the head
+    and backward from the tail (both front to back), how each walk ended, and the counter."""
+    head = getattr(queue, "fake_free_list_head", None)
+    tail = getattr(queue, "fake_free_list_tail", None)
+    forward, forward_end = _walk(head, tail, "next_free_block", limit)
+    backward, backward_end = _walk(tail, head, "prev_free_block", limit)
+    backward.reverse()
+    return {
+        "forward": [getattr(b, "block_id", None) for b in forward],
+        "forward_keys": [id(b) for b in forward],
+        "forward_end": forward_end,
+        "backward": [getattr(b, "block_id", None) for b in backward],
+        "backward_keys": [id(b) for b in backward],
+        "backward_end": backward_end,
+        "num_free_blocks": getattr(queue, "num_free_blocks", None),
+    }
+
+
+def pool_snapshot(pool: Any, hashes: bool = False) -> dict[str, Any]:
+    """Every block of ``pool.blocks`` as data (id, identity key, ref_cnt, whether it has a
+    free-list link, its hash if asked), the null block's key and flag, and the queue."""
+    blocks = list(pool.blocks)
+    null = pool.null_block
+    return {
+        "ids": [getattr(b, "block_id", None) for b in blocks],
+        "keys": [id(b) for b in blocks],
+        "ref_cnts": [getattr(b, "ref_cnt", None) for b in blocks],
+        "linked": [getattr(b, "prev_free_block", None) is not None
+                   or getattr(b, "next_free_block", None) is not None for b in blocks],
+        "hashes": [getattr(b, "block_hash", None) for b in blocks] if hashes else None,
+        "null_key": id(null),
+        "null_is_null": getattr(null, "is_null", None),
+        "queue": queue_snapshot(pool.free_block_queue, len(blocks) + 2),
+    }

@@ -1,0 +1,229 @@
+"""lab-07's helpers in the learner process: build requests, drive a manager, read its state.
+
+The grader copies this file into the learner's sandbox as the top-level module ``learner_side``.
+The judge also imports it itself and runs the same :class:`Driver` on the reference manager, as
+an oracle: both sides then perform exactly the same operations and report what they saw as plain
+data (lists of block ids, ref counts, hashes), which the judge compares.
+
+Nothing here decides anything: no assertion, no expected value. Each helper builds an object,
+runs the operations the judge names, or extracts data. It imports only ``mini_vllm`` pieces that
+lab-07 does not grade (the request, hashing), never the reference manager.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mini_vllm.core.kv_cache_utils import hash_block_tokens, sha256
+from mini_vllm.request import Request
+from mini_vllm.sampling_params import SamplingParams
+
+BS = 4
+#: The parent hash of every request's first block. Fixed (instead of ``NONE_HASH``, which is
+#: random unless PYTHONHASHSEED is set), so the judge and the learner process agree on hashes.
+ROOT = sha256(("mini-vllm lab-07 root",))
+
+
+def block_hasher(block_size: int = BS) -> Any:
+    """Upstream's request block hasher (chained sha256 of full blocks), chained from ``ROOT``."""
+
+    def hasher(request: Request) -> list[bytes]:
+        start = len(request.block_hashes) * block_size
+        parent = request.block_hashes[-1] if request.block_hashes else ROOT
+        new: list[bytes] = []
+        while start + block_size <= request.num_tokens:
+            parent = hash_block_tokens(sha256, parent,
+                                       request.all_token_ids[start:start + block_size])
+            new.append(parent)
+            start += block_size
+        return new
+
+    return hasher
+
+
+def make_request(request_id: str, tokens: list[int], block_size: int = BS) -> Request:
+    """A request whose full blocks are hashed (chained) as its tokens arrive."""
+    return Request(request_id, list(tokens), SamplingParams(max_tokens=1000),
+                   block_hasher=block_hasher(block_size))
+
+
+def block_ids(kv_blocks: Any) -> list[Any] | None:
+    """The ids in a ``KVCacheBlocks`` (its first group); None for None."""
+    if kv_blocks is None:
+        return None
+    return [blk.block_id for blk in kv_blocks.blocks[0]]
+
+
+def _walk(start: Any, stop: Any, attr: str, limit: int) -> tuple[list[Any], str]:
+    """The nodes linked from ``start`` by ``attr`` up to ``stop``; how the walk ended."""
+    nodes: list[Any] = []
+    node = getattr(start, attr)
+    while node is not stop:
+        if node is None:
+            return nodes, "none"
+        if len(nodes) >= limit:
+            return nodes, "loop"
+        nodes.append(node)
+        node = getattr(node, attr)
+    return nodes, "end"
+
+
+def pool_state(pool: Any) -> dict[str, Any]:
+    """The block pool as data. Blocks are named by their position in ``pool.blocks`` (found by
+    identity; -1 for an object that is not one of the pool's blocks)."""
+    blocks = list(pool.blocks)
+    where = {id(blk): i for i, blk in enumerate(blocks)}
+    queue = pool.free_block_queue
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    forward, forward_end = _walk(head, tail, "next_free_block", len(blocks) + 2)
+    backward, backward_end = _walk(tail, head, "prev_free_block", len(blocks) + 2)
+    cache_map = getattr(getattr(pool, "cached_block_hash_to_block", None), "_cache", None)
+    entries = None
+    if cache_map is not None:
+        entries = []
+        for key, value in cache_map.items():
+            filed = value.items() if isinstance(value, dict) else [(None, value)]
+            for block_id, blk in filed:
+                entries.append([key, block_id, where.get(id(blk), -1)])
+    return {
+        "num_gpu_blocks": pool.num_gpu_blocks,
+        "block_id": [blk.block_id for blk in blocks],
+        "ref_cnt": [blk.ref_cnt for blk in blocks],
+        "hash": [blk.block_hash for blk in blocks],
+        "is_null": [blk.is_null for blk in blocks],
+        "linked": [blk.prev_free_block is not None or blk.next_free_block is not None
+                   for blk in blocks],
+        "null": where.get(id(pool.null_block), -1),
+        "head_prev": head.prev_free_block is not None,
+        "tail_next": tail.next_free_block is not None,
+        "forward": [where.get(id(blk), -1) for blk in forward],
+        "forward_end": forward_end,
+        "backward": [where.get(id(blk), -1) for blk in reversed(backward)],
+        "backward_end": backward_end,
+        "num_free_blocks": queue.num_free_blocks,
+        "get_num_free_blocks": pool.get_num_free_blocks(),
+        "cache_map": entries,
+    }
+
+
+def manager_state(mgr: Any) -> dict[str, Any]:
+    """The manager's bookkeeping and its pool, as data."""
+    state = pool_state(mgr.block_pool)
+    where = {id(blk): i for i, blk in enumerate(mgr.block_pool.blocks)}
+    state["tables"] = {rid: [where.get(id(blk), -1) for blk in blocks]
+                       for rid, blocks in mgr.req_to_blocks.items()}
+    state["num_cached_block"] = dict(mgr.num_cached_block)
+    return state
+
+
+class Driver:
+    """One manager and the requests it serves, driven the way the judge says.
+
+    Every method performs the named calls on the manager and returns what came back as data.
+    After an allocation that succeeded, the request's ``num_computed_tokens`` moves forward as
+    the scheduler would move it; nothing else is decided here.
+    """
+
+    def __init__(self, mgr: Any, block_size: int = BS) -> None:
+        self.mgr = mgr
+        self.block_size = block_size
+        self.requests: dict[str, Request] = {}
+        self.hits: dict[str, tuple[Any, int]] = {}
+
+    # -- requests ---------------------------------------------------------------------------
+    def add(self, request_id: str, tokens: list[int]) -> Request:
+        req = make_request(request_id, tokens, self.block_size)
+        self.requests[request_id] = req
+        return req
+
+    def request(self, request_id: str) -> Request:
+        return self.requests[request_id]
+
+    def progress(self) -> dict[str, list[int]]:
+        """Per request: [num_tokens, num_computed_tokens, num_preemptions]."""
+        return {rid: [req.num_tokens, req.num_computed_tokens, req.num_preemptions]
+                for rid, req in self.requests.items()}
+
+    # -- the scheduler's calls ----------------------------------------------------------------
+    def lookup(self, request_id: str) -> list[Any]:
+        """``get_computed_blocks``: [hit block ids, hit tokens]; the hits are kept for the next
+        ``allocate`` of this request."""
+        hits, num_hit = self.mgr.get_computed_blocks(self.requests[request_id])
+        self.hits[request_id] = (hits, num_hit)
+        return [block_ids(hits), num_hit]
+
+    def allocate(self, request_id: str, num_new: int, lookahead: int = 0) -> list[Any] | None:
+        """``allocate_slots`` with the hits of the last ``lookup`` (if any): the new block ids,
+        or None."""
+        req = self.requests[request_id]
+        hits, num_hit = self.hits.pop(request_id, (None, 0))
+        if hits is None:
+            new = self.mgr.allocate_slots(req, num_new, num_lookahead_tokens=lookahead)
+        else:
+            new = self.mgr.allocate_slots(req, num_new, num_hit, hits, lookahead)
+        if new is not None:
+            req.num_computed_tokens = req.num_computed_tokens + num_hit + num_new
+        return block_ids(new)
+
+    def admit(self, request_id: str, num_new: int | None = None,
+              lookahead: int = 0) -> dict[str, Any]:
+        """``lookup`` then ``allocate`` of ``num_new`` tokens (default: all the rest). The
+        allocation is not attempted when nothing is left to compute."""
+        hit, num_hit = self.lookup(request_id)
+        if num_new is None:
+            num_new = self.requests[request_id].num_tokens - num_hit
+        if num_new <= 0:
+            self.hits.pop(request_id, None)
+            return {"hit": hit, "num_hit": num_hit, "new": None, "tried": False}
+        new = self.allocate(request_id, num_new, lookahead)
+        return {"hit": hit, "num_hit": num_hit, "new": new, "tried": True}
+
+    def append(self, request_id: str, token: int) -> None:
+        self.requests[request_id].append_output_token_ids(token)
+
+    def decode(self, request_id: str, token: int) -> list[Any] | None:
+        """Append a sampled token and give it a slot: one decode step."""
+        self.append(request_id, token)
+        return self.allocate(request_id, 1)
+
+    def free(self, request_id: str, preempt: bool = False) -> None:
+        """``free``; with ``preempt`` the request then starts over (recompute), as the scheduler
+        resets a preempted request."""
+        req = self.requests[request_id]
+        self.hits.pop(request_id, None)
+        self.mgr.free(req)
+        if preempt:
+            req.num_computed_tokens = 0
+            req.num_preemptions += 1
+
+    def stats(self) -> list[Any] | None:
+        """``make_prefix_cache_stats`` as its counters, or None."""
+        stats = self.mgr.make_prefix_cache_stats()
+        if stats is None:
+            return None
+        return [stats.requests, stats.queries, stats.hits, stats.preempted_requests,
+                stats.preempted_queries, stats.preempted_hits]
+
+    def usage(self) -> Any:
+        return self.mgr.usage
+
+    def get_block_ids(self, request_id: str) -> Any:
+        return self.mgr.get_block_ids(request_id)
+
+    def num_blocks_to_allocate(self, request_id: str, num_tokens: int) -> Any:
+        """``get_num_blocks_to_allocate`` for ``num_tokens`` slots, with the pending hits."""
+        hits = self.hits.get(request_id, (None, 0))[0]
+        return self.mgr.get_num_blocks_to_allocate(
+            request_id, num_tokens, list(hits.blocks[0]) if hits is not None else [])
+
+    # -- reading ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        state = manager_state(self.mgr)
+        state["progress"] = self.progress()
+        return state
+
+
+def new_driver(manager_cls: Any, num_blocks: int, max_model_len: int,
+               **kwargs: Any) -> Driver:
+    """A driver around ``manager_cls(num_blocks, BS, max_model_len, **kwargs)``."""
+    return Driver(manager_cls(num_blocks, BS, max_model_len, **kwargs))

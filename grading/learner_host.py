@@ -49,32 +49,46 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
         raise OSError(err, f"mount {fstype or 'bind'} on {target}: {os.strerror(err)}")
 
 
-def _hide_and_isolate(config: dict[str, Any]) -> None:
-    """In our own mount namespace (made by ``unshare``): hide the course, give a fresh /tmp."""
+#: What the sandbox's root holds besides Python and the staged folder: the system, no data.
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "sys")
+
+
+def _bind(source_fd: int, target: str, recursive: bool = True) -> None:
+    os.makedirs(target, exist_ok=True)
+    flags = MS_BIND | (MS_REC if recursive else 0)
+    _mount(f"/proc/self/fd/{source_fd}", target, None, flags, None)
+    os.close(source_fd)
+
+
+def _enter_minimal_root(config: dict[str, Any]) -> None:
+    """In our own mount and PID namespaces (made by ``unshare``): build a new root holding only
+    the system folders, the Python installation and the staged folder, then ``chroot`` into it.
+
+    Nothing else of the machine exists inside: no course checkout, no other copy of it, no
+    home folders, no results folder. ``/tmp`` and ``/dev/shm`` are fresh size-limited tmpfs.
+    """
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-    staging = os.open(config["staging"], os.O_RDONLY | os.O_DIRECTORY)
-    keep = [(closed, inner, os.open(inner, os.O_RDONLY | os.O_DIRECTORY))
-            for closed, inner in config["expose"]]
-    for closed in sorted({c for c, _, _ in keep}):
-        _mount("closed", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
-    for _, inner, fd in keep:
-        os.makedirs(inner, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", inner, None, MS_BIND | MS_REC, None)
-        os.close(fd)
-    for path in config["hide"]:
-        if any(inner == path or inner.startswith(path + "/") for _, inner, _ in keep):
-            continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            _mount("hidden", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=555")
-        elif os.path.isfile(path) and not os.path.islink(path):
-            _mount("/dev/null", path, None, MS_BIND, None)
+    new = config["new_root"]
+    _mount("sandbox-root", new, "tmpfs", MS_NOSUID, "size=1m,mode=755")
+    for name in SYSTEM_DIRS:
+        source = f"/{name}"
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), f"{new}/{name}")
+        elif os.path.isdir(source):
+            _bind(os.open(source, os.O_RDONLY | os.O_DIRECTORY), f"{new}/{name}")
+    for prefix in config["python"]:
+        if not prefix.startswith(("/usr/", "/etc/")) and os.path.isdir(prefix):
+            _bind(os.open(prefix, os.O_RDONLY | os.O_DIRECTORY), f"{new}{prefix}")
     size = f"size={config['tmp_mib']}m,mode=1777"
-    for tmp in ("/tmp", "/dev/shm", "/var/tmp"):
-        if os.path.isdir(tmp):
-            _mount("learner-tmp", tmp, "tmpfs", MS_NOSUID | MS_NODEV, size)
-    os.makedirs(config["root"], exist_ok=True)
-    _mount(f"/proc/self/fd/{staging}", config["root"], None, MS_BIND | MS_REC, None)
-    os.close(staging)
+    for tmp in ("/tmp", "/dev/shm"):
+        os.makedirs(f"{new}{tmp}", exist_ok=True)
+        _mount("learner-tmp", f"{new}{tmp}", "tmpfs", MS_NOSUID | MS_NODEV, size)
+    _bind(os.open(config["staging"], os.O_RDONLY | os.O_DIRECTORY), f"{new}{config['root']}",
+          recursive=False)
+    os.makedirs(f"{new}/proc", exist_ok=True)
+    _mount("proc", f"{new}/proc", "proc", MS_NOSUID | MS_NODEV, None)
+    os.chroot(new)
+    os.chdir("/")
 
 
 def _limit(config: dict[str, Any]) -> None:
@@ -103,7 +117,7 @@ def _drop_privileges(uid: int) -> None:
 def enter_sandbox(config: dict[str, Any]) -> Path:
     """Close the sandbox; return the folder the learner code works in."""
     if config.get("namespace"):
-        _hide_and_isolate(config)
+        _enter_minimal_root(config)
     root = Path(config["root"])
     work = root / "work"
     work.mkdir(exist_ok=True)

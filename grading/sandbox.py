@@ -120,6 +120,7 @@ def stage(lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = Non
         src = impl / filename
         if src.is_file():
             shutil.copyfile(src, root / "impl" / filename)
+    (root / "newroot").mkdir()
     host = root / "host"
     host.mkdir()
     for name in HOST_FILES:
@@ -173,47 +174,36 @@ def sandbox_mode() -> str:
             _MODE = forced
         else:
             _MODE = "namespace" if _can_unshare() else "uid"
-        if _MODE == "uid" and _exposed():
+        if _MODE == "uid" and _python_unreadable():
             print("grading: Python is installed where an unprivileged user cannot read it; "
                   "graded code runs without a separate user", file=sys.stderr)
             _MODE = "none"
     return _MODE
 
 
-def _hidden_paths() -> list[str]:
-    """The course folder's entries, except the one holding this Python (a venv in the repo)."""
-    prefix = Path(sys.prefix).resolve()
-    hide = []
-    for entry in sorted(REPO_ROOT.iterdir()):
-        resolved = entry.resolve()
-        if prefix == resolved or resolved in prefix.parents:
-            continue
-        hide.append(str(entry))
-    return hide
+def _python_folders() -> list[str]:
+    """The folders of this Python installation (a venv and the Python it was made from)."""
+    folders = set()
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+        folders.add(str(Path(prefix)))
+        folders.add(str(Path(prefix).resolve()))
+    return sorted(folders)
 
 
 def _closed_ancestor(path: Path) -> Path | None:
     """The highest folder above ``path`` that other users cannot enter (``/root``), if any."""
-    closed = None
     for folder in reversed([path, *path.parents]):
         try:
             if not folder.stat().st_mode & stat.S_IXOTH:
-                closed = folder
-                break
+                return folder
         except OSError:
             return None
-    return closed
+    return None
 
 
-def _exposed() -> list[list[str]]:
-    """``[closed folder, python folder]`` pairs: Python under a folder other users cannot
-    enter (pyenv in ``/root``) is bound back inside an empty mount over that folder."""
-    pairs = []
-    for prefix in sorted({str(Path(p).resolve()) for p in (sys.base_prefix, sys.prefix)}):
-        closed = _closed_ancestor(Path(prefix))
-        if closed is not None and closed != Path(prefix):
-            pairs.append([str(closed), prefix])
-    return pairs
+def _python_unreadable() -> bool:
+    """Python lives where another user cannot read it (pyenv under ``/root``)."""
+    return any(_closed_ancestor(Path(p)) is not None for p in _python_folders())
 
 
 def _site_prefixes() -> list[str]:
@@ -295,8 +285,7 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
     config = {
         "fd_in": to_r, "fd_out": from_w,
         "staging": str(staging.root), "root": root, "namespace": namespaced,
-        "hide": _hidden_paths() if namespaced else [],
-        "expose": _exposed() if namespaced else [],
+        "new_root": str(staging.root / "newroot"), "python": _python_folders(),
         "tmp_mib": limits.tmp_mib, "uid": learner_uid, "env": env,
         "site": _site_prefixes(), "preload": list(preload),
         "chain": [[f"{root}/chain/{d}", f, p] for d, f, p in staging.chain_dirs],

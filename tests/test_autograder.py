@@ -14,8 +14,7 @@ import pytest
 
 from grading.autograder import build_autograder
 from grading.labs import load_lab
-
-HOSTILE = Path(__file__).resolve().parent / "hostile"
+from grading.sandbox import sandbox_mode
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +24,7 @@ def bundle(tmp_path_factory) -> Path:
 
 def run_submission(bundle: Path, root: Path, files: dict[str, Path]) -> dict:
     """Unpack into root/source, put the files in root/submission, run run_autograder."""
-    (root / "source").mkdir(parents=True)
+    (root / "source").mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(bundle) as zf:
         zf.extractall(root / "source")
     for script in ("setup.sh", "run_autograder"):
@@ -63,11 +62,29 @@ def test_solution_full_marks(bundle, tmp_path):
     assert data["score"] == sum(t["max_score"] for t in data["tests"]) > 0
 
 
-def test_hostile_submission_cannot_forge(bundle, tmp_path):
-    data = run_submission(bundle, tmp_path,
-                          {"block_pool.py": HOSTILE / "forge_results" / "block_pool.py"})
-    assert data["score"] == 0
+@pytest.mark.parametrize("name", ["reexport_reference", "read_the_solution", "late_writers",
+                                  "gc_walk_and_fd_spray", "write_to_the_course",
+                                  "crash_the_report"])
+def test_hostile_submission_gets_its_honest_score(bundle, tmp_path, name):
+    """Attacks on the stub score 0 through the bundle too, and results.json is the grader's."""
+    from tests.test_grader_hostile import compose
+
+    if name in ("read_the_solution", "late_writers", "write_to_the_course") and \
+            sandbox_mode() == "none":
+        pytest.skip("graded code runs as your own user here: see docs/grader.md")
+    folder = compose(name, tmp_path / "compose")
+    results = tmp_path / "root" / "results"
+    results.mkdir(parents=True)
+    (results / "results.json").write_text(json.dumps({"score": 999, "tests": []}))
+    data = run_submission(bundle, tmp_path / "root", {"block_pool.py": folder / "block_pool.py"})
+    assert data["score"] == 0 and data["tests"], data
     assert all(t["name"] != "forged" for t in data["tests"])
+    if name == "late_writers":
+        import time
+
+        time.sleep(3)
+        again = json.loads((results / "results.json").read_text())
+        assert again == data, "something rewrote results.json after the grade"
 
 
 def test_empty_submission_scores_zero_with_a_result(bundle, tmp_path):

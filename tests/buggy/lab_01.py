@@ -330,4 +330,44 @@ MUTANTS = [
         why="get_num_free_blocks counts the queue by walking it: O(n) on every call, and the "
             "scheduler calls it every step",
     ),
+    # -- added with the judge/learner split (issue #20): bugs no earlier test reached ---------------
+    Mutant(
+        name="append_accepts_a_queued_block",
+        file=FILE,
+        find="""
+            if block.prev_free_block is not None or block.next_free_block is not None:
+                raise RuntimeError(
+                    f"Cannot append block {block.block_id} to the free queue: it is already in it"
+                )
+            tail = self.fake_free_list_tail
+        """,
+        replace="""
+            tail = self.fake_free_list_tail
+        """,
+        why="append trusts its caller: appending a block that is still queued links it in a "
+            "second time and the list loops (the misuse table says RuntimeError)",
+    ),
+    Mutant(
+        name="failed_free_rollback_resets_to_one",
+        file=FILE,
+        find="done.ref_cnt += 1",
+        replace="done.ref_cnt = 1",
+        why="a refused free_blocks 'rolls back' by setting ref_cnt = 1 on the blocks it had "
+            "already decremented: right for a block with one holder, but a shared block "
+            "(ref_cnt 2) loses a reference and is later freed while still in use (I1)",
+    ),
+    Mutant(
+        name="usage_of_a_null_only_pool_divides_by_zero",
+        file=FILE,
+        find="""
+            total = self.num_gpu_blocks - 1
+            if total == 0:
+                return 0.0
+        """,
+        replace="""
+            total = self.num_gpu_blocks - 1
+        """,
+        why="get_usage divides by num_gpu_blocks - 1 without the guard: a pool of one block "
+            "(only the null block) raises ZeroDivisionError instead of reporting 0.0",
+    ),
 ]

@@ -190,6 +190,89 @@ MUTANTS = [
         why="slots are not capped at max_model_len: lookahead slots beyond the model's length "
             "take blocks no token can ever use",
     ),
+    # -- capacity accounting of prefix hits (in use: free of charge; free: one block each) --
+    Mutant(
+        name="in_use_hits_counted",
+        file=FILE,
+        find="blk.ref_cnt == 0 and not blk.is_null for blk in new_computed_blocks",
+        replace="not blk.is_null for blk in new_computed_blocks",
+        why="counts every hit as a block taken from the free queue, also hits on blocks that "
+            "running requests hold: a request sharing a running request's prefix is refused "
+            "although its fresh blocks fit",
+    ),
+    Mutant(
+        name="hits_not_subtracted_from_fresh",
+        file=FILE,
+        find="num_new_blocks = max(num_required_blocks - num_req_blocks - len(new_computed_blocks), 0)",
+        replace="num_new_blocks = max(num_required_blocks - num_req_blocks, 0)",
+        why="counts the hit blocks as fresh ones (and the free hits once more): every hit costs "
+            "capacity, in-use hits included, so fitting admissions are refused",
+    ),
+    Mutant(
+        name="capacity_ignores_the_table",
+        file=FILE,
+        find="num_new_blocks = max(num_required_blocks - num_req_blocks - len(new_computed_blocks), 0)",
+        replace="num_new_blocks = max(num_required_blocks - len(new_computed_blocks), 0)",
+        why="counts the blocks a running request already holds as blocks to allocate: a decode "
+            "step that needs one block (or none) is refused when fewer blocks than its whole "
+            "table are free",
+    ),
+    Mutant(
+        name="capacity_check_off_by_one",
+        file=FILE,
+        find="if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():",
+        replace="if num_blocks_to_allocate >= self.block_pool.get_num_free_blocks():",
+        why="refuses an allocation that needs exactly the free blocks: the last free block is "
+            "never handed out",
+    ),
+    Mutant(
+        name="capacity_without_lookahead",
+        file=FILE,
+        find="num_tokens=num_tokens_need_slot,",
+        replace="num_tokens=min(total_computed_tokens + num_new_tokens, self.max_model_len),",
+        why="the capacity check leaves out the lookahead slots the allocation then takes: the "
+            "check passes, and the allocation runs out of blocks half-way with the hits claimed",
+    ),
+    Mutant(
+        name="hits_touched_twice",
+        file=FILE,
+        find="""
+            if new_computed_block_list[0]:
+                self.allocate_new_computed_blocks(request.request_id, new_computed_block_list[0])
+        """,
+        replace="""
+            if new_computed_block_list[0]:
+                self.block_pool.touch(new_computed_block_list[0])
+                self.allocate_new_computed_blocks(request.request_id, new_computed_block_list[0])
+        """,
+        why="allocate_slots touches the hits and allocate_new_computed_blocks touches them "
+            "again: each hit gains two references for one holder and never returns to the free "
+            "queue (a leak)",
+    ),
+    Mutant(
+        name="hit_capped_at_the_prompt",
+        file=FILE,
+        find="max_cache_hit_length = request.num_tokens - 1",
+        replace="max_cache_hit_length = request.num_prompt_tokens - 1",
+        why="caps the hit at the prompt: a preempted request resumed with output tokens "
+            "recomputes its cached output blocks instead of hitting them",
+    ),
+    Mutant(
+        name="stats_count_the_capped_query",
+        file=FILE,
+        find="num_tokens=request.num_tokens,",
+        replace="num_tokens=max_cache_hit_length,",
+        why="records num_tokens - 1 queried tokens per lookup instead of the request's "
+            "num_tokens: the hit rate is computed over the wrong total",
+    ),
+    Mutant(
+        name="free_keeps_num_cached_block",
+        file=FILE,
+        find="self.num_cached_block.pop(request.request_id, None)",
+        replace="pass",
+        why="free forgets the table but not how many of its blocks were published: resumed "
+            "without a hit, the request skips publishing its first blocks again",
+    ),
     # -- free, ids, usage ---------------------------------------------------------------------
     Mutant(
         name="free_in_forward_order",

@@ -334,6 +334,10 @@ def assert_constant_time(op_name: str, run_ops: Callable[[int], Callable[[], flo
     t_small = best_time(run_ops(small))
     t_big = best_time(run_ops(big))
     ratio = t_big / max(t_small, 1e-6)
+    import os
+    if os.environ.get("TIMING_DEBUG_FILE"):
+        with open(os.environ["TIMING_DEBUG_FILE"], "a") as f:
+            f.write(f"{op_name}: small {t_small*1e3:.2f} ms big {t_big*1e3:.2f} ms\n")
     if ratio > max_ratio and t_big > 0.05:
         raise AssertionError(
             f"I2 (O(1) operations): {op_name} took {t_big * 1e3:.1f} ms on {big:,} blocks vs "

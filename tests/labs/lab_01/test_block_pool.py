@@ -1,4 +1,9 @@
-"""lab-01, part 2: the block pool — allocation, reference counts, freeing, usage."""
+"""lab-01, part 2: the block pool — allocation, reference counts, freeing, usage.
+
+The pool lives in the learner process; what the tests hand to it (a request for
+``cache_full_blocks``) is built there too (``learner_side``). The checks read the pool back
+as data (``tests/labs/common.py``) and decide here.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,25 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from grading.suite import graded, load_impl
-from tests.labs.common import STATEFUL_SETTINGS, assert_constant_time, check_pool, free_ids
+from grading.suite import graded, learner_module, load_impl
+from tests.labs.common import (
+    STATEFUL_SETTINGS,
+    as_int,
+    assert_constant_time,
+    block_ids,
+    check_pool,
+    check_pool_snapshot,
+    describe,
+    pool_snapshot,
+    same_data,
+    timed_call,
+)
 
 DOC = "phases/02-paged-attention/README.md"
+
+
+def side():
+    return learner_module("learner_side")
 
 
 def make_pool(n: int, caching: bool = False, block_size: int = 4):
@@ -24,7 +44,18 @@ def make_pool(n: int, caching: bool = False, block_size: int = 4):
 
 
 def ids(blocks) -> list[int]:
-    return [b.block_id for b in blocks]
+    return block_ids(blocks)
+
+
+def ref(block) -> int:
+    return as_int(block.ref_cnt, "ref_cnt")
+
+
+def usage(pool) -> float:
+    value = pool.get_usage()
+    if type(value) not in (float, int):
+        raise AssertionError(f"get_usage must return a float, got {describe(value)}")
+    return value
 
 
 @graded(2, "I1: block 0 is the null block: taken out of the free queue at construction, "
@@ -32,13 +63,13 @@ def ids(blocks) -> list[int]:
 def test_null_block_is_reserved():
     """A new pool of n blocks offers n - 1: block 0 is the null block."""
     pool = make_pool(6)
-    assert pool.null_block is pool.blocks[0] and pool.null_block.block_id == 0
-    assert pool.null_block.is_null, "the null block must have is_null = True"
-    assert [b.block_id for b in pool.blocks] == list(range(6))
-    assert pool.get_num_free_blocks() == 5, (
-        f"6 blocks minus the null block leaves 5 free, got {pool.get_num_free_blocks()}")
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue) == [1, 2, 3, 4, 5]
+    assert pool.null_block is pool.blocks[0], "null_block must be blocks[0], the block of id 0"
+    assert pool.null_block.is_null is True, "the null block must have is_null = True"
+    assert ids(pool.blocks) == list(range(6)), (
+        f"pool.blocks must hold blocks 0..5 in id order, got {ids(pool.blocks)}")
+    free = as_int(pool.get_num_free_blocks(), "get_num_free_blocks()")
+    assert free == 5, f"6 blocks minus the null block leaves 5 free, got {free}"
+    assert check_pool(pool) == [1, 2, 3, 4, 5], "the free queue must hold blocks 1..5 in order"
 
 
 @graded(2, "I1: get_new_blocks pops from the front of the free queue and sets ref_cnt = 1",
@@ -48,13 +79,13 @@ def test_get_new_blocks_pops_from_the_front():
     pool = make_pool(8)
     got = pool.get_new_blocks(3)
     assert ids(got) == [1, 2, 3], f"expected blocks [1, 2, 3] from the front, got {ids(got)}"
-    assert all(b.ref_cnt == 1 for b in got), "every new block must have ref_cnt == 1"
-    assert pool.get_num_free_blocks() == 4
-    check_pool(pool)
+    assert [ref(b) for b in got] == [1, 1, 1], "every new block must have ref_cnt == 1"
+    assert check_pool(pool) == [4, 5, 6, 7]
+    assert as_int(pool.get_num_free_blocks(), "get_num_free_blocks()") == 4
     assert ids(pool.get_new_blocks(0)) == [], "get_new_blocks(0) returns no block"
     assert ids(pool.get_new_blocks(4)) == [4, 5, 6, 7]
-    assert pool.get_num_free_blocks() == 0
-    check_pool(pool)
+    assert as_int(pool.get_num_free_blocks(), "get_num_free_blocks()") == 0
+    assert check_pool(pool) == []
 
 
 @graded(2, "I1: the null block is never handed out, even when every other block is taken",
@@ -62,14 +93,15 @@ def test_get_new_blocks_pops_from_the_front():
 def test_null_block_never_handed_out():
     """Draining the pool never yields block 0."""
     pool = make_pool(5)
-    got = pool.get_new_blocks(4)
-    assert 0 not in ids(got), "the null block (id 0) must never be handed out"
+    got = ids(pool.get_new_blocks(4))
+    assert sorted(got) == [1, 2, 3, 4], (
+        f"draining a pool of 5 hands out blocks 1..4, never the null block (id 0): got {got}")
     with pytest.raises(ValueError):
         pool.get_new_blocks(1)
 
 
-@graded(2, "Asking for more blocks than are free raises ValueError and changes nothing",
-        f"{DOC}#misuse-errors")
+@graded(2, "Asking for more blocks than are free (or a negative count) raises ValueError and "
+           "changes nothing", f"{DOC}#misuse-errors")
 def test_too_many_blocks_is_an_error():
     """A request the pool cannot satisfy fails cleanly, all or nothing."""
     pool = make_pool(5)
@@ -77,9 +109,12 @@ def test_too_many_blocks_is_an_error():
     with pytest.raises(ValueError) as excinfo:
         pool.get_new_blocks(3)
     assert str(excinfo.value), "the error must say how many blocks were asked and how many are free"
-    assert pool.get_num_free_blocks() == 2, "a refused allocation must not take any block"
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue) == [3, 4]
+    assert as_int(pool.get_num_free_blocks(), "get_num_free_blocks()") == 2, (
+        "a refused allocation must not take any block")
+    assert check_pool(pool) == [3, 4], "a refused allocation must leave the queue as it was"
+    with pytest.raises(ValueError):
+        pool.get_new_blocks(-1)
+    assert check_pool(pool) == [3, 4], "get_new_blocks(-1) must be refused and take nothing"
 
 
 @graded(3, "I1: free_blocks decrements ref_cnt and appends the blocks that reach 0, in the "
@@ -89,8 +124,7 @@ def test_free_blocks_appends_in_given_order():
     pool = make_pool(7)
     a = pool.get_new_blocks(4)  # 1 2 3 4
     pool.free_blocks(list(reversed(a)))  # a request frees its blocks tail first
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue) == [5, 6, 4, 3, 2, 1], (
+    assert check_pool(pool) == [5, 6, 4, 3, 2, 1], (
         "freed blocks must go to the BACK of the queue in the order given (LRU eviction)")
     again = pool.get_new_blocks(2)
     assert ids(again) == [5, 6], (
@@ -103,14 +137,14 @@ def test_shared_block_freed_only_at_zero():
     """Only blocks whose count reaches 0 return to the queue."""
     pool = make_pool(5)
     a, b = pool.get_new_blocks(2)
-    a.ref_cnt += 1  # a second request shares block a (prefix caching does this through touch)
+    a.ref_cnt = 2  # a second request shares block a (prefix caching does this through touch)
     pool.free_blocks([a, b])
-    assert a.ref_cnt == 1 and b.ref_cnt == 0
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue) == [3, 4, 2], "only b (ref_cnt 0) may be appended"
+    assert (ref(a), ref(b)) == (1, 0), (
+        f"freeing [a (ref_cnt 2), b (ref_cnt 1)] leaves ref_cnts 1 and 0, got {ref(a)} and "
+        f"{ref(b)}")
+    assert check_pool(pool) == [3, 4, 2], "only b (ref_cnt 0) may be appended"
     pool.free_blocks([a])
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue) == [3, 4, 2, 1]
+    assert check_pool(pool) == [3, 4, 2, 1]
 
 
 @graded(2, "Misuse: freeing a block whose ref_cnt is already 0 (double free) raises and "
@@ -122,18 +156,17 @@ def test_double_free_is_an_error():
     pool.free_blocks([a])
     with pytest.raises(ValueError) as excinfo:
         pool.free_blocks([a])
-    assert str(excinfo.value)
-    assert a.ref_cnt == 0, f"a refused double free must leave ref_cnt at 0, got {a.ref_cnt}"
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue) == [3, 4, 1]
-    # The bad block comes second: the call is refused as a whole, b keeps its reference.
+    assert str(excinfo.value), "the error must name the block and say what was wrong"
+    assert ref(a) == 0, f"a refused double free must leave ref_cnt at 0, got {ref(a)}"
+    assert check_pool(pool) == [3, 4, 1]
+    # The bad block comes second: the call is refused as a whole, b keeps its references.
+    b.ref_cnt = 2  # shared with a second holder
     with pytest.raises(ValueError):
         pool.free_blocks([b, a])
-    assert b.ref_cnt == 1 and a.ref_cnt == 0, (
-        f"a refused free_blocks([b, a]) must change no ref_cnt: b has {b.ref_cnt} (expected 1), "
-        f"a has {a.ref_cnt} (expected 0)")
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue) == [3, 4, 1], "a refused free must not queue any block"
+    assert (ref(b), ref(a)) == (2, 0), (
+        f"a refused free_blocks([b, a]) must change no ref_cnt: b has {ref(b)} (expected 2), "
+        f"a has {ref(a)} (expected 0)")
+    assert check_pool(pool) == [3, 4, 1], "a refused free must not queue any block"
 
 
 @graded(2, "Misuse: freeing the null block raises ValueError", f"{DOC}#misuse-errors")
@@ -142,22 +175,24 @@ def test_freeing_the_null_block_is_an_error():
     pool = make_pool(4)
     with pytest.raises(ValueError):
         pool.free_blocks([pool.null_block])
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue) == [1, 2, 3]
+    assert check_pool(pool) == [1, 2, 3]
 
 
-@graded(2, "get_usage is 1 - free / (num_gpu_blocks - 1): the null block is not usable memory",
-        f"{DOC}#allocating-blocks")
+@graded(2, "get_usage is 1 - free / (num_gpu_blocks - 1): the null block is not usable memory "
+           "(and a pool of only the null block is 0.0 used)", f"{DOC}#allocating-blocks")
 def test_usage():
     """Usage counts the blocks in use out of the usable ones."""
     pool = make_pool(11)
-    assert pool.get_usage() == pytest.approx(0.0)
+    assert usage(pool) == pytest.approx(0.0), f"a new pool is 0.0 used, got {usage(pool)}"
     blocks = pool.get_new_blocks(4)
-    assert pool.get_usage() == pytest.approx(0.4), f"4 of 10 usable blocks: {pool.get_usage()}"
+    assert usage(pool) == pytest.approx(0.4), f"4 of 10 usable blocks: 0.4, got {usage(pool)}"
     pool.get_new_blocks(6)
-    assert pool.get_usage() == pytest.approx(1.0)
+    assert usage(pool) == pytest.approx(1.0), f"every usable block taken: 1.0, got {usage(pool)}"
     pool.free_blocks(blocks)
-    assert pool.get_usage() == pytest.approx(0.6)
+    assert usage(pool) == pytest.approx(0.6), f"6 of 10 usable blocks: 0.6, got {usage(pool)}"
+    only_null = make_pool(1)
+    assert usage(only_null) == pytest.approx(0.0), (
+        f"a pool of 1 block (the null block) has nothing usable: 0.0, got {usage(only_null)}")
 
 
 @graded(3, "I4: when caching is on, a block popped for reuse must drop its stale hash from the "
@@ -165,39 +200,44 @@ def test_usage():
         f"{DOC}#allocating-blocks")
 def test_reused_block_loses_its_stale_hash():
     """get_new_blocks evicts the prefix-cache entry of a cached free block it hands out."""
-    from types import SimpleNamespace
-
-    bp = load_impl("block_pool")
     pool = make_pool(3, caching=True, block_size=2)
     (blk,) = pool.get_new_blocks(1)
-    request = SimpleNamespace(request_id="r", block_hashes=[bp.BlockHash(b"h" * 32)],
-                              all_token_ids=[1, 2], lora_request=None)
+    block_hash = b"h" * 32
+    request = side().make_request("r", [1, 2], [block_hash])
     pool.cache_full_blocks(request, [blk], 0, 1, 2, 0)
-    assert blk.block_hash is not None
+    assert blk.block_hash is not None, "cache_full_blocks (given) must have hashed the block"
     pool.free_blocks([blk])
-    assert pool.get_cached_block(request.block_hashes[0], [0]) is not None, (
+    assert pool.get_cached_block(block_hash, [0]) is not None, (
         "a freed cached block stays in the prefix cache until it is reused")
     got = pool.get_new_blocks(2)  # drains the pool: block 2, then the cached block 1
-    assert blk in got
+    assert ids(got) == [2, 1], f"draining the pool must give blocks [2, 1], got {ids(got)}"
     assert blk.block_hash is None, "I4: a reused block must not keep its old hash"
-    assert pool.get_cached_block(request.block_hashes[0], [0]) is None, (
+    assert pool.get_cached_block(block_hash, [0]) is None, (
         "I4: the cache map must forget a block that was handed out for new contents")
 
 
 class PoolMachine(RuleBasedStateMachine):
-    """Random allocations and frees checked against a simple model after every step."""
+    """Random allocations, shared blocks, frees and refused frees, checked against a model.
+
+    A *holder* stands for a request: it holds one reference on each of its blocks. ``share``
+    makes a new holder of blocks already held (as a prefix-cache hit does, through ``touch``),
+    so blocks reach ref_cnt 2, 3…; only the last holder's free may queue a block.
+    """
 
     N = 10
 
     def __init__(self) -> None:
         super().__init__()
         self.pool = make_pool(self.N)
+        self.null = self.pool.null_block
+        self.blocks: dict[int, object] = {}  # block id -> the learner's block, once handed out
+        self.refs = [0] * self.N
         self.model_free = list(range(1, self.N))
-        self.held: list[list] = []
+        self.holders: list[list[int]] = []
 
     @rule(data=st.data())
     def allocate(self, data) -> None:
-        n = data.draw(st.integers(0, self.N))
+        n = data.draw(st.integers(0, self.N), label="n")
         if n > len(self.model_free):
             with pytest.raises(ValueError):
                 self.pool.get_new_blocks(n)
@@ -205,51 +245,134 @@ class PoolMachine(RuleBasedStateMachine):
         got = self.pool.get_new_blocks(n)
         want, self.model_free = self.model_free[:n], self.model_free[n:]
         assert ids(got) == want, f"get_new_blocks({n}) gave {ids(got)}, expected {want}"
-        self.held.append(got)
+        for block_id, block in zip(want, got):
+            self.blocks[block_id] = block
+            self.refs[block_id] = 1
+        self.holders.append(want)
 
-    @precondition(lambda self: self.held)
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data())
+    def share(self, data) -> None:
+        group = data.draw(st.sampled_from(self.holders), label="shared from")
+        if not group:
+            return
+        chosen = data.draw(st.lists(st.sampled_from(group), min_size=1, unique=True),
+                           label="shared blocks")
+        for block_id in chosen:
+            self.refs[block_id] += 1
+            self.blocks[block_id].ref_cnt = self.refs[block_id]
+        self.holders.append(chosen)
+
+    @precondition(lambda self: self.holders)
     @rule(data=st.data())
     def free(self, data) -> None:
-        group = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
-        order = data.draw(st.permutations(group))
-        self.pool.free_blocks(order)
-        self.model_free.extend(b.block_id for b in order)
+        group = self.holders.pop(data.draw(st.integers(0, len(self.holders) - 1), label="holder"))
+        order = data.draw(st.permutations(group), label="order")
+        self.pool.free_blocks([self.blocks[i] for i in order])
+        for block_id in order:
+            self.refs[block_id] -= 1
+            if self.refs[block_id] == 0:
+                self.model_free.append(block_id)
+
+    @rule(data=st.data())
+    def refused_free(self, data) -> None:
+        """A free naming a free block (a double free) or the null block changes nothing."""
+        free_known = [i for i in self.model_free if i in self.blocks]
+        bad = data.draw(st.sampled_from([0, *free_known]), label="bad block")
+        group = data.draw(st.sampled_from(self.holders), label="holder") if self.holders else []
+        call = [self.blocks[i] for i in group]
+        call.insert(data.draw(st.integers(0, len(call)), label="at"),
+                    self.null if bad == 0 else self.blocks[bad])
+        with pytest.raises(ValueError):
+            self.pool.free_blocks(call)
 
     @invariant()
     def consistent(self) -> None:
-        check_pool(self.pool)
-        assert free_ids(self.pool.free_block_queue) == self.model_free, (
-            f"I1: free queue is {free_ids(self.pool.free_block_queue)}, expected "
-            f"{self.model_free} (front pops, frees append in the order given)")
-        assert self.pool.get_num_free_blocks() == len(self.model_free)
+        snap = pool_snapshot(self.pool)
+        free = check_pool_snapshot(snap)
+        assert free == self.model_free, (
+            f"I1: free queue is {free}, expected {self.model_free} (front pops, frees append "
+            "in the order given, only blocks whose last holder freed them)")
+        refs = snap["ref_cnts"][1:]
+        assert refs == self.refs[1:], (
+            f"I1: ref_cnts of blocks 1..{self.N - 1} are {refs}, expected {self.refs[1:]} "
+            "(one per holder; a refused free_blocks changes none)")
+        count = as_int(self.pool.get_num_free_blocks(), "get_num_free_blocks()")
+        assert count == len(self.model_free), (
+            f"get_num_free_blocks() is {count}, but {len(self.model_free)} blocks are free")
 
 
-@graded(4, "I1/I2: after any sequence of allocations and frees, every block is either free "
-           "(in the queue, ref_cnt 0) or held, and the queue order is the model's",
-        f"{DOC}#invariants")
+@graded(4, "I1/I2: after any sequence of allocations, shared references and frees, every block "
+           "is either free (in the queue, ref_cnt 0) or held (ref_cnt = its holders), and the "
+           "queue order is the model's", f"{DOC}#invariants")
 def test_random_allocations_and_frees_keep_the_invariants():
-    """Property test: the pool matches a model under random allocate / free sequences."""
+    """Property test: the pool matches a model under random allocate / share / free sequences."""
     run_state_machine_as_test(PoolMachine, settings=STATEFUL_SETTINGS)
 
 
-def _pool_ops(n: int):
-    pool = make_pool(n)
-    held = pool.get_new_blocks(n // 2)
-    chunk = held[n // 8: n // 8 + 500]
+class PoolBench:
+    """A pool of ``n`` blocks in the learner process, half of them held, and its model.
 
-    def run() -> None:
-        pool.free_blocks(chunk)
-        got = pool.get_new_blocks(len(chunk))
-        chunk[:] = got
-        for _ in range(200):
-            pool.get_num_free_blocks()
-            pool.get_usage()
-    return run
+    Each step frees a run of 500 held blocks and allocates 500, then reads the counters 200
+    times each, in one request (timed here); what it returns is checked against the model.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.pool = make_pool(n)
+        self.run_ops = side().run_pool_ops
+        half = n // 2
+        (got,) = self.run_ops(self.pool, [["get_new_blocks", half]])
+        if not same_data(got, list(range(1, half + 1))):
+            raise AssertionError(f"get_new_blocks({half}) on a new pool of {n:,} blocks must give "
+                                 f"blocks 1..{half}")
+        self.free = list(range(half + 1, n))
+        self.chunk = list(range(1, half + 1))[n // 8: n // 8 + 500]
+
+    def step(self) -> float:
+        k, reads = len(self.chunk), 200
+        ops = [["free_blocks", self.chunk], ["get_new_blocks", k]]
+        ops += [["get_num_free_blocks"], ["get_usage"]] * reads
+        queue = self.free + self.chunk
+        popped, self.free = queue[:k], queue[k:]
+        seconds, got = timed_call(self.run_ops, self.pool, ops)
+        if type(got) is not list or len(got) != 1 + 2 * reads:
+            raise AssertionError(f"the batch on a pool of {self.n:,} blocks returned "
+                                 f"{describe(got)}")
+        if not same_data(got[0], popped):
+            raise AssertionError(
+                f"after free_blocks of {k} blocks, get_new_blocks({k}) on a pool of {self.n:,} "
+                "blocks must take the front of the free queue; it gave other blocks")
+        counts, usages = got[1::2], got[2::2]
+        if not same_data(counts, [len(self.free)] * reads):
+            raise AssertionError(f"get_num_free_blocks() must stay {len(self.free)}: got "
+                                 f"{sorted(set(map(describe, counts)))[:3]}")
+        want = 1 - len(self.free) / (self.n - 1)
+        if not all(type(u) is float and abs(u - want) < 1e-9 for u in usages):
+            raise AssertionError(f"get_usage() must stay {want:.4f}: got "
+                                 f"{sorted(set(map(describe, usages)))[:3]}")
+        self.chunk = popped
+        return seconds
+
+    def verify(self) -> None:
+        free = check_pool(self.pool)
+        if free != self.free:
+            raise AssertionError(
+                f"after the timed batches the free queue of a pool of {self.n:,} blocks is not "
+                "in the expected order")
 
 
 @graded(2, "I2: freeing and allocating k blocks costs O(k), and get_num_free_blocks / "
            "get_usage are O(1), whatever the pool size", f"{DOC}#why-a-hand-written-linked-list")
 def test_pool_operations_are_constant_time():
-    """The same work costs the same on a small and on a 100x larger pool."""
+    """The same work costs the same on a small and on a 100x larger pool, and is right."""
+    benches: dict[int, PoolBench] = {}
+
+    def run_ops(n: int):
+        benches[n] = PoolBench(n)
+        return benches[n].step
+
     assert_constant_time("BlockPool.free_blocks / get_new_blocks / get_num_free_blocks",
-                         _pool_ops)
+                         run_ops)
+    for bench in benches.values():
+        bench.verify()

@@ -10,16 +10,14 @@ belongs to nothing (the interpreter does not bounds-check pointers).
 from __future__ import annotations
 
 import ast
-import inspect
 import os
-import textwrap
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from grading.suite import load_impl
+from grading.remote import Remote, type_name
+from grading.suite import impl_dir, learner_module, load_impl
 
 if "TRITON_INTERPRET" not in os.environ:  # conftest.py normally did this already
     try:
@@ -44,41 +42,55 @@ def device() -> str:
     return "cuda" if torch_module().cuda.is_available() else "cpu"
 
 
-def _not_started_message(kernel: Any, name: str) -> str | None:
+def _kernel_defs(source: str) -> dict[str, ast.FunctionDef]:
+    """The top-level functions of the learner's file, by name, read from its syntax tree."""
+    tree = ast.parse(source)
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def _not_started_message(node: ast.FunctionDef, name: str) -> str | None:
     """The message of a ``raise NotImplementedError(...)`` in the kernel's body, if any.
 
     A stub kernel cannot even be compiled for a GPU (Triton has no ``raise``), and the
     interpreter wraps the exception in its own error, so the suite reads the kernel's source
     instead of running it: a kernel that still raises ``NotImplementedError`` is NOT STARTED.
+    The judge reads the submitted file as text (``impl_dir()``); it never imports it.
     """
-    fn = getattr(kernel, "fn", kernel)
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Raise) or node.exc is None:
+    for child in ast.walk(node):
+        if not isinstance(child, ast.Raise) or child.exc is None:
             continue
-        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        exc = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
         if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
-            args = node.exc.args if isinstance(node.exc, ast.Call) else []
+            args = child.exc.args if isinstance(child.exc, ast.Call) else []
             parts = [a.value for a in args if isinstance(a, ast.Constant)]
             return " ".join(str(p) for p in parts) or f"lab-04: {name} is not written yet"
     return None
 
 
-def load(*kernels: str) -> ModuleType:
-    """The learner's module, after checking that the kernels a test needs are written."""
-    mod = load_impl(MODULE)
+def load(*kernels: str) -> Remote:
+    """The learner's module (a proxy), after checking that the kernels a test needs are written.
+
+    The check reads the file's text first, so a stub costs no learner process at all.
+    """
+    try:
+        defs = _kernel_defs((impl_dir() / f"{MODULE}.py").read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return load_impl(MODULE)  # the import tells what is wrong with the file
     for name in kernels:
-        kernel = getattr(mod, name, None)
-        if kernel is None:
+        node = defs.get(name)
+        if node is None:
             raise AssertionError(
-                f"{MODULE}.py has no {name}: keep the kernels' names, the launchers call them")
-        message = _not_started_message(kernel, name)
+                f"{MODULE}.py has no top-level `def {name}`: keep the kernels' names, the "
+                "launchers call them")
+        message = _not_started_message(node, name)
         if message is not None:
             raise NotImplementedError(message)
-    return mod
+    return load_impl(MODULE)
+
+
+def side() -> Remote:
+    """The suite's helpers in the learner process (``tests/labs/lab_04/learner_side.py``)."""
+    return learner_module("learner_side")
 
 
 DECODE = ("_paged_decode_kernel",)
@@ -154,30 +166,49 @@ def oracle_decode(query: np.ndarray, key_cache: np.ndarray, value_cache: np.ndar
 TOLERANCE = {"float32": (2e-5, 0.0), "float16": (2e-3, 2e-3), "bfloat16": (1e-2, 1e-2)}
 
 
-def run_decode(mod: ModuleType, case: Case, dtype: str = "float32", scale: float = 0.25,
+def run_decode(mod: Remote, case: Case, dtype: str = "float32", scale: float = 0.25,
                **kwargs: Any) -> tuple[np.ndarray, np.ndarray, float]:
     """The learner's decode on ``dtype`` copies, the oracle on the same rounded values.
 
-    Returns (got, want, tolerance).
+    The caches cross as whole buffers, guard blocks included; the learner process hands its
+    decode the views ``buffer[1:-1]`` and sends the buffers back, which must be unchanged.
+    ``mod`` (the learner's module, from :func:`load`) is only the proof that the kernels are
+    written. Returns (got, want, tolerance).
     """
+    del mod
     torch = torch_module()
     dt = getattr(torch, dtype)
     dev = device()
     buf_k = torch.from_numpy(case.buffer_k).to(device=dev, dtype=dt)
     buf_v = torch.from_numpy(case.buffer_v).to(device=dev, dtype=dt)
     q = torch.from_numpy(case.query).to(device=dev, dtype=dt)
-    guards = (buf_k[[0, -1]].clone(), buf_v[[0, -1]].clone())
-    got = mod.paged_attention_decode(
-        q, buf_k[1:-1], buf_v[1:-1], torch.from_numpy(case.tables).to(dev),
-        torch.from_numpy(case.seq_lens).to(dev), scale, **kwargs)
-    if tuple(got.shape) != tuple(q.shape):
-        raise AssertionError(f"output shape {tuple(got.shape)}, expected {tuple(q.shape)}")
+    before = (buf_k.clone(), buf_v.clone(), q.clone())
     want = oracle_decode(q.double().cpu().numpy(), buf_k[1:-1].double().cpu().numpy(),
                          buf_v[1:-1].double().cpu().numpy(), case.tables, case.seq_lens, scale)
-    if not (torch.equal(buf_k[[0, -1]], guards[0]) and torch.equal(buf_v[[0, -1]], guards[1])):
-        raise AssertionError("decode wrote to memory outside the KV cache (it must only read it)")
+    got = side().decode_guarded(q, buf_k, buf_v, torch.from_numpy(case.tables).to(dev),
+                                torch.from_numpy(case.seq_lens).to(dev), scale, kwargs)
+    expect_tensor(got, "paged_attention_decode")
+    if tuple(got.shape) != tuple(q.shape):
+        raise AssertionError(f"output shape {tuple(got.shape)}, expected {tuple(q.shape)}")
+    for name, buf, old in (("key_cache", buf_k, before[0]), ("value_cache", buf_v, before[1])):
+        if not torch.equal(buf[[0, -1]], old[[0, -1]]):
+            raise AssertionError(
+                f"decode wrote to memory outside the KV cache (the guard block "
+                f"{'before' if not torch.equal(buf[0], old[0]) else 'after'} {name}): it must "
+                "only read the cache, through the block tables")
+        if not torch.equal(buf, old):
+            raise AssertionError(f"decode changed {name}: it must only read the cache")
+    if not torch.equal(q, before[2]):
+        raise AssertionError("decode changed the query tensor: it must only read it")
     atol, rtol = TOLERANCE[dtype]
     return got.double().cpu().numpy(), want, atol + rtol * float(np.abs(want).max())
+
+
+def expect_tensor(value: Any, what: str) -> None:
+    """``value`` came back as a torch tensor (data), not as some other learner object."""
+    torch = torch_module()
+    if not isinstance(value, torch.Tensor):
+        raise AssertionError(f"{what} should return a torch.Tensor, got {type_name(value)}")
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:

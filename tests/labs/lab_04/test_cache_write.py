@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from grading.suite import graded
-from tests.labs.lab_04.support import WRITE, device, load, torch_module
+from tests.labs.lab_04.support import WRITE, device, load, side, torch_module
 
 DOC = "phases/04-attention-kernels/README.md"
 
@@ -16,10 +16,10 @@ def write(slots: list[int], *, dtype: str = "float32", num_blocks: int = 6, bloc
     """Run the learner's write into a garbage-filled cache with a guard block on each side.
 
     Returns (buffer_k, buffer_v, expected_k, expected_v) as float64 numpy arrays; the cache is
-    ``buffer[1:-1]``.
+    ``buffer[1:-1]``, sliced in the learner process from the whole buffer, which comes back.
     """
     torch = torch_module()
-    mod = load(*WRITE)
+    load(*WRITE)
     dev, dt = device(), getattr(torch, dtype)
     gen = torch.Generator().manual_seed(seed)
     shape = (num_blocks + 2, block_size, kv_heads, head_dim)
@@ -32,8 +32,8 @@ def write(slots: list[int], *, dtype: str = "float32", num_blocks: int = 6, bloc
         if slot >= 0:
             want_k[1 + slot // block_size, slot % block_size] = key[i].double().cpu().numpy()
             want_v[1 + slot // block_size, slot % block_size] = value[i].double().cpu().numpy()
-    mod.reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1],
-                          torch.tensor(slots, dtype=torch.int64, device=dev))
+    side().write_guarded(key, value, buf_k, buf_v,
+                         torch.tensor(slots, dtype=torch.int64, device=dev))
     return buf_k.double().cpu().numpy(), buf_v.double().cpu().numpy(), want_k, want_v
 
 
@@ -76,15 +76,16 @@ def test_padding_slots_write_nothing():
 def test_cache_write_bf16_from_a_fused_projection():
     """bf16 keys and values taken as column slices of one [tokens, 8, 16] tensor."""
     torch = torch_module()
-    mod = load(*WRITE)
+    load(*WRITE)
     dev = device()
     gen = torch.Generator().manual_seed(2)
     qkv = torch.randn((5, 8, 16), generator=gen).to(device=dev, dtype=torch.bfloat16)
-    key, value = qkv[:, 4:6], qkv[:, 6:8]
+    key, value = qkv[:, 4:6].clone(), qkv[:, 6:8].clone()
     buffer = torch.zeros((2, 5, 4, 2, 16), dtype=torch.bfloat16, device=dev)  # [k/v, blocks...]
     slots = [0, 5, -1, 11, 6]
-    mod.reshape_and_cache(key, value, buffer[0, 1:-1], buffer[1, 1:-1],
-                          torch.tensor(slots, device=dev))
+    # The learner process slices key, value and the caches out of qkv and buffer itself, so
+    # the kernel reads strided views, as it would behind a fused projection.
+    side().write_from_fused(qkv, buffer, torch.tensor(slots, device=dev), [4, 6], [6, 8])
     flat_k = buffer[0, 1:-1].reshape(12, 2, 16)
     flat_v = buffer[1, 1:-1].reshape(12, 2, 16)
     for i, slot in enumerate(slots):

@@ -10,16 +10,19 @@ from __future__ import annotations
 import numpy as np
 
 from grading.suite import graded
+from tests.labs.lab_04.learner_side import gpu_case
 from tests.labs.lab_04.support import (
     DECODE,
     DECODE_SPLIT,
     WRITE,
     assert_close,
     device,
+    expect_tensor,
     load,
     make_case,
     oracle_decode,
     run_decode,
+    side,
     torch_module,
 )
 
@@ -158,7 +161,7 @@ def test_decode_random_batches():
 def test_write_then_decode():
     """23 tokens written with your cache-write kernel, then decoded in 2 splits."""
     torch = torch_module()
-    mod = load(*WRITE, *DECODE_SPLIT)
+    load(*WRITE, *DECODE_SPLIT)
     dev = device()
     gen = torch.Generator().manual_seed(9)
     block_size, heads, kv_heads, dim, n = 4, 8, 2, 16, 23
@@ -168,16 +171,17 @@ def test_write_then_decode():
     table = torch.tensor([11, 2, 7, 0, 5, 9])
     key_cache = torch.randn((12, block_size, kv_heads, dim), generator=gen).to(dev)
     value_cache = torch.randn((12, block_size, kv_heads, dim), generator=gen).to(dev)
-    slots = mod.compute_slot_mapping(table, torch.arange(n), block_size)
-    mod.reshape_and_cache(key.to(dev), value.to(dev), key_cache, value_cache, slots.to(dev))
-    out = mod.paged_attention_decode(query.to(dev), key_cache, value_cache, table[None].to(dev),
-                                     torch.tensor([n], device=dev), 0.25, num_splits=2)
     kc = np.zeros((6, block_size, kv_heads, dim))
     vc = np.zeros_like(kc)
     for p in range(n):  # the expected cache, laid out by the test
         kc[p // block_size, p % block_size] = key[p].double().numpy()
         vc[p // block_size, p % block_size] = value[p].double().numpy()
     want = oracle_decode(query.double().numpy(), kc, vc, np.arange(6)[None], np.array([n]), 0.25)
+    # One request: the learner process maps tokens 0..22 to slots through the table (the given
+    # compute_slot_mapping), runs your write, then your decode, and returns the output.
+    out = side().write_then_decode(key.to(dev), value.to(dev), key_cache, value_cache, table,
+                                   block_size, query.to(dev), 0.25, 2)
+    expect_tensor(out, "paged_attention_decode")
     assert_close(out.double().cpu().numpy(), want, 2e-5, "write 23 tokens, then decode them")
 
 
@@ -200,26 +204,11 @@ def gpu_oracle(q, key_cache, value_cache, tables, seq_lens, scale):
     return out
 
 
-def gpu_case(seed, lens, block_size, num_heads, num_kv_heads, head_dim=128):
-    torch = torch_module()
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    used = [-(-n // block_size) for n in lens]
-    num_blocks = sum(used) + 8
-    perm = torch.randperm(num_blocks, generator=gen, device="cuda")
-    tables = torch.zeros((len(lens), max(used)), dtype=torch.int32, device="cuda")
-    start = 0
-    for i, u in enumerate(used):
-        tables[i, :u] = perm[start:start + u]
-        start += u
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    kc = torch.randn(shape, generator=gen, device="cuda").to(torch.bfloat16)
-    vc = torch.randn(shape, generator=gen, device="cuda").to(torch.bfloat16)
-    q = torch.randn((len(lens), num_heads, head_dim), generator=gen, device="cuda")
-    return q.to(torch.bfloat16), kc, vc, tables, torch.tensor(lens, device="cuda")
-
-
 def check_gpu(got, want, what):
     torch = torch_module()
+    expect_tensor(got, "paged_attention_decode")
+    assert tuple(got.shape) == tuple(want.shape), (
+        f"{what}: output shape {tuple(got.shape)}, expected {tuple(want.shape)}")
     assert bool(torch.isfinite(got).all()), f"{what}: the output holds inf/nan"
     err = float((got.float() - want).abs().max())
     tol = 1e-2 * float(want.abs().max()) + 2e-3
@@ -230,9 +219,10 @@ def check_gpu(got, want, what):
            "the default split count)", f"{DOC}#split-k-and-the-log-sum-exp-merge", gpu=True)
 def test_gpu_decode_long_sequences_split():
     """A batch of 4 long, uneven sequences: the launcher chooses several splits."""
-    mod = load(*DECODE_SPLIT)
-    q, kc, vc, tables, lens = gpu_case(0, [3001, 1, 517, 8192], 16, 32, 8)
-    got = mod.paged_attention_decode(q, kc, vc, tables, lens, 128**-0.5)
+    load(*DECODE_SPLIT)
+    case = (0, [3001, 1, 517, 8192], 16, 32, 8)  # seed, lengths, block size, heads, KV heads
+    got = side().gpu_decode(*case, 128**-0.5)  # the learner process builds the same case
+    q, kc, vc, tables, lens = gpu_case(*case)
     check_gpu(got, gpu_oracle(q, kc, vc, tables, lens, 128**-0.5), "4 long sequences, bf16")
 
 
@@ -240,10 +230,10 @@ def test_gpu_decode_long_sequences_split():
         f"{DOC}#one-program-per-sequence-and-kv-head", gpu=True)
 def test_gpu_decode_large_batch_single_split():
     """128 sequences of about 1000 tokens, 64/8 heads, blocks of 128."""
-    mod = load(*DECODE_SPLIT)
+    load(*DECODE_SPLIT)
     lens = [900 + 7 * i for i in range(128)]
+    got = side().gpu_decode(1, lens, 128, 64, 8, 128**-0.5)  # caches of 370 MB each: built there
     q, kc, vc, tables, seq_lens = gpu_case(1, lens, 128, 64, 8)
-    got = mod.paged_attention_decode(q, kc, vc, tables, seq_lens, 128**-0.5)
     check_gpu(got, gpu_oracle(q, kc, vc, tables, seq_lens, 128**-0.5), "128 sequences, bf16")
 
 
@@ -260,11 +250,13 @@ def test_gpu_cache_write_real_shapes():
     value = torch.randn((4096, 8, 128), generator=gen, device="cuda").to(torch.bfloat16)
     slots = torch.randperm(300 * 16, generator=gen, device="cuda")[:4096]
     slots[::10] = -1
-    mod.reshape_and_cache(key, value, kc, vc, slots)
+    key_in, value_in = key.clone(), value.clone()
+    mod.reshape_and_cache(key, value, kc, vc, slots)  # the caches come back by value
     keep = slots >= 0
     flat_k, flat_v = kc.view(-1, 8, 128), vc.view(-1, 8, 128)
-    assert torch.equal(flat_k[slots[keep]], key[keep]), "a key row is not in its slot"
-    assert torch.equal(flat_v[slots[keep]], value[keep]), "a value row is not in its slot"
+    assert torch.equal(flat_k[slots[keep]], key_in[keep]), "a key row is not in its slot"
+    assert torch.equal(flat_v[slots[keep]], value_in[keep]), "a value row is not in its slot"
     written = torch.zeros(300 * 16, dtype=torch.bool, device="cuda")
     written[slots[keep]] = True
-    assert flat_k[~written].abs().sum() == 0, "slots no token maps to were written"
+    assert flat_k[~written].abs().sum() == 0 and flat_v[~written].abs().sum() == 0, (
+        "slots no token maps to were written")

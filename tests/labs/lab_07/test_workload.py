@@ -1,13 +1,19 @@
-"""lab-07, part 4: a random workload (hypothesis, stateful) on a tiny pool.
+"""lab-07, part 4: random traces, run on the learner's manager and on upstream's (the reference).
 
 Requests with shared prefixes arrive, are admitted in chunks, decode, are preempted or finish,
-in random order. After every step the block pool must satisfy its invariants and the manager's
-bookkeeping must match what the requests hold; every hit must be the longest cached prefix and
-every refused allocation must change nothing.
+in random order, on a tiny pool; admissions and steps are often sized to the exact edge of what
+fits, where capacity accounting matters. Every operation runs on both managers (the reference's
+in the judge, the learner's in the learner process) and everything each one returns or holds
+afterwards must be the same: hits, the blocks returned or None, block tables, the free queue's
+order, ref counts, hashes, prefix-cache statistics, usage. The learner's state must also satisfy
+the pool's invariants on its own.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -18,170 +24,302 @@ from hypothesis.stateful import (
 )
 
 from grading.suite import graded
-from mini_vllm.core.invariants import check_block_pool
-from mini_vllm.request import Request
-from tests.labs.common import STATEFUL_SETTINGS
-from tests.labs.lab_07.helpers import (
-    BS,
-    DOC,
-    block_ids,
-    cache_key,
-    describe_change,
-    free_queue,
-    make_manager,
-    make_request,
-    snapshot,
-)
+from tests.labs.common import GRADED_SETTINGS, STATEFUL_SETTINGS
+from tests.labs.lab_07.checks import check_state, compare_states
+from tests.labs.lab_07.helpers import BS, DOC, driver, oracle
 
-NUM_BLOCKS = 9
-MAX_MODEL_LEN = 48
+MAX_MODEL_LEN = 40
+#: Prompts start with a piece of this trunk, so that they share prefixes.
+TRUNK = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
 
 
 def cdiv(a: int, b: int) -> int:
     return -(a // -b)
 
 
-class ManagerWorkload(RuleBasedStateMachine):
-    """A scheduler's use of the manager, with the scheduler's decisions drawn at random."""
+def _display(exc: BaseException) -> str:
+    return str(getattr(exc, "display", None) or f"{type(exc).__name__}: {exc}")
+
+
+class Pair:
+    """The learner's manager and the reference's, driven through the same operations."""
+
+    def __init__(self, num_blocks: int, max_model_len: int = MAX_MODEL_LEN, **kwargs: Any):
+        self.learner = driver(num_blocks, max_model_len, **kwargs)
+        self.oracle = oracle(num_blocks, max_model_len, **kwargs)
+        self.max_model_len = max_model_len
+        self.log: list[str] = []
+
+    # -- context for messages ---------------------------------------------------------------
+    def note(self, text: str) -> None:
+        self.log.append(text)
+
+    def history(self) -> str:
+        recent = self.log[-8:]
+        head = "… " if len(self.log) > len(recent) else ""
+        return head + "; ".join(recent) if recent else "the start"
+
+    def fail(self, message: str) -> None:
+        raise AssertionError(f"{message}\n  operations so far: {self.history()}")
+
+    def call(self, what: str, method: str, *args: Any) -> Any:
+        """A learner call; its exception (other than NOT STARTED) fails with context."""
+        try:
+            return getattr(self.learner, method)(*args)
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a learner exception, reported as a failure
+            ref = getattr(self.oracle, method)(*args)
+            self.fail(f"{what}: your manager raised {_display(exc)}; the reference returned "
+                      f"{ref!r}")
+
+    # -- operations -----------------------------------------------------------------------
+    def add(self, rid: str, tokens: list[int]) -> None:
+        self.learner.add(rid, tokens)
+        self.oracle.add(rid, tokens)
+        self.note(f"{rid} arrives with {len(tokens)} tokens {tokens}")
+
+    def lookup(self, rid: str) -> int:
+        got = self.call(f"get_computed_blocks({rid})", "lookup", rid)
+        want = self.oracle.lookup(rid)
+        self.note(f"lookup {rid} -> hit {want[0]} ({want[1]} tokens)")
+        if got != want:
+            self.fail(f"get_computed_blocks({rid}): your manager found the hit {got[0]} "
+                      f"({got[1]} tokens), the reference {want[0]} ({want[1]} tokens): the "
+                      f"hit is the longest run of leading cached blocks, capped at num_tokens "
+                      f"- 1 = {self.num_tokens(rid) - 1} tokens, in whole blocks")
+        return int(want[1])
+
+    def num_tokens(self, rid: str) -> int:
+        return self.oracle.requests[rid].num_tokens
+
+    def remaining(self, rid: str, num_hit: int = 0) -> int:
+        req = self.oracle.requests[rid]
+        return req.num_tokens - req.num_computed_tokens - num_hit
+
+    def cost(self, rid: str, num_new: int, lookahead: int) -> tuple[int, str]:
+        """What the reference counts for this allocation: blocks to allocate, and why."""
+        mgr = self.oracle.mgr
+        req = self.oracle.requests[rid]
+        hits, num_hit = self.oracle.hits.get(rid, (None, 0))
+        hit_blocks = list(hits.blocks[0]) if hits is not None else []
+        slots = min(req.num_computed_tokens + num_hit + num_new + lookahead, self.max_model_len)
+        need = mgr.get_num_blocks_to_allocate(rid, slots, hit_blocks)
+        held = len(mgr.req_to_blocks.get(rid, []))
+        fresh = max(cdiv(slots, BS) - held - len(hit_blocks), 0)
+        free_hits = [b.block_id for b in hit_blocks if b.ref_cnt == 0]
+        in_use = [b.block_id for b in hit_blocks if b.ref_cnt > 0]
+        why = (f"{slots} slots = {cdiv(slots, BS)} blocks: {held} already held, hits in use "
+               f"{in_use} (free of charge), free hits {free_hits} (1 free block each) and "
+               f"{fresh} fresh: {need} free blocks needed, "
+               f"{mgr.block_pool.get_num_free_blocks()} free")
+        return need, why
+
+    def max_fit(self, rid: str, lookahead: int) -> int:
+        """The most new tokens (up to what is left) the reference would accept, 0 if none."""
+        _, num_hit = self.oracle.hits.get(rid, (None, 0))
+        free = self.oracle.mgr.block_pool.get_num_free_blocks()
+        for k in range(self.remaining(rid, num_hit), 0, -1):
+            if self.cost(rid, k, lookahead)[0] <= free:
+                return k
+        return 0
+
+    def allocate(self, rid: str, num_new: int, lookahead: int = 0) -> bool:
+        """Both allocate; the results must agree. Returns whether it succeeded."""
+        _, why = self.cost(rid, num_new, lookahead)
+        what = f"allocate_slots({rid}, {num_new} new tokens, {lookahead} lookahead)"
+        before = self.learner.state()
+        got = self.call(what, "allocate", rid, num_new, lookahead)
+        want = self.oracle.allocate(rid, num_new, lookahead)
+        self.note(f"{what} -> {want}")
+        if (got is None) != (want is None):
+            if got is None:
+                self.fail(f"{what}: your manager returned None, but it fits: {why}")
+            self.fail(f"{what}: your manager allocated {got}, but it does not fit: {why}; "
+                      "allocate_slots must return None")
+        if got != want:
+            self.fail(f"{what}: your manager returned the new blocks {got}, the reference "
+                      f"{want} (only the blocks added this call, from the front of the free "
+                      "queue)")
+        if got is None:
+            after = self.learner.state()
+            keys = ("forward", "ref_cnt", "hash", "tables", "num_cached_block", "progress")
+            changed = [k for k in keys if before[k] != after[k]]
+            if changed:
+                self.fail(f"{what} returned None but changed {', '.join(changed)}: a refused "
+                          "allocation must change nothing")
+        return got is not None
+
+    def free(self, rid: str, preempt: bool) -> None:
+        self.call(f"free({rid})", "free", rid, preempt)
+        self.oracle.free(rid, preempt)
+        self.note(f"{'preempt' if preempt else 'free'} {rid}")
+
+    def append(self, rid: str, token: int) -> None:
+        self.learner.append(rid, token)
+        self.oracle.append(rid, token)
+        self.note(f"{rid} samples {token}")
+
+    def stats(self) -> None:
+        got = self.call("make_prefix_cache_stats()", "stats")
+        want = self.oracle.stats()
+        self.note("make_prefix_cache_stats()")
+        if got != want:
+            self.fail(f"make_prefix_cache_stats(): [requests, queries, hits, preempted_requests, "
+                      f"preempted_queries, preempted_hits] are {got}, the reference's {want} "
+                      "(one record per lookup since the last snapshot: queries = the request's "
+                      "num_tokens, hits = the hit tokens; resumed requests counted apart)")
+
+    def query(self, rid: str) -> None:
+        got = self.call(f"get_block_ids({rid!r})", "get_block_ids", rid)
+        want = self.oracle.get_block_ids(rid)
+        if type(got) is not tuple or got != want:
+            self.fail(f"get_block_ids({rid!r}) is {got!r}, the reference's {want!r}")
+        got = self.call("usage", "usage")
+        want = self.oracle.usage()
+        if type(got) not in (float, int) or abs(got - want) > 1e-9:
+            self.fail(f"usage is {got!r}, the reference's {want!r} (blocks held / usable blocks)")
+
+    def check(self) -> None:
+        state = self.learner.state()
+        try:
+            check_state(state)
+        except AssertionError as exc:
+            self.fail(f"after {self.history()}:\n  {exc}")
+        compare_states(state, self.oracle.state(), self.history())
+
+
+def _tokens(trunk_len: int, tail: list[int]) -> list[int]:
+    return [*TRUNK[:trunk_len], *tail]
+
+
+class Lockstep(RuleBasedStateMachine):
+    """A scheduler's use of the manager, its decisions drawn at random, run on both managers."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.mgr = make_manager(NUM_BLOCKS, max_model_len=MAX_MODEL_LEN, log_stats=True)
-        self.running: dict[str, Request] = {}
-        self.waiting: list[Request] = []
+        self.pair = Pair(9, log_stats=True)
+        self.waiting: list[str] = []
+        self.running: list[str] = []
         self.counter = 0
 
-    @rule(prefix=st.sampled_from([(), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6, 7, 8)]),
-          tail=st.lists(st.integers(0, 3), min_size=1, max_size=12))
-    def arrive(self, prefix: tuple[int, ...], tail: list[int]) -> None:
+    @rule(trunk=st.sampled_from([0, 4, 6, 8, 12]),
+          tail=st.lists(st.integers(0, 3), min_size=1, max_size=10))
+    def arrive(self, trunk: int, tail: list[int]) -> None:
         self.counter += 1
-        self.waiting.append(make_request(f"r{self.counter}", [*prefix, *tail]))
+        rid = f"r{self.counter}"
+        self.pair.add(rid, _tokens(trunk, tail))
+        self.waiting.append(rid)
 
     @precondition(lambda self: self.waiting)
-    @rule(chunk=st.integers(1, 16))
-    def admit_first_waiting(self, chunk: int) -> None:
-        req = self.waiting[0]
-        pool = self.mgr.block_pool
-        hits, num_hit = self.mgr.get_computed_blocks(req)
-        hit_ids = block_ids(hits)
-        assert num_hit == len(hit_ids) * BS, (
-            f"{req.request_id}: {num_hit} hit tokens but {len(hit_ids)} hit blocks of {BS}")
-        assert num_hit <= req.num_tokens - 1, (
-            f"{req.request_id}: a hit of {num_hit} tokens on {req.num_tokens} leaves no token to "
-            f"recompute (the hit is capped at num_tokens - 1)")
-        for i, blk in enumerate(hits.blocks[0]):
-            assert blk.block_hash == cache_key(req, i), (
-                f"{req.request_id}: hit block {i} (block {blk.block_id}) is not cached under the "
-                f"request's own chained hash of block {i}")
-        n = len(hit_ids)
-        if n < (req.num_tokens - 1) // BS and n < len(req.block_hashes):
-            assert pool.get_cached_block(req.block_hashes[n], [0]) is None, (
-                f"{req.request_id}: block {n} of its prefix is cached too, but the hit stopped "
-                f"at {n} blocks: the hit must be the longest cached prefix")
-        num_new = min(chunk, req.num_tokens - num_hit)
-        before = snapshot(self.mgr)
-        new = self.mgr.allocate_slots(req, num_new, num_hit, hits)
-        if new is None:
-            after = snapshot(self.mgr)
-            assert after == before, (
-                f"{req.request_id}: a refused admission changed {describe_change(before, after)}")
-            return
-        held = [b.block_id for b in self.mgr.req_to_blocks[req.request_id]]
-        assert held[:n] == hit_ids, f"{req.request_id}: its table {held} must start with its hits"
-        assert block_ids(new) == held[n:], (
-            f"{req.request_id}: allocate_slots returned {block_ids(new)}, but the blocks it added "
-            f"after the hits are {held[n:]}")
-        req.num_computed_tokens = num_hit + num_new
-        self.running[req.request_id] = self.waiting.pop(0)
+    @rule(chunk=st.integers(1, 16), edge=st.sampled_from([None, 0, 1]),
+          lookahead=st.sampled_from([0, 0, 0, 3]))
+    def admit(self, chunk: int, edge: int | None, lookahead: int) -> None:
+        """The first waiting request: its hit, then ``chunk`` tokens, or (``edge``) exactly the
+        most that fits, or one token more."""
+        rid = self.waiting[0]
+        num_hit = self.pair.lookup(rid)
+        left = self.pair.remaining(rid, num_hit)
+        num_new = min(chunk, left)
+        if edge is not None:
+            num_new = min(max(self.pair.max_fit(rid, lookahead) + edge, 1), left)
+        if self.pair.allocate(rid, num_new, lookahead):
+            self.running.append(self.waiting.pop(0))
 
     @precondition(lambda self: self.running)
-    @rule(data=st.data())
-    def step_running(self, data: st.DataObject) -> None:
-        rid = data.draw(st.sampled_from(sorted(self.running)))
-        req = self.running[rid]
-        if req.num_computed_tokens == req.num_tokens:
-            if req.num_tokens >= MAX_MODEL_LEN - 1:
+    @rule(which=st.integers(0, 7), chunk=st.integers(1, 8), token=st.integers(0, 3),
+          edge=st.sampled_from([None, 0, 1]), lookahead=st.sampled_from([0, 0, 0, 2]))
+    def step(self, which: int, chunk: int, token: int, edge: int | None,
+             lookahead: int) -> None:
+        """A running request computes a chunk of its prompt, or decodes one token."""
+        rid = self.running[which % len(self.running)]
+        if self.pair.remaining(rid) == 0:
+            if self.pair.num_tokens(rid) >= MAX_MODEL_LEN:
                 return
-            req.append_output_token_ids(data.draw(st.integers(0, 3)))
-        num_new = min(data.draw(st.integers(1, 8)), req.num_tokens - req.num_computed_tokens)
-        before = snapshot(self.mgr)
-        num_before = len(self.mgr.req_to_blocks[rid])
-        new = self.mgr.allocate_slots(req, num_new)
-        if new is None:
-            after = snapshot(self.mgr)
-            assert after == before, (
-                f"{rid}: a refused allocation changed {describe_change(before, after)}")
-            return
-        added = [b.block_id for b in self.mgr.req_to_blocks[rid][num_before:]]
-        assert block_ids(new) == added, (
-            f"{rid}: allocate_slots must return exactly the blocks it added ({added}), got "
-            f"{block_ids(new)}")
-        req.num_computed_tokens += num_new
+            self.pair.append(rid, token)
+        left = self.pair.remaining(rid)
+        num_new = min(chunk, left)
+        if edge is not None:
+            num_new = min(max(self.pair.max_fit(rid, lookahead) + edge, 1), left)
+        self.pair.allocate(rid, num_new, lookahead)
 
     @precondition(lambda self: self.running)
-    @rule(data=st.data(), preempt=st.booleans())
-    def release(self, data: st.DataObject, preempt: bool) -> None:
-        rid = data.draw(st.sampled_from(sorted(self.running)))
-        req = self.running.pop(rid)
-        blocks = list(self.mgr.req_to_blocks[rid])
-        self.mgr.free(req)
-        freed = [b.block_id for b in reversed(blocks) if b.ref_cnt == 0]
-        queue = free_queue(self.mgr)
-        assert queue[len(queue) - len(freed):] == freed, (
-            f"{rid} held {[b.block_id for b in blocks]}; the blocks it freed must join the back "
-            f"of the free queue tail first ({freed}), but the queue ends with "
-            f"{queue[len(queue) - len(freed):]}")
+    @rule(which=st.integers(0, 7), preempt=st.booleans())
+    def release(self, which: int, preempt: bool) -> None:
+        """A running request finishes, or is preempted (it goes back to the front of the queue
+        and starts over)."""
+        rid = self.running.pop(which % len(self.running))
+        self.pair.free(rid, preempt)
         if preempt:
-            req.num_computed_tokens = 0
-            req.num_preemptions += 1
-            self.waiting.insert(0, req)
+            self.waiting.insert(0, rid)
+
+    @rule()
+    def stats(self) -> None:
+        self.pair.stats()
+
+    @rule(which=st.integers(0, 9))
+    def query(self, which: int) -> None:
+        known = [*self.running, *self.waiting, "nobody"]
+        self.pair.query(known[which % len(known)])
 
     @invariant()
-    def pool_is_consistent(self) -> None:
-        check_block_pool(self.mgr.block_pool)
-
-    @invariant()
-    def bookkeeping_matches_the_requests(self) -> None:
-        mgr = self.mgr
-        assert set(mgr.req_to_blocks) == set(self.running), (
-            f"req_to_blocks has tables for {sorted(mgr.req_to_blocks)} but the requests holding "
-            f"blocks are {sorted(self.running)}")
-        held: set[int] = set()
-        for rid, req in self.running.items():
-            blocks = mgr.req_to_blocks[rid]
-            assert len(blocks) == cdiv(req.num_computed_tokens, BS), (
-                f"{rid} computed {req.num_computed_tokens} tokens: it needs "
-                f"{cdiv(req.num_computed_tokens, BS)} blocks, holds {len(blocks)}")
-            num_full = min(req.num_computed_tokens // BS, len(req.block_hashes))
-            for i, blk in enumerate(blocks):
-                assert blk.ref_cnt >= 1, f"{rid} holds block {blk.block_id} with ref_cnt 0"
-                if i < num_full:
-                    assert blk.block_hash == cache_key(req, i), (
-                        f"{rid}: its full block {i} (block {blk.block_id}) must be cached under "
-                        f"its chained hash")
-                else:
-                    assert blk.block_hash is None, (
-                        f"{rid}: block {i} (block {blk.block_id}) is not full of computed "
-                        f"tokens, yet it is cached")
-            held.update(blk.block_id for blk in blocks)
-        assert 0 not in held, "a request holds the null block"
-        num_free = mgr.block_pool.get_num_free_blocks()
-        assert len(held) + num_free == NUM_BLOCKS - 1, (
-            f"{len(held)} blocks held + {num_free} free != {NUM_BLOCKS - 1} usable blocks: a "
-            f"block leaked or is counted twice")
-
-    def teardown(self) -> None:
-        for req in list(self.running.values()):
-            self.mgr.free(req)
-        check_block_pool(self.mgr.block_pool)
-        assert self.mgr.block_pool.get_num_free_blocks() == NUM_BLOCKS - 1, (
-            "after every request is freed, every usable block must be free")
+    def same_state_as_the_reference(self) -> None:
+        self.pair.check()
 
 
-@graded(6, "Invariants under a random workload (shared prefixes, chunks, decodes, preemptions, "
-           "frees on a 9-block pool): longest capped hits, all-or-nothing allocation, exact "
-           "returned blocks, tail-first freeing, published full blocks, no leaks",
+@graded(6, "Random traces against upstream (shared prefixes, chunks, decodes, lookahead, "
+           "preemptions, frees on a 9-block pool, allocations sized to the edge of what fits): "
+           "the same hits, the same blocks or None, the same tables, free-queue order, ref "
+           "counts, hashes, stats and usage as the reference manager, and the pool's invariants",
         f"{DOC}#the-kv-cache-manager-lab-07")
 def test_random_workload():
     """Hypothesis prints the shortest failing sequence of steps: replay it by hand."""
-    run_state_machine_as_test(ManagerWorkload, settings=STATEFUL_SETTINGS)
+    run_state_machine_as_test(Lockstep, settings=STATEFUL_SETTINGS)
+
+
+@st.composite
+def scenarios(draw: Any) -> dict[str, Any]:
+    """A pool, requests sharing a trunk (some running, some finished and cached), a probe."""
+    requests = []
+    for _ in range(draw(st.integers(1, 4))):
+        requests.append({
+            "tokens": _tokens(draw(st.sampled_from([0, 4, 8, 12])),
+                              draw(st.lists(st.integers(0, 2), min_size=1, max_size=6))),
+            "then": draw(st.sampled_from(["run", "run", "free", "preempt"])),
+        })
+    probe = _tokens(draw(st.sampled_from([4, 8, 12])),
+                    draw(st.lists(st.integers(0, 2), min_size=1, max_size=10)))
+    return {"num_blocks": draw(st.integers(4, 12)), "requests": requests, "probe": probe,
+            "lookahead": draw(st.sampled_from([0, 0, 2, 5]))}
+
+
+@graded(5, "Capacity at the edge: for a new request whose prefix hits blocks that running "
+           "requests hold (free of charge) and/or free cached blocks (one free block each), "
+           "allocate_slots accepts exactly what upstream accepts: the most that fits succeeds, "
+           "one token more returns None and changes nothing",
+        f"{DOC}#hits-on-free-blocks-cost-capacity")
+@settings(GRADED_SETTINGS)
+@given(scenarios())
+def test_capacity_at_the_edge(scenario: dict[str, Any]):
+    """Built on both managers; then the probe is admitted with one token too many (refused),
+    then with exactly the most that fits."""
+    pair = Pair(scenario["num_blocks"])
+    for i, spec in enumerate(scenario["requests"]):
+        rid = f"r{i}"
+        pair.add(rid, spec["tokens"])
+        pair.lookup(rid)
+        fits = pair.max_fit(rid, 0)
+        if fits and pair.allocate(rid, fits, 0) and spec["then"] != "run":
+            pair.free(rid, spec["then"] == "preempt")
+    pair.check()
+    pair.add("probe", scenario["probe"])
+    lookahead = scenario["lookahead"]
+    num_hit = pair.lookup("probe")
+    most = pair.max_fit("probe", lookahead)
+    if most < pair.remaining("probe", num_hit):
+        pair.allocate("probe", most + 1, lookahead)     # one token too many: None
+        pair.check()
+        pair.lookup("probe")
+    if most:
+        pair.allocate("probe", most, lookahead)         # exactly what fits
+    pair.check()

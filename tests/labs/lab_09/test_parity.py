@@ -13,28 +13,35 @@ one changes the tokens sooner or later.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from grading.suite import graded
+from grading.suite import graded, learner_module, load_impl
 
 from .conftest import MAX_NEW, PROMPTS
 
 DOC = "phases/05-end-to-end/README.md"
 
 
-def generate(path: Path, **kwargs: Any) -> tuple[list[list[int]], Any]:
-    from mini_vllm.llm import LLM
-    from mini_vllm.sampling_params import SamplingParams
-
-    llm = LLM(str(path), skip_tokenizer_init=True, device="cpu", dtype="float32", **kwargs)
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
-    outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
-    return [o.outputs[0].token_ids for o in outputs], llm
+def generate(batches: int = 1, **options: Any) -> dict[str, Any]:
+    """The engine's greedy tokens for PROMPTS, run in the learner process on your
+    ``prepare_inputs`` (``learner_side.run_engine``), as plain data, after checking its shape."""
+    load_impl("model_runner")  # a broken import is reported as such
+    got = learner_module("learner_side").run_engine(PROMPTS, MAX_NEW, options, batches)
+    assert isinstance(got, dict) and isinstance(got.get("tokens"), list), (
+        "the engine run did not report its tokens")
+    for batch in got["tokens"]:
+        assert isinstance(batch, list) and len(batch) == len(PROMPTS) and all(
+            isinstance(ids, list) and all(type(t) is int for t in ids) for ids in batch), (
+            f"the engine should return {len(PROMPTS)} lists of token ids per batch")
+    assert len(got["tokens"]) == batches, f"the engine ran {len(got['tokens'])} of {batches} batches"
+    for key in ("calls", "preemptions"):
+        assert type(got.get(key)) is int, f"the engine run did not report {key}"
+    assert got["calls"] > 0, "the engine did not call your prepare_inputs"
+    return got
 
 
 def assert_parity(got: list[list[int]], expected: list[list[int]], setting: str) -> None:
-    for i, (ours, theirs) in enumerate(zip(got, expected)):
+    for i, (ours, theirs) in enumerate(zip(got, expected, strict=True)):
         if ours != theirs:
             first = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b),
                          min(len(ours), len(theirs)))
@@ -47,55 +54,43 @@ def assert_parity(got: list[list[int]], expected: list[list[int]], setting: str)
 @graded(6, "parity: with your prepare_inputs the engine must reproduce Hugging Face's greedy "
            "tokens; the first wrong token usually points at positions (RoPE) or slot_mapping",
         f"{DOC}#parity-with-hugging-face")
-def test_greedy_parity_default_engine(tiny_checkpoint: Path, hf_greedy: list[list[int]],
-                                      your_prepare_inputs: list[int]):
+def test_greedy_parity_default_engine(hf_greedy: list[list[int]]):
     """Eight prompts batched together, prefix caching on (three share a 37-token prefix)."""
-    got, llm = generate(tiny_checkpoint)
-    assert your_prepare_inputs[0] > 0, "the engine did not call your prepare_inputs"
-    assert_parity(got, hf_greedy, "default engine")
-    assert llm.get_stats().prefix_cache_hits > 0, "the shared prefix should have been hit"
+    got = generate()
+    assert_parity(got["tokens"][0], hf_greedy, "default engine")
+    assert got["hits"][0] > 0, "the shared prefix should have been hit"
 
 
 @graded(4, "parity under chunked prefill: a prompt split over several steps continues at "
            "position num_computed_tokens, in the blocks its table already holds",
         f"{DOC}#parity-with-hugging-face")
-def test_greedy_parity_chunked_prefill(tiny_checkpoint: Path, hf_greedy: list[list[int]],
-                                       your_prepare_inputs: list[int]):
+def test_greedy_parity_chunked_prefill(hf_greedy: list[list[int]]):
     """A 16-token step budget: long prompts take several steps, mixed with decodes."""
-    got, _ = generate(tiny_checkpoint, max_num_batched_tokens=16, max_num_seqs=4)
-    assert your_prepare_inputs[0] > 0, "the engine did not call your prepare_inputs"
-    assert_parity(got, hf_greedy, "chunked prefill, 16 tokens per step")
+    got = generate(max_num_batched_tokens=16, max_num_seqs=4)
+    assert_parity(got["tokens"][0], hf_greedy, "chunked prefill, 16 tokens per step")
 
 
 @graded(4, "parity on a second batch: prefix-cache hits are skipped, so input_ids, positions "
            "and slots must start at num_computed_tokens, not at 0",
         f"{DOC}#parity-with-hugging-face")
-def test_greedy_parity_with_prefix_cache_hits(tiny_checkpoint: Path, hf_greedy: list[list[int]],
-                                              your_prepare_inputs: list[int]):
+def test_greedy_parity_with_prefix_cache_hits(hf_greedy: list[list[int]]):
     """The same prompts twice on one engine: the second time every full block is a hit."""
-    from mini_vllm.sampling_params import SamplingParams
-
-    _, llm = generate(tiny_checkpoint)
-    hits = llm.get_stats().prefix_cache_hits
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
-    again = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
-    assert llm.get_stats().prefix_cache_hits > hits, "the second batch should hit the cache"
-    assert any((o.num_cached_tokens or 0) > 0 for o in again)
-    assert_parity([o.outputs[0].token_ids for o in again], hf_greedy, "second batch (cache hits)")
+    got = generate(batches=2)
+    assert got["hits"][1] > got["hits"][0], "the second batch should hit the cache"
+    assert any(n > 0 for n in got["cached"][1]), (
+        "no request of the second batch found cached tokens")
+    assert_parity(got["tokens"][1], hf_greedy, "second batch (cache hits)")
 
 
 @graded(3, "parity with an odd block size and a tiny KV cache: block boundaries move and "
            "preempted requests are recomputed from scratch into new blocks",
         f"{DOC}#parity-with-hugging-face")
-def test_greedy_parity_block_size_5_with_preemption(tiny_checkpoint: Path,
-                                                    hf_greedy: list[list[int]],
-                                                    your_prepare_inputs: list[int]):
+def test_greedy_parity_block_size_5_with_preemption(hf_greedy: list[list[int]]):
     """Blocks of 5 tokens; 13 blocks for 8 requests that want ~60: preemption is certain."""
     from mini_vllm.worker import kv_sizing
 
     # 2 layers, 2 KV heads of 16 dims, float32
     block = kv_sizing.bytes_per_block(5, 2, 2, 16, 4)
-    got, llm = generate(tiny_checkpoint, block_size=5, max_model_len=60,
-                        kv_cache_memory_bytes=13 * block)
-    assert_parity(got, hf_greedy, "block_size 5, 13-block cache")
-    assert llm.get_stats().num_preemptions > 0, "the tiny cache should have forced preemption"
+    got = generate(block_size=5, max_model_len=60, kv_cache_memory_bytes=13 * block)
+    assert_parity(got["tokens"][0], hf_greedy, "block_size 5, 13-block cache")
+    assert got["preemptions"] > 0, "the tiny cache should have forced preemption"

@@ -3,6 +3,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# PYTHONSAFEPATH: the working folder never shadows a module the grader imports (Python >= 3.11).
+GRADE  := PYTHONSAFEPATH=1 $(PY) -m grading
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 LAB_FLAGS ?=
 
@@ -55,25 +57,25 @@ setup: $(VENV)/.stamp-core
 setup-full: $(VENV)/.stamp-full
 
 $(CORE_LABS): %: $(VENV)/.stamp-core
-	@$(PY) -m grading $@ $(LAB_FLAGS)
+	@$(GRADE) $@ $(LAB_FLAGS)
 
 $(TORCH_LABS): %: $(VENV)/.stamp-torch
-	@$(PY) -m grading $@ $(LAB_FLAGS)
+	@$(GRADE) $@ $(LAB_FLAGS)
 
 $(MODEL_LABS): %: $(VENV)/.stamp-model
-	@$(PY) -m grading $@ $(LAB_FLAGS)
+	@$(GRADE) $@ $(LAB_FLAGS)
 
 quiz-01: $(VENV)/.stamp-core
-	@$(PY) -m grading quiz-01 $(LAB_FLAGS)
+	@$(GRADE) quiz-01 $(LAB_FLAGS)
 
 reset-lab-%: $(VENV)/.stamp-core
-	@$(PY) -m grading reset lab-$* $(if $(FORCE),--force,)
+	@$(GRADE) reset lab-$* $(if $(FORCE),--force,)
 
 list: $(VENV)/.stamp-core
-	@$(PY) -m grading list
+	@$(GRADE) list
 
 stubs: $(VENV)/.stamp-core
-	@$(PY) -m grading stubs
+	@$(GRADE) stubs
 
 lint: $(VENV)/.stamp-full
 	$(VENV)/bin/ruff check .
@@ -89,10 +91,10 @@ demo: $(VENV)/.stamp-model
 	$(PY) -m mini_vllm generate "The capital of France is" --max-tokens 32
 
 autograder: $(VENV)/.stamp-core
-	@$(PY) -m grading autograder $(LAB)
+	@$(GRADE) autograder $(LAB)
 
 check-suites: $(VENV)/.stamp-full
-	@$(PY) -m grading check-suites $(LAB)
+	@$(GRADE) check-suites $(LAB)
 
 site: $(VENV)/.stamp-docs
 	@$(PY) tools/build_site.py

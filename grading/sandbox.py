@@ -53,7 +53,7 @@ class Limits:
     tmp_mib: int = 256
     nproc: int = 256
     #: Address space for CPU labs; CUDA needs far more virtual memory, so GPU runs set none.
-    address_space: int | None = 16 * 1024**3
+    address_space: int | None = 8 * 1024**3
 
 
 @dataclass

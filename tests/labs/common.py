@@ -19,6 +19,7 @@ returned and the state it left.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -87,14 +88,28 @@ def block_ids(blocks: Any, what: str = "a block's block_id") -> list[int]:
 
 
 # -- snapshots -----------------------------------------------------------------------------------
-def learner_helper(name: str) -> Any | None:
-    """``learner_side.<name>`` in the learner process, or None if this suite's has none."""
+_helpers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def learner_helper(name: str, owner: Any = None) -> Any | None:
+    """``learner_side.<name>`` in the learner process, or None if this suite's has none.
+
+    With ``owner`` (a proxy the helper will be called on), the answer is remembered for as long
+    as that proxy lives, which is within one test: the next snapshot of it costs one request.
+    """
+    from grading.remote import Remote
     from grading.suite import learner_module
 
+    known = _helpers.get(owner) if isinstance(owner, Remote) else None
+    if known is not None and name in known:
+        return known[name]
     try:
-        return getattr(learner_module("learner_side"), name)
+        helper = getattr(learner_module("learner_side"), name)
     except (ImportError, AttributeError):  # learner errors are instances of these builtins
-        return None
+        helper = None
+    if isinstance(owner, Remote):
+        _helpers.setdefault(owner, {})[name] = helper
+    return helper
 
 
 def _walk_proxies(start: Any, stop: Any, link: str, limit: int) -> tuple[list[Any], str]:
@@ -130,7 +145,7 @@ def _proxy_queue_snapshot(queue: Any, limit: int) -> dict[str, Any]:
 
 def queue_snapshot(queue: Any, limit: int = 100_000) -> dict[str, Any]:
     """The free queue as data: ids and identity keys walking both ways, and its counter."""
-    helper = learner_helper("queue_snapshot")
+    helper = learner_helper("queue_snapshot", queue)
     if helper is None:
         return _proxy_queue_snapshot(queue, limit)
     return _snapshot_dict(helper(queue, limit), "queue snapshot")
@@ -138,7 +153,7 @@ def queue_snapshot(queue: Any, limit: int = 100_000) -> dict[str, Any]:
 
 def pool_snapshot(pool: Any, hashes: bool = False) -> dict[str, Any]:
     """The pool as data: every block's id, ref_cnt, links and (if asked) hash, and its queue."""
-    helper = learner_helper("pool_snapshot")
+    helper = learner_helper("pool_snapshot", pool)
     if helper is not None:
         return _snapshot_dict(helper(pool, hashes), "pool snapshot")
     blocks = list(pool.blocks)

@@ -229,6 +229,7 @@ class PoolMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.pool = make_pool(self.N)
+        self.side = side()
         self.null = self.pool.null_block
         self.blocks: dict[int, object] = {}  # block id -> the learner's block, once handed out
         self.refs = [0] * self.N
@@ -244,7 +245,8 @@ class PoolMachine(RuleBasedStateMachine):
             return
         got = self.pool.get_new_blocks(n)
         want, self.model_free = self.model_free[:n], self.model_free[n:]
-        assert ids(got) == want, f"get_new_blocks({n}) gave {ids(got)}, expected {want}"
+        got_ids = self.side.block_ids(got)
+        assert same_data(got_ids, want), f"get_new_blocks({n}) gave {got_ids}, expected {want}"
         for block_id, block in zip(want, got):
             self.blocks[block_id] = block
             self.refs[block_id] = 1
@@ -260,7 +262,7 @@ class PoolMachine(RuleBasedStateMachine):
                            label="shared blocks")
         for block_id in chosen:
             self.refs[block_id] += 1
-            self.blocks[block_id].ref_cnt = self.refs[block_id]
+        self.side.set_ref_cnts([self.blocks[i] for i in chosen], [self.refs[i] for i in chosen])
         self.holders.append(chosen)
 
     @precondition(lambda self: self.holders)

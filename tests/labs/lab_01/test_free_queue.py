@@ -206,6 +206,7 @@ class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.blocks, self.q = make_queue(12)
+        self.side = side()
         self.model = list(range(12))
         self.out: list[int] = []
 
@@ -221,7 +222,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def popleft_n(self, data) -> None:
         n = data.draw(st.integers(0, len(self.model)))
-        got = int_list(side().block_ids(self.q.popleft_n(n)), "the popped blocks' ids")
+        got = int_list(self.side.block_ids(self.q.popleft_n(n)), "the popped blocks' ids")
         want, self.model = self.model[:n], self.model[n:]
         assert got == want, f"popleft_n({n}) returned {got}, expected {want}"
         self.out.extend(want)
@@ -255,7 +256,7 @@ class QueueMachine(RuleBasedStateMachine):
     def matches_model(self) -> None:
         queue = check_queue(self.q)
         assert queue == self.model, f"I2: the queue holds {queue} but should hold {self.model}"
-        listed = int_list(side().block_ids(self.q.get_all_free_blocks()),
+        listed = int_list(self.side.block_ids(self.q.get_all_free_blocks()),
                           "get_all_free_blocks' block ids")
         assert listed == self.model, (
             f"get_all_free_blocks gives {listed}, but the links give {self.model}")

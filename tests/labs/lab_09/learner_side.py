@@ -71,9 +71,9 @@ def run_engine(prompts: list[list[int]], max_new: int, options: dict[str, Any],
     num_cached_tokens], "hits": [prefix-cache hits after each batch], "preemptions": n,
     "calls": n}``.
     """
+    import model_runner as yours
     import torch
 
-    import model_runner as yours
     from mini_vllm.llm import LLM
     from mini_vllm.sampling_params import SamplingParams
     from mini_vllm.worker import model_runner as engine_runner

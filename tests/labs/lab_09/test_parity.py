@@ -33,7 +33,8 @@ def generate(batches: int = 1, **options: Any) -> dict[str, Any]:
         assert isinstance(batch, list) and len(batch) == len(PROMPTS) and all(
             isinstance(ids, list) and all(type(t) is int for t in ids) for ids in batch), (
             f"the engine should return {len(PROMPTS)} lists of token ids per batch")
-    assert len(got["tokens"]) == batches, f"the engine ran {len(got['tokens'])} of {batches} batches"
+    assert len(got["tokens"]) == batches, (
+        f"the engine ran {len(got['tokens'])} of {batches} batches")
     for key in ("calls", "preemptions"):
         assert type(got.get(key)) is int, f"the engine run did not report {key}"
     assert got["calls"] > 0, "the engine did not call your prepare_inputs"

@@ -51,22 +51,50 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
 
 #: What the sandbox's root holds besides Python and the staged folder: the system, no data.
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "sys")
+MS_REMOUNT, MNT_DETACH = 32, 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
+PR_CAPBSET_DROP = 24
 
 
-def _bind(source_fd: int, target: str, recursive: bool = True) -> None:
-    os.makedirs(target, exist_ok=True)
-    flags = MS_BIND | (MS_REC if recursive else 0)
-    _mount(f"/proc/self/fd/{source_fd}", target, None, flags, None)
-    os.close(source_fd)
+def _bind(source: str, target: str, *, writable: bool = False, recursive: bool = False) -> None:
+    """Bind ``source`` at ``target``, read-only unless ``writable`` (remounted, as the kernel
+    applies ``MS_RDONLY`` to a bind mount only on a remount)."""
+    fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.makedirs(target, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | (MS_REC if recursive else 0), None)
+    finally:
+        os.close(fd)
+    if not writable:
+        _mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+
+
+def _pivot_into(new: str) -> None:
+    """Make ``new`` the root and detach the old one: no ``..`` leads back out of it."""
+    import platform
+
+    libc = _libc()
+    os.chdir(new)
+    number = SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None or libc.syscall(number, b".", b".") != 0:
+        os.chroot(".")  # no pivot_root here: chroot, and the uid drop keeps it shut
+    elif libc.umount2(b".", MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "could not detach the old root")
+    os.chdir("/")
 
 
 def _enter_minimal_root(config: dict[str, Any]) -> None:
     """In our own mount and PID namespaces (made by ``unshare``): build a new root holding only
-    the system folders, the Python installation and the staged folder, then ``chroot`` into it.
+    the system folders and the Python installation (read-only) and the staged folder, then
+    make it the root.
 
     Nothing else of the machine exists inside: no course checkout, no other copy of it, no
     home folders, no results folder. ``/tmp`` and ``/dev/shm`` are fresh size-limited tmpfs.
     """
+    staging = config["staging"]
+    # In a user namespace the mounts under /dev and /sys are locked to their parents: they
+    # must come along (a bind without them would uncover what they hide).
+    whole = config.get("uid") is None
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
     new = config["new_root"]
     _mount("sandbox-root", new, "tmpfs", MS_NOSUID, "size=1m,mode=755")
@@ -75,20 +103,37 @@ def _enter_minimal_root(config: dict[str, Any]) -> None:
         if os.path.islink(source):
             os.symlink(os.readlink(source), f"{new}/{name}")
         elif os.path.isdir(source):
-            _bind(os.open(source, os.O_RDONLY | os.O_DIRECTORY), f"{new}/{name}")
+            _bind(source, f"{new}/{name}", writable=name == "dev", recursive=whole)
     for prefix in config["python"]:
         if not prefix.startswith(("/usr/", "/etc/")) and os.path.isdir(prefix):
-            _bind(os.open(prefix, os.O_RDONLY | os.O_DIRECTORY), f"{new}{prefix}")
+            _bind(prefix, f"{new}{prefix}", recursive=whole)
     size = f"size={config['tmp_mib']}m,mode=1777"
     for tmp in ("/tmp", "/dev/shm"):
         os.makedirs(f"{new}{tmp}", exist_ok=True)
         _mount("learner-tmp", f"{new}{tmp}", "tmpfs", MS_NOSUID | MS_NODEV, size)
-    _bind(os.open(config["staging"], os.O_RDONLY | os.O_DIRECTORY), f"{new}{config['root']}",
-          recursive=False)
+    _bind(staging, f"{new}{config['root']}")
     os.makedirs(f"{new}/proc", exist_ok=True)
     _mount("proc", f"{new}/proc", "proc", MS_NOSUID | MS_NODEV, None)
-    os.chroot(new)
-    os.chdir("/")
+    _pivot_into(new)
+
+
+def _drop_capabilities() -> None:
+    """In a user namespace (no uid to drop to): give up every capability, for good."""
+    libc = _libc()
+    for cap in range(64):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "could not drop capabilities")
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
 def _limit(config: dict[str, Any]) -> None:
@@ -119,7 +164,8 @@ def enter_sandbox(config: dict[str, Any]) -> Path:
     if config.get("namespace"):
         _enter_minimal_root(config)
     root = Path(config["root"])
-    work = root / "work"
+    # In a namespace /tmp is the sandbox's own tmpfs; otherwise a fresh folder of the staging.
+    work = Path("/tmp/work") if config.get("namespace") else root / f"work-{os.getpid()}"
     work.mkdir(exist_ok=True)
     uid = config.get("uid")
     if uid is not None:
@@ -127,6 +173,8 @@ def enter_sandbox(config: dict[str, Any]) -> Path:
     _limit(config)
     if uid is not None:
         _drop_privileges(uid)
+    elif config.get("namespace"):
+        _drop_capabilities()
     os.chdir(work)
     os.environ.clear()
     os.environ.update(config["env"])

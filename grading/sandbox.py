@@ -149,12 +149,16 @@ def stage(lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = Non
     return Staging(root, lab, chain_dirs)
 
 
-def _can_unshare() -> bool:
+USERNS = ["--user", "--map-root-user"]
+UNSHARE = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+
+
+def _can_unshare(extra: list[str]) -> bool:
     if shutil.which("unshare") is None:
         return False
     try:
-        done = subprocess.run(["unshare", "--mount", "--pid", "--fork", "true"],
-                              capture_output=True, timeout=10)
+        done = subprocess.run(["unshare", *extra, *UNSHARE, "true"], capture_output=True,
+                              timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -164,16 +168,16 @@ _MODE: str | None = None
 
 
 def sandbox_mode() -> str:
-    """``namespace``, ``uid`` or ``none``: the strongest confinement available here."""
+    """``namespace``, ``userns``, ``uid`` or ``none``: the strongest confinement available."""
     global _MODE
     if _MODE is None:
         forced = os.environ.get(MODE_ENV, "")
-        if os.geteuid() != 0:
-            _MODE = "none"
-        elif forced in ("uid", "none"):
+        if forced in ("userns", "none") or (forced == "uid" and os.geteuid() == 0):
             _MODE = forced
+        elif os.geteuid() != 0:
+            _MODE = "userns" if _can_unshare(USERNS) else "none"
         else:
-            _MODE = "namespace" if _can_unshare() else "uid"
+            _MODE = "namespace" if _can_unshare([]) else "uid"
         if _MODE == "uid" and _python_unreadable():
             print("grading: Python is installed where an unprivileged user cannot read it; "
                   "graded code runs without a separate user", file=sys.stderr)
@@ -275,8 +279,8 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
     log_dir = Path(tempfile.mkdtemp(prefix="mini-vllm-log-"))
     log = log_dir / "learner.log"
     log_fd = os.open(log, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-    learner_uid = (uid or _learner_uid()) if mode != "none" else None
-    namespaced = mode == "namespace"
+    learner_uid = (uid or _learner_uid()) if mode in ("namespace", "uid") else None
+    namespaced = mode in ("namespace", "userns")
     root = "/tmp/mini-vllm-sandbox" if namespaced else str(staging.root)
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
     env.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
@@ -297,7 +301,7 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
                  "import learner_host; learner_host.main()")
     argv = [sys.executable, "-I", "-c", bootstrap, json.dumps(config)]
     if namespaced:
-        argv = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", *argv]
+        argv = ["unshare", *(USERNS if mode == "userns" else []), *UNSHARE, *argv]
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
                                 pass_fds=(to_r, from_w), start_new_session=True,

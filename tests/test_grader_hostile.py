@@ -21,6 +21,7 @@ from grading.labs import REPO_ROOT, load_lab
 from grading.protocol import TestResult
 from grading.report import print_table, totals, write_results_json
 from grading.runner import SuiteRunner
+from grading import sandbox
 from grading.sandbox import sandbox_mode
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
@@ -182,3 +183,24 @@ def test_a_results_file_left_before_grading_never_counts(tmp_path):
     data = json.loads(out.read_text())
     assert data["score"] == 0 and data["tests"]
     assert not list(tmp_path.glob(".results-*")), "no temporary file is left behind"
+
+
+USERNS_CASES = ["read_the_solution", "write_to_the_course", "late_writers", "signal_the_grader",
+                "reexport_reference"]
+
+
+@pytest.mark.skipif(not sandbox._can_unshare(sandbox.USERNS),
+                    reason="no unprivileged user namespaces on this machine")
+@pytest.mark.parametrize("name", USERNS_CASES)
+def test_user_namespace_mode_confines_too(name, tmp_path, monkeypatch):
+    """The mode an ordinary user gets where user namespaces are allowed: same honest score."""
+    monkeypatch.setenv(sandbox.MODE_ENV, "userns")
+    guarded = [*(REPO_ROOT / "tests" / "labs" / "lab_01").glob("*.py"),
+               *(REPO_ROOT / "grading").glob("*.py"), *LAB.solution_dir.glob("*.py")]
+    before = digest(guarded)
+    results = grade(compose(name, tmp_path / "impl"), first=6)
+    assert_sound(results)
+    assert totals(results)[0] == 0, [(r.info.name, r.outcome, r.message[:200]) for r in results]
+    if name == "late_writers":
+        time.sleep(3)
+    assert digest(guarded) == before

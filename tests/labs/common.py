@@ -40,6 +40,43 @@ REACHED, HIT_NONE, TOO_LONG, NOT_A_BLOCK, NO_SENTINEL = (
     "sentinel", "none", "limit", "not-a-block", "no-sentinel")
 
 
+class _ShrinkUntil:
+    """Hypothesis computes ``perf_counter() + MAX_SHRINKING_SECONDS`` when it starts shrinking:
+    this gives back a fixed moment instead, so that shrinking ends before the test's deadline."""
+
+    def __init__(self, stop_at: float) -> None:
+        self.stop_at = stop_at
+
+    def __radd__(self, now: float) -> float:
+        return max(now + 0.5, self.stop_at)
+
+
+def run_machine(machine: type, settings: Any = STATEFUL_SETTINGS, margin: float = 2.0) -> None:
+    """``run_state_machine_as_test``, with shrinking cut short ``margin`` seconds before the
+    test's deadline.
+
+    Each step of a machine is a few requests to the learner process, so shrinking a failure
+    to its shortest sequence can take longer than the test may run; cut short, Hypothesis still
+    reports the shortest failing sequence found so far (the module constant patched here is
+    the one Hypothesis leaves for that purpose). Without a deadline (outside the grader), it
+    shrinks as usual.
+    """
+    from hypothesis.internal.conjecture import engine
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from grading.suite import SESSION
+
+    saved = engine.MAX_SHRINKING_SECONDS
+    if SESSION.deadline is not None:
+        left = SESSION.deadline - time.monotonic()
+        engine.MAX_SHRINKING_SECONDS = _ShrinkUntil(  # type: ignore[assignment]
+            time.perf_counter() + left - margin)
+    try:
+        run_state_machine_as_test(machine, settings=settings)
+    finally:
+        engine.MAX_SHRINKING_SECONDS = saved
+
+
 # -- reading values ----------------------------------------------------------------------------
 def describe(value: Any) -> str:
     """A short, safe description of a value from the learner (never its own ``__repr__``)."""

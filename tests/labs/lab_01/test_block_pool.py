@@ -14,12 +14,10 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import (
-    STATEFUL_SETTINGS,
     as_int,
     assert_constant_time,
     block_ids,
@@ -27,6 +25,7 @@ from tests.labs.common import (
     check_pool_snapshot,
     describe,
     pool_snapshot,
+    run_machine,
     same_data,
     timed_call,
 )
@@ -309,7 +308,7 @@ class PoolMachine(RuleBasedStateMachine):
            "queue order is the model's", f"{DOC}#invariants")
 def test_random_allocations_and_frees_keep_the_invariants():
     """Property test: the pool matches a model under random allocate / share / free sequences."""
-    run_state_machine_as_test(PoolMachine, settings=STATEFUL_SETTINGS)
+    run_machine(PoolMachine)
 
 
 class PoolBench:

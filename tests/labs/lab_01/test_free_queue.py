@@ -13,17 +13,16 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import (
-    STATEFUL_SETTINGS,
     as_int,
     assert_constant_time,
     block_ids,
     check_queue,
     int_list,
+    run_machine,
     same_data,
     timed_call,
 )
@@ -266,7 +265,7 @@ class QueueMachine(RuleBasedStateMachine):
            "queue must equal a plain list doing the same", f"{DOC}#the-free-block-queue")
 def test_random_operations_match_a_list():
     """Property test: the queue behaves like a list under random operation sequences."""
-    run_state_machine_as_test(QueueMachine, settings=STATEFUL_SETTINGS)
+    run_machine(QueueMachine)
 
 
 class QueueBench:

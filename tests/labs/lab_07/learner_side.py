@@ -216,11 +216,45 @@ class Driver:
         return self.mgr.get_num_blocks_to_allocate(
             request_id, num_tokens, list(hits.blocks[0]) if hits is not None else [])
 
+    def arrive(self, request_id: str, tokens: list[int]) -> None:
+        self.add(request_id, tokens)
+
     # -- reading ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         state = manager_state(self.mgr)
         state["progress"] = self.progress()
         return state
+
+    def replay(self, plan: list[list[Any]]) -> list[list[Any]]:
+        """Run the operations of ``plan`` (``[name, *args]``, names from ``REPLAYABLE``) in
+        order. For each: ``["ok", what it returned, the state after it]``. At the first
+        exception the list ends with ``["raised", type name, message]``; NotImplementedError
+        (a method not written yet) propagates."""
+        seen: list[list[Any]] = []
+        for name, *args in plan:
+            if name not in REPLAYABLE:
+                seen.append(["raised", "KeyError", f"no operation {name!r}"])
+                break
+            try:
+                result = getattr(self, name)(*args)
+            except NotImplementedError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported as data; the judge decides
+                seen.append(["raised", type(exc).__name__, _message(exc)])
+                break
+            seen.append(["ok", result, self.state()])
+        return seen
+
+
+REPLAYABLE = frozenset({"arrive", "lookup", "allocate", "append", "free", "stats", "usage",
+                        "get_block_ids"})
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)[:500]
+    except Exception:  # noqa: BLE001 - a message that cannot be read
+        return "<no readable message>"
 
 
 def new_driver(manager_cls: Any, num_blocks: int, max_model_len: int,

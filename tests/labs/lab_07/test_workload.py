@@ -2,11 +2,13 @@
 
 Requests with shared prefixes arrive, are admitted in chunks, decode, are preempted or finish,
 in random order, on a tiny pool; admissions and steps are often sized to the exact edge of what
-fits, where capacity accounting matters. Every operation runs on both managers (the reference's
-in the judge, the learner's in the learner process) and everything each one returns or holds
-afterwards must be the same: hits, the blocks returned or None, block tables, the free queue's
-order, ref counts, hashes, prefix-cache statistics, usage. The learner's state must also satisfy
-the pool's invariants on its own.
+fits, where the capacity accounting of prefix hits matters. The trace is first run on the
+reference manager here in the judge, which decides every step as a scheduler would and records
+what the reference returned and held after each operation; then the learner process replays the
+same operations on the learner's manager in one call and reports the same observations. They
+must agree, operation by operation: hits, the blocks returned or None, block tables, the free
+queue's order, ref counts, hashes, prefix-cache statistics, usage, block ids; and the learner's
+state must satisfy the pool's invariants on its own.
 """
 
 from __future__ import annotations
@@ -15,93 +17,76 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
 
 from grading.suite import graded
-from tests.labs.common import GRADED_SETTINGS, STATEFUL_SETTINGS
+from tests.labs.common import GRADED_SETTINGS
 from tests.labs.lab_07.checks import check_state, compare_states
 from tests.labs.lab_07.helpers import BS, DOC, driver, oracle
 
 MAX_MODEL_LEN = 40
 #: Prompts start with a piece of this trunk, so that they share prefixes.
 TRUNK = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
+TRACE_SETTINGS = settings(GRADED_SETTINGS, max_examples=80)
+EDGE_SETTINGS = settings(GRADED_SETTINGS, max_examples=150)
 
 
 def cdiv(a: int, b: int) -> int:
     return -(a // -b)
 
 
-def _display(exc: BaseException) -> str:
-    return str(getattr(exc, "display", None) or f"{type(exc).__name__}: {exc}")
+def describe(op: list[Any]) -> str:
+    name, *args = op
+    if name == "arrive":
+        return f"{args[0]} arrives with tokens {args[1]}"
+    if name == "lookup":
+        return f"get_computed_blocks({args[0]})"
+    if name == "allocate":
+        return f"allocate_slots({args[0]}, {args[1]} new tokens, lookahead {args[2]})"
+    if name == "append":
+        return f"{args[0]} samples token {args[1]}"
+    if name == "free":
+        return f"free({args[0]}){' as a preemption' if args[1] else ''}"
+    if name == "stats":
+        return "make_prefix_cache_stats()"
+    if name == "usage":
+        return "usage"
+    return f"get_block_ids({args[0]!r})"
 
 
-class Pair:
-    """The learner's manager and the reference's, driven through the same operations."""
+class Trace:
+    """A trace run on the reference manager (here), recorded for the learner to replay."""
 
     def __init__(self, num_blocks: int, max_model_len: int = MAX_MODEL_LEN, **kwargs: Any):
-        self.learner = driver(num_blocks, max_model_len, **kwargs)
-        self.oracle = oracle(num_blocks, max_model_len, **kwargs)
+        self.config = (num_blocks, max_model_len, kwargs)
+        self.ref = oracle(num_blocks, max_model_len, **kwargs)
         self.max_model_len = max_model_len
-        self.log: list[str] = []
+        self.plan: list[list[Any]] = []
+        self.seen: list[list[Any]] = []
+        self.why: list[str] = []
 
-    # -- context for messages ---------------------------------------------------------------
-    def note(self, text: str) -> None:
-        self.log.append(text)
+    def _do(self, op: list[Any], why: str = "") -> Any:
+        result = getattr(self.ref, op[0])(*op[1:])
+        self.plan.append(op)
+        self.seen.append(["ok", result, self.ref.state()])
+        self.why.append(why)
+        return result
 
-    def history(self) -> str:
-        recent = self.log[-8:]
-        head = "… " if len(self.log) > len(recent) else ""
-        return head + "; ".join(recent) if recent else "the start"
-
-    def fail(self, message: str) -> None:
-        raise AssertionError(f"{message}\n  operations so far: {self.history()}")
-
-    def call(self, what: str, method: str, *args: Any) -> Any:
-        """A learner call; its exception (other than NOT STARTED) fails with context."""
-        try:
-            return getattr(self.learner, method)(*args)
-        except NotImplementedError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a learner exception, reported as a failure
-            ref = getattr(self.oracle, method)(*args)
-            self.fail(f"{what}: your manager raised {_display(exc)}; the reference returned "
-                      f"{ref!r}")
-
-    # -- operations -----------------------------------------------------------------------
-    def add(self, rid: str, tokens: list[int]) -> None:
-        self.learner.add(rid, tokens)
-        self.oracle.add(rid, tokens)
-        self.note(f"{rid} arrives with {len(tokens)} tokens {tokens}")
+    # -- operations, decided as a scheduler would ------------------------------------------
+    def arrive(self, rid: str, tokens: list[int]) -> None:
+        self._do(["arrive", rid, list(tokens)])
 
     def lookup(self, rid: str) -> int:
-        got = self.call(f"get_computed_blocks({rid})", "lookup", rid)
-        want = self.oracle.lookup(rid)
-        self.note(f"lookup {rid} -> hit {want[0]} ({want[1]} tokens)")
-        if got != want:
-            self.fail(f"get_computed_blocks({rid}): your manager found the hit {got[0]} "
-                      f"({got[1]} tokens), the reference {want[0]} ({want[1]} tokens): the "
-                      f"hit is the longest run of leading cached blocks, capped at num_tokens "
-                      f"- 1 = {self.num_tokens(rid) - 1} tokens, in whole blocks")
-        return int(want[1])
-
-    def num_tokens(self, rid: str) -> int:
-        return self.oracle.requests[rid].num_tokens
+        return int(self._do(["lookup", rid])[1])
 
     def remaining(self, rid: str, num_hit: int = 0) -> int:
-        req = self.oracle.requests[rid]
+        req = self.ref.requests[rid]
         return req.num_tokens - req.num_computed_tokens - num_hit
 
     def cost(self, rid: str, num_new: int, lookahead: int) -> tuple[int, str]:
         """What the reference counts for this allocation: blocks to allocate, and why."""
-        mgr = self.oracle.mgr
-        req = self.oracle.requests[rid]
-        hits, num_hit = self.oracle.hits.get(rid, (None, 0))
+        mgr = self.ref.mgr
+        req = self.ref.requests[rid]
+        hits, num_hit = self.ref.hits.get(rid, (None, 0))
         hit_blocks = list(hits.blocks[0]) if hits is not None else []
         slots = min(req.num_computed_tokens + num_hit + num_new + lookahead, self.max_model_len)
         need = mgr.get_num_blocks_to_allocate(rid, slots, hit_blocks)
@@ -110,161 +95,169 @@ class Pair:
         free_hits = [b.block_id for b in hit_blocks if b.ref_cnt == 0]
         in_use = [b.block_id for b in hit_blocks if b.ref_cnt > 0]
         why = (f"{slots} slots = {cdiv(slots, BS)} blocks: {held} already held, hits in use "
-               f"{in_use} (free of charge), free hits {free_hits} (1 free block each) and "
+               f"{in_use} (free of charge), free hits {free_hits} (one free block each), "
                f"{fresh} fresh: {need} free blocks needed, "
                f"{mgr.block_pool.get_num_free_blocks()} free")
         return need, why
 
     def max_fit(self, rid: str, lookahead: int) -> int:
-        """The most new tokens (up to what is left) the reference would accept, 0 if none."""
-        _, num_hit = self.oracle.hits.get(rid, (None, 0))
-        free = self.oracle.mgr.block_pool.get_num_free_blocks()
+        """The most new tokens (up to what is left) the reference accepts, 0 if none."""
+        _, num_hit = self.ref.hits.get(rid, (None, 0))
+        free = self.ref.mgr.block_pool.get_num_free_blocks()
         for k in range(self.remaining(rid, num_hit), 0, -1):
             if self.cost(rid, k, lookahead)[0] <= free:
                 return k
         return 0
 
     def allocate(self, rid: str, num_new: int, lookahead: int = 0) -> bool:
-        """Both allocate; the results must agree. Returns whether it succeeded."""
         _, why = self.cost(rid, num_new, lookahead)
-        what = f"allocate_slots({rid}, {num_new} new tokens, {lookahead} lookahead)"
-        before = self.learner.state()
-        got = self.call(what, "allocate", rid, num_new, lookahead)
-        want = self.oracle.allocate(rid, num_new, lookahead)
-        self.note(f"{what} -> {want}")
-        if (got is None) != (want is None):
-            if got is None:
-                self.fail(f"{what}: your manager returned None, but it fits: {why}")
-            self.fail(f"{what}: your manager allocated {got}, but it does not fit: {why}; "
-                      "allocate_slots must return None")
-        if got != want:
-            self.fail(f"{what}: your manager returned the new blocks {got}, the reference "
-                      f"{want} (only the blocks added this call, from the front of the free "
-                      "queue)")
-        if got is None:
-            after = self.learner.state()
-            keys = ("forward", "ref_cnt", "hash", "tables", "num_cached_block", "progress")
-            changed = [k for k in keys if before[k] != after[k]]
-            if changed:
-                self.fail(f"{what} returned None but changed {', '.join(changed)}: a refused "
-                          "allocation must change nothing")
-        return got is not None
+        return self._do(["allocate", rid, num_new, lookahead], why) is not None
 
     def free(self, rid: str, preempt: bool) -> None:
-        self.call(f"free({rid})", "free", rid, preempt)
-        self.oracle.free(rid, preempt)
-        self.note(f"{'preempt' if preempt else 'free'} {rid}")
+        self._do(["free", rid, preempt])
 
     def append(self, rid: str, token: int) -> None:
-        self.learner.append(rid, token)
-        self.oracle.append(rid, token)
-        self.note(f"{rid} samples {token}")
+        self._do(["append", rid, token])
 
-    def stats(self) -> None:
-        got = self.call("make_prefix_cache_stats()", "stats")
-        want = self.oracle.stats()
-        self.note("make_prefix_cache_stats()")
-        if got != want:
-            self.fail(f"make_prefix_cache_stats(): [requests, queries, hits, preempted_requests, "
-                      f"preempted_queries, preempted_hits] are {got}, the reference's {want} "
-                      "(one record per lookup since the last snapshot: queries = the request's "
-                      "num_tokens, hits = the hit tokens; resumed requests counted apart)")
+    def query(self, name: str, *args: Any) -> None:
+        self._do([name, *args])
 
-    def query(self, rid: str) -> None:
-        got = self.call(f"get_block_ids({rid!r})", "get_block_ids", rid)
-        want = self.oracle.get_block_ids(rid)
-        if type(got) is not tuple or got != want:
-            self.fail(f"get_block_ids({rid!r}) is {got!r}, the reference's {want!r}")
-        got = self.call("usage", "usage")
-        want = self.oracle.usage()
-        if type(got) not in (float, int) or abs(got - want) > 1e-9:
-            self.fail(f"usage is {got!r}, the reference's {want!r} (blocks held / usable blocks)")
+    # -- the learner's replay -------------------------------------------------------------
+    def verify(self) -> None:
+        """Replay the trace on the learner's manager (one call) and compare, op by op."""
+        num_blocks, max_model_len, kwargs = self.config
+        got = driver(num_blocks, max_model_len, **kwargs).replay(self.plan)
+        if type(got) is not list:
+            raise AssertionError(f"the replay returned {type(got).__name__}, not a list")
+        for k, op in enumerate(self.plan):
+            if k >= len(got):
+                self._fail(k, "the replay stopped before this operation")
+            self._compare(k, op, got[k], self.seen[k])
 
-    def check(self) -> None:
-        state = self.learner.state()
+    def _fail(self, k: int, message: str) -> None:
+        start = max(0, k - 12)
+        steps = [f"{i}. {describe(op)} -> {self.seen[i][1]!r}"
+                 for i, op in enumerate(self.plan[start:k], start)]
+        num_blocks, max_model_len, kwargs = self.config
+        extra = "".join(f", {key}={value}" for key, value in kwargs.items())
+        setup = (f"KVCacheManager({num_blocks} blocks, block_size {BS}, max_model_len "
+                 f"{max_model_len}{extra})")
+        raise AssertionError(
+            f"operation {k}, {describe(self.plan[k])}: {message}\n  on {setup}, after:\n    "
+            + ("… (earlier operations left out)\n    " if start else "")
+            + ("\n    ".join(steps) if steps else "(nothing)"))
+
+    def _compare(self, k: int, op: list[Any], got: Any, want: list[Any]) -> None:
+        if not (type(got) is list and len(got) == 3 and got[0] in ("ok", "raised")):
+            self._fail(k, f"the replay reported {got!r:.200}")
+        if got[0] == "raised":
+            self._fail(k, f"your manager raised {got[1]}: {got[2]}; the reference returned "
+                          f"{want[1]!r}")
+        name = op[0]
+        result, ref_result = got[1], want[1]
+        if name == "lookup" and result != ref_result:
+            self._fail(k, f"your manager found the hit {result[0]} ({result[1]} tokens), the "
+                          f"reference {ref_result[0]} ({ref_result[1]} tokens): the hit is the "
+                          "longest run of leading cached blocks, capped at num_tokens - 1 "
+                          "tokens, in whole blocks")
+        if name == "allocate" and (result is None) != (ref_result is None):
+            if result is None:
+                self._fail(k, f"your manager returned None, but it fits: {self.why[k]}")
+            self._fail(k, f"your manager allocated {result}, but it does not fit: "
+                          f"{self.why[k]}; allocate_slots must return None")
+        if name == "allocate" and result != ref_result:
+            self._fail(k, f"your manager returned the new blocks {result}, the reference "
+                          f"{ref_result} (only the blocks added by this call, from the front of "
+                          "the free queue)")
+        if name == "stats" and result != ref_result:
+            self._fail(k, f"[requests, queries, hits, preempted_requests, preempted_queries, "
+                          f"preempted_hits] are {result}, the reference's {ref_result} (one "
+                          "record per lookup since the last snapshot: queries = the request's "
+                          "num_tokens, hits = the hit tokens; resumed requests counted apart)")
+        if name == "usage" and (type(result) not in (float, int)
+                                or abs(result - ref_result) > 1e-9):
+            self._fail(k, f"usage is {result!r}, the reference's {ref_result!r} (blocks held "
+                          "by requests / usable blocks, the null block excluded)")
+        if name == "get_block_ids" and (type(result) is not tuple or result != ref_result):
+            self._fail(k, f"get_block_ids is {result!r}, the reference's {ref_result!r}")
+        state, ref_state = got[2], want[2]
         try:
             check_state(state)
+            if name == "allocate" and ref_result is None:
+                before = self.seen[k - 1][2] if k else ref_state
+                keys = ("forward", "ref_cnt", "hash", "tables", "num_cached_block", "progress")
+                changed = [key for key in keys if state[key] != before[key]]
+                if changed:
+                    raise AssertionError(f"allocate_slots returned None but changed "
+                                         f"{', '.join(changed)}: a refused allocation must "
+                                         "change nothing")
+            compare_states(state, ref_state, "it")
         except AssertionError as exc:
-            self.fail(f"after {self.history()}:\n  {exc}")
-        compare_states(state, self.oracle.state(), self.history())
+            self._fail(k, str(exc))
 
 
 def _tokens(trunk_len: int, tail: list[int]) -> list[int]:
     return [*TRUNK[:trunk_len], *tail]
 
 
-class Lockstep(RuleBasedStateMachine):
-    """A scheduler's use of the manager, its decisions drawn at random, run on both managers."""
+#: One scheduler decision: (kind, a, b, c), read by ``run_scheduler``.
+decisions = st.one_of(
+    st.tuples(st.just("arrive"), st.sampled_from([0, 4, 6, 8, 12]),
+              st.lists(st.integers(0, 3), min_size=1, max_size=10)),
+    st.tuples(st.just("admit"), st.integers(1, 16), st.sampled_from([None, 0, 1]),
+              st.sampled_from([0, 0, 0, 3])),
+    st.tuples(st.just("step"), st.integers(0, 7), st.integers(1, 8),
+              st.sampled_from([None, 0, 1]), st.integers(0, 3), st.sampled_from([0, 0, 0, 2])),
+    st.tuples(st.just("release"), st.integers(0, 7), st.booleans()),
+    st.tuples(st.just("stats")),
+    st.tuples(st.just("query"), st.integers(0, 9)),
+)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.pair = Pair(9, log_stats=True)
-        self.waiting: list[str] = []
-        self.running: list[str] = []
-        self.counter = 0
 
-    @rule(trunk=st.sampled_from([0, 4, 6, 8, 12]),
-          tail=st.lists(st.integers(0, 3), min_size=1, max_size=10))
-    def arrive(self, trunk: int, tail: list[int]) -> None:
-        self.counter += 1
-        rid = f"r{self.counter}"
-        self.pair.add(rid, _tokens(trunk, tail))
-        self.waiting.append(rid)
-
-    @precondition(lambda self: self.waiting)
-    @rule(chunk=st.integers(1, 16), edge=st.sampled_from([None, 0, 1]),
-          lookahead=st.sampled_from([0, 0, 0, 3]))
-    def admit(self, chunk: int, edge: int | None, lookahead: int) -> None:
-        """The first waiting request: its hit, then ``chunk`` tokens, or (``edge``) exactly the
-        most that fits, or one token more."""
-        rid = self.waiting[0]
-        num_hit = self.pair.lookup(rid)
-        left = self.pair.remaining(rid, num_hit)
-        num_new = min(chunk, left)
-        if edge is not None:
-            num_new = min(max(self.pair.max_fit(rid, lookahead) + edge, 1), left)
-        if self.pair.allocate(rid, num_new, lookahead):
-            self.running.append(self.waiting.pop(0))
-
-    @precondition(lambda self: self.running)
-    @rule(which=st.integers(0, 7), chunk=st.integers(1, 8), token=st.integers(0, 3),
-          edge=st.sampled_from([None, 0, 1]), lookahead=st.sampled_from([0, 0, 0, 2]))
-    def step(self, which: int, chunk: int, token: int, edge: int | None,
-             lookahead: int) -> None:
-        """A running request computes a chunk of its prompt, or decodes one token."""
-        rid = self.running[which % len(self.running)]
-        if self.pair.remaining(rid) == 0:
-            if self.pair.num_tokens(rid) >= MAX_MODEL_LEN:
-                return
-            self.pair.append(rid, token)
-        left = self.pair.remaining(rid)
-        num_new = min(chunk, left)
-        if edge is not None:
-            num_new = min(max(self.pair.max_fit(rid, lookahead) + edge, 1), left)
-        self.pair.allocate(rid, num_new, lookahead)
-
-    @precondition(lambda self: self.running)
-    @rule(which=st.integers(0, 7), preempt=st.booleans())
-    def release(self, which: int, preempt: bool) -> None:
-        """A running request finishes, or is preempted (it goes back to the front of the queue
-        and starts over)."""
-        rid = self.running.pop(which % len(self.running))
-        self.pair.free(rid, preempt)
-        if preempt:
-            self.waiting.insert(0, rid)
-
-    @rule()
-    def stats(self) -> None:
-        self.pair.stats()
-
-    @rule(which=st.integers(0, 9))
-    def query(self, which: int) -> None:
-        known = [*self.running, *self.waiting, "nobody"]
-        self.pair.query(known[which % len(known)])
-
-    @invariant()
-    def same_state_as_the_reference(self) -> None:
-        self.pair.check()
+def run_scheduler(trace: Trace, steps: list[tuple[Any, ...]]) -> None:
+    """Turn random decisions into operations, as a scheduler would, on the reference."""
+    waiting: list[str] = []
+    running: list[str] = []
+    counter = 0
+    for kind, *args in steps:
+        if kind == "arrive":
+            counter += 1
+            rid = f"r{counter}"
+            trace.arrive(rid, _tokens(args[0], args[1]))
+            waiting.append(rid)
+        elif kind == "admit" and waiting:
+            chunk, edge, lookahead = args
+            rid = waiting[0]
+            num_hit = trace.lookup(rid)
+            left = trace.remaining(rid, num_hit)
+            num_new = min(chunk, left)
+            if edge is not None:       # exactly the most that fits, or one token more
+                num_new = min(max(trace.max_fit(rid, lookahead) + edge, 1), left)
+            if trace.allocate(rid, num_new, lookahead):
+                running.append(waiting.pop(0))
+        elif kind == "step" and running:
+            which, chunk, edge, token, lookahead = args
+            rid = running[which % len(running)]
+            if trace.remaining(rid) == 0:
+                if trace.ref.requests[rid].num_tokens >= MAX_MODEL_LEN:
+                    continue
+                trace.append(rid, token)
+            left = trace.remaining(rid)
+            num_new = min(chunk, left)
+            if edge is not None:
+                num_new = min(max(trace.max_fit(rid, lookahead) + edge, 1), left)
+            trace.allocate(rid, num_new, lookahead)
+        elif kind == "release" and running:
+            rid = running.pop(args[0] % len(running))
+            trace.free(rid, args[1])
+            if args[1]:
+                waiting.insert(0, rid)   # preempted: back to the front, to start over
+        elif kind == "stats":
+            trace.query("stats")
+        elif kind == "query":
+            known = [*running, *waiting, "nobody"]
+            trace.query("get_block_ids", known[args[0] % len(known)])
+            trace.query("usage")
 
 
 @graded(6, "Random traces against upstream (shared prefixes, chunks, decodes, lookahead, "
@@ -272,9 +265,14 @@ class Lockstep(RuleBasedStateMachine):
            "the same hits, the same blocks or None, the same tables, free-queue order, ref "
            "counts, hashes, stats and usage as the reference manager, and the pool's invariants",
         f"{DOC}#the-kv-cache-manager-lab-07")
-def test_random_workload():
-    """Hypothesis prints the shortest failing sequence of steps: replay it by hand."""
-    run_state_machine_as_test(Lockstep, settings=STATEFUL_SETTINGS)
+@TRACE_SETTINGS
+@given(st.lists(decisions, min_size=1, max_size=50))
+def test_random_workload(steps: list[tuple[Any, ...]]):
+    """The message shows the first operation where your manager and the reference disagree,
+    and the operations before it: replay them by hand."""
+    trace = Trace(9, log_stats=True)
+    run_scheduler(trace, steps)
+    trace.verify()
 
 
 @st.composite
@@ -298,28 +296,26 @@ def scenarios(draw: Any) -> dict[str, Any]:
            "allocate_slots accepts exactly what upstream accepts: the most that fits succeeds, "
            "one token more returns None and changes nothing",
         f"{DOC}#hits-on-free-blocks-cost-capacity")
-@settings(GRADED_SETTINGS)
+@EDGE_SETTINGS
 @given(scenarios())
 def test_capacity_at_the_edge(scenario: dict[str, Any]):
     """Built on both managers; then the probe is admitted with one token too many (refused),
     then with exactly the most that fits."""
-    pair = Pair(scenario["num_blocks"])
+    trace = Trace(scenario["num_blocks"])
     for i, spec in enumerate(scenario["requests"]):
         rid = f"r{i}"
-        pair.add(rid, spec["tokens"])
-        pair.lookup(rid)
-        fits = pair.max_fit(rid, 0)
-        if fits and pair.allocate(rid, fits, 0) and spec["then"] != "run":
-            pair.free(rid, spec["then"] == "preempt")
-    pair.check()
-    pair.add("probe", scenario["probe"])
+        trace.arrive(rid, spec["tokens"])
+        trace.lookup(rid)
+        fits = trace.max_fit(rid, 0)
+        if fits and trace.allocate(rid, fits, 0) and spec["then"] != "run":
+            trace.free(rid, spec["then"] == "preempt")
+    trace.arrive("probe", scenario["probe"])
     lookahead = scenario["lookahead"]
-    num_hit = pair.lookup("probe")
-    most = pair.max_fit("probe", lookahead)
-    if most < pair.remaining("probe", num_hit):
-        pair.allocate("probe", most + 1, lookahead)     # one token too many: None
-        pair.check()
-        pair.lookup("probe")
+    num_hit = trace.lookup("probe")
+    most = trace.max_fit("probe", lookahead)
+    if most < trace.remaining("probe", num_hit):
+        trace.allocate("probe", most + 1, lookahead)     # one token too many: None
+        trace.lookup("probe")
     if most:
-        pair.allocate("probe", most, lookahead)         # exactly what fits
-    pair.check()
+        trace.allocate("probe", most, lookahead)         # exactly what fits
+    trace.verify()

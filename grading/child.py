@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import ctypes
 import os
 import sys
@@ -36,10 +37,8 @@ PR_SET_DUMPABLE = 4
 
 def harden_process() -> None:
     """No core dumps, no ptrace and no /proc/PID/fd access for processes of the same user."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 class Channel:
@@ -222,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             status, message = "not_started", protocol.clip(str(exc))
         except LearnerFault as exc:
             status, message = exc.outcome, _describe(exc)
-        except BaseException as exc:  # noqa: BLE001 - an import error of any kind
+        except BaseException as exc:
             status, message = "error", _describe(exc)
         finally:
             SESSION.end_test(passed=False)

@@ -33,7 +33,7 @@ from grading.sandbox import Launched, Staging, launch
 _START_TIMEOUT = 60.0
 
 
-class LearnerFault(BaseException):  # noqa: N818 - a fault, not an error the test may expect
+class LearnerFault(BaseException):
     """The learner process misbehaved in a way no test may catch: it ends the test."""
 
     outcome = "error"

@@ -11,7 +11,6 @@ budget per suite, and restarts a judge that died on the tests that remain.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import secrets

@@ -104,7 +104,7 @@ class _Session:
                 conn.deadline = None
                 self.conn = conn
                 return
-            except BaseException:  # noqa: BLE001 - a learner that will not reset is replaced
+            except BaseException:
                 pass
         conn.close()
 

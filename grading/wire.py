@@ -35,15 +35,6 @@ class WireError(Exception):
     """A value that cannot cross, or bytes that are not a well-formed message."""
 
 
-class Handle:
-    """A reference to an object in the learner process, as the decoder hands it over."""
-
-    __slots__ = ("hid", "type_id", "type_name", "methods")
-
-    def __init__(self, hid: int, type_id: int, type_name: str, methods: tuple[str, ...] | None):
-        self.hid, self.type_id, self.type_name, self.methods = hid, type_id, type_name, methods
-
-
 _packer = msgspec.msgpack.Encoder()
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from grading import sandbox
 from grading.labs import REPO_ROOT, load_lab
 from grading.protocol import TestResult
 from grading.report import print_table, totals, write_results_json
 from grading.runner import SuiteRunner
-from grading import sandbox
 from grading.sandbox import sandbox_mode
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
@@ -146,15 +146,18 @@ def test_the_learner_runs_as_another_user_in_its_own_namespace(tmp_path):
     """The sandbox itself: another uid, no course folder, a private /tmp, no way out."""
     (tmp_path / "impl").mkdir()
     probe = tmp_path / "impl" / "block_pool.py"
-    probe.write_text((LAB.stub_dir / "block_pool.py").read_text() + '''
+    paths = (f"SOLUTION = {str(LAB.solution_dir / 'block_pool.py')!r}\n"
+             f"GRADER = {str(REPO_ROOT / 'grading' / 'child.py')!r}\n")
+    probe.write_text((LAB.stub_dir / "block_pool.py").read_text() + paths + '''
 import os as _os
 def _probe():
     seen = {"uid": _os.getuid(), "groups": _os.getgroups(),
-            "repo": _os.path.exists(%r), "tests": _os.path.exists(%r),
+            "repo": _os.path.exists(SOLUTION), "tests": _os.path.exists(GRADER),
             "env": sorted(_os.environ)}
     raise NotImplementedError("PROBE " + repr(seen))
 FreeKVCacheBlockQueue.__init__ = lambda self, blocks: _probe()
-''' % (str(LAB.solution_dir / "block_pool.py"), str(REPO_ROOT / "grading" / "child.py")))
+'''
+)
     results = grade(tmp_path / "impl", first=None)
     probe_text = next(r.message for r in results if "PROBE" in r.message)
     seen = eval(probe_text.split("PROBE ", 1)[1].splitlines()[0])  # our own probe's repr

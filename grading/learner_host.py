@@ -181,7 +181,7 @@ def enter_sandbox(config: dict[str, Any]) -> Path:
     os.environ.update(config["env"])
     os.environ["HOME"] = os.environ["TMPDIR"] = str(work)
     sys.path[:] = [str(root / "impl"), str(root / "lib"),
-                   *[p for p in sys.path if p.startswith(tuple(config["site"]))]]
+                   *[p for p in config["site"] if os.path.isdir(p)]]
     return work
 
 

@@ -210,9 +210,22 @@ def _python_unreadable() -> bool:
     return any(_closed_ancestor(Path(p)) is not None for p in _python_folders())
 
 
-def _site_prefixes() -> list[str]:
-    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    return sorted({str(Path(p)) for p in prefixes} | {str(Path(p).resolve()) for p in prefixes})
+def _package_folders() -> list[str]:
+    """Where this Python finds packages, outside the course folder (site-packages, and any
+    folder on PYTHONPATH): the learner process gets the same list, as ``python -I`` would
+    otherwise drop PYTHONPATH."""
+    folders: list[str] = []
+    python = [Path(p) for p in _python_folders()]
+    for entry in sys.path:
+        if not entry or not Path(entry).is_dir():
+            continue
+        path = Path(entry).resolve()
+        in_python = any(path == p or p in path.parents for p in python)
+        in_course = path == REPO_ROOT or REPO_ROOT in path.parents
+        if (in_course and not in_python) or str(path) in folders:
+            continue
+        folders.append(str(path))
+    return folders
 
 
 @dataclass
@@ -289,9 +302,10 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
     config = {
         "fd_in": to_r, "fd_out": from_w,
         "staging": str(staging.root), "root": root, "namespace": namespaced,
-        "new_root": str(staging.root / "newroot"), "python": _python_folders(),
+        "new_root": str(staging.root / "newroot"),
+        "python": sorted({*_python_folders(), *_package_folders()}),
         "tmp_mib": limits.tmp_mib, "uid": learner_uid, "env": env,
-        "site": _site_prefixes(), "preload": list(preload),
+        "site": _package_folders(), "preload": list(preload),
         "chain": [[f"{root}/chain/{d}", f, p] for d, f, p in staging.chain_dirs],
         "limits": {"fsize": limits.fsize,
                    "nproc": limits.nproc if learner_uid is not None else None,

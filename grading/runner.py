@@ -97,6 +97,9 @@ class SuiteRunner:
         # (a mutant of the solution) can skip it.
         self.run_preflight = preflight
         self.workdir = Path(tempfile.mkdtemp(prefix="mini-vllm-grading-"))
+        # Others may pass through (not list) it: a learner process that runs as another user
+        # without a namespace reaches its staged folder by the path it is given.
+        self.workdir.chmod(0o711)
         self.staging = stage(lab, self.impl, self.chain, parent=self.workdir)
 
     # -- one judge -------------------------------------------------------------------------

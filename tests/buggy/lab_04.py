@@ -48,6 +48,29 @@ MUTANTS = [
             "(many KV heads x a large head_dim) are written only in part",
     ),
     Mutant(
+        name="slot_zero_taken_for_padding",
+        file=FILE,
+        find="""
+            if slot < 0:
+                return  # padding token: leave the cache untouched
+        """,
+        replace="""
+            if slot <= 0:
+                return  # padding token: leave the cache untouched
+        """,
+        why="off-by-one in the padding test: slot 0 (block 0, row 0) is a real slot, but its "
+            "token is skipped and the cache keeps what was there",
+    ),
+    Mutant(
+        name="key_read_as_contiguous",
+        file=FILE,
+        find="k = tl.load(key_ptr + token * stride_key_tok + head * stride_key_head + dim, mask=mask)",
+        replace="k = tl.load(key_ptr + token * NUM_KV_HEADS * HEAD_DIM + idx, mask=mask)",
+        why="addresses the key as a contiguous [tokens, kv_heads, head_dim] tensor instead of "
+            "through its strides: keys sliced out of a fused QKV projection are read from the "
+            "wrong columns (the launcher keeps such views as they are)",
+    ),
+    Mutant(
         name="key_stored_into_value_cache",
         file=FILE,
         find="tl.store(v_dst + dim, v, mask=mask)",
@@ -62,6 +85,14 @@ MUTANTS = [
         replace="heads = offs_g * tl.num_programs(1) + kv_head",
         why="the program of KV head j serves query heads j, j + num_kv_heads, ...: query head h "
             "reads KV head h % num_kv_heads instead of h // group",
+    ),
+    Mutant(
+        name="block_table_row_stride_ignored",
+        file=FILE,
+        find="table = block_tables_ptr + seq.to(tl.int64) * stride_bt_seq",
+        replace="table = block_tables_ptr + seq.to(tl.int64)",
+        why="forgets the table's row stride: sequence i reads its block ids from row 0, "
+            "starting i entries in, i.e. another sequence's blocks",
     ),
     Mutant(
         name="tile_row_off_by_one",

@@ -308,4 +308,50 @@ MUTANTS = [
         why="reset_prefix_cache empties the map but leaves every block's hash set: blocks can "
             "never be cached again (I3)",
     ),
+    # -- added with the judge/learner split (issue #20): bugs no earlier test reached ---------------
+    Mutant(
+        name="hash_parts_in_another_order",
+        file=FILE,
+        find="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), "
+             "extra_keys)))",
+        replace="return BlockHash(hash_function((tuple(curr_block_token_ids), parent_block_hash, "
+                "extra_keys)))",
+        why="the hash covers the right three things in another order: chained, deterministic, "
+            "but not the documented hash_function((parent, tokens, extra_keys)), so it agrees "
+            "with no other process (nor upstream) on any block's hash",
+    ),
+    Mutant(
+        name="cache_full_blocks_half_caches_on_error",
+        file=FILE,
+        find="""
+            # Validate every block first, so a bad call leaves no block half-cached.
+            for block, _ in selected:
+                if block.block_hash is not None:
+                    raise RuntimeError(
+                        f"Cannot cache block {block.block_id}: it already has a hash (was it cached "
+                        "twice, or is num_cached_blocks too small?)"
+                    )
+            for block, block_hash in selected:
+        """,
+        replace="""
+            for block, block_hash in selected:
+        """,
+        why="cache_full_blocks relies on the block_hash setter to refuse a block that already "
+            "has a hash: the blocks before it in the call are cached anyway, so a refused call "
+            "half-happened",
+    ),
+    Mutant(
+        name="evict_blocks_unchecked_ids",
+        file=FILE,
+        find="""
+            for block_id in block_ids:
+                if not 0 <= block_id < self.num_gpu_blocks:
+                    raise ValueError(
+                        f"Cannot evict block {block_id}: block ids are 0 .. {self.num_gpu_blocks - 1}"
+                    )
+        """,
+        replace="",
+        why="evict_blocks indexes self.blocks with whatever id it is given: -1 silently evicts "
+            "the last block, a too large id raises IndexError after evicting the ids before it",
+    ),
 ]

@@ -128,6 +128,30 @@ MUTANTS = [
         why="samples from each request's first token of the step instead of its last",
     ),
     Mutant(
+        name="slots_looked_up_in_the_first_row",
+        file=FILE,
+        find="block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)",
+        replace="block_numbers = block_tables.ravel()[positions // block_size].astype(np.int64)",
+        why="indexes the flattened table by the block index alone: every token looks its block "
+            "up in request 0's row, whatever request it belongs to",
+    ),
+    Mutant(
+        name="max_query_len_is_the_step_total",
+        file=FILE,
+        find="max_query_len=int(scheduled.max()),",
+        replace="max_query_len=int(scheduled.sum()),",
+        why="the longest query is the largest scheduled count, not the step's token total (which "
+            "is what query_start_loc[-1] already says)",
+    ),
+    Mutant(
+        name="seq_lens_int64",
+        file=FILE,
+        find="seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),",
+        replace="seq_lens=torch.from_numpy(seq_lens),",
+        why="seq_lens left int64 (the dtype of the arithmetic): the kernels and the CUDA-graph "
+            "buffers read int32",
+    ),
+    Mutant(
         name="block_table_width_ignores_max_num_blocks",
         file=FILE,
         find="width = max_num_blocks_per_req or int(num_blocks.max())",

@@ -8,6 +8,8 @@ odd block sizes move block boundaries), never *which* tokens: all must reproduce
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +228,48 @@ def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
     assert results[True] == results[False]
     assert any(reason == "stop" for _, reason in results[True])  # stops were exercised
     assert discarded, "no stopped request was launched once more: the test lost its point"
+
+
+def test_async_request_stopping_on_eos_while_preempted(
+    tiny_llama_dir: Path, hf_tiny_llama: Any, tmp_path: Path
+) -> None:
+    """Issue #21 through the real engine: a KV cache of the null block plus 2 blocks of 4 tokens,
+    two 4-token prompts. The engine plans step 1 before step 0's tokens are in; A's 5th token
+    needs a second block, so B is preempted; then step 0's token for B is EOS, so B stops while
+    preempted. It must leave the waiting queue: before the fix it stayed there, finished, and
+    the engine's next schedule() raised once A had freed its blocks."""
+    prompt_a, prompt_b = [0, 1, 2, 3], [10, 11, 12, 13]
+    ref_a = hf_greedy(hf_tiny_llama, prompt_a, 4)
+    eos = hf_greedy(hf_tiny_llama, prompt_b, 1)[0]
+    assert eos not in ref_a, "A would stop on the EOS too: pick other prompts"
+    # The same weights, with B's first greedy token declared the checkpoint's EOS.
+    path = tmp_path / "tiny_llama_eos"
+    shutil.copytree(tiny_llama_dir, path)
+    for name in ("config.json", "generation_config.json"):
+        config = json.loads((path / name).read_text())
+        config["eos_token_id"] = eos
+        (path / name).write_text(json.dumps(config))
+
+    llm = LLM(
+        str(path),
+        skip_tokenizer_init=True,
+        dtype="float32",
+        block_size=4,
+        max_model_len=8,
+        kv_cache_memory_bytes=3 * _block_bytes(hf_tiny_llama, block_size=4),
+    )
+    engine = llm.llm_engine
+    assert engine.args.async_scheduling and engine.num_gpu_blocks == 3
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    outputs = llm.generate(
+        [{"prompt_token_ids": prompt_a}, {"prompt_token_ids": prompt_b}], params, use_tqdm=False
+    )
+    a, b = (o.outputs[0] for o in outputs)
+    assert (a.token_ids, a.finish_reason) == (ref_a, "length")
+    assert (b.token_ids, b.finish_reason) == ([eos], "stop")
+    assert llm.get_stats().num_preemptions == 1
+    assert not engine.has_unfinished_requests() and not engine.scheduler.waiting
+    assert engine.kv_cache_manager.block_pool.get_num_free_blocks() == 2
 
 
 def test_warm_up_step_writes_nothing_to_the_cache(tiny_llama_dir: Path) -> None:

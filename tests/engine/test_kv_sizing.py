@@ -71,3 +71,72 @@ def test_engine_agrees_with_formula(tiny_llama_dir: Path) -> None:
     kv_cache = engine.model_runner.kv_cache
     assert kv_cache is not None
     assert kv_cache.numel() * kv_cache.element_size() == engine.num_gpu_blocks * block_bytes
+
+
+def test_estimate_and_auto_fit_max_model_len() -> None:
+    # Every block full; capped at the model's length; 0 when no block is left.
+    assert kv_sizing.estimate_max_model_len(1024, 16, 16385) == 16384
+    assert kv_sizing.estimate_max_model_len(1024, 16, 16383) == 16383
+    assert kv_sizing.estimate_max_model_len(0, 16, 100) == 0
+    assert kv_sizing.estimate_max_model_len(-3, 16, 100) == 0
+    # Auto-fit leaves the null block out, so its answer passes the startup check.
+    assert kv_sizing.auto_fit_max_model_len(32, 16, 1024) == 31 * 16
+    assert kv_sizing.auto_fit_max_model_len(1024, 16, 1024) == 1024
+    for num_blocks, block_size, model_len in [(2, 16, 16), (7, 4, 100), (65, 16, 1024)]:
+        fitted = kv_sizing.auto_fit_max_model_len(num_blocks, block_size, model_len)
+        kv_sizing.check_enough_kv_cache_memory(num_blocks, block_size, fitted)
+        with pytest.raises(ValueError, match="max seq len"):
+            kv_sizing.check_enough_kv_cache_memory(num_blocks, block_size, fitted + block_size)
+    with pytest.raises(ValueError, match="null block"):
+        kv_sizing.auto_fit_max_model_len(1, 16, 1024)
+
+
+def test_check_enough_kv_cache_memory_names_what_fits() -> None:
+    kv_sizing.check_enough_kv_cache_memory(65, 16, 1024)  # 64 blocks + the null block
+    with pytest.raises(ValueError, match=r"needs 65 blocks.*longest request it holds is 1008"):
+        kv_sizing.check_enough_kv_cache_memory(64, 16, 1024)
+    with pytest.raises(ValueError, match="holds no token"):
+        kv_sizing.check_enough_kv_cache_memory(1, 16, 1024)
+
+
+def test_num_gpu_blocks_override() -> None:
+    assert kv_sizing.may_override_num_blocks(100, None) == 100
+    assert kv_sizing.may_override_num_blocks(100, 7) == 7
+    assert kv_sizing.may_override_num_blocks(3, 7) == 7  # either direction
+    with pytest.raises(ValueError, match="num_gpu_blocks_override"):
+        kv_sizing.may_override_num_blocks(100, 0)
+
+
+def test_engine_auto_fits_max_model_len(tiny_llama_dir: Path) -> None:
+    from mini_vllm.llm import LLM
+    from mini_vllm.sampling_params import SamplingParams
+
+    # tiny_llama: 8 KiB per block of 16 tokens, max_position_embeddings=256. Three blocks:
+    # the null block and two for a request, so max_model_len=-1 becomes 32.
+    llm = LLM(
+        str(tiny_llama_dir),
+        skip_tokenizer_init=True,
+        kv_cache_memory_bytes=3 * 8192,
+        max_model_len=-1,
+    )
+    engine = llm.llm_engine
+    assert engine.num_gpu_blocks == 3
+    assert engine.max_model_len == engine.scheduler.max_model_len == 32
+    assert engine.model_runner.max_num_blocks_per_req == 2
+    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=100), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 32 - 3  # stopped by the fitted length
+    # The override is what auto-fit sizes against, not the (large) budget.
+    llm = LLM(
+        str(tiny_llama_dir),
+        skip_tokenizer_init=True,
+        kv_cache_memory_bytes=2**20,
+        num_gpu_blocks_override=5,
+        max_model_len=-1,
+    )
+    assert llm.llm_engine.num_gpu_blocks == 5 and llm.llm_engine.max_model_len == 64
+    # Enough blocks: the checkpoint's whole length is kept.
+    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, max_model_len=-1)
+    assert llm.llm_engine.max_model_len == 256
+    with pytest.raises(ValueError, match="null block"):
+        LLM(str(tiny_llama_dir), skip_tokenizer_init=True, num_gpu_blocks_override=1,
+            max_model_len=-1)

@@ -59,8 +59,10 @@ def run_machine(machine: type, settings: Any = STATEFUL_SETTINGS, margin: float 
     to its shortest sequence can take longer than the test may run; cut short, Hypothesis still
     reports the shortest failing sequence found so far (the module constant patched here is
     the one Hypothesis leaves for that purpose). Without a deadline (outside the grader), it
-    shrinks as usual.
+    shrinks as usual. The ``explain`` phase (more runs, for a note on which lines only failing
+    runs reached) is left out.
     """
+    from hypothesis import Phase
     from hypothesis.internal.conjecture import engine
     from hypothesis.stateful import run_state_machine_as_test
 
@@ -71,23 +73,38 @@ def run_machine(machine: type, settings: Any = STATEFUL_SETTINGS, margin: float 
         left = SESSION.deadline - time.monotonic()
         engine.MAX_SHRINKING_SECONDS = _ShrinkUntil(  # type: ignore[assignment]
             time.perf_counter() + left - margin)
+    quick = type(settings)(settings, phases=[p for p in settings.phases if p != Phase.explain])
     try:
-        run_state_machine_as_test(machine, settings=settings)
+        run_state_machine_as_test(machine, settings=quick)
     finally:
         engine.MAX_SHRINKING_SECONDS = saved
 
 
 # -- reading values ----------------------------------------------------------------------------
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is built of builtin data only (so its ``repr`` runs no learner code)."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str, bytes):
+        return True
+    if depth > 8:
+        return False
+    if kind in (list, tuple, set, frozenset):
+        return all(_plain(v, depth + 1) for v in value)
+    if kind is dict:
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 def describe(value: Any) -> str:
     """A short, safe description of a value from the learner (never its own ``__repr__``)."""
     from grading.remote import Remote, type_name
 
     if isinstance(value, Remote):
         return f"a {type_name(value)} object"
-    if value is None or type(value) in (bool, int, float, str, bytes):
+    if _plain(value):
         text = repr(value)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return f"a {type(value).__name__}"
+        return text if len(text) <= 80 else text[:77] + "..."
+    return f"a {type(value).__module__}.{type(value).__qualname__}"
 
 
 def as_int(value: Any, what: str) -> int:

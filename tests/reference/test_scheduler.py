@@ -481,3 +481,71 @@ def test_sync_scheduler_never_counts_placeholders() -> None:
     sched.schedule()
     assert sched.requests["a"].num_output_placeholders == 0
     assert sched.schedule().num_scheduled_tokens == {}  # its token is not known yet
+
+
+@pytest.mark.parametrize(
+    ("b_max_tokens", "b_token", "reason", "status"),
+    [
+        (4, 2, FinishReason.STOP, RequestStatus.FINISHED_STOPPED),  # EOS (the issue's repro)
+        # B's token in flight is its last: not scheduled in step 1, but still preemptible.
+        (1, 60, FinishReason.LENGTH, RequestStatus.FINISHED_LENGTH_CAPPED),
+    ],
+)
+def test_async_request_stopped_while_preempted_leaves_the_waiting_queue(
+    b_max_tokens: int, b_token: int, reason: FinishReason, status: RequestStatus
+) -> None:
+    """Issue #21: step 1 is planned before step 0's tokens are in; it preempts B so that A gets
+    its second block. Then step 0's token for B ends it (EOS, or its last by max_tokens): B
+    stops while preempted, and must leave the waiting queue (upstream:
+    ``stopped_preempted_reqs``), not stay there finished until a later ``schedule()`` pops it."""
+    mgr = KVCacheManager(3, BS, 64, enable_caching=True)  # the null block + 2
+    sched = AsyncScheduler(mgr, 16, 4, 64)
+    a = make_request("A", 4, max_tokens=4, eos=2)
+    b = make_request("B", 4, max_tokens=b_max_tokens, base=10, eos=2)
+    sched.add_request(a)
+    sched.add_request(b)
+    step0 = sched.schedule()
+    assert step0.num_scheduled_tokens == {"A": 4, "B": 4}
+    step1 = sched.schedule()  # A's 5th token needs a second block: B is preempted
+    assert step1.num_scheduled_tokens == {"A": 1} and step1.preempted_req_ids == {"B"}
+    assert list(sched.waiting) == [b] and b.status == RequestStatus.PREEMPTED
+
+    outputs = sched.update_from_output(step0, {"A": [50], "B": [b_token]})
+    assert [(o.request_id, o.finish_reason) for o in outputs] == [("A", None), ("B", reason)]
+    assert b.status == status and b.output_token_ids == [b_token]
+    assert not sched.waiting and sched.running == [a]
+    assert sched.get_num_unfinished_requests() == 1 and "B" not in sched.requests
+    check_block_pool(mgr.block_pool)
+
+    # A runs to max_tokens; with its blocks free, nothing is left to schedule (before the fix,
+    # this schedule() met the finished B at the front of the waiting queue and raised).
+    step2 = sched.schedule()
+    sched.update_from_output(step1, {"A": [51]})
+    step3 = sched.schedule()
+    sched.update_from_output(step2, {"A": [52]})
+    assert sched.schedule().num_scheduled_tokens == {}  # A's placeholders reach max_tokens
+    outputs = sched.update_from_output(step3, {"A": [53]})
+    assert outputs[0].finish_reason == FinishReason.LENGTH
+    assert a.output_token_ids == [50, 51, 52, 53]
+    assert not sched.has_unfinished_requests()
+    assert sched.schedule().num_scheduled_tokens == {}
+    assert mgr.block_pool.get_num_free_blocks() == 2
+    check_block_pool(mgr.block_pool)
+
+
+def test_async_abort_of_a_preempted_request_in_flight() -> None:
+    """The other way out of the same state: B, preempted while step 0 samples for it, is
+    aborted. ``finish_requests`` takes it out of the waiting queue; its token is then ignored."""
+    mgr = KVCacheManager(3, BS, 64, enable_caching=True)
+    sched = AsyncScheduler(mgr, 16, 4, 64)
+    a, b = make_request("A", 4, max_tokens=4), make_request("B", 4, max_tokens=4, base=10)
+    sched.add_request(a)
+    sched.add_request(b)
+    step0 = sched.schedule()
+    assert sched.schedule().preempted_req_ids == {"B"}
+    assert sched.finish_requests("B", RequestStatus.FINISHED_ABORTED) == ["B"]
+    assert not sched.waiting and sched.running == [a]
+    outputs = sched.update_from_output(step0, {"A": [50], "B": [60]})
+    assert [o.request_id for o in outputs] == ["A"] and b.output_token_ids == []
+    assert sched.get_num_unfinished_requests() == 1
+    check_block_pool(mgr.block_pool)

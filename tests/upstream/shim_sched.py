@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from mini_vllm.core.sched import async_scheduler as _async_scheduler
 from mini_vllm.core.sched import output as _output
 from mini_vllm.core.sched import scheduler as _scheduler
 
@@ -37,11 +38,20 @@ class _Record:
 
 
 class ModelConfig(_Record):
-    """Record; the model name is never loaded (no hub access, no model in the scheduler)."""
+    """Record; the model name is never loaded (no hub access, no model in the scheduler).
+
+    ``original_max_model_len`` is the length as given (upstream keeps it to know that ``-1``,
+    fit to the KV cache, was asked for); ``max_model_len`` must be given where it is read,
+    since upstream's default comes from the model's Hugging Face config.
+    """
 
     model: str = "facebook/opt-125m"
     max_model_len: int | None = None
     is_encoder_decoder: bool = False
+
+    def __init__(self, model: str = "facebook/opt-125m", **kwargs: Any) -> None:
+        kwargs.setdefault("original_max_model_len", kwargs.get("max_model_len"))
+        super().__init__(model=model, **kwargs)
 
 
 class SchedulerConfig(_Record):
@@ -55,6 +65,7 @@ class SchedulerConfig(_Record):
     disable_chunked_mm_input: bool = False
     async_scheduling: bool = False
     is_encoder_decoder: bool = False
+    disable_hybrid_kv_cache_manager: bool = False
 
 
 class CacheConfig(_Record):
@@ -63,6 +74,7 @@ class CacheConfig(_Record):
     block_size: int = 16
     enable_prefix_caching: bool = False
     num_gpu_blocks: int | None = None
+    num_gpu_blocks_override: int | None = None
 
 
 class ParallelConfig(_Record):
@@ -72,7 +84,11 @@ class ParallelConfig(_Record):
 
 
 class VllmConfig(_Record):
-    """Record holding the other configs; unsupported features must be None."""
+    """Record holding the other configs; unsupported features must be None.
+
+    The scheduler, cache and parallel configs left out are default records, as upstream
+    builds default configs (the sizing tests set ``vllm_config.cache_config`` fields).
+    """
 
     model_config: ModelConfig | None = None
     scheduler_config: SchedulerConfig | None = None
@@ -82,6 +98,12 @@ class VllmConfig(_Record):
     speculative_config: Any = None
     ec_transfer_config: Any = None
     lora_config: Any = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("scheduler_config", SchedulerConfig())
+        kwargs.setdefault("cache_config", CacheConfig())
+        kwargs.setdefault("parallel_config", ParallelConfig())
+        super().__init__(**kwargs)
 
 
 class StructuredOutputManager:
@@ -156,10 +178,6 @@ class Scheduler(_scheduler.Scheduler):
         cache_config = vllm_config.cache_config
         parallel_config = vllm_config.parallel_config
         assert scheduler_config is not None and cache_config is not None
-        if scheduler_config.async_scheduling:
-            # mini-vLLM's AsyncScheduler pairs with its own engine loop (LLMEngine.step), not
-            # with upstream's EngineCore, whose tests these are.
-            raise UpstreamOnlyError("async scheduling is tested with mini-vLLM's own engine")
         if parallel_config is not None and parallel_config.pipeline_parallel_size != 1:
             raise UpstreamOnlyError("mini-vLLM has no pipeline parallelism")
         reject_unsupported("Scheduler", include_finished_set=include_finished_set)
@@ -205,6 +223,15 @@ class Scheduler(_scheduler.Scheduler):
         return super().update_from_output(scheduler_output, sampled)
 
 
+class AsyncScheduler(Scheduler, _async_scheduler.AsyncScheduler):
+    """mini_vllm's ``AsyncScheduler`` behind upstream's constructor.
+
+    The method resolution order is this adapter, the ``Scheduler`` adapter, mini_vllm's
+    ``AsyncScheduler``, mini_vllm's ``Scheduler``: the adapter's ``__init__`` and
+    ``update_from_output`` translate upstream's arguments, the placeholders are mini_vllm's.
+    """
+
+
 # Names each shim module gets, on top of its mini_vllm twin (keys used by shim.TABLE).
 OVERRIDES: dict[str, dict[str, Any]] = {
     "vllm.config": {
@@ -220,6 +247,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         ),
     },
     "scheduler": {"Scheduler": Scheduler},
+    "async_scheduler": {"AsyncScheduler": AsyncScheduler},
     "output": {"SchedulerOutput": SchedulerOutput},
     "utils": {"check_stop": _scheduler.check_stop},
     "outputs": {"ModelRunnerOutput": ModelRunnerOutput},

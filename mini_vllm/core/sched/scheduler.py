@@ -529,6 +529,7 @@ class Scheduler:
 
         outputs: list[EngineCoreOutput] = []
         stopped_running_reqs: set[Request] = set()
+        stopped_preempted_reqs: set[Request] = set()
         for req_id in scheduler_output.num_scheduled_tokens:
             request = self.requests.get(req_id)
             if request is None or request.is_finished():
@@ -536,6 +537,7 @@ class Scheduler:
                 continue
             new_token_ids = list(sampled_token_ids.get(req_id, ()))
             stopped = False
+            status_before_stop = request.status
             if new_token_ids:
                 new_token_ids, stopped = self._update_request_with_output(request, new_token_ids)
 
@@ -543,7 +545,12 @@ class Scheduler:
             if stopped:
                 finish_reason = request.get_finished_reason()
                 self._free_request(request)
-                stopped_running_reqs.add(request)
+                if status_before_stop == RequestStatus.RUNNING:
+                    stopped_running_reqs.add(request)
+                else:
+                    # Preempted by a schedule() planned while this step ran (async
+                    # scheduling): it waits in the waiting queue, not in running.
+                    stopped_preempted_reqs.add(request)
             if new_token_ids or stopped:
                 outputs.append(
                     EngineCoreOutput(
@@ -555,6 +562,8 @@ class Scheduler:
                 )
         if stopped_running_reqs:
             self.running = [req for req in self.running if req not in stopped_running_reqs]
+        if stopped_preempted_reqs:
+            self.waiting.remove_requests(stopped_preempted_reqs)
         return outputs
 
     def _update_request_with_output(

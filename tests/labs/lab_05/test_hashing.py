@@ -1,9 +1,16 @@
-"""lab-05, part 1: chained block hashes and the cache map."""
+"""lab-05, part 1: chained block hashes and the cache map.
+
+``hash_block_tokens`` runs in the learner process; the hash function it is given must be there
+too: the reference's ``sha256`` as the sandbox holds it (``learner_sha256()``), or
+``learner_side.RecordingHasher``. Results come back as bytes and are compared here, with the
+judge's own reference ``hash_block_tokens`` for the expected values.
+"""
 
 from __future__ import annotations
 
-from grading.suite import graded, load_impl
-from mini_vllm.core.kv_cache_utils import make_block_hash_with_group_id, sha256
+from grading.suite import graded, learner_module, load_impl
+from mini_vllm.core.kv_cache_utils import hash_block_tokens, make_block_hash_with_group_id, sha256
+from tests.labs.common import describe, same_data
 
 DOC = "phases/02-paged-attention/README.md"
 
@@ -12,21 +19,42 @@ def bp():
     return load_impl("block_pool")
 
 
+def learner_sha256():
+    """The reference ``sha256`` in the learner process (a function cannot be sent there)."""
+    return learner_module("mini_vllm.core.kv_cache_utils").sha256
+
+
+def a_hash(value, what: str = "hash_block_tokens") -> bytes:
+    """``value`` if it is a ``bytes`` block hash."""
+    if type(value) is not bytes:
+        raise AssertionError(f"{what} must return the hash as bytes (a BlockHash), got "
+                             f"{describe(value)}")
+    return value
+
+
+def learner_none_hash(mod) -> bytes:
+    """The NONE_HASH the learner's code sees: its module's, or the sandbox reference's."""
+    seed = getattr(mod, "NONE_HASH", None)
+    if seed is None:
+        seed = learner_module("mini_vllm.core.kv_cache_utils").NONE_HASH
+    return a_hash(seed, "NONE_HASH")
+
+
 @graded(3, "I3: a block's hash must chain its parent's hash: the same tokens after a different "
            "prefix must hash differently", f"{DOC}#prefix-caching-with-chained-hashes")
 def test_hash_is_chained():
     """hash_block_tokens depends on the parent hash, the tokens and their order."""
-    h = bp().hash_block_tokens
-    first = h(sha256, None, [1, 2, 3, 4])
-    second = h(sha256, first, [5, 6, 7, 8])
-    other_first = h(sha256, None, [9, 9, 9, 9])
-    assert isinstance(second, bytes), "a block hash is bytes (BlockHash)"
-    assert h(sha256, other_first, [5, 6, 7, 8]) != second, (
+    h, fn = bp().hash_block_tokens, learner_sha256()
+    first = a_hash(h(fn, None, [1, 2, 3, 4]))
+    second = a_hash(h(fn, first, [5, 6, 7, 8]))
+    other_first = a_hash(h(fn, None, [9, 9, 9, 9]))
+    assert a_hash(h(fn, other_first, [5, 6, 7, 8])) != second, (
         "I3: same tokens after a different parent must give a different hash (chain the parent)")
-    assert h(sha256, first, [5, 6, 7, 8]) == second, "hashing must be deterministic"
-    assert h(sha256, first, [8, 7, 6, 5]) != second, "token order must matter"
-    assert h(sha256, first, (5, 6, 7, 8)) == second, "a tuple and a list of the same ids agree"
-    assert first != second
+    assert a_hash(h(fn, first, [5, 6, 7, 8])) == second, "hashing must be deterministic"
+    assert a_hash(h(fn, first, [8, 7, 6, 5])) != second, "token order must matter"
+    assert a_hash(h(fn, first, (5, 6, 7, 8))) == second, (
+        "a tuple and a list of the same ids must hash alike")
+    assert first != second, "two different blocks must not hash alike"
 
 
 @graded(2, "I3: the first block of a request chains from NONE_HASH (parent None means NONE_HASH)",
@@ -34,11 +62,9 @@ def test_hash_is_chained():
 def test_first_block_chains_from_none_hash():
     """A parent of None is the seed NONE_HASH, not nothing."""
     mod = bp()
-    h = mod.hash_block_tokens
-    from mini_vllm.core import kv_cache_utils
-
-    seed = getattr(mod, "NONE_HASH", kv_cache_utils.NONE_HASH)
-    assert h(sha256, None, [1, 2]) == h(sha256, seed, [1, 2]), (
+    h, fn = mod.hash_block_tokens, learner_sha256()
+    seed = learner_none_hash(mod)
+    assert a_hash(h(fn, None, [1, 2])) == a_hash(h(fn, seed, [1, 2])), (
         "I3: hash_block_tokens(fn, None, t) must equal hash_block_tokens(fn, NONE_HASH, t)")
 
 
@@ -46,23 +72,57 @@ def test_first_block_chains_from_none_hash():
         f"{DOC}#prefix-caching-with-chained-hashes")
 def test_extra_keys_change_the_hash():
     """Different extra keys give different hashes."""
-    h = bp().hash_block_tokens
-    assert h(sha256, None, [1, 2], ("lora-a",)) != h(sha256, None, [1, 2], ("lora-b",))
-    assert h(sha256, None, [1, 2], ("salt",)) != h(sha256, None, [1, 2])
+    h, fn = bp().hash_block_tokens, learner_sha256()
+    lora_a = a_hash(h(fn, None, [1, 2], ("lora-a",)))
+    lora_b = a_hash(h(fn, None, [1, 2], ("lora-b",)))
+    assert lora_a != lora_b, "I3: two different extra keys must give two different hashes"
+    assert a_hash(h(fn, None, [1, 2], ("salt",))) != a_hash(h(fn, None, [1, 2])), (
+        "I3: extra keys must change the hash compared with none")
 
 
 @graded(1, "I3: hash_block_tokens must hash with the hash_function it is given",
         f"{DOC}#prefix-caching-with-chained-hashes")
 def test_uses_the_given_hash_function():
     """The hash function is a parameter: the engine chooses it."""
-    seen = []
+    recorder = learner_module("learner_side").RecordingHasher()
+    got = a_hash(bp().hash_block_tokens(recorder, None, [3, 1]))
+    outputs = recorder.outputs
+    assert outputs, "hash_block_tokens never called the hash_function argument"
+    assert got in outputs, (
+        "hash_block_tokens must return what the hash_function it was given returned")
 
-    def recording(obj):
-        seen.append(obj)
-        return sha256(obj)
 
-    bp().hash_block_tokens(recording, None, [3, 1])
-    assert seen, "hash_block_tokens never called the hash_function argument"
+@graded(2, "I3: hash_block_tokens(fn, parent, tokens, extra_keys) returns exactly "
+           "fn((parent, tuple(tokens), extra_keys)), NONE_HASH standing in for a parent of None",
+        f"{DOC}#prefix-caching-with-chained-hashes")
+def test_hash_is_the_documented_formula():
+    """Every process (and upstream) must compute the same hash for the same block."""
+    mod = bp()
+    h, fn = mod.hash_block_tokens, learner_sha256()
+    recorder = learner_module("learner_side").RecordingHasher()
+    parent = sha256("some parent")
+    h(recorder, parent, [5, 6, 7], ("salt",))
+    inputs = recorder.inputs
+    want = (parent, (5, 6, 7), ("salt",))
+    assert len(inputs) == 1 and same_data(_as_tuples(inputs[0]), want), (
+        f"hash_block_tokens(fn, parent, [5, 6, 7], ('salt',)) must call fn once with "
+        f"(parent, (5, 6, 7), ('salt',)); it called it with {[describe(x) for x in inputs]}")
+    seed = learner_none_hash(mod)
+    cases = [(parent, [1, 2, 3, 4], None), (parent, (9, 8), ("lora-a", 3)),
+             (None, [1, 2], None), (None, [7], ("salt",))]
+    for block_parent, tokens, extra in cases:
+        got = a_hash(h(fn, block_parent, tokens, extra))
+        want_hash = hash_block_tokens(sha256, block_parent or seed, tokens, extra)
+        assert got == want_hash, (
+            f"hash_block_tokens(sha256, {'a parent' if block_parent else 'None'}, {tokens}, "
+            f"{extra}) is not sha256((parent, tuple(tokens), extra_keys))")
+
+
+def _as_tuples(value):
+    """Lists as tuples, at every level (the canonical sha256 encodes both alike)."""
+    if type(value) in (list, tuple):
+        return tuple(_as_tuples(v) for v in value)
+    return value
 
 
 def _key(tag: bytes):
@@ -73,20 +133,21 @@ def _key(tag: bytes):
            "exactly that block", f"{DOC}#the-cache-map")
 def test_map_keeps_several_blocks_per_hash():
     """Two blocks with the same content are both cached; popping one keeps the other."""
-    m = bp().BlockHashToBlockMap()
-    block = bp().KVCacheBlock
-    a, b, c = block(1), block(2), block(3)
+    mod = bp()
+    m = mod.BlockHashToBlockMap()
+    a, b, c = mod.KVCacheBlock(1), mod.KVCacheBlock(2), mod.KVCacheBlock(3)
     k, k2 = _key(b"x"), _key(b"y")
-    assert m.get_one_block(k) is None
+    assert m.get_one_block(k) is None, "an empty map has no block under any key"
     m.insert(k, a)
     m.insert(k, b)
     m.insert(k2, c)
-    assert m.get_one_block(k) in (a, b)
+    one = m.get_one_block(k)
+    assert one is a or one is b, "get_one_block must return one of the blocks cached under key"
     assert m.pop(k, 3) is None, "pop must not remove a block cached under another key"
-    assert m.pop(k, a.block_id) is a
+    assert m.pop(k, 1) is a, "pop(key, 1) must remove and return block 1"
     assert m.get_one_block(k) is b, "the other block with the same hash must stay cached"
-    assert m.pop(k, a.block_id) is None, "popping a block twice returns None"
-    assert m.pop(k, b.block_id) is b
-    assert m.get_one_block(k) is None
-    assert m.get_one_block(k2) is c
-    assert m.pop(_key(b"missing"), 1) is None
+    assert m.pop(k, 1) is None, "popping a block twice returns None"
+    assert m.pop(k, 2) is b, "pop(key, 2) must remove and return block 2"
+    assert m.get_one_block(k) is None, "a key whose blocks were all popped must miss"
+    assert m.get_one_block(k2) is c, "popping under one key must not touch another key"
+    assert m.pop(_key(b"missing"), 1) is None, "popping under a key never inserted returns None"

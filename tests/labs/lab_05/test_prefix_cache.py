@@ -1,26 +1,46 @@
-"""lab-05, part 2: caching full blocks, hits, revival, eviction order and reset."""
+"""lab-05, part 2: caching full blocks, hits, revival, eviction order and reset.
+
+The pool lives in the learner process, and so do the requests handed to it: the judge hashes
+their tokens with its own reference ``hash_block_tokens`` and ``learner_side.make_request``
+builds them there with those hashes. Hits are compared by identity (the same learner block)
+and by the judge's own hashes; the pool's state is read back as data
+(``tests/labs/common.py``).
+"""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from grading.suite import graded, load_impl
-from mini_vllm.core.kv_cache_utils import hash_block_tokens, sha256
-from tests.labs.common import STATEFUL_SETTINGS, assert_constant_time, check_pool, free_ids
+from grading.suite import graded, learner_module, load_impl
+from mini_vllm.core.kv_cache_utils import (
+    hash_block_tokens,
+    make_block_hash_with_group_id,
+    sha256,
+)
+from tests.labs.common import (
+    as_int,
+    assert_constant_time,
+    block_ids,
+    check_pool,
+    check_pool_snapshot,
+    describe,
+    pool_snapshot,
+    run_machine,
+    same_data,
+    timed_call,
+)
 
 DOC = "phases/02-paged-attention/README.md"
 BS = 2
+
+
+def side():
+    return learner_module("learner_side")
 
 
 def make_pool(n: int, caching: bool = True):
@@ -28,22 +48,48 @@ def make_pool(n: int, caching: bool = True):
                                              hash_block_size=BS)
 
 
-def make_request(tokens: list[int], rid: str = "r"):
+def chain_hashes(tokens: list[int]) -> list[bytes]:
+    """The chained hashes of the full blocks of ``tokens``, computed here (the reference)."""
     hashes, parent = [], None
     for i in range(0, len(tokens) - len(tokens) % BS, BS):
         parent = hash_block_tokens(sha256, parent, tokens[i:i + BS])
         hashes.append(parent)
-    return SimpleNamespace(request_id=rid, block_hashes=hashes, all_token_ids=list(tokens),
-                           num_tokens=len(tokens), lora_request=None)
+    return hashes
+
+
+@dataclass
+class Req:
+    """A request: ``obj`` is built in the learner process, ``block_hashes`` are the judge's."""
+
+    obj: Any
+    block_hashes: list[bytes]
+
+
+def make_request(tokens: list[int], rid: str = "r") -> Req:
+    hashes = chain_hashes(tokens)
+    return Req(side().make_request(rid, list(tokens), hashes), hashes)
+
+
+def key(block_hash: bytes) -> bytes:
+    return make_block_hash_with_group_id(block_hash, 0)
 
 
 def ids(blocks) -> list[int]:
-    return [b.block_id for b in blocks]
+    return block_ids(blocks)
+
+
+def ref(block) -> int:
+    return as_int(block.ref_cnt, "ref_cnt")
 
 
 def hit(pool, block_hash):
     found = pool.get_cached_block(block_hash, [0])
-    return None if found is None else found[0]
+    if found is None:
+        return None
+    if type(found) is not list or len(found) != 1:
+        raise AssertionError(f"get_cached_block(hash, [0]) must return a list of one block or "
+                             f"None, got {describe(found)}")
+    return found[0]
 
 
 @graded(3, "I3: cache_full_blocks hashes blocks[num_cached:num_full] with the request's "
@@ -53,14 +99,16 @@ def test_cache_full_blocks_indexes_new_full_blocks():
     pool = make_pool(8)
     req = make_request([1, 2, 3, 4, 5, 6])
     blocks = pool.get_new_blocks(3)
-    pool.cache_full_blocks(req, blocks, 0, 2, BS, 0)
-    assert hit(pool, req.block_hashes[0]) is blocks[0]
-    assert hit(pool, req.block_hashes[1]) is blocks[1]
+    pool.cache_full_blocks(req.obj, blocks, 0, 2, BS, 0)
+    assert hit(pool, req.block_hashes[0]) is blocks[0], "block 1 must be cached under h0"
+    assert hit(pool, req.block_hashes[1]) is blocks[1], "block 2 must be cached under h1"
+    assert blocks[0].block_hash == key(req.block_hashes[0]), (
+        "a cached block's block_hash is make_block_hash_with_group_id(its hash, group id)")
     assert blocks[2].block_hash is None, "block 3 is beyond num_full_blocks: not cached yet"
-    assert hit(pool, req.block_hashes[2]) is None
-    pool.cache_full_blocks(req, blocks, 2, 3, BS, 0)
-    assert hit(pool, req.block_hashes[2]) is blocks[2]
-    assert all(b.ref_cnt == 1 for b in blocks), "caching must not change reference counts"
+    assert hit(pool, req.block_hashes[2]) is None, "h2 is not cached before its block is full"
+    pool.cache_full_blocks(req.obj, blocks, 2, 3, BS, 0)
+    assert hit(pool, req.block_hashes[2]) is blocks[2], "block 3 must be cached under h2"
+    assert [ref(b) for b in blocks] == [1, 1, 1], "caching must not change reference counts"
     check_pool(pool)
 
 
@@ -71,32 +119,41 @@ def test_cache_full_blocks_skips_null_and_masked_blocks():
     pool = make_pool(8)
     req = make_request([1, 2, 3, 4, 5, 6])
     blocks = pool.get_new_blocks(3)
-    pool.cache_full_blocks(req, blocks, 0, 3, BS, 0, block_mask=[True, False, True])
-    assert hit(pool, req.block_hashes[0]) is blocks[0]
+    pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0, block_mask=[True, False, True])
+    assert hit(pool, req.block_hashes[0]) is blocks[0], "an unmasked block must be cached"
     assert blocks[1].block_hash is None and hit(pool, req.block_hashes[1]) is None, (
         "I3: a block whose block_mask entry is False must not be cached")
-    assert hit(pool, req.block_hashes[2]) is blocks[2]
+    assert hit(pool, req.block_hashes[2]) is blocks[2], "an unmasked block must be cached"
     other = make_request([7, 7, 8, 8])
     (blk,) = pool.get_new_blocks(1)
-    pool.cache_full_blocks(other, [pool.null_block, blk], 0, 2, BS, 0)
+    pool.cache_full_blocks(other.obj, [pool.null_block, blk], 0, 2, BS, 0)
     assert pool.null_block.block_hash is None and hit(pool, other.block_hashes[0]) is None, (
         "I3: the null block is a placeholder: it is never cached")
-    assert hit(pool, other.block_hashes[1]) is blk
+    assert hit(pool, other.block_hashes[1]) is blk, "the real block after it must be cached"
     check_pool(pool)
 
 
-@graded(1, "Misuse: a block is hashed once; caching it again raises RuntimeError",
-        f"{DOC}#misuse-errors")
+@graded(2, "Misuse: a block is hashed once; caching a block that already has a hash raises "
+           "RuntimeError and caches no block of the call", f"{DOC}#misuse-errors")
 def test_hashing_a_block_twice_is_an_error():
-    """Setting a hash on a block that has one is a bug in the caller."""
-    pool = make_pool(4)
-    req = make_request([1, 2])
-    blocks = pool.get_new_blocks(1)
-    pool.cache_full_blocks(req, blocks, 0, 1, BS, 0)
+    """Setting a hash on a block that has one is a bug in the caller; the call does nothing."""
+    pool = make_pool(5)
+    req = make_request([1, 2, 3, 4])
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(req.obj, blocks[1:], 0, 1, BS, 0)  # block 2 holds h0
     with pytest.raises((RuntimeError, ValueError)):
-        pool.cache_full_blocks(req, blocks, 0, 1, BS, 0)
+        pool.cache_full_blocks(req.obj, blocks[1:], 0, 1, BS, 0)
     with pytest.raises((RuntimeError, ValueError)):
-        blocks[0].block_hash = b"another"
+        blocks[1].block_hash = b"another"
+    # Block 1 is new, block 2 already has a hash: the whole call is refused.
+    with pytest.raises((RuntimeError, ValueError)):
+        pool.cache_full_blocks(req.obj, [blocks[0], blocks[1]], 0, 2, BS, 0)
+    assert blocks[0].block_hash is None, (
+        "a refused cache_full_blocks must cache no block: block 1, before the bad block 2, "
+        "got a hash (validate every block before caching any)")
+    assert hit(pool, req.block_hashes[0]) is blocks[1], (
+        "a refused cache_full_blocks must leave the map as it was")
+    check_pool(pool)
 
 
 @graded(2, "get_cached_block returns the cached block without taking a reference, None on a "
@@ -106,14 +163,14 @@ def test_get_cached_block_hit_and_miss():
     pool = make_pool(5)
     req = make_request([7, 7, 8, 8])
     blocks = pool.get_new_blocks(2)
-    pool.cache_full_blocks(req, blocks, 0, 2, BS, 0)
-    pool.free_blocks(reversed(blocks))
-    before = free_ids(pool.free_block_queue)
-    assert hit(pool, req.block_hashes[1]) is blocks[1]
-    assert hit(pool, make_request([9, 9]).block_hashes[0]) is None
+    pool.cache_full_blocks(req.obj, blocks, 0, 2, BS, 0)
+    pool.free_blocks(list(reversed(blocks)))
+    before = check_pool(pool)
+    assert hit(pool, req.block_hashes[1]) is blocks[1], "a freed cached block still hits"
+    assert hit(pool, chain_hashes([9, 9])[0]) is None, "a hash never cached must miss"
     assert pool.get_cached_block(req.block_hashes[0], [1]) is None, (
         "a hash cached for group 0 must not hit for group 1")
-    assert free_ids(pool.free_block_queue) == before and blocks[1].ref_cnt == 0, (
+    assert check_pool(pool) == before and ref(blocks[1]) == 0, (
         "get_cached_block must not touch ref counts or the queue")
 
 
@@ -124,14 +181,13 @@ def test_touch_revives_from_the_middle():
     pool = make_pool(8)
     req = make_request([1, 2, 3, 4, 5, 6])
     blocks = pool.get_new_blocks(3)  # 1 2 3
-    pool.cache_full_blocks(req, blocks, 0, 3, BS, 0)
-    pool.free_blocks(reversed(blocks))
-    assert free_ids(pool.free_block_queue) == [4, 5, 6, 7, 3, 2, 1]
+    pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0)
+    pool.free_blocks(list(reversed(blocks)))
+    assert check_pool(pool) == [4, 5, 6, 7, 3, 2, 1]
     pool.touch([blocks[0], blocks[1]])
-    assert blocks[0].ref_cnt == 1 and blocks[1].ref_cnt == 1
-    assert free_ids(pool.free_block_queue) == [4, 5, 6, 7, 3], (
+    assert (ref(blocks[0]), ref(blocks[1])) == (1, 1), "a revived block has ref_cnt 1"
+    assert check_pool(pool) == [4, 5, 6, 7, 3], (
         "I4: touched blocks leave the queue; the other blocks keep their order")
-    check_pool(pool)
     assert blocks[0].block_hash is not None, "touch must not drop the hash of a revived block"
 
 
@@ -142,16 +198,16 @@ def test_touch_shared_block_in_use():
     pool = make_pool(5)
     req = make_request([1, 2])
     (blk,) = pool.get_new_blocks(1)
-    pool.cache_full_blocks(req, [blk], 0, 1, BS, 0)
-    before = free_ids(pool.free_block_queue)
+    pool.cache_full_blocks(req.obj, [blk], 0, 1, BS, 0)
+    before = check_pool(pool)
     pool.touch([blk])
-    assert blk.ref_cnt == 2
-    assert free_ids(pool.free_block_queue) == before
+    assert ref(blk) == 2, f"touching a block in use gives it a second reference, got {ref(blk)}"
+    assert check_pool(pool) == before, "touching a block in use must not change the queue"
     pool.free_blocks([blk])
-    assert blk.ref_cnt == 1 and blk.block_id not in free_ids(pool.free_block_queue)
+    assert ref(blk) == 1 and check_pool(pool) == before, (
+        "freeing one of two references keeps the block out of the queue")
     pool.free_blocks([blk])
-    check_pool(pool)
-    assert free_ids(pool.free_block_queue)[-1] == blk.block_id
+    assert check_pool(pool) == [*before, 1], "the last free queues the block at the back"
 
 
 @graded(1, "Misuse: touch refuses the null block with ValueError and then touches no block",
@@ -161,14 +217,13 @@ def test_touch_null_block_is_an_error():
     pool = make_pool(5)
     req = make_request([1, 2])
     (blk,) = pool.get_new_blocks(1)
-    pool.cache_full_blocks(req, [blk], 0, 1, BS, 0)
+    pool.cache_full_blocks(req.obj, [blk], 0, 1, BS, 0)
     pool.free_blocks([blk])
-    before = free_ids(pool.free_block_queue)
+    before = check_pool(pool)
     with pytest.raises(ValueError):
         pool.touch([blk, pool.null_block])
-    assert blk.ref_cnt == 0 and free_ids(pool.free_block_queue) == before, (
+    assert ref(blk) == 0 and check_pool(pool) == before, (
         "a refused touch must take no reference and leave the free queue as it was")
-    check_pool(pool)
 
 
 @graded(3, "I4: freed blocks are evicted LRU first and, within a request, tail first, so a "
@@ -178,13 +233,13 @@ def test_eviction_is_lru_and_tail_first():
     pool = make_pool(7)
     req = make_request([1, 2, 3, 4, 5, 6])
     blocks = pool.get_new_blocks(3)  # 1 2 3
-    pool.cache_full_blocks(req, blocks, 0, 3, BS, 0)
-    pool.free_blocks(reversed(blocks))  # queue: 4 5 6 3 2 1
-    pool.get_new_blocks(4)  # 4 5 6 and then the tail block 3
+    pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0)
+    pool.free_blocks(list(reversed(blocks)))  # queue: 4 5 6 3 2 1
+    assert ids(pool.get_new_blocks(4)) == [4, 5, 6, 3], "4 5 6, then the tail block 3"
     assert blocks[2].block_hash is None and hit(pool, req.block_hashes[2]) is None, (
         "I4: the request's tail block (3) is evicted first")
     assert hit(pool, req.block_hashes[0]) is blocks[0], "the head of the prefix is still cached"
-    assert hit(pool, req.block_hashes[1]) is blocks[1]
+    assert hit(pool, req.block_hashes[1]) is blocks[1], "the middle of the prefix is still cached"
     check_pool(pool)
 
 
@@ -195,27 +250,36 @@ def test_maybe_evict_cached_block():
     pool = make_pool(5)
     req = make_request([1, 2])
     a, b = pool.get_new_blocks(2)
-    pool.cache_full_blocks(req, [a], 0, 1, BS, 0)
-    assert pool._maybe_evict_cached_block(a) is True
-    assert a.block_hash is None and hit(pool, req.block_hashes[0]) is None
-    assert pool._maybe_evict_cached_block(a) is False
-    assert pool._maybe_evict_cached_block(b) is False
+    pool.cache_full_blocks(req.obj, [a], 0, 1, BS, 0)
+    assert pool._maybe_evict_cached_block(a) is True, "evicting a cached block returns True"
+    assert a.block_hash is None and hit(pool, req.block_hashes[0]) is None, (
+        "I4: an evicted block loses its hash and its map entry")
+    assert pool._maybe_evict_cached_block(a) is False, "evicting it again returns False"
+    assert pool._maybe_evict_cached_block(b) is False, "evicting a block never cached: False"
 
 
-@graded(2, "evict_blocks forgets the cached prefixes of the given block ids only",
-        f"{DOC}#eviction-order")
+@graded(2, "evict_blocks forgets the cached prefixes of the given block ids only, and refuses "
+           "(ValueError, nothing evicted) an id outside the pool", f"{DOC}#eviction-order")
 def test_evict_blocks_by_id():
     """Evicting by id removes cache entries but does not free or move blocks."""
     pool = make_pool(6)
     req = make_request([1, 2, 3, 4, 5, 6])
     blocks = pool.get_new_blocks(3)
-    pool.cache_full_blocks(req, blocks, 0, 3, BS, 0)
-    pool.evict_blocks({blocks[1].block_id})
-    assert hit(pool, req.block_hashes[1]) is None and blocks[1].block_hash is None
-    assert hit(pool, req.block_hashes[0]) is blocks[0]
-    assert hit(pool, req.block_hashes[2]) is blocks[2]
-    assert all(b.ref_cnt == 1 for b in blocks), "evict_blocks must not free blocks"
+    pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0)
+    pool.evict_blocks({2})
+    assert hit(pool, req.block_hashes[1]) is None and blocks[1].block_hash is None, (
+        "evict_blocks({2}) must forget block 2's hash and map entry")
+    assert hit(pool, req.block_hashes[0]) is blocks[0], "block 1 must stay cached"
+    assert hit(pool, req.block_hashes[2]) is blocks[2], "block 3 must stay cached"
+    assert [ref(b) for b in blocks] == [1, 1, 1], "evict_blocks must not free blocks"
     check_pool(pool)
+    for bad in (6, -1):
+        with pytest.raises(ValueError):
+            pool.evict_blocks({1, bad})
+        assert hit(pool, req.block_hashes[0]) is blocks[0], (
+            f"a refused evict_blocks({{1, {bad}}}) must evict nothing: block 1 lost its entry")
+        assert hit(pool, req.block_hashes[2]) is blocks[2], (
+            f"a refused evict_blocks({{1, {bad}}}) must evict nothing: block 3 lost its entry")
 
 
 @graded(3, "reset_prefix_cache refuses (returns False) while any block is in use; otherwise it "
@@ -225,16 +289,17 @@ def test_reset_prefix_cache():
     pool = make_pool(6)
     req = make_request([1, 2, 3, 4])
     blocks = pool.get_new_blocks(2)
-    pool.cache_full_blocks(req, blocks, 0, 2, BS, 0)
+    pool.cache_full_blocks(req.obj, blocks, 0, 2, BS, 0)
     assert pool.reset_prefix_cache() is False, "blocks are in use: the reset must be refused"
     assert hit(pool, req.block_hashes[0]) is blocks[0], "a refused reset must change nothing"
-    pool.free_blocks(reversed(blocks))
-    queue_before = free_ids(pool.free_block_queue)
-    assert pool.reset_prefix_cache() is True
-    assert hit(pool, req.block_hashes[0]) is None and hit(pool, req.block_hashes[1]) is None
-    assert all(b.block_hash is None for b in pool.blocks)
-    assert free_ids(pool.free_block_queue) == queue_before
-    check_pool(pool)
+    pool.free_blocks(list(reversed(blocks)))
+    queue_before = check_pool(pool)
+    assert pool.reset_prefix_cache() is True, "no block is in use: the reset must happen"
+    assert hit(pool, req.block_hashes[0]) is None and hit(pool, req.block_hashes[1]) is None, (
+        "after a reset no prefix hits")
+    hashes = pool_snapshot(pool, hashes=True)["hashes"]
+    assert hashes == [None] * 6, "after a reset no block keeps a hash"
+    assert check_pool(pool) == queue_before, "a reset must leave the free queue as it was"
 
 
 @graded(2, "I3: two requests that computed the same block separately both stay cached; block ids "
@@ -245,8 +310,8 @@ def test_duplicate_blocks_both_cached():
     req = make_request([1, 2])
     (a,) = pool.get_new_blocks(1)
     (b,) = pool.get_new_blocks(1)
-    pool.cache_full_blocks(req, [a], 0, 1, BS, 0)
-    pool.cache_full_blocks(req, [b], 0, 1, BS, 0)
+    pool.cache_full_blocks(req.obj, [a], 0, 1, BS, 0)
+    pool.cache_full_blocks(req.obj, [b], 0, 1, BS, 0)
     assert a.block_hash is not None and b.block_hash is not None, (
         "both blocks hold the content: both must carry the hash")
     pool.free_blocks([a])
@@ -258,9 +323,9 @@ def test_duplicate_blocks_both_cached():
 class PrefixCacheMachine(RuleBasedStateMachine):
     """Requests with shared prefixes, hits, frees and resets against an exact model.
 
-    The model tracks what each block holds (its token chain), the free-queue order and which
-    content is cached; after every step a hit must return a block holding exactly the
-    requested prefix, and the queue must be in eviction order (I3, I4).
+    The model tracks what each block holds (its chained hash), each block's holders, the
+    free-queue order and which content is cached; after every step the pool must match it,
+    and every hit must return a block holding exactly the requested prefix (I1-I4).
     """
 
     N = 9
@@ -271,74 +336,97 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.pool = make_pool(self.N)
-        self.content: dict[int, bytes] = {}
-        self.running: list[tuple[object, list]] = []
+        self.side = side()
+        self.blocks: dict[int, Any] = {}  # block id -> the learner's block
+        self.content: dict[int, bytes] = {}  # block id -> the hash of the prefix it holds
+        self.refs = [0] * self.N
+        self.running: list[list[int]] = []
         self.queue = list(range(1, self.N))
 
     @rule(data=st.data())
     def admit(self, data) -> None:
-        tokens = data.draw(st.sampled_from(self.PROMPTS))
-        req = make_request(tokens, rid=f"r{len(self.running)}")
-        hits = []
-        for h in req.block_hashes:
+        tokens = data.draw(st.sampled_from(self.PROMPTS), label="prompt")
+        hashes = chain_hashes(tokens)
+        hits: list[int] = []
+        for h in hashes:
             blk = hit(self.pool, h)
             if blk is None:
                 break
-            assert self.content.get(blk.block_id) == h, (
-                f"I3: a hit returned block {blk.block_id}, which does not hold that prefix")
-            hits.append(blk)
-        need = len(req.block_hashes) - len(hits)
-        if need > self.pool.get_num_free_blocks() - sum(b.ref_cnt == 0 for b in hits):
+            block_id = as_int(blk.block_id, "a hit block's block_id")
+            assert self.content.get(block_id) == h, (
+                f"I3: a hit returned block {block_id}, which does not hold that prefix")
+            self.blocks[block_id] = blk
+            hits.append(block_id)
+        need = len(hashes) - len(hits)
+        if need > len(self.queue) - sum(self.refs[i] == 0 for i in hits):
             return
-        self.pool.touch(hits)
-        for blk in hits:
-            if blk.block_id in self.queue:
-                self.queue.remove(blk.block_id)
+        self.pool.touch([self.blocks[i] for i in hits])
+        for block_id in hits:
+            if self.refs[block_id] == 0:
+                self.queue.remove(block_id)
+            self.refs[block_id] += 1
         new = self.pool.get_new_blocks(need)
         want, self.queue = self.queue[:need], self.queue[need:]
-        assert ids(new) == want, f"get_new_blocks popped {ids(new)}, expected {want}"
-        for blk in new:
-            self.content.pop(blk.block_id, None)
-        blocks = hits + new
-        self.pool.cache_full_blocks(req, blocks, len(hits), len(blocks), BS, 0)
-        for blk, h in zip(blocks, req.block_hashes):
-            self.content.setdefault(blk.block_id, h)
-        self.running.append((req, blocks))
+        got = self.side.block_ids(new)
+        assert same_data(got, want), f"get_new_blocks popped {got}, expected {want}"
+        for block_id, blk in zip(want, new):
+            self.content.pop(block_id, None)
+            self.blocks[block_id] = blk
+            self.refs[block_id] = 1
+        table = hits + want
+        req = self.side.make_request(f"r{len(self.running)}", list(tokens), hashes)
+        self.pool.cache_full_blocks(req, [self.blocks[i] for i in table], len(hits), len(table),
+                                    BS, 0)
+        for block_id, h in zip(table, hashes):
+            self.content.setdefault(block_id, h)
+        self.running.append(table)
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
     def finish(self, data) -> None:
-        _, blocks = self.running.pop(data.draw(st.integers(0, len(self.running) - 1)))
-        self.pool.free_blocks(reversed(blocks))
-        for blk in reversed(blocks):
-            if blk.ref_cnt == 0:
-                self.queue.append(blk.block_id)
+        table = self.running.pop(data.draw(st.integers(0, len(self.running) - 1), label="which"))
+        self.pool.free_blocks([self.blocks[i] for i in reversed(table)])
+        for block_id in reversed(table):
+            self.refs[block_id] -= 1
+            if self.refs[block_id] == 0:
+                self.queue.append(block_id)
 
     @rule()
     def reset(self) -> None:
         ok = self.pool.reset_prefix_cache()
-        assert ok == (not self.running), "reset_prefix_cache must succeed iff no block is in use"
+        assert ok is (not self.running), (
+            f"reset_prefix_cache must return True iff no block is in use: got {describe(ok)} "
+            f"with {len(self.running)} running requests")
         if ok:
             self.content.clear()
 
     @invariant()
     def consistent(self) -> None:
-        check_pool(self.pool)
-        assert free_ids(self.pool.free_block_queue) == self.queue, (
-            f"I4: free queue {free_ids(self.pool.free_block_queue)} is not in eviction order "
-            f"{self.queue}")
-        for blk in self.pool.blocks[1:]:
-            if blk.block_hash is not None:
-                assert blk.block_id in self.content, (
-                    f"I3: block {blk.block_id} keeps a hash for content it no longer holds")
+        snap = pool_snapshot(self.pool, hashes=True)
+        free = check_pool_snapshot(snap)
+        assert free == self.queue, (
+            f"I4: free queue {free} is not in eviction order {self.queue}")
+        refs = snap["ref_cnts"][1:]
+        assert refs == self.refs[1:], (
+            f"I1: ref_cnts of blocks 1..{self.N - 1} are {refs}, expected {self.refs[1:]} "
+            "(one per running request holding the block)")
+        for block_id, block_hash in enumerate(snap["hashes"]):
+            want = key(self.content[block_id]) if block_id in self.content else None
+            if block_hash != want or type(block_hash) is not type(want):
+                what = "keeps a hash for content it no longer holds" if want is None else (
+                    "lost its hash" if block_hash is None else "has the wrong hash")
+                raise AssertionError(
+                    f"I3: block {block_id} {what} (a cached block's block_hash is its prefix's "
+                    "hash with the group id; an evicted or reset block has none)")
 
 
 @graded(5, "I1-I4: under random shared-prefix workloads every hit holds exactly the requested "
-           "prefix, and the free queue stays in eviction order", f"{DOC}#invariants")
+           "prefix, ref_cnts count the requests holding each block, and the free queue stays "
+           "in eviction order", f"{DOC}#invariants")
 def test_random_prefix_sharing_workload():
     """Property test: hits are always correct and eviction follows LRU, tail first."""
     _call_every_method_once()
-    run_state_machine_as_test(PrefixCacheMachine, settings=STATEFUL_SETTINGS)
+    run_machine(PrefixCacheMachine)
 
 
 def _call_every_method_once() -> None:
@@ -351,29 +439,73 @@ def _call_every_method_once() -> None:
     req = make_request([1, 2])
     hit(pool, req.block_hashes[0])
     blocks = pool.get_new_blocks(1)
-    pool.cache_full_blocks(req, blocks, 0, 1, BS, 0)
+    pool.cache_full_blocks(req.obj, blocks, 0, 1, BS, 0)
     pool.touch(blocks)
     pool.free_blocks(blocks)
     pool.free_blocks(blocks)
     pool.reset_prefix_cache()
 
 
-def _touch_ops(n: int):
-    pool = make_pool(n)
-    blocks = pool.get_new_blocks(n - 1)
-    req = make_request(list(range(2 * 500)))
-    middle = blocks[n // 3: n // 3 + 500]
-    pool.cache_full_blocks(req, middle, 0, 500, BS, 0)
-    pool.free_blocks(blocks)
+class TouchBench:
+    """A pool of ``n`` blocks, all free, ``K`` of them in the middle of the queue cached.
 
-    def run() -> None:
-        pool.touch(middle)
-        pool.free_blocks(middle)
-    return run
+    Each step revives the ``K`` (``touch``) and frees them again, in one request (timed here);
+    the model moves them to the back of the queue. ``K`` is small enough that a touch costing
+    a copy of the queue fails in seconds, not in minutes.
+    """
+
+    K = 50
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.pool = make_pool(n)
+        self.run_ops = side().run_pool_ops
+        everything = list(range(1, n))
+        self.middle = everything[n // 3: n // 3 + self.K]
+        self.hashes = chain_hashes(list(range(2 * self.K)))
+        request = side().make_request("bench", list(range(2 * self.K)), self.hashes)
+        (got,) = self.run_ops(self.pool, [
+            ["get_new_blocks", n - 1],
+            ["cache_full_blocks", self.middle, 0, self.K, BS, 0],
+            ["free_blocks", everything]], request)
+        if not same_data(got, everything):
+            raise AssertionError(f"get_new_blocks({n - 1}) on a new pool of {n:,} blocks must "
+                                 f"give blocks 1..{n - 1}")
+        self.queue = everything
+
+    def step(self) -> float:
+        ops = [["touch", self.middle], ["free_blocks", self.middle], ["get_num_free_blocks"]]
+        seconds, got = timed_call(self.run_ops, self.pool, ops)
+        moved = set(self.middle)
+        self.queue = [i for i in self.queue if i not in moved] + self.middle
+        if not same_data(got, [self.n - 1]):
+            raise AssertionError(f"after touch and free_blocks of the same {self.K} blocks, all "
+                                 f"{self.n - 1:,} blocks must be free again: got {describe(got)}")
+        return seconds
+
+    def verify(self) -> None:
+        snap = pool_snapshot(self.pool, hashes=True)
+        free = check_pool_snapshot(snap)
+        if free != self.queue:
+            raise AssertionError(
+                f"I4: after touching and freeing {self.K} blocks of a pool of {self.n:,}, they "
+                "must have left the middle of the queue and joined its back, in order")
+        kept = [snap["hashes"][i] for i in self.middle]
+        if kept != [key(h) for h in self.hashes]:
+            raise AssertionError("touch and free_blocks must not drop the hashes of the blocks "
+                                 "they revive and free")
 
 
 @graded(2, "I4: touch revives a block from anywhere in the free queue in O(1)",
         f"{DOC}#touch-and-revival")
 def test_touch_is_constant_time():
-    """Reviving 500 blocks costs the same in a small and a 100x larger pool."""
-    assert_constant_time("BlockPool.touch", _touch_ops)
+    """Reviving 50 blocks costs the same in a small and a 100x larger pool, and is right."""
+    benches: dict[int, TouchBench] = {}
+
+    def run_ops(n: int):
+        benches[n] = TouchBench(n)
+        return benches[n].step
+
+    assert_constant_time("BlockPool.touch", run_ops)
+    for bench in benches.values():
+        bench.verify()

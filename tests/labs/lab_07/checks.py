@@ -1,4 +1,4 @@
-"""Judge-side checks of lab-07's state snapshots (``learner_side.manager_state``).
+"""Judge-side checks of lab-07's state snapshots (``learner_side.snapshot``, expanded).
 
 A snapshot is plain data read from the learner process in one call; everything here runs in the
 judge on that data. :func:`check_state` states the invariants I1-I3 of the block pool and the
@@ -82,7 +82,8 @@ def check_pool_state(state: Mapping[str, Any],
         _fail("I1 violated: the null block (block 0) is in the free queue")
     if state["num_free_blocks"] != len(forward) or state["get_num_free_blocks"] != len(forward):
         _fail(f"I2 violated: the free queue links {len(forward)} blocks but num_free_blocks is "
-              f"{state['num_free_blocks']!r} and get_num_free_blocks() {state['get_num_free_blocks']!r}")
+              f"{state['num_free_blocks']!r} and get_num_free_blocks() "
+              f"{state['get_num_free_blocks']!r}")
     # I1: free (ref_cnt 0) exactly when in the free queue.
     in_queue = set(forward)
     for i in range(1, n):

@@ -109,7 +109,8 @@ def test_none_changes_nothing():
     before = d.state()
     assert d.allocate("b", 8) is None, "b needs 2 blocks, 1 is free: expected None"
     after = d.state()
-    assert unchanged(before, after), f"a refused allocation changed {describe_change(before, after)}"
+    assert unchanged(before, after), (
+        f"a refused allocation changed {describe_change(before, after)}")
     assert "b" not in after["tables"], (
         "a refused request must not get an entry in req_to_blocks, not even an empty one")
     # A running request that cannot grow is refused the same way.
@@ -183,7 +184,8 @@ def test_in_use_hits_cost_no_free_block():
     d.admit("a")                                   # a holds 1 2 3
     d.add("b", [*range(8), *(40 + i for i in range(8))])
     out = d.admit("b")                             # 2 in-use hits + 2 fresh, 2 free
-    assert out["num_hit"] == 8, f"b shares a's two full blocks: an 8-token hit, got {out['num_hit']}"
+    assert out["num_hit"] == 8, (
+        f"b shares a's two full blocks: an 8-token hit, got {out['num_hit']}")
     assert out["new"] == [4, 5], (
         f"b's hits are blocks 1 and 2, which a holds: claiming them takes no free block, so b "
         f"needs only 2 fresh blocks and 2 are free. allocate_slots must succeed with [4, 5], got "

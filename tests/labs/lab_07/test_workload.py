@@ -13,6 +13,8 @@ state must satisfy the pool's invariants on its own.
 
 from __future__ import annotations
 
+import random
+import time
 from typing import Any
 
 from hypothesis import given, settings
@@ -22,12 +24,17 @@ from grading.suite import graded
 from tests.labs.common import GRADED_SETTINGS
 from tests.labs.lab_07.checks import check_state, compare_states
 from tests.labs.lab_07.helpers import BS, DOC, driver, oracle
+from tests.labs.lab_07.learner_side import expand
 
 MAX_MODEL_LEN = 40
 #: Prompts start with a piece of this trunk, so that they share prefixes.
 TRUNK = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
-TRACE_SETTINGS = settings(GRADED_SETTINGS, max_examples=80)
-EDGE_SETTINGS = settings(GRADED_SETTINGS, max_examples=150)
+#: Random traces (seeds 0, 1, ...) of TRACE_LENGTH scheduler decisions each.
+NUM_TRACES = 80
+TRACE_LENGTH = 40
+#: At most this long is spent shortening a failing trace.
+SHRINK_SECONDS = 3.0
+EDGE_SETTINGS = settings(GRADED_SETTINGS, max_examples=100)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -151,8 +158,9 @@ class Trace:
         if not (type(got) is list and len(got) == 3 and got[0] in ("ok", "raised")):
             self._fail(k, f"the replay reported {got!r:.200}")
         if got[0] == "raised":
+            why = f" ({self.why[k]})" if self.why[k] else ""
             self._fail(k, f"your manager raised {got[1]}: {got[2]}; the reference returned "
-                          f"{want[1]!r}")
+                          f"{want[1]!r}{why}")
         name = op[0]
         result, ref_result = got[1], want[1]
         if name == "lookup" and result != ref_result:
@@ -180,7 +188,11 @@ class Trace:
                           "by requests / usable blocks, the null block excluded)")
         if name == "get_block_ids" and (type(result) is not tuple or result != ref_result):
             self._fail(k, f"get_block_ids is {result!r}, the reference's {ref_result!r}")
-        state, ref_state = got[2], want[2]
+        ref_state = want[2]
+        try:
+            state = expand(got[2])
+        except (TypeError, ValueError) as exc:
+            self._fail(k, f"the replay reported a state of the wrong shape ({exc})")
         try:
             check_state(state)
             if name == "allocate" and ref_result is None:
@@ -200,54 +212,83 @@ def _tokens(trunk_len: int, tail: list[int]) -> list[int]:
     return [*TRUNK[:trunk_len], *tail]
 
 
-#: One scheduler decision: (kind, a, b, c), read by ``run_scheduler``.
-decisions = st.one_of(
-    st.tuples(st.just("arrive"), st.sampled_from([0, 4, 6, 8, 12]),
-              st.lists(st.integers(0, 3), min_size=1, max_size=10)),
-    st.tuples(st.just("admit"), st.integers(1, 16), st.sampled_from([None, 0, 1]),
-              st.sampled_from([0, 0, 0, 3])),
-    st.tuples(st.just("step"), st.integers(0, 7), st.integers(1, 8),
-              st.sampled_from([None, 0, 1]), st.integers(0, 3), st.sampled_from([0, 0, 0, 2])),
-    st.tuples(st.just("release"), st.integers(0, 7), st.booleans()),
-    st.tuples(st.just("stats")),
-    st.tuples(st.just("query"), st.integers(0, 9)),
-)
+def random_decisions(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
+    """``count`` scheduler decisions, read by ``run_scheduler``."""
+    out: list[tuple[Any, ...]] = []
+    for _ in range(count):
+        kind = rng.choices(["arrive", "admit", "step", "release", "stats", "query"],
+                           [18, 25, 33, 12, 4, 8])[0]
+        edge = rng.choice([None, None, 0, 0, 1])
+        if kind == "arrive":
+            out.append((kind, rng.choice([0, 4, 6, 8, 12]),
+                        [rng.randrange(4) for _ in range(rng.randint(1, 10))]))
+        elif kind == "admit":
+            out.append((kind, rng.randint(1, 16), edge, rng.choice([0, 0, 0, 3])))
+        elif kind == "step":
+            out.append((kind, rng.randrange(8), rng.randint(1, 8), edge,
+                        [rng.randrange(4) for _ in range(rng.randint(1, 6))],
+                        rng.choice([0, 0, 0, 2])))
+        elif kind == "release":
+            out.append((kind, rng.randrange(8), rng.random() < 0.5))
+        elif kind == "stats":
+            out.append((kind,))
+        else:
+            out.append((kind, rng.randrange(10)))
+    return out
 
 
 def run_scheduler(trace: Trace, steps: list[tuple[Any, ...]]) -> None:
-    """Turn random decisions into operations, as a scheduler would, on the reference."""
+    """Turn decisions into operations on the reference, as a scheduler would. A decision that
+    does not apply (no request waiting, none running) admits or makes one arrive instead."""
     waiting: list[str] = []
     running: list[str] = []
     counter = 0
+
+    def arrive(trunk: int, tail: list[int]) -> None:
+        nonlocal counter
+        counter += 1
+        trace.arrive(f"r{counter}", _tokens(trunk, tail))
+        waiting.append(f"r{counter}")
+
+    def sized(rid: str, chunk: int, edge: int | None, lookahead: int, left: int) -> int:
+        """``chunk`` tokens, or (``edge``) exactly the most that fits, or one token more."""
+        if edge is None:
+            return min(chunk, left)
+        return min(max(trace.max_fit(rid, lookahead) + edge, 1), left)
+
+    def admit(chunk: int, edge: int | None, lookahead: int) -> None:
+        if not waiting:
+            arrive(8, [chunk % 4] * (chunk % 7 + 1))
+        rid = waiting[0]
+        num_hit = trace.lookup(rid)
+        num_new = sized(rid, chunk, edge, lookahead, trace.remaining(rid, num_hit))
+        if trace.allocate(rid, num_new, lookahead):
+            running.append(waiting.pop(0))
+
+    def step(which: int, chunk: int, edge: int | None, tokens: list[int],
+             lookahead: int) -> None:
+        rid = running[which % len(running)]
+        if trace.remaining(rid):                      # a chunk of its prompt
+            trace.allocate(rid, sized(rid, chunk, edge, lookahead, trace.remaining(rid)),
+                           lookahead)
+            return
+        for token in tokens:                          # decoding: one token per step
+            if trace.ref.requests[rid].num_tokens >= trace.max_model_len:
+                return
+            trace.append(rid, token)
+            if not trace.allocate(rid, sized(rid, 1, edge, lookahead, 1), lookahead):
+                return
+
     for kind, *args in steps:
         if kind == "arrive":
-            counter += 1
-            rid = f"r{counter}"
-            trace.arrive(rid, _tokens(args[0], args[1]))
-            waiting.append(rid)
-        elif kind == "admit" and waiting:
-            chunk, edge, lookahead = args
-            rid = waiting[0]
-            num_hit = trace.lookup(rid)
-            left = trace.remaining(rid, num_hit)
-            num_new = min(chunk, left)
-            if edge is not None:       # exactly the most that fits, or one token more
-                num_new = min(max(trace.max_fit(rid, lookahead) + edge, 1), left)
-            if trace.allocate(rid, num_new, lookahead):
-                running.append(waiting.pop(0))
-        elif kind == "step" and running:
-            which, chunk, edge, token, lookahead = args
-            rid = running[which % len(running)]
-            if trace.remaining(rid) == 0:
-                if trace.ref.requests[rid].num_tokens >= MAX_MODEL_LEN:
-                    continue
-                trace.append(rid, token)
-            left = trace.remaining(rid)
-            num_new = min(chunk, left)
-            if edge is not None:
-                num_new = min(max(trace.max_fit(rid, lookahead) + edge, 1), left)
-            trace.allocate(rid, num_new, lookahead)
-        elif kind == "release" and running:
+            arrive(*args)
+        elif kind == "admit":
+            admit(*args)
+        elif kind in ("step", "release") and not running:
+            admit(5, None, 0)
+        elif kind == "step":
+            step(*args)
+        elif kind == "release":
             rid = running.pop(args[0] % len(running))
             trace.free(rid, args[1])
             if args[1]:
@@ -260,35 +301,69 @@ def run_scheduler(trace: Trace, steps: list[tuple[Any, ...]]) -> None:
             trace.query("usage")
 
 
-@graded(6, "Random traces against upstream (shared prefixes, chunks, decodes, lookahead, "
-           "preemptions, frees on a 9-block pool, allocations sized to the edge of what fits): "
-           "the same hits, the same blocks or None, the same tables, free-queue order, ref "
-           "counts, hashes, stats and usage as the reference manager, and the pool's invariants",
-        f"{DOC}#the-kv-cache-manager-lab-07")
-@TRACE_SETTINGS
-@given(st.lists(decisions, min_size=1, max_size=50))
-def test_random_workload(steps: list[tuple[Any, ...]]):
-    """The message shows the first operation where your manager and the reference disagree,
-    and the operations before it: replay them by hand."""
-    trace = Trace(9, log_stats=True)
+def first_failure(config: dict[str, Any], steps: list[tuple[Any, ...]]) -> AssertionError | None:
+    """Run the decisions on the reference, replay them on the learner's manager: the first
+    disagreement, or None."""
+    trace = Trace(**config)
     run_scheduler(trace, steps)
-    trace.verify()
+    try:
+        trace.verify()
+    except AssertionError as exc:
+        return exc
+    return None
+
+
+def shrink(config: dict[str, Any], steps: list[tuple[Any, ...]], error: AssertionError,
+           budget: float) -> AssertionError:
+    """A shorter list of decisions that still fails (chunks removed greedily, for at most
+    ``budget`` seconds): its message is easier to replay by hand."""
+    end = time.monotonic() + budget
+    size = len(steps) // 2
+    while size >= 1 and time.monotonic() < end:
+        i = 0
+        while i < len(steps) and time.monotonic() < end:
+            candidate = steps[:i] + steps[i + size:]
+            found = first_failure(config, candidate) if candidate else None
+            if found is not None:
+                steps, error = candidate, found
+            else:
+                i += size
+        size //= 2
+    return error
+
+
+@graded(6, "Random traces against upstream (shared prefixes, chunks, decodes, lookahead, "
+           "preemptions, frees on 6- to 12-block pools, allocations sized to the edge of what "
+           "fits): the same hits, the same blocks or None, the same tables, free-queue order, "
+           "ref counts, hashes, stats and usage as the reference manager, and the pool's "
+           "invariants", f"{DOC}#the-kv-cache-manager-lab-07")
+def test_random_workload():
+    """The message shows the first operation where your manager and the reference disagree,
+    in a failing trace shortened as far as a few seconds allow, and the operations before it:
+    replay them by hand."""
+    for seed in range(NUM_TRACES):
+        rng = random.Random(seed)
+        config = {"num_blocks": rng.randint(6, 12), "max_model_len": rng.choice([24, 40]),
+                  "log_stats": True, "enable_caching": seed % 10 != 9}
+        steps = random_decisions(rng, TRACE_LENGTH)
+        error = first_failure(config, steps)
+        if error is not None:
+            raise shrink(config, steps, error, SHRINK_SECONDS) from None
 
 
 @st.composite
 def scenarios(draw: Any) -> dict[str, Any]:
     """A pool, requests sharing a trunk (some running, some finished and cached), a probe."""
-    requests = []
-    for _ in range(draw(st.integers(1, 4))):
-        requests.append({
-            "tokens": _tokens(draw(st.sampled_from([0, 4, 8, 12])),
-                              draw(st.lists(st.integers(0, 2), min_size=1, max_size=6))),
-            "then": draw(st.sampled_from(["run", "run", "free", "preempt"])),
-        })
-    probe = _tokens(draw(st.sampled_from([4, 8, 12])),
-                    draw(st.lists(st.integers(0, 2), min_size=1, max_size=10)))
-    return {"num_blocks": draw(st.integers(4, 12)), "requests": requests, "probe": probe,
-            "lookahead": draw(st.sampled_from([0, 0, 2, 5]))}
+
+    def prompt(trunks: list[int], longest: int) -> list[int]:
+        trunk = draw(st.sampled_from(trunks))
+        return _tokens(trunk, [draw(st.integers(0, 1))] * draw(st.integers(1, longest)))
+
+    requests = [{"tokens": prompt([0, 4, 8, 12], 6),
+                 "then": draw(st.sampled_from(["run", "run", "free", "preempt"]))}
+                for _ in range(draw(st.integers(1, 4)))]
+    return {"num_blocks": draw(st.integers(4, 12)), "requests": requests,
+            "probe": prompt([4, 8, 12], 10), "lookahead": draw(st.sampled_from([0, 0, 2, 5]))}
 
 
 @graded(5, "Capacity at the edge: for a new request whose prefix hits blocks that running "

@@ -4,10 +4,18 @@ The engine runs in the learner process (``learner_side.run_engine``), on the lea
 ``prepare_inputs``, and only its tokens come back. Hugging Face ``generate`` runs here, in the
 judge, on the same tiny random Llama: ``learner_side.tiny_llama`` is the one definition both
 processes build it from (same config, same seed, so the same weights). torch and transformers
-are imported inside the fixture, never at collection.
+are imported when a parity test first needs the answers, never at collection, and not at all
+while ``prepare_inputs`` is not started.
+
+The hand-made batches of ``test_prepare_inputs.py`` (part 1, a few milliseconds each) run
+before the engine parity of ``test_parity.py`` (part 2, seconds each): a mistake that both
+catch is reported by the first, and a grader that stops at the first failure never loads a
+model for it.
 """
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 
@@ -29,9 +37,15 @@ def make_prompts() -> list[list[int]]:
 PROMPTS = make_prompts()
 
 
-@pytest.fixture(scope="session")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Part 1 (the hand-made batches) before part 2 (the engine), each in file order."""
+    items.sort(key=lambda item: item.path.name == "test_parity.py")
+
+
+@functools.cache
 def hf_greedy() -> list[list[int]]:
-    """Hugging Face's own greedy continuation of every prompt (one at a time, no padding)."""
+    """Hugging Face's own greedy continuation of every prompt (one at a time, no padding),
+    computed in the judge once per judge process."""
     import torch
 
     from tests.labs.lab_09.learner_side import VOCAB as MODEL_VOCAB
@@ -39,7 +53,7 @@ def hf_greedy() -> list[list[int]]:
 
     assert MODEL_VOCAB == VOCAB
     model = tiny_llama()
-    answers = []
+    answers: list[list[int]] = []
     with torch.no_grad():
         for prompt in PROMPTS:
             out = model.generate(torch.tensor([prompt]),

@@ -1,0 +1,144 @@
+"""lab-05's helpers in the learner process: they build, run and read back; they never judge.
+
+The grader copies this file into the learner's sandbox as the top-level module
+``learner_side``; the tests reach it with ``learner_module("learner_side")``. It runs beside the
+learner's code, so nothing here decides anything: it builds what the learner's code must
+receive (requests, a recording hash function), runs the operation sequences the tests dictate,
+and returns what it reads as plain data (attribute values as they are: the judge checks their
+types and every invariant). It imports only the standard library, the reference's ``sha256``
+(not a lab-05 task) and, when called, the learner's ``block_pool``.
+
+Block hashes are computed in the judge (``hash_block_tokens`` is graded here, so the sandbox's
+reference has it stubbed out) and passed in as bytes. The reading-back part is the same as
+lab-01's ``learner_side.py``.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+SENTINEL, HIT_NONE, TOO_LONG, NOT_A_BLOCK, NO_SENTINEL = (
+    "sentinel", "none", "limit", "not-a-block", "no-sentinel")
+_MISSING = object()
+
+
+# -- building -----------------------------------------------------------------------------------
+def make_request(request_id: str, token_ids: list[int], block_hashes: list[bytes]) -> Any:
+    """What ``cache_full_blocks`` reads of a request, with the hashes the judge computed."""
+    return types.SimpleNamespace(request_id=request_id, block_hashes=list(block_hashes),
+                                 all_token_ids=list(token_ids), num_tokens=len(token_ids),
+                                 lora_request=None)
+
+
+class RecordingHasher:
+    """A hash function (the reference's ``sha256``) that keeps what it was given and returned."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Any] = []
+        self.outputs: list[Any] = []
+
+    def __call__(self, value: Any) -> bytes:
+        from mini_vllm.core.kv_cache_utils import sha256
+
+        self.inputs.append(value)
+        digest = sha256(value)
+        self.outputs.append(digest)
+        return digest
+
+
+def make_pool(n: int, enable_caching: bool = True, hash_block_size: int = 2) -> Any:
+    """The learner's ``BlockPool`` of ``n`` blocks."""
+    import block_pool
+
+    return block_pool.BlockPool(num_gpu_blocks=n, enable_caching=enable_caching,
+                                hash_block_size=hash_block_size)
+
+
+def block_ids(blocks: Any) -> list[Any]:
+    """The ``block_id`` of each block, as found."""
+    return [getattr(b, "block_id", None) for b in blocks]
+
+
+# -- running a batch the judge dictates -------------------------------------------------------
+def run_pool_ops(pool: Any, ops: list[list[Any]], request: Any = None) -> list[Any]:
+    """Run ``ops`` on ``pool``; blocks are named by id (``pool.blocks[i]``).
+
+    ``["get_new_blocks", k]``, ``["free_blocks", [i, ...]]``, ``["touch", [i, ...]]``,
+    ``["cache_full_blocks", [i, ...], num_cached, num_full, block_size, group_id]`` (for
+    ``request``), ``["get_num_free_blocks"]``. Returns, in order, what the operations that
+    return something returned (``get_new_blocks``: the blocks' ids).
+    """
+    blocks = pool.blocks
+    out: list[Any] = []
+    for op in ops:
+        name = op[0]
+        if name == "get_new_blocks":
+            out.append([b.block_id for b in pool.get_new_blocks(op[1])])
+        elif name == "free_blocks":
+            pool.free_blocks([blocks[i] for i in op[1]])
+        elif name == "touch":
+            pool.touch([blocks[i] for i in op[1]])
+        elif name == "cache_full_blocks":
+            pool.cache_full_blocks(request, [blocks[i] for i in op[1]], *op[2:])
+        elif name == "get_num_free_blocks":
+            out.append(pool.get_num_free_blocks())
+        else:
+            raise ValueError(f"unknown pool operation {name!r}")
+    return out
+
+
+# -- reading back ---------------------------------------------------------------------------------
+def _walk(start: Any, stop: Any, link: str, limit: int) -> tuple[list[Any], str]:
+    """The nodes from ``start``'s ``link`` up to ``stop``, and how the walk ended."""
+    nodes: list[Any] = []
+    if start is None:
+        return nodes, NO_SENTINEL
+    node = getattr(start, link, _MISSING)
+    while node is not stop:
+        if node is None:
+            return nodes, HIT_NONE
+        if node is _MISSING:
+            return nodes, NOT_A_BLOCK
+        if len(nodes) >= limit:
+            return nodes, TOO_LONG
+        nodes.append(node)
+        node = getattr(node, link, _MISSING)
+    return nodes, SENTINEL
+
+
+def queue_snapshot(queue: Any, limit: int) -> dict[str, Any]:
+    """The queue's links as data: block ids and identity keys walking forward from the head
+    and backward from the tail (both front to back), how each walk ended, and the counter."""
+    head = getattr(queue, "fake_free_list_head", None)
+    tail = getattr(queue, "fake_free_list_tail", None)
+    forward, forward_end = _walk(head, tail, "next_free_block", limit)
+    backward, backward_end = _walk(tail, head, "prev_free_block", limit)
+    backward.reverse()
+    return {
+        "forward": [getattr(b, "block_id", None) for b in forward],
+        "forward_keys": [id(b) for b in forward],
+        "forward_end": forward_end,
+        "backward": [getattr(b, "block_id", None) for b in backward],
+        "backward_keys": [id(b) for b in backward],
+        "backward_end": backward_end,
+        "num_free_blocks": getattr(queue, "num_free_blocks", None),
+    }
+
+
+def pool_snapshot(pool: Any, hashes: bool = False) -> dict[str, Any]:
+    """Every block of ``pool.blocks`` as data (id, identity key, ref_cnt, whether it has a
+    free-list link, its hash if asked), the null block's key and flag, and the queue."""
+    blocks = list(pool.blocks)
+    null = pool.null_block
+    return {
+        "ids": [getattr(b, "block_id", None) for b in blocks],
+        "keys": [id(b) for b in blocks],
+        "ref_cnts": [getattr(b, "ref_cnt", None) for b in blocks],
+        "linked": [getattr(b, "prev_free_block", None) is not None
+                   or getattr(b, "next_free_block", None) is not None for b in blocks],
+        "hashes": [getattr(b, "block_hash", None) for b in blocks] if hashes else None,
+        "null_key": id(null),
+        "null_is_null": getattr(null, "is_null", None),
+        "queue": queue_snapshot(pool.free_block_queue, len(blocks) + 2),
+    }

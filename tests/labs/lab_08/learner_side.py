@@ -1,0 +1,216 @@
+"""lab-08's helpers in the learner process: build a scheduler and requests, run one call, read.
+
+The grader copies this file into the learner's sandbox as the top-level module ``learner_side``;
+the tests reach it with ``learner_module("learner_side")``. Nothing here decides anything: each
+helper builds an object the learner's scheduler must receive, makes the one call the judge names
+(``schedule``, ``update_from_output``, ``finish_requests``) and returns what it then reads as
+plain data: the ``SchedulerOutput``, the ``EngineCoreOutput`` list, the queues, every request's
+counters, the block tables and the block pool. The judge checks all of it (types included) and
+runs the fake model itself.
+
+The judge also imports this module and runs the same readers on the reference scheduler (its
+oracle), so both sides are described by the same code. The KV cache manager is looked up when a
+scheduler is built, so that ``--chain`` puts the learner's own lab-07 manager under it; the
+scheduler is the learner's ``scheduler`` module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SENTINEL, HIT_NONE, TOO_LONG, NOT_A_BLOCK, NO_SENTINEL = (
+    "sentinel", "none", "limit", "not-a-block", "no-sentinel")
+_MISSING = object()
+
+
+# -- building ---------------------------------------------------------------------------------
+def make_manager(num_blocks: int, block_size: int, max_model_len: int,
+                 caching: bool = True) -> Any:
+    """The KV cache manager in use (the reference's, or the learner's lab-07 under --chain)."""
+    import mini_vllm.core.kv_cache_manager as managers
+
+    return managers.KVCacheManager(num_blocks, block_size, max_model_len,
+                                   enable_caching=caching, log_stats=True)
+
+
+def make_scheduler(num_blocks: int, block_size: int, max_model_len: int, budget: int,
+                   max_num_seqs: int, caching: bool = True, scheduler_cls: Any = None,
+                   **kwargs: Any) -> Any:
+    """``Scheduler(manager, budget, max_num_seqs, max_model_len, **kwargs)``: the learner's
+    class unless ``scheduler_cls`` is given (the judge passes the reference's)."""
+    if scheduler_cls is None:
+        import scheduler
+
+        scheduler_cls = scheduler.Scheduler
+    manager = make_manager(num_blocks, block_size, max_model_len, caching)
+    return scheduler_cls(manager, budget, max_num_seqs, max_model_len, **kwargs)
+
+
+def make_request(request_id: str, prompt: list[int], block_size: int, max_tokens: Any = 8,
+                 eos: int | None = None, generation_eos: int | None = None,
+                 **sampling: Any) -> Any:
+    """A greedy request whose full blocks are hashed (chained) as its tokens arrive.
+
+    ``generation_eos`` records the model's EOS in the sampling parameters, as the engine does
+    (``update_from_generation_config``).
+    """
+    from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
+    from mini_vllm.request import Request
+    from mini_vllm.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, **sampling)
+    if generation_eos is not None:
+        params.update_from_generation_config({}, eos_token_id=generation_eos)
+    return Request(request_id, list(prompt), params, eos_token_id=eos,
+                   block_hasher=get_request_block_hasher(block_size, sha256))
+
+
+# -- one call, then what it left ----------------------------------------------------------------
+def schedule(sched: Any, requests: list[Any]) -> list[Any]:
+    """``sched.schedule()``: [the output itself, the output as data, the state after it]."""
+    out = sched.schedule()
+    return [out, output_data(out), state(sched, requests)]
+
+
+def update(sched: Any, out: Any, sampled: dict[str, list[int]],
+           requests: list[Any]) -> list[Any]:
+    """``sched.update_from_output(out, sampled)``: [the outputs as data, the state after]."""
+    results = sched.update_from_output(out, sampled)
+    return [outputs_data(results), state(sched, requests)]
+
+
+def finish(sched: Any, request_ids: Any, status: Any, requests: list[Any]) -> list[Any]:
+    """``sched.finish_requests(request_ids, status)``: [what it returned, the state after]."""
+    done = sched.finish_requests(request_ids, status)
+    return [done, state(sched, requests)]
+
+
+def check_stop(module: Any, request: Any, tokens: list[int], max_model_len: int) -> list[Any]:
+    """Append ``tokens`` one at a time; after each, ``module.check_stop(request, max_model_len)``.
+
+    Returns [the answers, then the request's status, stop_reason, output tokens and finish
+    reason]."""
+    answers = []
+    for token in tokens:
+        request.append_output_token_ids(token)
+        answers.append(module.check_stop(request, max_model_len))
+    return [answers, request_data(request)]
+
+
+# -- reading ------------------------------------------------------------------------------------
+def _ids(values: Any) -> list[Any]:
+    return list(values) if values is not None else None
+
+
+def output_data(out: Any) -> dict[str, Any]:
+    """A ``SchedulerOutput`` as data, as the model runner reads it."""
+    cached = out.scheduled_cached_reqs
+    return {
+        "batch": [[rid, n] for rid, n in out.num_scheduled_tokens.items()],
+        "total": out.total_num_scheduled_tokens,
+        "new": [[new.req_id, _ids(new.prompt_token_ids),
+                 [_ids(group) for group in new.block_ids], new.num_computed_tokens]
+                for new in out.scheduled_new_reqs],
+        "cached": {
+            "req_ids": _ids(cached.req_ids),
+            "resumed": _ids(cached.resumed_req_ids),
+            "new_token_ids": [_ids(t) for t in cached.new_token_ids],
+            "all_token_ids": {rid: _ids(t) for rid, t in cached.all_token_ids.items()},
+            "new_block_ids": [None if ids is None else [_ids(group) for group in ids]
+                              for ids in cached.new_block_ids],
+            "num_computed_tokens": _ids(cached.num_computed_tokens),
+            "num_output_tokens": _ids(cached.num_output_tokens),
+        },
+        "finished": _ids(out.finished_req_ids),
+        "preempted": _ids(out.preempted_req_ids),
+    }
+
+
+def outputs_data(results: Any) -> list[list[Any]]:
+    """``EngineCoreOutput``s as [request_id, new_token_ids, finish_reason, stop_reason]."""
+    return [[res.request_id, _ids(res.new_token_ids), res.finish_reason, res.stop_reason]
+            for res in results]
+
+
+def request_data(req: Any) -> dict[str, Any]:
+    """One request's counters as found."""
+    return {
+        "status": req.status,
+        "num_computed_tokens": req.num_computed_tokens,
+        "num_tokens": req.num_tokens,
+        "output_token_ids": _ids(req.output_token_ids),
+        "num_preemptions": req.num_preemptions,
+        "is_prefill_chunk": req.is_prefill_chunk,
+        "stop_reason": req.stop_reason,
+        "max_tokens": req.max_tokens,
+    }
+
+
+def state(sched: Any, requests: list[Any]) -> dict[str, Any]:
+    """The scheduler's queues, the KV cache's tables and pool, and the given requests."""
+    manager = sched.kv_cache_manager
+    pool = manager.block_pool
+    return {
+        "running": [req.request_id for req in sched.running],
+        "waiting": [req.request_id for req in sched.waiting],
+        "requests": list(sched.requests),
+        "pending_finished": list(sched.finished_req_ids),
+        "tables": {rid: [blk.block_id for blk in blocks]
+                   for rid, blocks in manager.req_to_blocks.items()},
+        "free": pool.get_num_free_blocks(),
+        "pool": pool_snapshot(pool),
+        "reqs": {req.request_id: request_data(req) for req in requests},
+    }
+
+
+def _walk(start: Any, stop: Any, link: str, limit: int) -> tuple[list[Any], str]:
+    """The nodes from ``start``'s ``link`` up to ``stop``, and how the walk ended."""
+    nodes: list[Any] = []
+    if start is None:
+        return nodes, NO_SENTINEL
+    node = getattr(start, link, _MISSING)
+    while node is not stop:
+        if node is None:
+            return nodes, HIT_NONE
+        if node is _MISSING:
+            return nodes, NOT_A_BLOCK
+        if len(nodes) >= limit:
+            return nodes, TOO_LONG
+        nodes.append(node)
+        node = getattr(node, link, _MISSING)
+    return nodes, SENTINEL
+
+
+def queue_snapshot(queue: Any, limit: int) -> dict[str, Any]:
+    """The free queue's links as data (the format ``tests/labs/common.py`` reads)."""
+    head = getattr(queue, "fake_free_list_head", None)
+    tail = getattr(queue, "fake_free_list_tail", None)
+    forward, forward_end = _walk(head, tail, "next_free_block", limit)
+    backward, backward_end = _walk(tail, head, "prev_free_block", limit)
+    backward.reverse()
+    return {
+        "forward": [getattr(b, "block_id", None) for b in forward],
+        "forward_keys": [id(b) for b in forward],
+        "forward_end": forward_end,
+        "backward": [getattr(b, "block_id", None) for b in backward],
+        "backward_keys": [id(b) for b in backward],
+        "backward_end": backward_end,
+        "num_free_blocks": getattr(queue, "num_free_blocks", None),
+    }
+
+
+def pool_snapshot(pool: Any, hashes: bool = False) -> dict[str, Any]:
+    """Every block of ``pool.blocks`` as data, and the free queue (``tests/labs/common.py``)."""
+    blocks = list(pool.blocks)
+    null = pool.null_block
+    return {
+        "ids": [getattr(b, "block_id", None) for b in blocks],
+        "keys": [id(b) for b in blocks],
+        "ref_cnts": [getattr(b, "ref_cnt", None) for b in blocks],
+        "linked": [getattr(b, "prev_free_block", None) is not None
+                   or getattr(b, "next_free_block", None) is not None for b in blocks],
+        "hashes": [getattr(b, "block_hash", None) for b in blocks] if hashes else None,
+        "null_key": id(null),
+        "null_is_null": getattr(null, "is_null", None),
+        "queue": queue_snapshot(pool.free_block_queue, len(blocks) + 2),
+    }

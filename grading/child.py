@@ -115,6 +115,11 @@ class Collector:
     def __init__(self, channel: Channel, has_gpu: bool) -> None:
         self.channel = channel
         self.has_gpu = has_gpu
+        self.errors: list[str] = []
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:  # a suite module that does not import: the suite's bug, never graded
+            self.errors.append(protocol.clip(f"{report.nodeid}: {report.longreprtext}", 3000))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         tests, ungraded = [], []
@@ -132,7 +137,7 @@ class Collector:
                 "description": doc[0] if doc else "",
                 **meta,
             })
-        self.channel.send("collected", tests=tests, ungraded=ungraded)
+        self.channel.send("collected", tests=tests, ungraded=ungraded, errors=self.errors)
 
 
 def _has_gpu() -> bool:

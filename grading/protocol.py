@@ -20,7 +20,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "start": {"nodeid": _STR},
     "result": {"nodeid": _STR, "outcome": _STR, "message": _STR, "duration": _NUM},
     "preflight": {"status": _STR, "message": _STR},
-    "collected": {"tests": (list,), "ungraded": (list,)},
+    "collected": {"tests": (list,), "ungraded": (list,), "errors": (list,)},
     "done": {},
 }
 

@@ -189,6 +189,9 @@ class SuiteRunner:
         if not collected:
             raise GraderError(f"could not collect the suite {self.lab.suite_dir}:\n{out.log_tail}")
         event = collected[0]
+        if event["errors"]:
+            raise GraderError("the suite itself does not import (a bug in the course, not in "
+                              "your code):\n" + "\n".join(map(str, event["errors"]))[:4000])
         if event["ungraded"]:
             raise GraderError(f"tests without a @graded marker: {event['ungraded']}")
         keys = TestInfo.__dataclass_fields__

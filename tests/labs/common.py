@@ -118,7 +118,11 @@ def int_list(values: Any, what: str) -> list[int]:
     """``values`` if it is a list of plain ints."""
     if type(values) is not list:
         raise AssertionError(f"{what} must be a list, got {describe(values)}")
-    return [as_int(v, f"each of {what}") for v in values]
+    for i, value in enumerate(values):
+        if type(value) is not int:
+            raise AssertionError(
+                f"every item of {what} must be a plain int; item {i} is {describe(value)}")
+    return values
 
 
 def same_data(got: Any, want: Any) -> bool:
@@ -255,7 +259,7 @@ def check_queue_snapshot(snap: dict[str, Any], limit: int = 100_000,
     problem = _walk_failure(snap.get("forward_end"), True, limit)
     if problem:
         raise AssertionError(problem)
-    ids_f = int_list(snap.get("forward"), "the block_id of each queued block")
+    ids_f = int_list(snap.get("forward"), "the queued blocks' block_ids")
     keys_f = int_list(snap.get("forward_keys"), "the snapshot's keys")
     if len(set(keys_f)) != len(keys_f):
         raise AssertionError(f"I2 violated: a block appears twice in the free queue: {ids_f[:12]}")
@@ -264,7 +268,7 @@ def check_queue_snapshot(snap: dict[str, Any], limit: int = 100_000,
     problem = _walk_failure(snap.get("backward_end"), False, limit)
     if problem:
         raise AssertionError(problem)
-    ids_b = int_list(snap.get("backward"), "the block_id of each queued block")
+    ids_b = int_list(snap.get("backward"), "the queued blocks' block_ids")
     keys_b = int_list(snap.get("backward_keys"), "the snapshot's keys")
     if ids_f != ids_b or keys_f != keys_b:
         raise AssertionError(
@@ -279,7 +283,7 @@ def check_queue_snapshot(snap: dict[str, Any], limit: int = 100_000,
 
 def check_pool_snapshot(snap: dict[str, Any]) -> list[int]:
     """Invariants I1 and I2 on a pool snapshot; returns the free block ids, front to back."""
-    ids = int_list(snap.get("ids"), "the block_id of each of pool.blocks")
+    ids = int_list(snap.get("ids"), "the block_ids of pool.blocks")
     keys = int_list(snap.get("keys"), "the snapshot's keys")
     refs = snap.get("ref_cnts")
     linked = snap.get("linked")
@@ -403,10 +407,6 @@ def assert_constant_time(op_name: str, run_ops: Callable[[int], Callable[[], flo
     t_small = best_time(run_ops(small))
     t_big = best_time(run_ops(big))
     ratio = t_big / max(t_small, 1e-6)
-    import os
-    if os.environ.get("TIMING_DEBUG_FILE"):
-        with open(os.environ["TIMING_DEBUG_FILE"], "a") as f:
-            f.write(f"{op_name}: small {t_small*1e3:.2f} ms big {t_big*1e3:.2f} ms\n")
     if ratio > max_ratio and t_big > 0.05:
         raise AssertionError(
             f"I2 (O(1) operations): {op_name} took {t_big * 1e3:.1f} ms on {big:,} blocks vs "

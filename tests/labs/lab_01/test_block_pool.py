@@ -204,9 +204,10 @@ def test_reused_block_loses_its_stale_hash():
     block_hash = b"h" * 32
     request = side().make_request("r", [1, 2], [block_hash])
     pool.cache_full_blocks(request, [blk], 0, 1, 2, 0)
-    assert blk.block_hash is not None, "cache_full_blocks (given) must have hashed the block"
+    assert type(blk.block_hash) is bytes, "cache_full_blocks (given) must have hashed the block"
     pool.free_blocks([blk])
-    assert pool.get_cached_block(block_hash, [0]) is not None, (
+    found = pool.get_cached_block(block_hash, [0])
+    assert type(found) is list and len(found) == 1 and found[0] is blk, (
         "a freed cached block stays in the prefix cache until it is reused")
     got = pool.get_new_blocks(2)  # drains the pool: block 2, then the cached block 1
     assert ids(got) == [2, 1], f"draining the pool must give blocks [2, 1], got {ids(got)}"

@@ -253,7 +253,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def matches_model(self) -> None:
-        queue = check_queue(self.q)
+        queue = check_queue(self.q, limit=14)
         assert queue == self.model, f"I2: the queue holds {queue} but should hold {self.model}"
         listed = int_list(self.side.block_ids(self.q.get_all_free_blocks()),
                           "get_all_free_blocks' block ids")

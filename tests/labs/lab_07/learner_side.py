@@ -147,8 +147,9 @@ class Driver:
         self.requests[request_id] = req
         return req
 
-    def request(self, request_id: str) -> Request:
-        return self.requests[request_id]
+    def arrive(self, request_id: str, tokens: list[int]) -> None:
+        """``add``, returning nothing (a replayed operation)."""
+        self.add(request_id, tokens)
 
     def progress(self) -> list[list[Any]]:
         """Per request: [request id, [num_tokens, num_computed_tokens, num_preemptions]]."""
@@ -221,15 +222,6 @@ class Driver:
     def get_block_ids(self, request_id: str) -> Any:
         return self.mgr.get_block_ids(request_id)
 
-    def num_blocks_to_allocate(self, request_id: str, num_tokens: int) -> Any:
-        """``get_num_blocks_to_allocate`` for ``num_tokens`` slots, with the pending hits."""
-        hits = self.hits.get(request_id, (None, 0))[0]
-        return self.mgr.get_num_blocks_to_allocate(
-            request_id, num_tokens, list(hits.blocks[0]) if hits is not None else [])
-
-    def arrive(self, request_id: str, tokens: list[int]) -> None:
-        self.add(request_id, tokens)
-
     # -- reading ---------------------------------------------------------------------------
     def snapshot(self) -> list[Any]:
         """The manager's state and the requests' progress, as ``expand`` reads it."""
@@ -270,8 +262,3 @@ def _message(exc: BaseException) -> str:
     except Exception:
         return "<no readable message>"
 
-
-def new_driver(manager_cls: Any, num_blocks: int, max_model_len: int,
-               **kwargs: Any) -> Driver:
-    """A driver around ``manager_cls(num_blocks, BS, max_model_len, **kwargs)``."""
-    return Driver(manager_cls(num_blocks, BS, max_model_len, **kwargs))

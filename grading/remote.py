@@ -311,8 +311,17 @@ class _RemoteMethod:
         return f"<learner method {self._name}>"
 
 
+def _compared(obj: Remote, other: object) -> TypeError:
+    """Data compared with a learner object: the learner returned an object where a value (an
+    int, a list…) was expected. Saying so beats ``==`` quietly being False (or ``!=`` True)."""
+    name = object.__getattribute__(obj, "_type").name
+    return TypeError(f"your code gave a {name} object where a value was expected (it was "
+                     f"compared with {type(other).__name__} {str(other)[:60]})")
+
+
 class Remote:
-    """An object that lives in the learner process. Equality, hash and ``is`` are identity.
+    """An object that lives in the learner process. Equality, hash and ``is`` are identity;
+    comparing one with data (``== 3``, ``!= [1]``) raises ``TypeError``.
 
     Handles are never released during a test (a proxy that dies and a handle that comes back
     in the same reply must not race); the learner process drops them all when the test ends.
@@ -370,10 +379,14 @@ class Remote:
         return self._req("bool") is True
 
     def __eq__(self, other: object) -> bool:
-        return self is other
+        if isinstance(other, Remote):
+            return self is other
+        raise _compared(self, other)
 
     def __ne__(self, other: object) -> bool:
-        return self is not other
+        if isinstance(other, Remote):
+            return self is not other
+        raise _compared(self, other)
 
     def __hash__(self) -> int:
         return object.__hash__(self)

@@ -105,13 +105,13 @@ def _enter_minimal_root(config: dict[str, Any]) -> None:
             os.symlink(os.readlink(source), f"{new}/{name}")
         elif os.path.isdir(source):
             _bind(source, f"{new}/{name}", writable=name == "dev", recursive=whole)
-    for prefix in config["python"]:
-        if not prefix.startswith(("/usr/", "/etc/")) and os.path.isdir(prefix):
-            _bind(prefix, f"{new}{prefix}", recursive=whole)
     size = f"size={config['tmp_mib']}m,mode=1777"
     for tmp in ("/tmp", "/dev/shm"):
         os.makedirs(f"{new}{tmp}", exist_ok=True)
         _mount("learner-tmp", f"{new}{tmp}", "tmpfs", MS_NOSUID | MS_NODEV, size)
+    for prefix in config["python"]:  # after /tmp: packages may live under it (PYTHONPATH)
+        if not prefix.startswith(("/usr/", "/etc/")) and os.path.isdir(prefix):
+            _bind(prefix, f"{new}{prefix}", recursive=whole)
     _bind(staging, f"{new}{config['root']}")
     os.makedirs(f"{new}/proc", exist_ok=True)
     _mount("proc", f"{new}/proc", "proc", MS_NOSUID | MS_NODEV, None)

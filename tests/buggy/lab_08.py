@@ -267,4 +267,174 @@ MUTANTS = [
         why="_update_after_schedule sets num_computed_tokens to this step's tokens instead of "
             "adding them: a chunked prompt restarts at the wrong place",
     ),
+    # -- finish_requests (aborts) --------------------------------------------------------------
+    Mutant(
+        name="abort_repeated_ids_not_deduped",
+        file=FILE,
+        find="ids = dict.fromkeys(request_ids)  # dedupe, keep order",
+        replace="ids = list(request_ids)",
+        why="finish_requests(['a', 'a']) finds a unfinished twice (statuses change only after "
+            "the first pass), so it frees a twice and lists it twice",
+    ),
+    Mutant(
+        name="abort_str_iterated_per_character",
+        file=FILE,
+        find="""
+            if isinstance(request_ids, str):
+                ids: Iterable[str] = (request_ids,)
+            elif request_ids is None:
+        """,
+        replace="""
+            if request_ids is None:
+        """,
+        why="forgets that one id may come as a str: finish_requests('r1') iterates 'r' and '1', "
+            "finds no such requests and aborts nothing",
+    ),
+    Mutant(
+        name="abort_of_preempted_left_in_waiting",
+        file=FILE,
+        find="""
+            if request.status == RequestStatus.RUNNING:
+                running_to_remove.add(request)
+            else:
+                waiting_to_remove.append(request)
+        """,
+        replace="""
+            if request.status == RequestStatus.RUNNING:
+                running_to_remove.add(request)
+            elif request.status == RequestStatus.WAITING:
+                waiting_to_remove.append(request)
+        """,
+        why="only WAITING requests are taken out of the waiting queue: an aborted PREEMPTED one "
+            "stays there, finished, and is scheduled again later",
+    ),
+    Mutant(
+        name="abort_of_waiting_not_removed",
+        file=FILE,
+        find="""
+            if waiting_to_remove:
+                self.waiting.remove_requests(waiting_to_remove)
+        """,
+        replace="""
+            pass
+        """,
+        why="aborted waiting requests are freed but left in the waiting queue, where the "
+            "scheduler finds a finished request to admit",
+    ),
+    Mutant(
+        name="abort_of_waiting_not_freed",
+        file=FILE,
+        find="""
+            request.status = finished_status
+            self._free_request(request)
+        """,
+        replace="""
+            request.status = finished_status
+            if request in running_to_remove:
+                self._free_request(request)
+        """,
+        why="'a waiting request holds no blocks, so there is nothing to free': but freeing also "
+            "forgets the request and reports it to the runner; it stays in requests forever",
+    ),
+    # -- update_from_output: what the runner hands back ----------------------------------------
+    Mutant(
+        name="update_assumes_scheduled_requests_still_exist",
+        file=FILE,
+        find="""
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                # Aborted while the step ran.
+                continue
+        """,
+        replace="""
+            request = self.requests[req_id]
+        """,
+        why="every request of the output is assumed to be still there: one aborted between "
+            "schedule() and update_from_output() raises KeyError",
+    ),
+    Mutant(
+        name="update_applies_tokens_of_unscheduled_requests",
+        file=FILE,
+        find="for req_id in scheduler_output.num_scheduled_tokens:",
+        replace="for req_id in sampled_token_ids:",
+        why="walks the runner's sampled tokens instead of the scheduled requests: tokens handed "
+            "back for a request that was not in the step (waiting, preempted, not reached) are "
+            "appended to it",
+    ),
+    Mutant(
+        name="update_trusts_tokens_for_a_prefill_chunk",
+        file=FILE,
+        find="""
+            # Reject a runner bug before changing anything.
+            for req_id, tokens in sampled_token_ids.items():
+                request = self.requests.get(req_id)
+                if tokens and request is not None and request.is_prefill_chunk:
+                    raise ValueError(
+                        f"request {req_id!r} is mid-prefill ({request.num_computed_tokens} of "
+                        f"{request.num_tokens} tokens computed) but was given sampled tokens "
+                        f"{list(tokens)}; a partial prefill samples nothing"
+                    )
+        """,
+        replace="",
+        why="no check of the runner's output: a token sampled from the logits of a non-final "
+            "prompt chunk is appended as if it were the model's next token",
+    ),
+    Mutant(
+        name="update_rejects_an_empty_list_for_a_prefill_chunk",
+        file=FILE,
+        find="if tokens and request is not None and request.is_prefill_chunk:",
+        replace="if request is not None and request.is_prefill_chunk:",
+        why="any entry for a request mid-prefill is taken for a runner bug, even the empty list "
+            "a runner hands back for a partial prefill (no token): a correct step is refused",
+    ),
+    Mutant(
+        name="update_checks_the_runner_while_applying",
+        file=FILE,
+        find="""
+            # Reject a runner bug before changing anything.
+            for req_id, tokens in sampled_token_ids.items():
+                request = self.requests.get(req_id)
+                if tokens and request is not None and request.is_prefill_chunk:
+                    raise ValueError(
+                        f"request {req_id!r} is mid-prefill ({request.num_computed_tokens} of "
+                        f"{request.num_tokens} tokens computed) but was given sampled tokens "
+                        f"{list(tokens)}; a partial prefill samples nothing"
+                    )
+
+            outputs: list[EngineCoreOutput] = []
+            stopped_running_reqs: set[Request] = set()
+            stopped_preempted_reqs: set[Request] = set()
+            for req_id in scheduler_output.num_scheduled_tokens:
+                request = self.requests.get(req_id)
+                if request is None or request.is_finished():
+                    # Aborted while the step ran.
+                    continue
+                new_token_ids = list(sampled_token_ids.get(req_id, ()))
+        """,
+        replace="""
+            outputs: list[EngineCoreOutput] = []
+            stopped_running_reqs: set[Request] = set()
+            stopped_preempted_reqs: set[Request] = set()
+            for req_id in scheduler_output.num_scheduled_tokens:
+                request = self.requests.get(req_id)
+                if request is None or request.is_finished():
+                    # Aborted while the step ran.
+                    continue
+                new_token_ids = list(sampled_token_ids.get(req_id, ()))
+                if new_token_ids and request.is_prefill_chunk:
+                    raise ValueError(f"request {req_id!r} is mid-prefill but got tokens")
+        """,
+        why="checks the runner's tokens request by request while applying them: when a later "
+            "request of the batch turns out to be mid-prefill, the earlier ones already got "
+            "their tokens, and the step is half applied",
+    ),
+    Mutant(
+        name="finished_ids_reset_in_update",
+        file=FILE,
+        find="outputs: list[EngineCoreOutput] = []",
+        replace="self.finished_req_ids = set()\noutputs: list[EngineCoreOutput] = []",
+        why="starts a fresh finished set when a step's results come in instead of when its "
+            "output is built: a request aborted while the step ran is never reported to the "
+            "runner, which keeps its state forever",
+    ),
 ]

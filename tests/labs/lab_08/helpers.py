@@ -7,7 +7,7 @@ as ``EngineCore.step`` does:
 
 1. ``schedule()`` runs in the learner process; the ``SchedulerOutput`` comes back as data
    (``learner_side.output_data``), with the state it left: queues, every request's counters,
-   block tables and a snapshot of the block pool;
+   block tables and a snapshot of the block pool (after the other calls, its ref counts);
 2. the judge checks that data (token budget, ``max_num_seqs``, the pool's invariants, block
    tables covering the computed tokens, waiting requests holding nothing, no leaked block) and
    executes the output with the fake model's runner (``mini_vllm.sim.FakeModelRunner``), here
@@ -25,13 +25,17 @@ is trusted beyond its value: every verdict is taken here, on plain data whose ty
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import Phase, settings
+
 from grading.remote import LearnerError, Remote
-from grading.suite import learner_module, load_impl
+from grading.suite import SESSION, learner_module, load_impl
 from mini_vllm.core.sched.output import (
     CachedRequestData,
     EngineCoreOutput,
@@ -43,7 +47,7 @@ from mini_vllm.request import FinishReason, RequestStatus
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.sim import FakeModelRunner, expected_output, fake_next_token
 from mini_vllm.sim.simulator import StepRecord
-from tests.labs.common import check_pool_snapshot, describe
+from tests.labs.common import GRADED_SETTINGS, check_pool_snapshot, describe
 from tests.labs.lab_08 import learner_side as reader
 
 DOC = "phases/03-prefix-caching-and-scheduling/README.md"
@@ -51,11 +55,32 @@ BS = 4
 SEED = 0
 VOCAB = 64
 _WAITING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+#: At most this long is spent shortening a failing random example.
+SHRINK_SECONDS = 3.0
+#: Random tests: reproducible, and no ``explain`` phase (more replays of a failing example).
+RANDOM_SETTINGS = settings(GRADED_SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate,
+                                                    Phase.shrink])
 
 
 def scheduler_module() -> Any:
     """The learner's ``scheduler`` module (a proxy)."""
     return load_impl("scheduler")
+
+
+@contextlib.contextmanager
+def bounded_shrinking(seconds: float = SHRINK_SECONDS) -> Iterator[None]:
+    """Hypothesis shortens a failing example for at most ``seconds`` (and never past the test's
+    deadline): each try replays a whole workload through the learner process."""
+    from hypothesis.internal.conjecture import engine
+
+    saved = engine.MAX_SHRINKING_SECONDS
+    if SESSION.deadline is not None:
+        seconds = max(0.5, min(seconds, SESSION.deadline - time.monotonic() - 4.0))
+    engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = saved
 
 
 def model_token(rid: str, position: int, seed: int = SEED, vocab: int = VOCAB) -> int:
@@ -247,6 +272,10 @@ class Engine:
         self.seed, self.vocab = seed, vocab
         args = (num_blocks, block_size, max_model_len, budget, max_num_seqs, caching)
         self.sched = self.side.make_scheduler(*args, **kwargs)
+        # The helpers, looked up once (each lookup is a request to the learner process).
+        self._schedule, self._update, self._finish, self._state, self._make_request = (
+            self.side.schedule, self.side.update, self.side.finish, self.side.state,
+            self.side.make_request)
         self.ref = (reader.make_scheduler(*args, scheduler_cls=ReferenceScheduler, **kwargs)
                     if reference else None)
         self.runner = FakeModelRunner(block_size, seed, vocab)
@@ -293,8 +322,8 @@ class Engine:
         """Create request ``rid`` in the learner process (prompt ``base, base + 1, ...`` unless
         given) and ``add_request`` it; returns the learner's request (a proxy)."""
         tokens = list(prompt) if prompt is not None else [base + i for i in range(num_prompt or 0)]
-        req = self.side.make_request(rid, tokens, self.block_size, max_tokens, eos,
-                                     generation_eos, **sampling)
+        req = self._make_request(rid, tokens, self.block_size, max_tokens, eos,
+                                 generation_eos, **sampling)
         self._learner(f"add_request({rid})", self.sched.add_request, req)
         self.handles[rid] = req
         if self.ref is not None:
@@ -311,7 +340,7 @@ class Engine:
 
     def refresh(self) -> dict[str, Any]:
         """Read the learner's state again (after a call made outside the engine)."""
-        self.state = self.check_state(self.side.state(self.sched, self._handle_list()), "now")
+        self.state = self.check_state(self._state(self.sched, self._handle_list()), "now")
         return self.state
 
     def current(self) -> dict[str, Any]:
@@ -346,7 +375,7 @@ class Engine:
             raise RuntimeError("test bug: the previous step's update_from_output is missing")
         self.num_steps += 1
         where = f"step {self.num_steps}: schedule()"
-        handle, data, state = self._learner(where, self.side.schedule, self.sched,
+        handle, data, state = self._learner(where, self._schedule, self.sched,
                                             self._handle_list())
         out = scheduler_output(data)
         self.log.append(f"step {self.num_steps}: schedule() -> batch {_batch_text(out)}"
@@ -397,15 +426,15 @@ class Engine:
             except ValueError:
                 raises = ValueError
         try:
-            results_data, state = self.side.update(self.sched, handle, sampled,
-                                                   self._handle_list())
+            results_data, state = self._update(self.sched, handle, sampled,
+                                               self._handle_list())
         except NotImplementedError:
             raise
         except LearnerError as exc:
             if raises is None or not isinstance(exc, raises):
                 self.fail(f"{where} raised {getattr(exc, 'display', exc)}")
-            self.log.append(f"{where} -> raised {type(exc).__name__}, as it must")
-            self.state = self.check_state(self.side.state(self.sched, self._handle_list()),
+            self.log.append(f"{where} -> raised {raises.__name__}, as it must")
+            self.state = self.check_state(self._state(self.sched, self._handle_list(), False),
                                           f"after {where} raised")
             if self.ref is not None:
                 self._compare_state(f"{where} (which raised; nothing may have changed)")
@@ -455,7 +484,7 @@ class Engine:
         where = f"finish_requests({request_ids!r}, {status.name})"
         if self._pending is not None:
             where += f" between step {self.num_steps}'s schedule() and update_from_output()"
-        done, state = self._learner(where, self.side.finish, self.sched, request_ids, status,
+        done, state = self._learner(where, self._finish, self.sched, request_ids, status,
                                     self._handle_list())
         done = _strs(done, f"what {where} returned", unique=False)
         self.log.append(f"{where} -> {done}")
@@ -487,22 +516,23 @@ class Engine:
         waiting = _strs(state["waiting"], "waiting (request ids, in order)")
         requests = _strs(state["requests"], "the keys of requests")
         pending = _strs(state["pending_finished"], "finished_req_ids")
-        tables = {_str(rid, "a key of req_to_blocks"): _ints(blocks, f"{rid}'s block table")
-                  for rid, blocks in _dict(state["tables"], "req_to_blocks").items()}
+        tables: dict[str, list[int]] = {}
+        for rid, blocks in _list(state["tables"], "req_to_blocks"):
+            tables[_str(rid, "a key of req_to_blocks")] = _ints(blocks, f"{rid}'s block table")
         free = _int(state["free"], "get_num_free_blocks()")
+        refs = _ints(state["ref_cnts"], "the blocks' ref_cnt")
         reqs = {}
-        for rid, info in _dict(state["reqs"], "the requests' counters").items():
-            info = _dict(info, f"{rid}'s counters")
+        for row in _list(state["reqs"], "the requests' counters"):
+            rid = _str(row[0], "a request id")
+            info = dict(zip(reader.REQUEST_FIELDS, row[1:]))
             reqs[rid] = {
+                **info,
                 "status": _status(info["status"], f"{rid}.status"),
                 "num_computed_tokens": _int(info["num_computed_tokens"],
                                             f"{rid}.num_computed_tokens"),
                 "num_tokens": _int(info["num_tokens"], f"{rid}.num_tokens"),
                 "output_token_ids": _ints(info["output_token_ids"], f"{rid}.output_token_ids"),
                 "num_preemptions": _int(info["num_preemptions"], f"{rid}.num_preemptions"),
-                "is_prefill_chunk": info["is_prefill_chunk"],
-                "stop_reason": info["stop_reason"],
-                "max_tokens": info["max_tokens"],
             }
         checked = {"running": running, "waiting": waiting, "requests": requests,
                    "pending_finished": pending, "tables": tables, "free": free, "reqs": reqs}
@@ -510,15 +540,22 @@ class Engine:
         def bad(message: str) -> None:
             self.fail(f"{when}: {message}")
 
-        # The block pool on its own (I1, I2), then against the block tables.
-        try:
-            free_ids = check_pool_snapshot(_dict(state["pool"], "the pool snapshot"))
-        except AssertionError as exc:
-            bad(f"the block pool is broken: {exc}")
-        if free != len(free_ids):
-            bad(f"get_num_free_blocks() is {free} but the free queue links {len(free_ids)} blocks")
+        # The block pool on its own (I1, I2), when it was read whole; then against the tables.
+        if state["pool"] is not None:
+            try:
+                free_ids = check_pool_snapshot(_dict(state["pool"], "the pool snapshot"))
+            except AssertionError as exc:
+                bad(f"the block pool is broken: {exc}")
+            if free != len(free_ids):
+                bad(f"get_num_free_blocks() is {free} but the free queue links {len(free_ids)} "
+                    "blocks")
+        if len(refs) != self.num_blocks:
+            bad(f"the pool has {len(refs)} blocks, {self.num_blocks} were asked for")
         held = Counter(b for blocks in tables.values() for b in blocks)
-        refs = state["pool"]["ref_cnts"]
+        strange = sorted(b for b in held if not 0 < b < self.num_blocks)
+        if strange:
+            bad(f"block tables hold block ids {strange}: only 1 .. {self.num_blocks - 1} exist "
+                "(block 0 is the null block)")
         for block_id in range(1, len(refs)):
             if refs[block_id] != held[block_id]:
                 owners = sorted(rid for rid, blocks in tables.items() if block_id in blocks)
@@ -529,6 +566,14 @@ class Engine:
             bad(f"{len(held)} blocks are held and {free} are free, out of {self.num_blocks - 1} "
                 "usable: blocks leaked")
         # The queues.
+        for rid, info in reqs.items():
+            if not RequestStatus.is_finished(info["status"]):
+                continue
+            where = ("running" if rid in running else "the waiting queue" if rid in waiting
+                     else "requests" if rid in requests else None)
+            if where is not None:
+                bad(f"{rid} is finished ({info['status'].name}) but still in {where}: a "
+                    "finished request leaves its queue, and requests (_free_request)")
         if set(running) & set(waiting):
             bad(f"{sorted(set(running) & set(waiting))} are both running and waiting")
         if set(running) | set(waiting) != set(requests):
@@ -653,7 +698,9 @@ class Engine:
 
     def _compare_state(self, where: str) -> None:
         assert self.ref is not None and self.state is not None
-        ref = reader.state(self.ref, list(self.ref_reqs.values()))
+        raw = reader.state(self.ref, list(self.ref_reqs.values()), pool=False)
+        ref = {**raw, "tables": dict(raw["tables"]),
+               "reqs": {row[0]: dict(zip(reader.REQUEST_FIELDS, row[1:])) for row in raw["reqs"]}}
         mine = self.state
         simple = {
             "running": (mine["running"], ref["running"]),
@@ -775,7 +822,8 @@ def _result_text(res: EngineCoreOutput) -> str:
 
 def simulate(config: Any, workload: list[Any], reference: bool = False) -> Engine:
     """Replay a ``mini_vllm.sim`` workload as its simulator does, on the learner's scheduler:
-    requests are added at their arrival step (idle gaps skipped), then one engine step."""
+    requests are added at their arrival step (idle gaps skipped), then one engine step. The
+    caller ends with ``engine.check_drained()``."""
     engine = Engine(config.num_gpu_blocks, config.max_num_batched_tokens, config.max_num_seqs,
                     config.max_model_len, config.enable_caching, block_size=config.block_size,
                     seed=config.seed, vocab=config.vocab_size, reference=reference,
@@ -797,5 +845,4 @@ def simulate(config: Any, workload: list[Any], reference: bool = False) -> Engin
                         "scheduler makes no progress")
         engine.step()
         step += 1
-    engine.check_drained()
     return engine

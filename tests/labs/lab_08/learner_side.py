@@ -69,20 +69,20 @@ def make_request(request_id: str, prompt: list[int], block_size: int, max_tokens
 def schedule(sched: Any, requests: list[Any]) -> list[Any]:
     """``sched.schedule()``: [the output itself, the output as data, the state after it]."""
     out = sched.schedule()
-    return [out, output_data(out), state(sched, requests)]
+    return [out, output_data(out), state(sched, requests, pool=True)]
 
 
 def update(sched: Any, out: Any, sampled: dict[str, list[int]],
            requests: list[Any]) -> list[Any]:
     """``sched.update_from_output(out, sampled)``: [the outputs as data, the state after]."""
     results = sched.update_from_output(out, sampled)
-    return [outputs_data(results), state(sched, requests)]
+    return [outputs_data(results), state(sched, requests, pool=False)]
 
 
 def finish(sched: Any, request_ids: Any, status: Any, requests: list[Any]) -> list[Any]:
     """``sched.finish_requests(request_ids, status)``: [what it returned, the state after]."""
     done = sched.finish_requests(request_ids, status)
-    return [done, state(sched, requests)]
+    return [done, state(sched, requests, pool=False)]
 
 
 def check_stop(module: Any, request: Any, tokens: list[int], max_model_len: int) -> list[Any]:
@@ -132,34 +132,37 @@ def outputs_data(results: Any) -> list[list[Any]]:
             for res in results]
 
 
+REQUEST_FIELDS = ("status", "num_computed_tokens", "num_tokens", "output_token_ids",
+                  "num_preemptions", "is_prefill_chunk", "stop_reason", "max_tokens")
+
+
 def request_data(req: Any) -> dict[str, Any]:
     """One request's counters as found."""
-    return {
-        "status": req.status,
-        "num_computed_tokens": req.num_computed_tokens,
-        "num_tokens": req.num_tokens,
-        "output_token_ids": _ids(req.output_token_ids),
-        "num_preemptions": req.num_preemptions,
-        "is_prefill_chunk": req.is_prefill_chunk,
-        "stop_reason": req.stop_reason,
-        "max_tokens": req.max_tokens,
-    }
+    return dict(zip(REQUEST_FIELDS, _request_row(req)))
 
 
-def state(sched: Any, requests: list[Any]) -> dict[str, Any]:
-    """The scheduler's queues, the KV cache's tables and pool, and the given requests."""
+def _request_row(req: Any) -> list[Any]:
+    return [req.status, req.num_computed_tokens, req.num_tokens, _ids(req.output_token_ids),
+            req.num_preemptions, req.is_prefill_chunk, req.stop_reason, req.max_tokens]
+
+
+def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
+    """The scheduler's queues, the KV cache's block tables and pool, and the given requests
+    (one row each, ``[request_id, *REQUEST_FIELDS]``). The pool is read whole (a snapshot of
+    every block and of the free queue) with ``pool``, else only its blocks' ref counts."""
     manager = sched.kv_cache_manager
-    pool = manager.block_pool
+    block_pool = manager.block_pool
     return {
         "running": [req.request_id for req in sched.running],
         "waiting": [req.request_id for req in sched.waiting],
         "requests": list(sched.requests),
         "pending_finished": list(sched.finished_req_ids),
-        "tables": {rid: [blk.block_id for blk in blocks]
-                   for rid, blocks in manager.req_to_blocks.items()},
-        "free": pool.get_num_free_blocks(),
-        "pool": pool_snapshot(pool),
-        "reqs": {req.request_id: request_data(req) for req in requests},
+        "tables": [[rid, [blk.block_id for blk in blocks]]
+                   for rid, blocks in manager.req_to_blocks.items()],
+        "free": block_pool.get_num_free_blocks(),
+        "pool": pool_snapshot(block_pool) if pool else None,
+        "ref_cnts": [getattr(b, "ref_cnt", None) for b in block_pool.blocks],
+        "reqs": [[req.request_id, *_request_row(req)] for req in requests],
     }
 
 

@@ -1,0 +1,146 @@
+"""What crosses between judge and learner, and what the grader accepts from the judge.
+
+The judge decodes whatever the learner process sends: the decoder must build only data (or
+handles through the judge's own callback), refuse anything else with ``WireError``, and never
+fail in another way, whatever the bytes. The grader reads the judge's lines the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grading import protocol, wire
+from mini_vllm.request import RequestStatus
+
+
+def roundtrip(value, to_handle=None, on_handle=None):
+    decoder = wire.Decoder(on_handle or (lambda p: ("handle", tuple(p))),
+                           lambda m, q, n: (m, q, n))
+    return decoder.decode(wire.pack(wire.encode_value(value, to_handle))[4:])
+
+
+data = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=4)
+    | st.frozensets(st.integers(), max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data)
+def test_data_round_trips_with_its_exact_types(value):
+    got = roundtrip(value)
+    assert got == value and type(got) is type(value)
+
+
+def test_arrays_scalars_big_ints_and_sets():
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = roundtrip({"a": array, "s": np.int64(7), "big": 2**80, "set": {1, 2}})
+    np.testing.assert_array_equal(got["a"], array)
+    assert got["a"].dtype == np.float32 and got["a"].flags.writeable
+    assert type(got["s"]) is np.int64 and got["s"] == 7
+    assert got["big"] == 2**80 and got["set"] == {1, 2}
+
+
+def test_tensors_cross_by_value_bfloat16_included():
+    torch = pytest.importorskip("torch")
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        tensor = torch.arange(6).reshape(2, 3).to(dtype)
+        got = roundtrip(tensor)
+        assert got.dtype == dtype and torch.equal(got, tensor)
+
+
+def test_enums_cross_by_name():
+    assert roundtrip(RequestStatus.RUNNING) == ("mini_vllm.request", "RequestStatus", "RUNNING")
+
+
+def test_other_objects_need_a_handle():
+    class Thing:
+        pass
+
+    with pytest.raises(wire.WireError):
+        wire.encode_value(Thing(), None)
+    assert roundtrip([Thing()], to_handle=lambda obj: [5, 1, "Thing", []]) == [
+        ("handle", (5, 1, "Thing", []))]
+    with pytest.raises(wire.WireError):
+        wire.encode_value(np.array([object()]), None)
+
+
+def test_nesting_is_bounded_both_ways():
+    deep: list = []
+    for _ in range(wire.MAX_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(wire.WireError):
+        wire.encode_value(deep, None)
+    nested = msgspec.msgpack.Ext(wire.TUPLE, b"\x90")
+    for _ in range(wire.MAX_DEPTH + 5):
+        nested = msgspec.msgpack.Ext(wire.TUPLE, msgspec.msgpack.encode([nested]))
+    with pytest.raises(wire.WireError):
+        wire.Decoder(lambda p: p, lambda *a: a).decode(msgspec.msgpack.encode(nested))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_decode_to_data_or_a_wire_error(raw):
+    decoder = wire.Decoder(lambda p: ("handle", p), lambda *a: a)
+    with contextlib.suppress(wire.WireError):
+        decoder.decode(raw)
+
+
+def test_object_arrays_and_unknown_extensions_are_refused():
+    decoder = wire.Decoder(lambda p: p, lambda *a: a)
+    bad = [msgspec.msgpack.Ext(wire.NDARRAY, msgspec.msgpack.encode(["|O", [1], b"\0" * 8])),
+           msgspec.msgpack.Ext(99, b"\xc0"),
+           msgspec.msgpack.Ext(wire.DICT, msgspec.msgpack.encode([[[1], 2]]))]
+    for value in bad:
+        with pytest.raises(wire.WireError):
+            decoder.decode(msgspec.msgpack.encode(value))
+
+
+def test_frames_are_length_prefixed_and_bounded():
+    read_fd, write_fd = os.pipe()
+    wire.write_frame(write_fd, ["ok", [1, 2]])
+    assert msgspec.msgpack.decode(wire.read_frame(read_fd)) == ["ok", [1, 2]]
+    os.write(write_fd, (wire.MAX_FRAME + 1).to_bytes(4, "big"))
+    with pytest.raises(wire.WireError):
+        wire.read_frame(read_fd)
+    os.close(write_fd)
+    with pytest.raises(EOFError):
+        wire.read_frame(read_fd)
+    os.close(read_fd)
+
+
+@pytest.mark.parametrize("line", [
+    b"", b"not json", b"[1, 2]", b'{"event": "result"}', b'{"event": "nope"}',
+    b'{"event": "result", "nodeid": 3, "outcome": "passed", "message": "", "duration": 0}',
+    b'{"event": "result", "nodeid": "a", "outcome": "passed", "message": "", "duration": true}',
+    b"[" * 100_000 + b"]" * 100_000, b'{"event": "start", "nodeid": "' + b"x" * (5 << 20) + b'"}',
+])
+def test_the_grader_drops_malformed_lines(line):
+    assert protocol.decode(line) is None
+
+
+def test_the_grader_accepts_well_formed_lines():
+    line = json.dumps({"event": "result", "nodeid": "t", "outcome": "passed", "message": "",
+                       "duration": 0.5}).encode()
+    assert protocol.decode(line)["nodeid"] == "t"
+    assert protocol.decode(protocol.encode("done").strip()) == {"event": "done"}
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+def test_unknown_enum_members_reach_the_callback_as_names():
+    assert roundtrip(Color.RED)[2] == "RED"

@@ -296,8 +296,11 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
     namespaced = mode in ("namespace", "userns")
     root = "/tmp/mini-vllm-sandbox" if namespaced else str(staging.root)
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    # USER/LOGNAME: the learner's uid has no passwd entry, and getpass.getuser() (torch's
+    # compile caches call it) would otherwise fail.
     env.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"})
+                "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0", "USER": "learner",
+                "LOGNAME": "learner"})
     env.setdefault("LANG", "C.UTF-8")
     config = {
         "fd_in": to_r, "fd_out": from_w,

@@ -165,7 +165,7 @@ FreeKVCacheBlockQueue.__init__ = lambda self, blocks: _probe()
     if sandbox_mode() == "namespace":
         assert not seen["repo"] and not seen["tests"], f"the course folder is visible: {seen}"
     assert "MINI_VLLM_TEST_SECRET" not in seen["env"]
-    assert set(seen["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ",
+    assert set(seen["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME",
                                 "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONHASHSEED",
                                 "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
                                 "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "TRITON_CACHE_DIR"}

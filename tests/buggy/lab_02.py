@@ -287,4 +287,31 @@ MUTANTS = [
         replace="delayed_with_enough_free=sum(s.blocked is not None for s in steps),",
         why="delayed_with_enough_free counts blocked steps, not distinct requests",
     ),
+    Mutant(
+        name="trace_assumed_sorted_by_arrival",
+        file=FILE,
+        find="pending = deque(sorted(trace, key=lambda r: r.arrival_step))",
+        replace="pending = deque(trace)",
+        why="takes the trace in its own order instead of by arrival_step: a request listed "
+            "after a later arrival waits for it, although it arrived first",
+    ),
+    Mutant(
+        name="self_preemption_keeps_growing",
+        file=FILE,
+        find="""
+                if victim is req:
+                    break
+        """,
+        replace="",
+        why="a request that preempts itself (it is the newest) goes on asking for blocks: it "
+            "gets memory back while it waits, outside the running set",
+    ),
+    Mutant(
+        name="waiting_counts_future_arrivals",
+        file=FILE,
+        find="largest_free_range=allocator.largest_free_range(), waiting=len(waiting),",
+        replace="largest_free_range=allocator.largest_free_range(),\n"
+                "            waiting=len(waiting) + len(pending),",
+        why="counts the requests of the trace that have not arrived yet as waiting",
+    ),
 ]

@@ -132,4 +132,31 @@ MUTANTS = [
         replace="return float(num_gpu_blocks // blocks_per_request(max_model_len, block_size))",
         why="rounds the concurrency down: upstream logs 54.50x, not 54x",
     ),
+    Mutant(
+        name="max_concurrency_counts_tokens_not_blocks",
+        file=FILE,
+        find="return num_gpu_blocks / blocks_per_request(max_model_len, block_size)",
+        replace="return num_gpu_blocks * block_size / max_model_len",
+        why="divides the cache's tokens by max_model_len: a request's partly filled last block "
+            "still takes a whole block, so 10 blocks of 16 hold 5 requests of 17 tokens, not 9.4",
+    ),
+    Mutant(
+        name="full_utilization_refused",
+        file=FILE,
+        find="if not 0.0 < gpu_memory_utilization <= 1.0:",
+        replace="if not 0.0 < gpu_memory_utilization < 1.0:",
+        why="refuses gpu_memory_utilization = 1.0, a valid setting (the whole device)",
+    ),
+    Mutant(
+        name="blocks_per_request_numpy_ceil",
+        file=FILE,
+        find="return cdiv(num_tokens, block_size)",
+        replace="""
+            import numpy as np
+
+            return np.ceil(num_tokens / block_size)
+        """,
+        why="np.ceil returns a numpy float: 2.0 blocks equals 2, but a block count that is a "
+            "float cannot size the engine's tensors (and every count built on it is a float)",
+    ),
 ]

@@ -181,4 +181,37 @@ MUTANTS = [
         why="a chunk attends only to itself: the cached prefix (an earlier chunk, a prefix-cache "
             "hit) is never read",
     ),
+    Mutant(
+        name="decode_output_buffer_float64",
+        file=FILE,
+        find="out = np.empty_like(query)",
+        replace="out = np.zeros(query.shape)",
+        why="decode's output buffer is made with np.zeros(shape), float64 whatever the query's "
+            "dtype: float32 (or float16) inputs come back in double precision",
+    ),
+    Mutant(
+        name="prefill_output_buffer_float64",
+        file=FILE,
+        find="""
+            k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)
+            return dense_attention(query, k, v, scale, causal=True)
+        """,
+        replace="""
+            k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)
+            out = np.zeros(query.shape)
+            out[...] = dense_attention(query, k, v, scale, causal=True)
+            return out
+        """,
+        why="prefill fills an output buffer made with np.zeros(shape): a float32 chunk comes "
+            "back as float64, unlike decode's output",
+    ),
+    Mutant(
+        name="gather_one_block_too_many",
+        file=FILE,
+        find="used = _cdiv(seq_len, block_size)",
+        replace="used = seq_len // block_size + 1",
+        why="counts the blocks as seq_len // block_size + 1: a sequence that fills its last "
+            "block exactly reads one table entry more, which is padding (-1, or an id outside "
+            "the cache)",
+    ),
 ]

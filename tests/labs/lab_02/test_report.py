@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from grading.suite import graded, load_impl
+from grading.suite import graded, learner_module, load_impl
+from tests.labs.common import GRADED_SETTINGS
+from tests.labs.lab_02.oracle import reference_summarize_steps
 from tests.labs.lab_02.worked_example import (
     BLOCK_SIZE,
     CAPACITY,
@@ -110,3 +114,44 @@ def test_report_of_nothing():
     assert report.num_steps == 0 and report.max_running == 0
     assert report.token_share == 0.0 and report.mean_running == 0.0
     assert report.external_fragmentation == 0.0 and report.token_share_at_peak == 0.0
+
+
+@st.composite
+def step_lists(draw):
+    """Up to 8 made-up steps of a 40-slot memory: idle steps, ties in held memory, refusals of
+    the same request over several steps, preemptions."""
+    steps = []
+    for i in range(draw(st.integers(0, 8))):
+        running = draw(st.sampled_from([(), ("a",), ("a", "b"), ("a", "b", "c"), ("b", "d")]))
+        used, reserved, internal = (draw(st.integers(0, n)) for n in (12, 4, 4))
+        if not running:
+            used = reserved = internal = 0
+        free = 40 - used - reserved - internal
+        blocked = draw(st.sampled_from([None, None, "x", "y"]))
+        steps.append(dict(step=i, running=running, used_tokens=used, reserved_tokens=reserved,
+                          internal_tokens=internal, free_tokens=free,
+                          largest_free_range=draw(st.integers(0, free)),
+                          waiting=draw(st.integers(0, 3)), blocked=blocked,
+                          external_tokens=free if blocked else 0,
+                          preempted=draw(st.sampled_from([(), (), ("d",)]))))
+    return steps, draw(st.integers(0, 3))
+
+
+@graded(2, "Report on random steps, as the reference computes it: sums before dividing, the "
+           "first peak, concurrency over busy steps, distinct delayed requests, zeros for "
+           "nothing", f"{DOC}#task-5-the-report")
+@GRADED_SETTINGS
+@given(case=step_lists())
+def test_report_of_random_steps_matches_the_reference(case):
+    """summarize alone, on random steps built from the same fields here and in your process."""
+    steps, num_preemptions = case
+    frag()
+    got = learner_module("learner_side").summarize_steps(40, steps, num_preemptions)
+    want = reference_summarize_steps(40, steps, num_preemptions)
+    rows = [(s["running"], s["used_tokens"], s["reserved_tokens"], s["internal_tokens"],
+             s["free_tokens"], s["blocked"]) for s in steps]
+    wrong = {k: (got[k], v) for k, v in want.items() if got[k] != pytest.approx(v, abs=1e-12)}
+    assert not wrong, (
+        f"steps (running, used, reserved, internal, free, blocked) {rows} with "
+        f"{num_preemptions} preemptions: report fields (got, expected): " + ", ".join(
+            f"{k}: {g!r} vs {e!r}" for k, (g, e) in wrong.items()))

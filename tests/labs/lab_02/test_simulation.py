@@ -1,4 +1,9 @@
-"""lab-02, part 2: the simulation loop, checked step by step on small traces."""
+"""lab-02, part 2: the simulation loop, checked step by step on small traces.
+
+The hand-made traces read the learner's objects through proxies (a few requests each); the
+property tests run a whole simulation with one request (``learner_side.simulate``) and check
+the plain data it returns, here in the judge.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grading.suite import graded, load_impl
+from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import GRADED_SETTINGS
+from tests.labs.lab_02.oracle import first_step_difference, reference_simulate
 from tests.labs.lab_02.worked_example import (
     BLOCK_SIZE,
     CAPACITY,
@@ -142,6 +148,10 @@ requests = st.lists(
     min_size=1, max_size=7)
 
 
+def side():
+    return learner_module("learner_side")
+
+
 @graded(3, "Accounting: at every step used + reserved + internal (the held slots) + free = "
            "capacity; every request runs output_len steps (more only if preempted) and finishes "
            "once; memory is all free at the end", f"{DOC}#invariants")
@@ -149,30 +159,77 @@ requests = st.lists(
 @given(rows=requests, paged=st.booleans())
 def test_random_traces_keep_the_accounting(rows, paged):
     """Property test on random small traces, for both allocators."""
-    mod = frag()
-    trace = [mod.TraceRequest(f"r{i}", arr, p, o, p + o + extra)
-             for i, (arr, p, o, extra) in enumerate(rows)]
-    alloc = mod.PagedAllocator(24, 4) if paged else mod.ContiguousAllocator(24)
-    sim = mod.simulate(trace, alloc)
-    steps_running = {r.request_id: 0 for r in trace}
-    for s in sim.steps:
-        held = s.used_tokens + s.reserved_tokens + s.internal_tokens
-        assert held + s.free_tokens == 24, (
-            f"step {s.step}: used + reserved + internal = {held} held, plus {s.free_tokens} "
+    frag()
+    trace = [(f"r{i}", arr, p, o, p + o + extra) for i, (arr, p, o, extra) in enumerate(rows)]
+    spec = ["paged", 24, 4] if paged else ["contiguous", 24]
+    got = side().simulate(trace, spec)
+    steps_running = {rid: 0 for rid, *_ in trace}
+    for s in got["steps"]:
+        used, reserved, internal, free = (s[k] for k in (
+            "used_tokens", "reserved_tokens", "internal_tokens", "free_tokens"))
+        held = used + reserved + internal
+        assert held + free == 24, (
+            f"step {s['step']}: used + reserved + internal = {held} held, plus {free} "
             "free, must be the capacity 24")
-        assert min(s.used_tokens, s.reserved_tokens, s.internal_tokens) >= 0
-        assert s.largest_free_range <= s.free_tokens
+        assert min(used, reserved, internal) >= 0, (
+            f"step {s['step']}: negative counts (used, reserved, internal) = "
+            f"{(used, reserved, internal)}")
+        assert s["largest_free_range"] <= free, (
+            f"step {s['step']}: the largest free range {s['largest_free_range']} exceeds the "
+            f"{free} free slots")
         if paged:
-            assert s.blocked is None and s.external_tokens == 0, (
+            assert s["blocked"] is None and s["external_tokens"] == 0, (
                 "paging never refuses a request while enough blocks are free")
-        for rid in s.running:
+        for rid in s["running"]:
+            assert rid in steps_running, f"step {s['step']}: {rid!r} is not a request of the trace"
             steps_running[rid] += 1
-    for req in trace:
-        assert req.request_id in sim.finished, f"{req.request_id} never finished"
-        if sim.num_preemptions == 0:
-            assert steps_running[req.request_id] == req.output_len, (
-                f"{req.request_id} ran {steps_running[req.request_id]} steps for "
-                f"{req.output_len} tokens")
-    assert alloc.num_free_tokens() == 24, "every request freed its memory at the end"
+    for rid, _, _, output_len, _ in trace:
+        assert rid in got["finished"], f"{rid} never finished"
+        if got["num_preemptions"] == 0:
+            assert steps_running[rid] == output_len, (
+                f"{rid} ran {steps_running[rid]} steps for {output_len} tokens")
+    assert got["allocator"]["free_tokens"] == 24, "every request freed its memory at the end"
     if not paged:
-        assert alloc.free_ranges == [(0, 24)]
+        assert got["allocator"]["free_ranges"] == [(0, 24)], (
+            f"the free ranges must merge back into one: {got['allocator']['free_ranges']}")
+
+
+@st.composite
+def traces(draw):
+    """A random trace and an allocator whose memory holds its largest request, sometimes only
+    just (so that paged runs preempt): ``(rows, allocator spec, max_model_len)``."""
+    rows = []
+    for i in range(draw(st.integers(1, 7))):
+        prompt, output = draw(st.integers(1, 8)), draw(st.integers(1, 8))
+        max_len = draw(st.one_of(st.none(), st.integers(prompt + output, prompt + output + 6)))
+        rows.append((f"r{i}", draw(st.integers(0, 6)), prompt, output, max_len))
+    max_model_len = max(p + o for _, _, p, o, _ in rows) + draw(st.integers(0, 6))
+    if draw(st.booleans()):
+        block_size = draw(st.sampled_from([1, 2, 4]))
+        need = max(-(-(p + o) // block_size) * block_size for _, _, p, o, _ in rows)
+        spec = ["paged", need + block_size * draw(st.integers(0, 6)), block_size]
+    else:
+        need = max(m if m is not None else max_model_len for *_, m in rows)
+        spec = ["contiguous", need + draw(st.integers(0, 24))]
+    return rows, spec, max_model_len
+
+
+@graded(3, "Simulation on random traces, step by step as the reference runs them: the order "
+           "of events in a step (arrive, grow and preempt the newest, admit FCFS only if "
+           "nothing was preempted, measure, produce, finish and free)",
+        f"{DOC}#task-4-the-simulation-loop")
+@GRADED_SETTINGS
+@given(case=traces())
+def test_random_traces_match_the_reference(case):
+    """Random traces on both allocators, memory tight enough to preempt: every field of every
+    step, the admission and finish steps, and the preemptions equal the reference's."""
+    rows, spec, max_model_len = case
+    frag()
+    got = side().simulate(rows, spec, max_model_len)
+    want = reference_simulate(rows, spec, max_model_len)
+    where = f"trace {rows} on {spec} (max_model_len {max_model_len})"
+    difference = first_step_difference(got["steps"], want["steps"])
+    assert difference is None, f"{where}: {difference}"
+    for name in ("admitted", "finished", "num_preemptions"):
+        assert got[name] == want[name], (
+            f"{where}: {name} is {got[name]!r}, expected {want[name]!r}")

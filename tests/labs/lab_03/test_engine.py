@@ -4,16 +4,25 @@ mini-vLLM's engine (the reference, ``mini_vllm/engine/llm_engine.py``) sizes its
 startup. These tests start it on a tiny random Llama and compare what it decided with what your
 functions predict: on a CPU from an explicit ``kv_cache_memory_bytes`` budget (or the CPU
 default), and on a GPU from ``gpu_memory_utilization`` and the memory it measured.
+
+The engine is the judge's (the reference, trusted): it runs here, in the judge. The learner's
+formulas run in the learner process, which cannot see the judge's checkpoint folder: it gets the
+checkpoint's ``config.json`` as data and loads it with transformers there
+(``learner_side.hf_config``), so ``kv_cache_dims`` reads the same kind of config the engine
+read. What the formulas return comes back as plain data and must be whole numbers before the
+engine is asked anything.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from grading.suite import graded, load_impl
+from grading.suite import graded, learner_module, load_impl
+from tests.labs.lab_03.values import dims_of, whole
 
 DOC = "labs/lab-03-kv-cache-sizing/README.md"
 BLOCK_SIZE = 16
@@ -25,14 +34,19 @@ def kv():
 
 
 def hf_config(path: Path) -> Any:
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(path, local_files_only=True)
+    """The checkpoint's transformers config, loaded in the learner process from the
+    ``config.json`` the judge reads here (plain data)."""
+    fields = json.loads((path / "config.json").read_text())
+    return learner_module("learner_side").hf_config(fields)
 
 
 def your_block_bytes(m: Any, path: Path, dtype: str) -> int:
-    layers, kv_heads, head_dim = m.kv_cache_dims(hf_config(path))
-    return m.bytes_per_block(BLOCK_SIZE, layers, kv_heads, head_dim, m.dtype_size(dtype))
+    """bytes_per_block of the checkpoint by the learner's formulas, checked to be an int."""
+    size = whole(m.dtype_size(dtype), f"dtype_size({dtype!r})")  # before loading a config
+    layers, kv_heads, head_dim = dims_of(m.kv_cache_dims(hf_config(path)),
+                                         "the tiny checkpoint's config")
+    return whole(m.bytes_per_block(BLOCK_SIZE, layers, kv_heads, head_dim, size),
+                 "bytes_per_block")
 
 
 def start_engine(path: Path, **kwargs: Any) -> Any:
@@ -52,7 +66,7 @@ def test_cpu_engine_block_count_matches_your_formula(tiny_checkpoint: Path):
     block = your_block_bytes(m, tiny_checkpoint, "float32")
     budget = 40 * block + block // 2 + 123
     engine = start_engine(tiny_checkpoint, kv_cache_memory_bytes=budget).llm_engine
-    expected = m.num_gpu_blocks_from_budget(budget, block)
+    expected = whole(m.num_gpu_blocks_from_budget(budget, block), "num_gpu_blocks_from_budget")
     runner = engine.model_runner
     assert runner.kv_cache_block_bytes == block, (
         f"the engine's blocks are {runner.kv_cache_block_bytes:,} bytes; your formula gives "
@@ -79,7 +93,7 @@ def test_engine_refuses_one_block_short_of_your_minimum(tiny_checkpoint: Path):
 
     m = kv()
     block = your_block_bytes(m, tiny_checkpoint, "float32")
-    minimum = m.min_num_gpu_blocks(MAX_MODEL_LEN, BLOCK_SIZE)
+    minimum = whole(m.min_num_gpu_blocks(MAX_MODEL_LEN, BLOCK_SIZE), "min_num_gpu_blocks")
     with pytest.raises(ValueError, match="too small"):
         start_engine(tiny_checkpoint, kv_cache_memory_bytes=minimum * block - 1)
     llm = start_engine(tiny_checkpoint, kv_cache_memory_bytes=minimum * block)
@@ -100,7 +114,7 @@ def test_cpu_default_budget_is_your_minimum_for_max_num_seqs(tiny_checkpoint: Pa
     """max_num_seqs = 3 requests of 128 tokens in 16-token blocks: 3 x 8 + 1 blocks."""
     m = kv()
     engine = start_engine(tiny_checkpoint, max_num_seqs=3).llm_engine
-    expected = m.min_num_gpu_blocks(MAX_MODEL_LEN, BLOCK_SIZE, 3)
+    expected = whole(m.min_num_gpu_blocks(MAX_MODEL_LEN, BLOCK_SIZE, 3), "min_num_gpu_blocks")
     assert engine.num_gpu_blocks == expected, (
         f"the engine allocated {engine.num_gpu_blocks} blocks for 3 requests of "
         f"{MAX_MODEL_LEN} tokens; your min_num_gpu_blocks(128, 16, 3) says {expected}")
@@ -136,8 +150,9 @@ def test_gpu_engine_block_count_matches_your_formula(tiny_checkpoint: Path,
     assert seen_total == total and seen_util == utilization
     dtype = str(engine.dtype)  # "torch.bfloat16"
     block = your_block_bytes(m, tiny_checkpoint, dtype)
-    budget = m.available_kv_cache_memory(seen_total, seen_util, non_kv)
-    expected = m.num_gpu_blocks_from_budget(budget, block)
+    budget = whole(m.available_kv_cache_memory(seen_total, seen_util, non_kv),
+                   "available_kv_cache_memory")
+    expected = whole(m.num_gpu_blocks_from_budget(budget, block), "num_gpu_blocks_from_budget")
     assert engine.num_gpu_blocks == expected, (
         f"on {total / 2**30:.1f} GiB x {utilization} with a measured non-KV peak of "
         f"{non_kv / 2**20:.0f} MiB the engine allocated {engine.num_gpu_blocks} blocks of "

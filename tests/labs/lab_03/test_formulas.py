@@ -2,15 +2,22 @@
 
 Standard library only: these tests run on any laptop, with no torch. Every expected number is
 written out (and worked in the lab's README), never computed by calling the reference.
+
+The learner's functions run in the learner process: a config is built there
+(``learner_side.config``) from fields the test writes out, and every result comes back as plain
+data, checked here for its value and, where the engine depends on it, its type: byte and block
+counts are whole numbers (a ``float`` cannot size a tensor), the budget a plain ``int``.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from grading.suite import graded, load_impl
+from grading.suite import graded, learner_module, load_impl
+from tests.labs.common import describe
+from tests.labs.lab_03.values import dims_of, whole
 
 DOC = "labs/lab-03-kv-cache-sizing/README.md"
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -21,14 +28,20 @@ def kv():
 
 
 def config(layers: int, hidden: int, heads: int, kv_heads: int | None = None,
-           head_dim: int | None = None) -> SimpleNamespace:
-    """A config as transformers spells it; omitted attributes are absent, as in older files."""
+           head_dim: int | None = None) -> dict[str, int]:
+    """A config's fields as transformers spells them; omitted ones stay absent, as in older
+    files. :func:`learner_config` builds the object the learner's code reads."""
     fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads)
     if kv_heads is not None:
         fields["num_key_value_heads"] = kv_heads
     if head_dim is not None:
         fields["head_dim"] = head_dim
-    return SimpleNamespace(**fields)
+    return fields
+
+
+def learner_config(fields: dict[str, int]) -> Any:
+    """A config object with exactly these attributes, built in the learner process."""
+    return learner_module("learner_side").config(**fields)
 
 
 # Published configs (config.json of each checkpoint).
@@ -65,7 +78,7 @@ def test_dtype_size():
              "float8_e4m3fn": 1, "torch.float16": 2, "torch.bfloat16": 2, "torch.float32": 4,
              2: 2, 4: 4}
     for dtype, size in cases.items():
-        got = m.dtype_size(dtype)
+        got = whole(m.dtype_size(dtype), f"dtype_size({dtype!r})")
         assert got == size, f"dtype_size({dtype!r}) should be {size} bytes, got {got}"
     with pytest.raises(ValueError):
         m.dtype_size("int3")
@@ -78,7 +91,7 @@ def test_kv_cache_dims_reads_real_configs():
     """(layers, KV heads, head_dim) of MHA, GQA and explicit-head_dim configs."""
     m = kv()
     for name, (cfg, _, dims, _) in MODELS.items():
-        got = tuple(m.kv_cache_dims(cfg))
+        got = dims_of(m.kv_cache_dims(learner_config(cfg)), name)
         assert got == dims, f"{name}: kv_cache_dims should be {dims}, got {got}"
 
 
@@ -88,7 +101,8 @@ def test_bytes_per_token_of_real_models():
     """Llama-2-7B is 512 KiB a token in fp16; GQA and small dtypes shrink it."""
     m = kv()
     for name, (_, dtype, (layers, kv_heads, head_dim), expected) in MODELS.items():
-        got = m.bytes_per_token(layers, kv_heads, head_dim, m.dtype_size(dtype))
+        got = whole(m.bytes_per_token(layers, kv_heads, head_dim, m.dtype_size(dtype)),
+                    f"{name}: bytes_per_token")
         assert got == expected, (
             f"{name}: {layers} layers x {kv_heads} KV heads x head_dim {head_dim} in {dtype} "
             f"should take {expected:,} bytes per token, got {got:,}")
@@ -110,7 +124,7 @@ def test_bytes_per_block():
         ((1, 2, 2, 16, 4), 512, "a tiny model, block 1"),
     ]
     for args, expected, name in cases:
-        got = m.bytes_per_block(*args)
+        got = whole(m.bytes_per_block(*args), f"bytes_per_block{args}")
         assert got == expected, f"{name}: bytes_per_block{args} should be {expected:,}, got {got:,}"
 
 
@@ -139,7 +153,8 @@ def test_available_kv_cache_memory_rounds_up():
     """ceil(1,000,000,001 x 0.5) = 500,000,001 bytes."""
     m = kv()
     got = m.available_kv_cache_memory(10**9 + 1, 0.5, 1)
-    assert isinstance(got, int), f"the budget is a whole number of bytes, got {type(got).__name__}"
+    assert type(got) is int, (
+        f"the budget is a whole number of bytes, a plain int, got {describe(got)}")
     assert got == 500_000_000, f"ceil(1,000,000,001 x 0.5) - 1 should be 500,000,000, got {got}"
 
 
@@ -168,7 +183,7 @@ def test_num_gpu_blocks_from_budget_floors():
         ((-5 * GiB, 1000), 0, "a negative budget (the model does not fit)"),
     ]
     for args, expected, name in cases:
-        got = m.num_gpu_blocks_from_budget(*args)
+        got = whole(m.num_gpu_blocks_from_budget(*args), f"num_gpu_blocks_from_budget{args}")
         assert got == expected, (
             f"{name}: num_gpu_blocks_from_budget{args} should be {expected}, got {got}")
 
@@ -180,7 +195,7 @@ def test_blocks_per_request_ceils():
     m = kv()
     for tokens, bs, expected in [(17, 16, 2), (16, 16, 1), (1, 16, 1), (4096, 16, 256),
                                  (8192, 16, 512), (100, 7, 15), (5, 1, 5)]:
-        got = m.blocks_per_request(tokens, bs)
+        got = whole(m.blocks_per_request(tokens, bs), f"blocks_per_request({tokens}, {bs})")
         assert got == expected, (
             f"blocks_per_request({tokens}, {bs}) should be {expected}, got {got}")
 
@@ -193,7 +208,7 @@ def test_min_num_gpu_blocks_counts_the_null_block_once():
     m = kv()
     for args, expected in [((2048, 16), 129), ((2048, 16, 4), 513), ((17, 16), 3),
                            ((16, 16, 1), 2), ((100, 7, 3), 46), ((8, 1, 2), 17)]:
-        got = m.min_num_gpu_blocks(*args)
+        got = whole(m.min_num_gpu_blocks(*args), f"min_num_gpu_blocks{args}")
         assert got == expected, f"min_num_gpu_blocks{args} should be {expected}, got {got}"
 
 
@@ -206,7 +221,8 @@ def test_max_concurrency():
                            ((728, 16, 8192), 728 / 512), ((10, 16, 17), 5.0),
                            ((3, 16, 16), 3.0)]:
         got = m.max_concurrency(*args)
-        assert isinstance(got, float), f"max_concurrency{args} should be a float, got {got!r}"
+        assert isinstance(got, float), (
+            f"max_concurrency{args} should be a float, got {describe(got)}")
         assert got == pytest.approx(expected, rel=1e-12), (
             f"max_concurrency{args} should be {expected}, got {got}")
 
@@ -217,12 +233,19 @@ def test_max_concurrency():
 def test_startup_log_line_of_llama3_8b():
     """Llama-3-8B in bf16 on an 80 GiB GPU at 0.9 with a 17.5 GiB peak: 27,904 blocks, 54.5x."""
     m = kv()
-    layers, kv_heads, head_dim = m.kv_cache_dims(config(32, 4096, 32, 8))
-    block = m.bytes_per_block(16, layers, kv_heads, head_dim, m.dtype_size("bfloat16"))
-    budget = m.available_kv_cache_memory(80 * GiB, 0.9, 17 * GiB + 512 * MiB)
-    blocks = m.num_gpu_blocks_from_budget(budget, block)
+    layers, kv_heads, head_dim = dims_of(m.kv_cache_dims(learner_config(config(32, 4096, 32, 8))),
+                                         "Llama-3-8B")
+    block = whole(m.bytes_per_block(16, layers, kv_heads, head_dim, m.dtype_size("bfloat16")),
+                  "bytes_per_block")
+    budget = whole(m.available_kv_cache_memory(80 * GiB, 0.9, 17 * GiB + 512 * MiB),
+                   "available_kv_cache_memory")
+    blocks = whole(m.num_gpu_blocks_from_budget(budget, block), "num_gpu_blocks_from_budget")
     assert (block, budget, blocks) == (2 * MiB, 58_518_929_408, 27_904), (
         f"expected a 2 MiB block, a 54.5 GiB budget and 27,904 blocks; got block={block:,} B, "
         f"budget={budget:,} B, blocks={blocks:,}")
-    assert m.max_concurrency(blocks, 16, 8192) == pytest.approx(54.5)
-    assert m.min_num_gpu_blocks(8192, 16) <= blocks, "one 8k request must fit"
+    concurrency = m.max_concurrency(blocks, 16, 8192)
+    assert isinstance(concurrency, float) and concurrency == pytest.approx(54.5), (
+        f"27,904 blocks of 16 tokens hold 54.5 requests of 8,192 tokens, got "
+        f"{describe(concurrency)}")
+    minimum = whole(m.min_num_gpu_blocks(8192, 16), "min_num_gpu_blocks(8192, 16)")
+    assert minimum <= blocks, "one 8k request must fit"

@@ -5,13 +5,30 @@ keys the test itself laid out contiguously, in float64. Nothing here calls the l
 (not even the ``dense_attention`` their file is given), so a broken helper in their file cannot
 vouch for itself. Caches are filled by the test too (:func:`write_paged`), so a decode test does
 not depend on the learner's ``reshape_and_cache``.
+
+The learner's results arrive from the learner process by value (numpy arrays stay numpy arrays,
+with their dtype); :func:`as_array` refuses anything else before a comparison.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from tests.labs.common import describe
+
+
+def as_array(got: Any, what: str) -> np.ndarray:
+    """The learner's result as a numpy array: an array, or a list or tuple of numbers."""
+    if isinstance(got, np.ndarray):
+        return got
+    if isinstance(got, list | tuple):
+        array = np.asarray(got)
+        if array.dtype != object:
+            return array
+    raise AssertionError(f"{what}: expected a numpy array, got {describe(got)}")
 
 
 def attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, scale: float,
@@ -86,7 +103,7 @@ def write_paged(rng: np.random.Generator, seq_lens: list[int], block_size: int,
 
 def assert_close(got: np.ndarray, want: np.ndarray, tol: float, rule: str) -> None:
     """Fail with the worst element, the rule it breaks, and where it is."""
-    got = np.asarray(got)
+    got = as_array(got, rule)
     if got.shape != want.shape:
         raise AssertionError(f"{rule}: output shape {got.shape}, expected {want.shape}")
     if not np.all(np.isfinite(got)):

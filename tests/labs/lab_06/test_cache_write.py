@@ -7,8 +7,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grading.suite import graded, load_impl
+from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import GRADED_SETTINGS
+from tests.labs.lab_06.oracle import as_array
 
 DOC = "phases/04-attention-kernels/README.md"
 
@@ -21,12 +22,11 @@ def pa():
         f"{DOC}#slot-mapping")
 def test_slot_mapping_worked_example():
     """The slots of positions 0-11 through the table [7, 2, 5] with blocks of 4 tokens."""
-    got = pa().compute_slot_mapping(np.array([7, 2, 5]), np.arange(12), 4)
+    got = as_array(pa().compute_slot_mapping(np.array([7, 2, 5]), np.arange(12), 4), "slots")
     want = [28, 29, 30, 31, 8, 9, 10, 11, 20, 21, 22, 23]
-    assert np.asarray(got).tolist() == want, (
+    assert got.tolist() == want, (
         f"positions 0-3 live in logical block 0 = physical block 7 (slots 28-31), 4-7 in block 2 "
-        f"(slots 8-11), 8-11 in block 5 (slots 20-23): expected {want}, got "
-        f"{np.asarray(got).tolist()}")
+        f"(slots 8-11), 8-11 in block 5 (slots 20-23): expected {want}, got {got.tolist()}")
 
 
 @st.composite
@@ -48,8 +48,8 @@ def slot_cases(draw):
 def test_slot_formula(case):
     """Any block size, any table (a random choice of physical blocks), positions in any order."""
     block_size, table, positions = case
-    got = pa().compute_slot_mapping(np.array(table), np.array(positions), block_size)
-    got = np.asarray(got)
+    got = as_array(pa().compute_slot_mapping(np.array(table), np.array(positions), block_size),
+                   "slots")
     assert got.shape == (len(positions),), f"slots shape {got.shape}, expected ({len(positions)},)"
     for p, slot in zip(positions, got.tolist()):
         want = table[p // block_size] * block_size + p % block_size
@@ -62,16 +62,17 @@ def test_slot_formula(case):
 @graded(1, "a negative position is padding and maps to slot -1", f"{DOC}#padding-slots")
 def test_negative_positions_are_padding():
     """Positions < 0 (padding of a fixed-size batch) get slot -1, the others their slot."""
-    got = pa().compute_slot_mapping(np.array([3, 1]), np.array([-1, 0, 5, -1, -7]), 4)
-    assert np.asarray(got).tolist() == [-1, 12, 5, -1, -1], (
-        f"expected [-1, 12, 5, -1, -1] (padding -> -1), got {np.asarray(got).tolist()}")
+    got = as_array(pa().compute_slot_mapping(np.array([3, 1]), np.array([-1, 0, 5, -1, -7]), 4),
+                   "slots")
+    assert got.tolist() == [-1, 12, 5, -1, -1], (
+        f"expected [-1, 12, 5, -1, -1] (padding -> -1), got {got.tolist()}")
 
 
 @graded(1, "slots come back with the positions' shape, as integers", f"{DOC}#slot-mapping")
 def test_slot_mapping_keeps_shape():
     """A 2-D array of positions gives a 2-D array of integer slots."""
     positions = np.array([[0, 1, 2], [5, 6, -1]])
-    got = np.asarray(pa().compute_slot_mapping(np.array([4, 0]), positions, 4))
+    got = as_array(pa().compute_slot_mapping(np.array([4, 0]), positions, 4), "slots")
     assert got.shape == (2, 3), f"slots shape {got.shape}, expected (2, 3)"
     assert np.issubdtype(got.dtype, np.integer), f"slots must be integers, got {got.dtype}"
     assert got.tolist() == [[16, 17, 18], [1, 2, -1]], f"got {got.tolist()}"
@@ -154,15 +155,21 @@ def test_padding_slots_are_skipped():
 @graded(1, "write through [block, offset] indexing: a reshape of a non-contiguous cache is a "
            "copy, and writing into the copy changes nothing", f"{DOC}#writing-the-cache")
 def test_writes_land_in_a_strided_cache():
-    """K and V caches that are views into one interleaved buffer are still updated in place."""
+    """K and V caches that are views into one interleaved buffer are still updated in place.
+
+    Arrays reach the learner process as contiguous copies, so the views are made there
+    (``learner_side.write_interleaved``) from the buffer sent, and the buffer comes back."""
+    pa()
     rng = np.random.default_rng(7)
     buffer = rng.standard_normal((4, 2, 4, 2, 8))  # [blocks, k/v, block_size, heads, dim]
-    key_cache, value_cache = buffer[:, 0], buffer[:, 1]
-    want_k, want_v = key_cache.copy(), value_cache.copy()
+    want_k, want_v = buffer[:, 0].copy(), buffer[:, 1].copy()
     key = rng.standard_normal((3, 2, 8))
     value = rng.standard_normal((3, 2, 8))
     slots = np.array([9, 2, 15])
     want_k, want_v = expected_caches(want_k, want_v, key, value, slots)
-    pa().reshape_and_cache(key, value, key_cache, value_cache, slots)
-    check_caches(buffer[:, 0], buffer[:, 1], want_k, want_v,
+    got, result = learner_module("learner_side").write_interleaved(buffer.copy(), key, value,
+                                                                   slots)
+    assert result is None, "reshape_and_cache writes in place and returns None"
+    assert isinstance(got, np.ndarray) and got.shape == buffer.shape
+    check_caches(got[:, 0], got[:, 1], want_k, want_v,
                  "caches that are strided views (buffer[:, 0] and buffer[:, 1])")

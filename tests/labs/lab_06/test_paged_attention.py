@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from grading.suite import graded, load_impl
 from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_06.oracle import assert_close, attention, write_paged
+from tests.labs.lab_06.oracle import as_array, assert_close, attention, write_paged
 
 DOC = "phases/04-attention-kernels/README.md"
 TOL = 1e-12
@@ -167,9 +167,9 @@ def test_decode_float32_inputs():
     paged = write_paged(rng, [13, 2], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((2, 4, 8)).astype(np.float32)
     kc, vc = paged.key_cache.astype(np.float32), paged.value_cache.astype(np.float32)
-    got = pa().paged_attention_decode(query, kc, vc, paged.tables, paged.seq_lens, 0.35)
-    assert np.asarray(got).dtype == np.float32, f"output dtype {np.asarray(got).dtype}, expected "\
-        "float32 (the query's)"
+    got = as_array(pa().paged_attention_decode(query, kc, vc, paged.tables, paged.seq_lens, 0.35),
+                   "decode in float32")
+    assert got.dtype == np.float32, f"output dtype {got.dtype}, expected float32 (the query's)"
     paged.keys = [k.astype(np.float32).astype(np.float64) for k in paged.keys]
     paged.values = [v.astype(np.float32).astype(np.float64) for v in paged.values]
     want = decode_oracle(query.astype(np.float64), paged, 0.35)
@@ -248,12 +248,29 @@ def test_prefill_last_row_equals_decode():
     rng = np.random.default_rng(10)
     paged = write_paged(rng, [11], block_size=4, num_kv_heads=1, head_dim=8)
     query = rng.standard_normal((3, 2, 8))
-    prefill = np.asarray(run_prefill(paged, query, 8, 0.35))
-    decode = np.asarray(run_decode(paged, query[2:3], 0.35))
+    prefill = as_array(run_prefill(paged, query, 8, 0.35), "prefill")
+    decode = as_array(run_decode(paged, query[2:3], 0.35), "decode")
     assert_close(prefill[2:3], decode.astype(np.float64), TOL,
                  "prefill's last row vs decode of the same 11-token sequence")
     assert_close(prefill, prefill_oracle(query, paged, 8, 0.35), TOL,
                  "prefill of positions 8-10 after an 8-token prefix")
+
+
+@graded(1, "prefill keeps the query's dtype: float32 in, float32 out (an output buffer made "
+           "with np.zeros(shape) is float64)", f"{DOC}#numerics")
+def test_prefill_float32_inputs():
+    """A float32 chunk after a float32 prefix: single precision out, within float32 rounding."""
+    rng = np.random.default_rng(12)
+    paged = write_paged(rng, [10], block_size=4, num_kv_heads=2, head_dim=8)
+    query = rng.standard_normal((4, 4, 8)).astype(np.float32)
+    kc, vc = paged.key_cache.astype(np.float32), paged.value_cache.astype(np.float32)
+    got = as_array(pa().paged_attention_prefill(query, kc, vc, paged.tables[0], 6, 0.35),
+                   "prefill in float32")
+    assert got.dtype == np.float32, f"output dtype {got.dtype}, expected float32 (the query's)"
+    paged.keys = [k.astype(np.float32).astype(np.float64) for k in paged.keys]
+    paged.values = [v.astype(np.float32).astype(np.float64) for v in paged.values]
+    want = prefill_oracle(query.astype(np.float64), paged, 6, 0.35)
+    assert_close(got, want, 1e-5, "prefill of positions 6-9 in float32")
 
 
 # -------------------------------------------------------------------------------- round trip

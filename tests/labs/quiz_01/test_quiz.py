@@ -1,7 +1,8 @@
 """quiz-01: the phase 01 self-check, scored like a lab.
 
 The key is stored as salted digests, so this file does not hand out the answers; QUIZ.md
-explains each one after you have answered.
+explains each one after you have answered. ``answers.py`` is imported in the learner process;
+``ANSWERS`` comes back as plain data (a dict of strings) and is checked here.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import hashlib
 from collections.abc import Callable
 
 from grading.suite import graded, load_impl
+from tests.labs.common import describe
 
 DOC = "phases/01-engine-tour/README.md"
 POOL = "kvcachemanager-and-blockpool-which-blocks"
@@ -40,7 +42,15 @@ def _make_test(question: int, digest: str, title: str, anchor: str) -> Callable[
                f"the explanation under 'Answers' in {QUIZ}", f"{DOC}#{anchor}")
     def test() -> None:
         answers = getattr(load_impl("answers"), "ANSWERS", {})
-        letter = str(answers.get(question, "")).strip().upper()
+        # ANSWERS arrives from the learner process as plain data: a dict of str, or it is
+        # refused (no learner object gets to say what its letter is).
+        assert type(answers) is dict, (
+            f"ANSWERS must be a dict {{question number: 'A'-'D'}}, got {describe(answers)}")
+        letter = answers.get(question, "")
+        assert type(letter) is str, (
+            f"question {question}: the answer must be a letter in a string, got "
+            f"{describe(letter)}")
+        letter = letter.strip().upper()
         if not letter:
             raise NotImplementedError(f"quiz-01: answer question {question} ({title}) in "
                                       "answers.py")

@@ -76,6 +76,37 @@ MUTANTS = [
             "schedules a request that has no blocks any more",
     ),
     Mutant(
+        name="stopped_preempted_request_left_in_waiting",
+        file=FILE,
+        find="""
+            if stopped_preempted_reqs:
+                self.waiting.remove_requests(stopped_preempted_reqs)
+        """,
+        replace="",
+        why="only running is filtered: a request that stops while PREEMPTED (its token was in "
+            "flight when the next schedule() preempted it, as async scheduling does) stays in "
+            "the waiting queue, finished and freed; it is counted as unfinished, and the next "
+            "schedule() tries to admit it",
+    ),
+    Mutant(
+        name="every_stopped_request_taken_for_running",
+        file=FILE,
+        find="""
+            if status_before_stop == RequestStatus.RUNNING:
+                stopped_running_reqs.add(request)
+            else:
+                # Preempted by a schedule() planned while this step ran (async
+                # scheduling): it waits in the waiting queue, not in running.
+                stopped_preempted_reqs.add(request)
+        """,
+        replace="""
+            stopped_running_reqs.add(request)
+        """,
+        why="assumes a request that got a token is running: one preempted since its step was "
+            "scheduled is filtered out of running, where it is not, and stays in the waiting "
+            "queue although finished",
+    ),
+    Mutant(
         name="finished_blocks_leaked",
         file=FILE,
         find="""

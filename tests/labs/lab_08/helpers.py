@@ -259,6 +259,10 @@ class Engine:
     ``step()`` is ``schedule()``, the fake model, ``update_from_output()``; ``abort()`` is
     ``finish_requests``. After every call ``self.state`` holds the learner's state as data,
     already checked; ``self.out`` is the last ``SchedulerOutput`` (the judge's copy).
+
+    ``schedule(ahead=True)`` plans a step while the previous one is still in flight (its
+    ``update_from_output`` not yet called), as async scheduling does; ``update()`` then applies
+    the oldest step in flight first.
     """
 
     def __init__(self, num_blocks: int = 20, budget: int = 16, max_num_seqs: int = 4,
@@ -291,7 +295,9 @@ class Engine:
         self.state: dict[str, Any] | None = None
         self.out: SchedulerOutput | None = None
         self.num_steps = 0
-        self._pending: tuple[Any, Any] | None = None
+        #: The steps in flight, oldest first: (the learner's output, the reference's, the
+        #: judge's copy, the step's number).
+        self._pending: list[tuple[Any, Any, SchedulerOutput, int]] = []
 
     # -- context for messages ---------------------------------------------------------------
     def recent(self, n: int = 10) -> str:
@@ -368,17 +374,35 @@ class Engine:
         state = self.current()
         return bool(state["running"] or state["waiting"])
 
+    def unfinished_counts(self) -> tuple[int, bool]:
+        """The scheduler's own answers: ``get_num_unfinished_requests()`` and
+        ``has_unfinished_requests()`` (given code, which counts the queues)."""
+        count = self._learner("get_num_unfinished_requests()",
+                              self.sched.get_num_unfinished_requests)
+        has = self._learner("has_unfinished_requests()", self.sched.has_unfinished_requests)
+        count = _int(count, "get_num_unfinished_requests()")
+        if type(has) is not bool:
+            self.fail(f"has_unfinished_requests() must return a bool, got {describe(has)}")
+        return count, has
+
     # -- the engine loop ---------------------------------------------------------------------
-    def schedule(self) -> SchedulerOutput:
-        """``schedule()`` in the learner process; checked, and compared with the reference."""
-        if self._pending is not None:
+    def schedule(self, ahead: bool = False) -> SchedulerOutput:
+        """``schedule()`` in the learner process; checked, and compared with the reference.
+
+        With ``ahead`` the steps already scheduled may still be in flight (no
+        ``update_from_output`` yet): the order of async scheduling, or of any caller that plans
+        the next step before the last one's tokens are in."""
+        if self._pending and not ahead:
             raise RuntimeError("test bug: the previous step's update_from_output is missing")
+        in_flight = [step for *_, step in self._pending]
         self.num_steps += 1
         where = f"step {self.num_steps}: schedule()"
+        if in_flight:
+            where += f" (step {', '.join(map(str, in_flight))} still in flight)"
         handle, data, state = self._learner(where, self._schedule, self.sched,
                                             self._handle_list())
         out = scheduler_output(data)
-        self.log.append(f"step {self.num_steps}: schedule() -> batch {_batch_text(out)}"
+        self.log.append(f"{where} -> batch {_batch_text(out)}"
                         + (f", preempted {_ids_text(out.preempted_req_ids)}"
                            if out.preempted_req_ids else "")
                         + (f", finished_req_ids {_ids_text(out.finished_req_ids)}"
@@ -390,33 +414,34 @@ class Engine:
             ref_out = self.ref.schedule()
             self._compare_output(data, reader.output_data(ref_out), where)
             self._compare_state(where)
-        self._pending = (handle, ref_out)
+        self._pending.append((handle, ref_out, out, self.num_steps))
         self.out = out
         self.admission_order += [new.req_id for new in out.scheduled_new_reqs]
         return out
 
     def execute(self, out: SchedulerOutput) -> dict[str, list[int]]:
         """The fake model runs ``out`` here, in the judge; returns the sampled tokens."""
+        step = next((n for *_, o, n in self._pending if o is out), self.num_steps)
         try:
             return self.runner.execute_model(out)
         except Exception as exc:  # RunnerContractError, or data the runner cannot use
-            self.fail(f"step {self.num_steps}: the model runner cannot execute your "
+            self.fail(f"step {step}: the model runner cannot execute your "
                       f"SchedulerOutput: {exc}")
             raise  # unreachable
 
     def update(self, sampled: dict[str, list[int]],
                raises: type[Exception] | None = None) -> list[EngineCoreOutput] | None:
-        """``update_from_output(out, sampled)`` for the last ``schedule()``.
+        """``update_from_output(out, sampled)`` for the oldest ``schedule()`` in flight.
 
         With a reference, the learner must raise where the reference raises (a ``ValueError``
         for a runner bug) and return where it returns; without one, ``raises`` says which.
         A call that raised leaves the step pending (it may be retried); the state after it is
         read and checked all the same.
         """
-        if self._pending is None:
+        if not self._pending:
             raise RuntimeError("test bug: update() without schedule()")
-        handle, ref_out = self._pending
-        where = f"step {self.num_steps}: update_from_output({_sampled_text(sampled)})"
+        handle, ref_out, out, step = self._pending[0]
+        where = f"step {step}: update_from_output({_sampled_text(sampled)})"
         ref_results = None
         if self.ref is not None:
             try:
@@ -447,9 +472,9 @@ class Engine:
         results = engine_outputs(results_data)
         self.log.append(f"{where} -> "
                         + (", ".join(_result_text(r) for r in results) or "no output"))
-        self._pending = None
+        self._pending.pop(0)
         self.state = self.check_state(state, f"after {where}")
-        self._check_results(results, where)
+        self._check_results(results, out, where)
         if self.ref is not None:
             self._compare_results(results_data, reader.outputs_data(ref_results), where)
             self._compare_state(where)
@@ -482,8 +507,9 @@ class Engine:
               ) -> list[str]:
         """``finish_requests(request_ids, status)``; returns the ids it says it finished."""
         where = f"finish_requests({request_ids!r}, {status.name})"
-        if self._pending is not None:
-            where += f" between step {self.num_steps}'s schedule() and update_from_output()"
+        if self._pending:
+            where += (f" between step {self._pending[0][3]}'s schedule() and "
+                      "update_from_output()")
         done, state = self._learner(where, self._finish, self.sched, request_ids, status,
                                     self._handle_list())
         done = _strs(done, f"what {where} returned", unique=False)
@@ -572,8 +598,12 @@ class Engine:
             where = ("running" if rid in running else "the waiting queue" if rid in waiting
                      else "requests" if rid in requests else None)
             if where is not None:
+                why = (" (a request that finishes while PREEMPTED, aborted or stopped by a "
+                       "token that was in flight when it was preempted, is in the waiting "
+                       "queue: take it out of there)"
+                       if where == "the waiting queue" and info["num_preemptions"] else "")
                 bad(f"{rid} is finished ({info['status'].name}) but still in {where}: a "
-                    "finished request leaves its queue, and requests (_free_request)")
+                    f"finished request leaves its queue, and requests (_free_request){why}")
         if set(running) & set(waiting):
             bad(f"{sorted(set(running) & set(waiting))} are both running and waiting")
         if set(running) | set(waiting) != set(requests):
@@ -640,15 +670,16 @@ class Engine:
         if alive:
             self.fail(f"{where}: finished_req_ids lists {sorted(alive)}, which are not finished")
 
-    def _check_results(self, results: list[EngineCoreOutput], where: str) -> None:
+    def _check_results(self, results: list[EngineCoreOutput], out: SchedulerOutput,
+                       where: str) -> None:
         state = self.state
-        assert state is not None and self.out is not None
+        assert state is not None
         ids = [res.request_id for res in results]
         if len(set(ids)) != len(ids):
             self.fail(f"{where}: one output per request and step, got outputs for {ids}")
         for res in results:
             rid = res.request_id
-            if rid not in self.out.num_scheduled_tokens:
+            if rid not in out.num_scheduled_tokens:
                 self.fail(f"{where}: an output for {rid}, which was not scheduled in this step")
             if not res.new_token_ids and res.finish_reason is None:
                 self.fail(f"{where}: an output for {rid} with no token and no finish: a request "

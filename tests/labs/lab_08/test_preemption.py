@@ -6,6 +6,9 @@ from grading.suite import graded
 from mini_vllm.request import FinishReason, RequestStatus
 from tests.labs.lab_08.helpers import DOC, Engine, batch, model_token
 
+FINISHED = {FinishReason.STOP: RequestStatus.FINISHED_STOPPED,
+            FinishReason.LENGTH: RequestStatus.FINISHED_LENGTH_CAPPED}
+
 
 def two_full_requests(a_max_tokens: int = 8) -> Engine:
     """4 usable blocks, two 8-token prompts: after step 1 the pool is full."""
@@ -144,3 +147,65 @@ def test_finished_requests_are_freed():
     engine.update({})
     assert engine.schedule().finished_req_ids == set(), "finished ids are reported once"
     engine.update({})
+
+
+@graded(3, "A request can stop while PREEMPTED: when schedule() runs again before the last "
+           "step's update_from_output (async scheduling), a request whose token is still in "
+           "flight may be preempted, and that token may end it (EOS, max_tokens). "
+           "update_from_output frees it and removes it from the WAITING queue (it is not in "
+           "running): stopped_preempted_reqs, as upstream", f"{DOC}#stopping-while-preempted")
+def test_a_request_that_stops_while_preempted_leaves_the_waiting_queue():
+    """2 usable blocks, threshold 4: step 1 runs a's first chunk and b's whole prompt; step 2,
+    planned before step 1's token for b is in, needs b's block for a's second chunk and
+    preempts b; then b's token arrives, and it is b's last (EOS, then max_tokens=1)."""
+    for reason in (FinishReason.STOP, FinishReason.LENGTH):
+        engine = Engine(num_blocks=3, budget=16, max_model_len=32,
+                        long_prefill_token_threshold=4, reference=True)
+        engine.add("a", 8, max_tokens=1, base=0)
+        token = model_token("b", 4)
+        if reason == FinishReason.STOP:
+            engine.add("b", 4, max_tokens=8, base=50, eos=token)
+        else:
+            engine.add("b", 4, max_tokens=1, base=50)
+        out1 = engine.schedule()
+        assert batch(out1) == [("a", 4), ("b", 4)], f"set-up: step 1 is {batch(out1)}"
+        sampled1 = engine.execute(out1)
+        assert sampled1 == {"b": [token]}, f"set-up: the runner sampled {sampled1}"
+        out2 = engine.schedule(ahead=True)  # step 1 is still running
+        assert batch(out2) == [("a", 4)] and out2.preempted_req_ids == {"b"}, (
+            f"set-up: step 2 (planned while step 1 runs) gives a its second chunk and preempts "
+            f"b; got batch {batch(out2)}, preempted {sorted(out2.preempted_req_ids)}")
+
+        results = engine.update(sampled1)  # step 1's token for b: its last
+        got = [(r.request_id, r.new_token_ids, r.finish_reason) for r in results]
+        assert got == [("b", [token], reason)], (
+            f"b's token from step 1 ends it ({reason}) although b was preempted meanwhile: "
+            f"the output must be [('b', [{token}], {reason})], got {got}")
+        b = engine.info("b")
+        assert b["status"] is FINISHED[reason], (
+            f"b stopped ({reason}): its status must be {FINISHED[reason].name}, is "
+            f"{b['status'].name}")
+        assert engine.waiting == [] and engine.running == ["a"], (
+            f"b stopped while preempted, so it was in the waiting queue: it must leave it "
+            f"(running must stay ['a']); waiting is {engine.waiting}, running {engine.running}")
+        assert "b" not in engine.state["requests"] and not engine.table("b"), (
+            "b is finished: it leaves the scheduler's requests and holds no block")
+        counts = engine.unfinished_counts()
+        assert counts == (1, True), (
+            f"only a is unfinished: get_num_unfinished_requests() and has_unfinished_requests() "
+            f"must say (1, True), say {counts} (they count the queues)")
+
+        engine.update(engine.execute(out2))  # a's last chunk: its one token
+        assert engine.finished == {"a": FinishReason.LENGTH, "b": reason}, engine.finished
+        assert engine.unfinished_counts() == (0, False), (
+            f"a and b are finished: get_num_unfinished_requests() and has_unfinished_requests() "
+            f"must say (0, False), say {engine.unfinished_counts()}")
+        # The next steps: both ids reach the runner once, and a newcomer gets the whole pool.
+        engine.add("c", 6, max_tokens=2, base=90)
+        out, _ = engine.step()
+        assert out.finished_req_ids == {"a", "b"}, (
+            f"a and b finished since step 2 was built: step 3's output must list both in "
+            f"finished_req_ids, got {sorted(out.finished_req_ids)}")
+        assert batch(out) == [("c", 4)], f"c is admitted with a 4-token chunk, got {batch(out)}"
+        engine.run()
+        engine.check_drained()

@@ -138,5 +138,9 @@ def test_engine_auto_fits_max_model_len(tiny_llama_dir: Path) -> None:
     llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, max_model_len=-1)
     assert llm.llm_engine.max_model_len == 256
     with pytest.raises(ValueError, match="null block"):
-        LLM(str(tiny_llama_dir), skip_tokenizer_init=True, num_gpu_blocks_override=1,
-            max_model_len=-1)
+        LLM(
+            str(tiny_llama_dir),
+            skip_tokenizer_init=True,
+            num_gpu_blocks_override=1,
+            max_model_len=-1,
+        )

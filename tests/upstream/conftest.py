@@ -9,17 +9,17 @@ upstream test runs with ``pytest "tests/upstream/selected.txt::test_prefix_cachi
 or ``pytest tests/upstream -k test_evict``.
 
 Every selected test reports pass/fail on its own. Known, deliberate differences are marked
-``xfail(strict=True)`` with the reason from ``selected.txt``: if mini_vllm changes so that one
-passes, the run fails until the list is updated. Upstream tests not listed are not collected;
-a listed test that upstream does not define (a typo, a rename at a new pin) fails.
+``xfail(strict=True, raises=NotImplementedError)`` with the reason from ``selected.txt``: if
+mini_vllm changes so that one passes, or it fails any other way than by the shim refusing a
+feature, the run fails until the list is updated. Tests marked ``out`` are not collected
+(``selection.py`` checks that every upstream test is listed); a listed test that upstream does
+not define (a typo, a rename at a new pin) fails.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,52 +32,7 @@ if str(ROOT) not in sys.path:
 from tools.fetch_upstream import UpstreamError, ensure_upstream  # noqa: E402
 
 from . import shim  # noqa: E402
-
-SELECTED = Path(__file__).with_name("selected.txt")
-# Where the selected files live inside the sdist.
-UPSTREAM_TEST_DIR = "tests/v1/core"
-
-_ENTRY_RE = re.compile(
-    r"^(?P<file>test_\w+\.py)::(?P<test>test_\w+(?:\[[^\]]+\])?)\s+"
-    r"(?P<status>pass|xfail)(?::\s*(?P<reason>.+))?$"
-)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One line of ``selected.txt``: an upstream test and what mini_vllm is expected to do."""
-
-    file: str
-    test: str  # a function name (all its parametrizations) or ``name[id]``
-    status: str  # "pass" or "xfail"
-    reason: str
-    line: int
-
-    def matches(self, item: pytest.Function) -> bool:
-        """Whether ``item`` is this test (or one of its parametrizations)."""
-        return self.test in (item.name, item.originalname)
-
-
-def read_selection(path: Path = SELECTED) -> list[Entry]:
-    """Parse ``selected.txt``; a malformed line is an error, not a silently dropped test."""
-    entries: list[Entry] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
-        if not line:
-            continue
-        match = _ENTRY_RE.match(line)
-        if match is None:
-            raise ValueError(
-                f"{path.name}:{number}: expected 'test_file.py::test_name  pass' or "
-                f"'... xfail: reason', got {raw!r}"
-            )
-        reason = (match.group("reason") or "").strip()
-        if match.group("status") == "xfail" and not reason:
-            raise ValueError(f"{path.name}:{number}: an xfail entry needs a reason")
-        entries.append(
-            Entry(match.group("file"), match.group("test"), match.group("status"), reason, number)
-        )
-    return entries
+from .selection import SELECTED, UPSTREAM_TEST_DIR, Entry, read_selection  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,7 +60,8 @@ class UpstreamSuite(pytest.File):
             ) from exc
         files: dict[str, list[Entry]] = {}
         for entry in entries:
-            files.setdefault(entry.file, []).append(entry)
+            if entry.runs:  # out-of-scope tests are listed, never collected
+                files.setdefault(entry.file, []).append(entry)
         for name, file_entries in files.items():
             module = UpstreamModule.from_parent(
                 self,
@@ -141,7 +97,11 @@ class UpstreamModule(pytest.Module):
             # A ``name[id]`` entry overrides a whole-function entry.
             entry = max(matching, key=lambda e: e.test == item.name)
             if entry.status == "xfail":
-                item.add_marker(pytest.mark.xfail(reason=entry.reason, strict=True))
+                # Strict, and only for the shim's refusal of a missing feature
+                # (UpstreamOnlyError is a NotImplementedError): any other failure is a failure.
+                item.add_marker(
+                    pytest.mark.xfail(reason=entry.reason, strict=True, raises=NotImplementedError)
+                )
             kept.append(item)
         for entry in self.entries:
             if not any(entry.matches(item) for item in functions):

@@ -46,6 +46,17 @@ Adaptations (each keeps the semantics the tests check; every other name is mini_
   ``{req_id: sampled_token_ids[index]}``, mini_vllm's form. ``SchedulerOutput`` accepts
   upstream's encoder/spec-decode fields when they are empty. ``scheduler.encoder_cache_manager``
   is an always-empty stand-in (no encoder cache), ``connector``/``ec_connector`` are None.
+  ``AsyncScheduler`` is mini_vllm's behind the same constructor adapter; ``vllm.v1.utils``'s
+  ``ConstantList`` is mini_vllm's. ``VllmConfig`` fills in default scheduler, cache and
+  parallel records, as upstream builds default configs.
+* KV cache sizing (``tests/upstream/shim_sizing.py``): ``get_kv_cache_configs``,
+  ``estimate_max_model_len`` and ``get_max_concurrency_for_kv_cache_config`` for one worker and
+  one group of identical full-attention layers, computed by ``mini_vllm.worker.kv_sizing``.
+  ``SlidingWindowSpec`` is a record that every adapter refuses, so a test mixing it with full
+  attention runs its full-attention part first.
+* ``Request`` also refuses, with ``UpstreamOnlyError``, an empty prompt (mini_vllm's ``Request``
+  refuses one, where upstream's refuses it only in the input processor) and a
+  ``structured_output_request``.
 """
 
 from __future__ import annotations
@@ -136,13 +147,27 @@ def placeholder(qualname: str, why: str | None = None) -> type:
     return _PlaceholderMeta(name, (), {"_qualname": qualname, "_why": why or _reason(qualname)})
 
 
+def _is_default(value: Any) -> bool:
+    """None, False, 0 or an empty tuple/list/dict: an upstream-only argument left unset.
+
+    Decided by type, never by ``==`` on the value, which a tensor (prompt embeddings)
+    cannot answer with one bool.
+    """
+    if value is None or value is False:
+        return True
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value == 0
+    if isinstance(value, tuple | list | dict):
+        return len(value) == 0
+    return False
+
+
 def reject_unsupported(what: str, **values: Any) -> None:
     """Raise :class:`UpstreamOnlyError` if any upstream-only argument is not at its default."""
     for name, value in values.items():
-        if value not in (None, False, 0, (), [], {}):
-            raise UpstreamOnlyError(
-                f"{what}({name}={value!r}): {name} is not mirrored by mini_vllm"
-            )
+        if not _is_default(value):
+            shown = repr(value) if len(repr(value)) <= 60 else f"<{type(value).__name__}>"
+            raise UpstreamOnlyError(f"{what}({name}={shown}): {name} is not mirrored by mini_vllm")
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +241,13 @@ class Request(_request.Request):
             abort_immediately=abort_immediately,
         )
         assert sampling_params is not None, "mini-vLLM requests always sample"
+        if not prompt_token_ids:
+            raise UpstreamOnlyError(
+                f"Request({request_id!r}, prompt_token_ids={prompt_token_ids!r}): mini_vllm's "
+                "Request refuses an empty prompt. Upstream's accepts one at this layer and "
+                "refuses it one layer up, in the input processor, where mini_vllm's "
+                "LLMEngine.add_request refuses it too."
+            )
         super().__init__(
             request_id,
             list(prompt_token_ids or []),
@@ -223,6 +255,15 @@ class Request(_request.Request):
             arrival_time=arrival_time,
             block_hasher=block_hasher,
         )
+
+    @property
+    def structured_output_request(self) -> None:
+        """Always None: mini-vLLM has no structured outputs (no grammar to advance)."""
+        return None
+
+    @structured_output_request.setter
+    def structured_output_request(self, value: Any) -> None:
+        reject_unsupported("Request", structured_output_request=value)
 
 
 @dataclasses.dataclass
@@ -236,6 +277,23 @@ class FullAttentionSpec:
     page_size_padded: int | None = None
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class SlidingWindowSpec:
+    """Record of upstream's sliding-window layer spec: it can be built and compared, but every
+    adapter that would size or allocate for it raises (mini-vLLM has one full-attention group).
+
+    A record, not a placeholder, so that a test which builds one next to a full-attention spec
+    still runs its full-attention part against mini_vllm before it fails on the window.
+    """
+
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: Any
+    sliding_window: int
+    page_size_padded: int | None = None
 
 
 @dataclasses.dataclass
@@ -353,15 +411,20 @@ class KVCacheManager(_kv_cache_manager.KVCacheManager):
 # --------------------------------------------------------------------------------------------
 
 
-def _sched(name: str) -> Callable[[], dict[str, Any]]:
-    """Overrides from ``shim_sched`` (imported on first use: the allocator tests must not
-    depend on the scheduler importing)."""
+def _lazy(shim_module: str, name: str) -> Callable[[], dict[str, Any]]:
+    """Overrides from a sibling adapter module, imported on first use (the allocator tests
+    must not depend on the scheduler or the sizing code importing)."""
 
     def overrides() -> dict[str, Any]:
-        module = importlib.import_module(_sibling("shim_sched"))
+        module = importlib.import_module(_sibling(shim_module))
         return dict(module.OVERRIDES[name])
 
     return overrides
+
+
+def _sched(name: str) -> Callable[[], dict[str, Any]]:
+    """Overrides from ``shim_sched``."""
+    return _lazy("shim_sched", name)
 
 
 def _sibling(module: str) -> str:
@@ -375,7 +438,10 @@ def _static(**names: Any) -> Callable[[], dict[str, Any]]:
 
 # vllm module -> (mini_vllm module it proxies, or None; overrides, built on first use)
 TABLE: dict[str, tuple[str | None, Callable[[], dict[str, Any]]]] = {
-    "vllm.v1.core.kv_cache_utils": ("mini_vllm.core.kv_cache_utils", _static()),
+    "vllm.v1.core.kv_cache_utils": (
+        "mini_vllm.core.kv_cache_utils",
+        _lazy("shim_sizing", "kv_cache_utils"),
+    ),
     "vllm.v1.core.block_pool": ("mini_vllm.core.block_pool", _static()),
     "vllm.v1.core.kv_cache_manager": (
         "mini_vllm.core.kv_cache_manager",
@@ -383,6 +449,7 @@ TABLE: dict[str, tuple[str | None, Callable[[], dict[str, Any]]]] = {
     ),
     "vllm.v1.request": ("mini_vllm.request", _static(Request=Request)),
     "vllm.sampling_params": ("mini_vllm.sampling_params", _static(SamplingParams=SamplingParams)),
+    "vllm.utils.mem_constants": (None, _static(GiB_bytes=1 << 30)),
     "vllm.utils.hashing": (
         None,
         _static(sha256=_kv_cache_utils.sha256, sha256_cbor=sha256_pickle),
@@ -391,6 +458,7 @@ TABLE: dict[str, tuple[str | None, Callable[[], dict[str, Any]]]] = {
         None,
         _static(
             FullAttentionSpec=FullAttentionSpec,
+            SlidingWindowSpec=SlidingWindowSpec,
             KVCacheConfig=KVCacheConfig,
             KVCacheGroupSpec=KVCacheGroupSpec,
             KVCacheTensor=KVCacheTensor,
@@ -555,19 +623,22 @@ def load_test_module(tree: Path, relpath: str, config: Any = None) -> types.Modu
     """Import one upstream test file from the sdist under :data:`TEST_PACKAGE`.
 
     Call it with the shim installed. Asserts are rewritten the way pytest rewrites test
-    modules (when ``config`` is given), so failures show the compared values. A sibling
-    ``utils.py`` is loaded first, for ``from .utils import ...``.
+    modules (when ``config`` is given), so failures show the compared values. The siblings it
+    imports relatively (``from .utils import ...``, ``from .test_scheduler import ...``) are
+    loaded first, the same way.
     """
     path = tree / relpath
     name = module_name(relpath)
     if name in sys.modules:
         return sys.modules[name]
-    helper = path.with_name("utils.py")
-    if path.name != "utils.py" and helper.is_file():
-        load_test_module(tree, str(Path(relpath).with_name("utils.py")), config)
     _ensure_package(name)
     source = path.read_bytes()
     tree_ast = ast.parse(source, filename=str(path))
+    for node in tree_ast.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            sibling = Path(relpath).with_name(f"{node.module}.py")
+            if (tree / sibling).is_file():
+                load_test_module(tree, str(sibling), config)
     if config is not None:
         from _pytest.assertion.rewrite import rewrite_asserts
 

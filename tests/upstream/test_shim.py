@@ -88,3 +88,42 @@ def test_manager_adapter_keeps_upstream_views() -> None:
         hybrid = KVCacheConfig(5, [], [config.kv_cache_groups[0], config.kv_cache_groups[0]])
         with pytest.raises(shim.UpstreamOnlyError, match="one full-attention group"):
             KVCacheManager(hybrid, max_model_len=64, hash_block_size=4)
+
+
+def test_unset_arguments_are_recognised_without_comparing_values() -> None:
+    class Ambiguous:  # like a tensor: == does not give one bool
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("ambiguous")
+
+        __hash__ = object.__hash__
+
+    shim.reject_unsupported("X", a=None, b=False, c=0, d=(), e=[], f={})
+    with pytest.raises(shim.UpstreamOnlyError, match=r"X\(g=.*\): g is not mirrored"):
+        shim.reject_unsupported("X", g=Ambiguous())
+
+
+def test_sizing_adapters_size_one_full_attention_group_only() -> None:
+    with shim.installed():
+        from vllm.config import ModelConfig, VllmConfig
+        from vllm.v1.core.kv_cache_utils import estimate_max_model_len, get_kv_cache_configs
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+        config = VllmConfig(model_config=ModelConfig(max_model_len=64))
+        full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, dtype="float16")
+        block = 2 * 16 * 2 * 8 * 2  # K and V, 16 tokens, 2 heads of 8, fp16: one layer
+        (kv_config,) = get_kv_cache_configs(config, [{"a": full, "b": full}], [10 * 2 * block])
+        assert kv_config.num_blocks == 10
+        assert [t.size for t in kv_config.kv_cache_tensors] == [10 * block, 10 * block]
+        assert estimate_max_model_len(config, {"a": full}, 3 * block) == 48
+        window = SlidingWindowSpec(
+            block_size=16, num_kv_heads=2, head_size=8, dtype="float16", sliding_window=32
+        )
+        with pytest.raises(shim.UpstreamOnlyError, match="one full-attention KV cache group"):
+            get_kv_cache_configs(config, [{"a": full, "b": window}], [10**6])
+        wide = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=16, dtype="float16")
+        with pytest.raises(shim.UpstreamOnlyError, match="share one KV cache shape"):
+            get_kv_cache_configs(config, [{"a": full, "b": wide}], [10**6])
+        with pytest.raises(shim.UpstreamOnlyError, match="one GPU"):
+            get_kv_cache_configs(config, [{"a": full}, {"b": full}], [10**6, 10**6])
+        with pytest.raises(ValueError, match="max seq len"):
+            get_kv_cache_configs(config, [{"a": full}], [4 * block])  # 64 tokens need 4 + null

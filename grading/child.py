@@ -103,7 +103,8 @@ class Reporter:
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int, str]) -> None:
         outcome, message = self._outcome.get(nodeid, ("passed", ""))
-        SESSION.end_test(passed=outcome == "passed")
+        # A stub's NotImplementedError leaves the learner process as sound as a pass does.
+        SESSION.end_test(passed=outcome in ("passed", "not_started"))
         duration = time.perf_counter() - self._started.get(nodeid, time.perf_counter())
         self.channel.send("result", nodeid=nodeid, outcome=outcome, message=message,
                           duration=round(duration, 3))

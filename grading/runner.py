@@ -115,6 +115,9 @@ class SuiteRunner:
     def _spawn(self, args: Sequence[str], per_test: float | None, overall: float,
                started: Callable[[str], None] | None = None) -> ChildExit:
         """Run one judge; stop it when a test outlives ``per_test`` or the judge ``overall``."""
+        args = list(args)
+        if self.lab.requires in ("torch", "model") and "--needs-torch" not in args:
+            args.append("--needs-torch")  # preload torch; on a GPU, no address-space cap
         read_fd, write_fd = os.pipe()
         log_path = self.workdir / f"judge-{secrets.token_hex(4)}.log"
         isolated = ["-P"] if sys.version_info >= (3, 11) else []

@@ -287,6 +287,10 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
     """Start a learner process for ``staging``; it answers ``ready`` once confined."""
     limits = limits or Limits()
     mode = sandbox_mode()
+    if gpu and mode == "namespace" and not _python_unreadable():
+        # The GPU driver's libraries sit in host-specific mounts (``/usr/local/nvidia`` on
+        # some images) that the minimal root does not reproduce: a GPU run is confined by uid.
+        mode = "uid"
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()
     log_dir = Path(tempfile.mkdtemp(prefix="mini-vllm-log-"))

@@ -1,10 +1,16 @@
 """Helpers of the lab-04 suite: loading the learner's kernels, test data and the ground truth.
 
-The ground truth is computed here in float64 numpy (or float32 torch for the GPU-sized tests)
-from keys the test laid out itself; it never calls the learner's file. Caches are allocated
-with a guard block on each side (the cache is ``buffer[1:-1]``): a kernel that writes or reads
-one row outside the cache touches the guards, which the tests check, instead of memory that
-belongs to nothing (the interpreter does not bounds-check pointers).
+The ground truth is computed here, in the judge, in float64 numpy (or float32 torch for the
+GPU-sized tests) from keys the test laid out itself; it never calls the learner's file. The
+learner's kernels run in the learner process; tensors cross by value. Caches are allocated with
+a guard block on each side (the cache is ``buffer[1:-1]``): the whole buffer crosses, the
+learner process hands the kernel the view (``learner_side.py``), and the buffer comes back, so
+a kernel that writes or reads one row outside the cache touches the guards, which the tests
+check, instead of memory that belongs to nothing (the interpreter does not bounds-check
+pointers).
+
+Whether a kernel is written is read from the submitted file's text (``impl_dir()``), never by
+running it: see :func:`load`.
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ def load(*kernels: str) -> Remote:
     """
     try:
         defs = _kernel_defs((impl_dir() / f"{MODULE}.py").read_text(errors="replace"))
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return load_impl(MODULE)  # the import tells what is wrong with the file
     for name in kernels:
         node = defs.get(name)

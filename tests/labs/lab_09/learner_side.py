@@ -53,6 +53,12 @@ def _tiny_checkpoint() -> str:
     if _checkpoint is None or not os.path.isdir(_checkpoint):
         import tempfile
 
+        # The learner's uid has no passwd entry, and importing transformers can import
+        # torch._dynamo, whose cache folder is named by getpass.getuser(): without a user name
+        # in the environment that raises KeyError (seen on a GPU host with torchvision).
+        os.environ.setdefault("USER", "learner")
+        os.environ.setdefault("LOGNAME", "learner")
+
         path = tempfile.mkdtemp(prefix="lab09_tiny_llama_")
         tiny_llama().save_pretrained(path)
         _checkpoint = path

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from grading.remote import LearnerError
-from grading.suite import graded, learner_module, load_impl
+from grading.suite import graded, learner_module
+from tests.labs.lab_09.support import runner
 
 from .conftest import MAX_NEW, PROMPTS, hf_greedy
 
@@ -26,8 +27,8 @@ DOC = "phases/05-end-to-end/README.md"
 def generate(batches: int = 1, **options: Any) -> dict[str, Any]:
     """The engine's greedy tokens for PROMPTS, run in the learner process on your
     ``prepare_inputs`` (``learner_side.run_engine``), as plain data, after checking its shape."""
-    mod = load_impl("model_runner")  # a broken import is reported as such
-    try:  # one token, to tell NOT STARTED before the learner process loads a model
+    mod = runner("prepare_inputs")  # a stub, or a broken import, is reported as such
+    try:  # one token, to tell a stub helper (NOT STARTED) before the learner loads a model
         mod.prepare_inputs([[1]], [0], [1], [[1]], 16)
     except NotImplementedError:
         raise

@@ -318,7 +318,9 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
                    "nproc": limits.nproc if learner_uid is not None else None,
                    "address_space": None if gpu else limits.address_space},
     }
-    bootstrap = (f"import sys; sys.path.insert(0, {str(staging.root / 'host')!r}); "
+    # -I drops PYTHONPATH: the host (msgspec) must find the packages the judge finds.
+    paths = [str(staging.root / "host"), *_package_folders()]
+    bootstrap = (f"import sys; sys.path[:0] = [p for p in {paths!r} if p not in sys.path]; "
                  "import learner_host; learner_host.main()")
     argv = [sys.executable, "-I", "-c", bootstrap, json.dumps(config)]
     if namespaced:

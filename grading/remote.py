@@ -22,7 +22,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import importlib
+import os
 import select
+import signal
 import time
 import weakref
 from typing import Any
@@ -121,8 +123,6 @@ class Connection:
             return "no exit status"
         if code < 0:
             with contextlib.suppress(ValueError):
-                import signal
-
                 return f"killed by {signal.Signals(-code).name}"
             return f"killed by signal {-code}"
         if code == 128 + 9 or code == 137:
@@ -147,8 +147,6 @@ class Connection:
     def _send(self, frame: bytes) -> None:
         view = memoryview(frame)
         fd = self.launched.to_learner
-        import os
-
         while view:
             timeout = None if self.deadline is None else self.deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
@@ -161,9 +159,8 @@ class Connection:
                     raise self._crashed() from None
 
     def _crashed(self) -> LearnerFault:
-        wire_exit = self.launched.proc
         with contextlib.suppress(Exception):
-            wire_exit.wait(timeout=2)
+            self.launched.proc.wait(timeout=2)
         tail = self.launched.log_tail(600).strip()
         message = f"the learner process died ({self.exit_text()})"
         if tail:

@@ -33,7 +33,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -335,13 +334,3 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
     os.unlink(log)
     os.rmdir(log_dir)
     return Launched(proc, mode, learner_uid, to_w, from_r, log, log_fd)
-
-
-def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        code = proc.poll()
-        if code is not None:
-            return code
-        time.sleep(0.01)
-    return proc.poll()

@@ -3,9 +3,10 @@
 The learner's objects live in the learner process; a suite reaches them through proxies
 (``grading/remote.py``). The checks here read the free queue and the pool as *snapshots*: plain
 lists of block ids, reference counts and identity keys, taken in one request by the suite's
-``learner_side.queue_snapshot`` / ``pool_snapshot`` (``tests/labs/lab_01/learner_side.py``), or,
-for a suite whose ``learner_side`` has none, by walking the proxies (the same data, one request
-per attribute). The snapshot only reads the attributes the labs define (upstream's names:
+``learner_side.queue_snapshot`` / ``pool_snapshot`` (from ``tests/labs/learner_snapshots.py``,
+staged beside each ``learner_side``), or, for a suite whose ``learner_side`` has none, by
+walking the proxies (the same data, one request per attribute).
+The snapshot only reads the attributes the labs define (upstream's names:
 ``fake_free_list_head``, ``prev_free_block``, ``ref_cnt``…), never the learner's own methods, so
 a broken method cannot vouch for itself; and every verdict is taken here, on the data received:
 values are compared as plain ``int`` / ``list`` after checking their types, never through a

@@ -9,13 +9,13 @@ set small and readable, and makes it fail loudly when the solution changes under
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import shutil
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.labs import Lab
+from grading.labs import REPO_ROOT, Lab
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,17 @@ class Mutant:
 
 
 def mutants_for(lab: Lab) -> list[Mutant]:
-    """The mutants kept in ``tests/buggy/lab_NN.py`` (or ``quiz_NN.py``); none if absent."""
-    try:
-        module = importlib.import_module(f"tests.buggy.{lab.kind}_{lab.number}")
-    except ModuleNotFoundError:
+    """The mutants kept in ``tests/buggy/lab_NN.py`` (or ``quiz_NN.py``); none if absent.
+
+    The file is found from the repository root, not through ``sys.path``: ``make`` runs the
+    grader with ``PYTHONSAFEPATH``, where the working folder (and so ``tests``) is not
+    importable, and a missing module must not pass for a lab without mutants.
+    """
+    path = REPO_ROOT / "tests" / "buggy" / f"{lab.kind}_{lab.number}.py"
+    if not path.is_file():
         return []
+    spec = importlib.util.spec_from_file_location(f"_mutants_{lab.kind}_{lab.number}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return list(module.MUTANTS)

@@ -167,6 +167,8 @@ class Request:
         block_hasher: ``get_request_block_hasher(block_size, hash_fn)``; returns
             the hashes of the full blocks not hashed yet. Needed for prefix
             caching; without it the request never hits nor publishes blocks.
+        priority: Under the priority policy, smaller runs first (and is
+            preempted last); ignored under FCFS. Any int, negatives included.
     """
 
     def __init__(
@@ -177,6 +179,7 @@ class Request:
         eos_token_id: int | None = None,
         arrival_time: float | None = None,
         block_hasher: Callable[[Request], list[BlockHash]] | None = None,
+        priority: int = 0,
     ) -> None:
         if sampling_params is None:
             raise ValueError(f"request {request_id!r}: sampling_params must be set")
@@ -185,6 +188,9 @@ class Request:
         self.request_id = request_id
         self.sampling_params = sampling_params
         self.arrival_time = arrival_time if arrival_time is not None else time.time()
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"request {request_id!r}: priority must be an int, got {priority!r}")
+        self.priority = priority
 
         if sampling_params.ignore_eos:
             self.eos_token_id: int | None = None
@@ -239,6 +245,21 @@ class Request:
         """Extend ``block_hashes`` with the hashes of newly completed full blocks."""
         if self._block_hasher is not None:
             self.block_hashes.extend(self._block_hasher(self))
+
+    def __lt__(self, other: Request) -> bool:
+        """The priority policy's order: lower ``priority``, then earlier arrival.
+
+        Ties fall back to the request id (and, for one id seen twice, object
+        identity) so that the waiting heap never has to compare two requests as
+        equal: its order is then total and deterministic.
+        """
+        if self.priority != other.priority:
+            return self.priority < other.priority
+        if self.arrival_time != other.arrival_time:
+            return self.arrival_time < other.arrival_time
+        if self.request_id != other.request_id:
+            return self.request_id < other.request_id
+        return id(self) < id(other)
 
     @property
     def num_tokens(self) -> int:

@@ -230,6 +230,7 @@ class KVCacheManager:
         num_new_computed_tokens: int = 0,
         new_computed_blocks: KVCacheBlocks | None = None,
         num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
     ) -> KVCacheBlocks | None:
         """Give ``request`` slots for ``num_new_tokens`` more tokens.
 
@@ -245,6 +246,16 @@ class KVCacheManager:
         hits ``new_computed_blocks`` (``num_new_computed_tokens`` of them, from
         ``get_computed_blocks``). ``new`` tokens are scheduled this step;
         ``lookahead`` slots are reserved for draft tokens.
+
+        ``full_sequence_must_fit`` is the scheduler's admission gate: with it, a
+        waiting request gets its first chunk only if the free blocks could hold
+        its *whole* current sequence (``request.num_tokens``, prompt plus any
+        outputs it must recompute, less its prefix hits). Without the gate,
+        chunked prefill checks only the chunk, so the scheduler can admit more
+        prompts than the cache can finish and must then preempt one of them
+        half-way through its prefill, throwing that work away. The gate checks
+        capacity only; it reserves nothing, so requests admitted later in the
+        same step see the blocks this one will need as still free.
 
         The call proceeds in three stages, and touches nothing until the first
         one succeeds:
@@ -263,8 +274,9 @@ class KVCacheManager:
             blocks have room), or None when they do not fit.
         """
         raise NotImplementedError(
-            "lab-07: KVCacheManager.allocate_slots — count, and return None before changing "
-            "anything; then claim hits, take fresh blocks, cache full blocks"
+            "lab-07: KVCacheManager.allocate_slots — with full_sequence_must_fit, None unless "
+            "the whole sequence fits; count, and return None before changing anything; then "
+            "claim hits, take fresh blocks, cache full blocks"
         )
 
     def get_num_blocks_to_allocate(

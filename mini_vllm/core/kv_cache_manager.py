@@ -245,6 +245,7 @@ class KVCacheManager:
         num_new_computed_tokens: int = 0,
         new_computed_blocks: KVCacheBlocks | None = None,
         num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
     ) -> KVCacheBlocks | None:
         """Give ``request`` slots for ``num_new_tokens`` more tokens.
 
@@ -260,6 +261,16 @@ class KVCacheManager:
         hits ``new_computed_blocks`` (``num_new_computed_tokens`` of them, from
         ``get_computed_blocks``). ``new`` tokens are scheduled this step;
         ``lookahead`` slots are reserved for draft tokens.
+
+        ``full_sequence_must_fit`` is the scheduler's admission gate: with it, a
+        waiting request gets its first chunk only if the free blocks could hold
+        its *whole* current sequence (``request.num_tokens``, prompt plus any
+        outputs it must recompute, less its prefix hits). Without the gate,
+        chunked prefill checks only the chunk, so the scheduler can admit more
+        prompts than the cache can finish and must then preempt one of them
+        half-way through its prefill, throwing that work away. The gate checks
+        capacity only; it reserves nothing, so requests admitted later in the
+        same step see the blocks this one will need as still free.
 
         The call proceeds in three stages, and touches nothing until the first
         one succeeds:
@@ -296,6 +307,17 @@ class KVCacheManager:
 
         num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
         total_computed_tokens = min(num_local_computed_tokens, self.max_model_len)
+
+        if full_sequence_must_fit:
+            full_num_tokens = min(request.num_tokens, self.max_model_len)
+            num_blocks_for_full_sequence = self.get_num_blocks_to_allocate(
+                request_id=request.request_id,
+                num_tokens=full_num_tokens,
+                new_computed_blocks=new_computed_block_list[0],
+            )
+            if num_blocks_for_full_sequence > self.block_pool.get_num_free_blocks():
+                return None
+
         num_tokens_need_slot = min(
             total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )

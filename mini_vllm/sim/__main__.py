@@ -58,6 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-chunked-prefill", action="store_true", help="disable chunked prefill")
     p.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
+    p.add_argument(
+        "--no-admission-gate",
+        action="store_true",
+        help="admit a request when its first chunk fits, not its whole sequence",
+    )
+    p.add_argument(
+        "--policy",
+        choices=["fcfs", "priority"],
+        default="fcfs",
+        help="scheduling policy (priority: smaller --priority values run first)",
+    )
+    p.add_argument(
+        "--priority",
+        type=_range,
+        default=None,
+        help="draw each request's priority from LO-HI (default: all 0)",
+    )
     p.add_argument("--plain", action="store_true", help="plain text even if rich is installed")
     return p
 
@@ -74,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         enable_chunked_prefill=not args.no_chunked_prefill,
         long_prefill_token_threshold=args.long_prefill_threshold,
         enable_caching=not args.no_prefix_caching,
+        scheduler_reserve_full_isl=not args.no_admission_gate,
+        scheduling_policy=args.policy,
         seed=args.seed,
         vocab_size=args.vocab_size,
         eos_token_id=args.eos_token_id,
@@ -86,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         arrival_gap=args.arrival_gap,
         shared_prefix_len=args.shared_prefix,
         vocab_size=args.vocab_size,
+        priority=args.priority,
     )
     try:
         result = Simulator(config, workload).run()

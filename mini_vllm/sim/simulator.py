@@ -37,6 +37,10 @@ class SimConfig:
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
     enable_caching: bool = True
+    # Admit a waiting request only if its whole sequence fits (upstream's default).
+    scheduler_reserve_full_isl: bool = True
+    # "fcfs" or "priority" (the workload's priorities then order admission and preemption).
+    scheduling_policy: str = "fcfs"
     seed: int = 0
     vocab_size: int = 64
     eos_token_id: int | None = None
@@ -134,6 +138,8 @@ class Simulator:
             max_model_len=config.max_model_len,
             enable_chunked_prefill=config.enable_chunked_prefill,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
+            scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
+            policy=config.scheduling_policy,
         )
         self.runner = FakeModelRunner(config.block_size, config.seed, config.vocab_size)
         self._block_hasher = get_request_block_hasher(config.block_size, sha256)
@@ -145,6 +151,7 @@ class Simulator:
             spec.sampling_params,
             eos_token_id=self.config.eos_token_id,
             arrival_time=float(spec.arrival_step),
+            priority=spec.priority,
             block_hasher=self._block_hasher,
         )
 

@@ -23,12 +23,14 @@ class RequestSpec:
         prompt_token_ids: The prompt.
         sampling_params: Length limits and stop tokens (the fake model ignores
             temperature and friends: its output is fixed by the seed).
+        priority: Its priority under the priority policy (smaller runs first).
     """
 
     request_id: str
     arrival_step: int
     prompt_token_ids: tuple[int, ...]
     sampling_params: SamplingParams
+    priority: int = 0
 
 
 def make_workload(
@@ -40,6 +42,7 @@ def make_workload(
     shared_prefix_len: int = 0,
     vocab_size: int = 64,
     ignore_eos: bool = False,
+    priority: tuple[int, int] | None = None,
 ) -> list[RequestSpec]:
     """Draw a reproducible workload.
 
@@ -54,6 +57,9 @@ def make_workload(
             prefix caching (prompts are lengthened to keep one own token).
         vocab_size: Token ids are drawn from ``range(vocab_size)``.
         ignore_eos: Set on every request (lengths then depend only on limits).
+        priority: Inclusive range of priorities, or None for 0 everywhere. Drawn
+            from a generator of its own, so asking for priorities leaves the
+            rest of the workload of a seed unchanged.
     """
     if num_requests < 0:
         raise ValueError(f"num_requests must be >= 0, got {num_requests}")
@@ -65,6 +71,7 @@ def make_workload(
         if lo > hi or lo < (0 if name == "arrival_gap" else 1):
             raise ValueError(f"bad {name} range {(lo, hi)}")
     rng = random.Random(seed)
+    priority_rng = random.Random(f"priority-{seed}")
     shared = [rng.randrange(vocab_size) for _ in range(shared_prefix_len)]
     specs: list[RequestSpec] = []
     step = 0
@@ -83,6 +90,7 @@ def make_workload(
                     max_tokens=rng.randint(*max_tokens),
                     ignore_eos=ignore_eos,
                 ),
+                priority=priority_rng.randint(*priority) if priority else 0,
             )
         )
     return specs

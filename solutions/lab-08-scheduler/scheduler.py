@@ -68,16 +68,19 @@ class Scheduler:
        missing (``num_tokens_with_spec - num_computed_tokens``: 1 while
        generating, the rest of the prompt while prefilling), capped by
        ``long_prefill_token_threshold`` (if set) and by the budget left. If the
-       KV cache cannot hold them (``allocate_slots`` returns None), the *last*
-       running request (the latest arrival, lowest priority under FCFS) is
-       preempted by recompute: its blocks are freed, its progress reset, and it
-       goes to the front of the waiting queue. Then the allocation is retried.
+       KV cache cannot hold them (``allocate_slots`` returns None), the
+       lowest-priority running request is preempted by recompute: its blocks
+       are freed, its progress reset, and it goes back to the waiting queue
+       (under FCFS that is the *last* admitted, and it goes to the front; under
+       the priority policy the largest ``(priority, arrival_time)``, placed by
+       the heap). Then the allocation is retried.
        If the request being scheduled is itself the one preempted, the loop
        stops: nobody after it can be served either.
-    2. **Waiting requests next**, FCFS, but only if step 1 preempted nobody
+    2. **Waiting requests next**, in queue order, but only if step 1 preempted nobody
        (memory is tight: admitting someone now would only cause the next
        preemption). Admission stops at ``max_num_seqs`` running requests, an
-       exhausted budget, or the first request that does not fit. A request's
+       exhausted budget, or the first request that does not fit (with the
+       admission gate, the first whose whole sequence does not fit). A request's
        cached prefix (``get_computed_blocks``) is skipped over; without
        chunked prefill, a prompt that does not fit the budget left waits for
        the next step.
@@ -99,6 +102,16 @@ class Scheduler:
         long_prefill_token_threshold: If > 0, no request gets more than this
             many tokens in one step, so one long prompt cannot starve the
             decodes sharing its batch.
+        scheduler_reserve_full_isl: The admission gate (on by default, as
+            upstream): a waiting request is admitted only if the free blocks
+            could hold its whole current sequence, not just its first chunk
+            (``allocate_slots(..., full_sequence_must_fit=True)``). Admitting on
+            the first chunk alone lets several long prompts start that cannot
+            all finish, and the scheduler later preempts one mid-prefill.
+        policy: ``"fcfs"`` (the default) or ``"priority"``. Under priority the
+            waiting queue is a heap on ``(request.priority, arrival_time)`` and
+            the request preempted for memory is the running one that sorts
+            last, not the last admitted.
     """
 
     def __init__(
@@ -109,6 +122,8 @@ class Scheduler:
         max_model_len: int,
         enable_chunked_prefill: bool = True,
         long_prefill_token_threshold: int = 0,
+        scheduler_reserve_full_isl: bool = True,
+        policy: SchedulingPolicy | str = SchedulingPolicy.FCFS,
     ) -> None:
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
@@ -139,12 +154,13 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.enable_chunked_prefill = enable_chunked_prefill
         self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
 
         # request_id -> Request, for every request not finished yet.
         self.requests: dict[str, Request] = {}
-        self.policy = SchedulingPolicy.FCFS
+        self.policy = SchedulingPolicy(policy)
         self.waiting = create_request_queue(self.policy)
-        # In admission order: the last one is the first to be preempted.
+        # In admission order: under FCFS the last one is the first to be preempted.
         self.running: list[Request] = []
         # Finished between the previous step and the current one; sent to the
         # runner with the next SchedulerOutput so it can drop their state.
@@ -159,8 +175,10 @@ class Scheduler:
 
         The prompt must leave room for at least one output token within
         ``max_model_len`` (upstream's input processor enforces the same before
-        the request reaches the scheduler). ``max_tokens=None`` is resolved here
-        to whatever ``max_model_len`` leaves after the prompt.
+        the request reaches the scheduler), and ``min_tokens`` must fit in what
+        it leaves. ``max_tokens=None`` is resolved here to whatever
+        ``max_model_len`` leaves after the prompt. Under the priority policy the
+        request's ``priority`` places it in the waiting heap.
         """
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
@@ -173,8 +191,17 @@ class Scheduler:
                 f"request {request.request_id!r}: prompt of {request.num_prompt_tokens} tokens "
                 f"leaves no room for an output token within max_model_len={self.max_model_len}"
             )
+        room = self.max_model_len - request.num_prompt_tokens
+        if request.sampling_params.min_tokens > room:
+            # Upstream accepts such a request; after a preemption it then schedules a
+            # negative number of tokens for it. The request could never be served.
+            raise ValueError(
+                f"request {request.request_id!r}: min_tokens={request.sampling_params.min_tokens}"
+                f" cannot be reached: the prompt of {request.num_prompt_tokens} tokens leaves "
+                f"room for {room} output tokens within max_model_len={self.max_model_len}"
+            )
         if request.max_tokens is None:
-            request.max_tokens = self.max_model_len - request.num_prompt_tokens
+            request.max_tokens = room
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
 
@@ -309,9 +336,20 @@ class Scheduler:
                 new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
                 if new_blocks is not None:
                     break
-                # Out of blocks: preempt the lowest-priority request, which under
-                # FCFS is the last to have been admitted, and try again.
-                preempted_req = self.running.pop()
+                # Out of blocks: preempt the lowest-priority request and try again.
+                if self.policy == SchedulingPolicy.PRIORITY:
+                    # The victim may already be scheduled in this step: then its
+                    # tokens go back to the budget and its entry leaves the output.
+                    preempted_req = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+                    self.running.remove(preempted_req)
+                    if preempted_req in scheduled_running_reqs:
+                        scheduled_running_reqs.remove(preempted_req)
+                        token_budget += num_scheduled_tokens.pop(preempted_req.request_id)
+                        req_to_new_blocks.pop(preempted_req.request_id)
+                        req_index -= 1
+                else:
+                    # Under FCFS the lowest priority is the last admitted.
+                    preempted_req = self.running.pop()
                 self._preempt_request(preempted_req)
                 preempted_reqs.append(preempted_req)
                 if preempted_req is request:
@@ -359,6 +397,7 @@ class Scheduler:
                     num_new_tokens,
                     num_new_computed_tokens=num_new_local_computed_tokens,
                     new_computed_blocks=new_computed_blocks,
+                    full_sequence_must_fit=self.scheduler_reserve_full_isl,
                 )
                 if new_blocks is None:
                     # Does not fit; FCFS forbids letting a later request overtake.

@@ -306,4 +306,55 @@ MUTANTS = [
         why="get_block_ids returns None for a request without blocks instead of ([],): callers "
             "index the result per group",
     ),
+    # -- the admission gate -----------------------------------------------------------------
+    Mutant(
+        name="gate_ignored",
+        file=FILE,
+        find="if full_sequence_must_fit:",
+        replace="if False:",
+        why="accepts full_sequence_must_fit but never checks it: the scheduler admits on the "
+            "first chunk, starts prompts the cache cannot finish, and preempts them mid-prefill",
+    ),
+    Mutant(
+        name="gate_counts_the_prompt_only",
+        file=FILE,
+        find="full_num_tokens = min(request.num_tokens, self.max_model_len)",
+        replace="full_num_tokens = min(request.num_prompt_tokens, self.max_model_len)",
+        why="the gate sizes a resumed request by its prompt: the outputs it must recompute are "
+            "forgotten, so it is let in and preempted again",
+    ),
+    Mutant(
+        name="gate_ignores_hits",
+        file=FILE,
+        find="""
+                num_tokens=full_num_tokens,
+                new_computed_blocks=new_computed_block_list[0],
+        """,
+        replace="""
+                num_tokens=full_num_tokens,
+                new_computed_blocks=(),
+        """,
+        why="the gate counts every block of the sequence as fresh: a request whose prefix is "
+            "held by others (free of charge) is refused although it fits",
+    ),
+    Mutant(
+        name="gate_reserves_the_whole_sequence",
+        file=FILE,
+        find="""
+        num_tokens_need_slot = min(
+            total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
+        )
+        """,
+        replace="""
+        num_tokens_need_slot = min(
+            total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
+        )
+        if full_sequence_must_fit:
+            num_tokens_need_slot = max(num_tokens_need_slot, min(request.num_tokens,
+                                                                 self.max_model_len))
+        """,
+        why="the gate allocates blocks for the whole sequence at admission instead of only "
+            "checking that they exist: a chunked prompt holds blocks it will not fill for "
+            "several steps, which is the waste paging exists to avoid",
+    ),
 ]

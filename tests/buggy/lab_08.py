@@ -224,6 +224,7 @@ MUTANTS = [
                 num_new_tokens,
                 num_new_computed_tokens=num_new_local_computed_tokens,
                 new_computed_blocks=new_computed_blocks,
+                full_sequence_must_fit=self.scheduler_reserve_full_isl,
             )
         """,
         replace="""
@@ -231,7 +232,9 @@ MUTANTS = [
             num_new_tokens = min(request.num_tokens, token_budget)
             if 0 < threshold < num_new_tokens:
                 num_new_tokens = threshold
-            new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+            new_blocks = self.kv_cache_manager.allocate_slots(
+                request, num_new_tokens, full_sequence_must_fit=self.scheduler_reserve_full_isl
+            )
         """,
         why="looks the prefix up but does not use the hit: the whole prompt is recomputed and "
             "the cached blocks are not shared",
@@ -467,5 +470,54 @@ MUTANTS = [
         why="starts a fresh finished set when a step's results come in instead of when its "
             "output is built: a request aborted while the step ran is never reported to the "
             "runner, which keeps its state forever",
+    ),
+    # -- the admission gate and the priority policy -------------------------------------------
+    Mutant(
+        name="gate_not_passed",
+        file=FILE,
+        find="full_sequence_must_fit=self.scheduler_reserve_full_isl,",
+        replace="",
+        why="never asks allocate_slots for the admission gate: a prompt is admitted when its "
+            "first chunk fits, and one that cannot finish is later preempted mid-prefill",
+    ),
+    Mutant(
+        name="gate_always_on",
+        file=FILE,
+        find="full_sequence_must_fit=self.scheduler_reserve_full_isl,",
+        replace="full_sequence_must_fit=True,",
+        why="ignores scheduler_reserve_full_isl=False: the engine option to admit on the first "
+            "chunk does nothing",
+    ),
+    Mutant(
+        name="priority_victim_is_the_last",
+        file=FILE,
+        find="if self.policy == SchedulingPolicy.PRIORITY:",
+        replace="if False:",
+        why="preempts the last admitted request under the priority policy too: a low-priority "
+            "request admitted early keeps running while an urgent one is thrown out",
+    ),
+    Mutant(
+        name="priority_victim_keeps_its_tokens",
+        file=FILE,
+        find="if preempted_req in scheduled_running_reqs:",
+        replace="if False:",
+        why="a victim already scheduled this step stays in the batch: its tokens are not given "
+            "back to the budget and the runner is sent a preempted request whose blocks are gone",
+    ),
+    Mutant(
+        name="priority_victim_index_not_adjusted",
+        file=FILE,
+        find="req_index -= 1",
+        replace="pass",
+        why="removing an earlier running request shifts the list, but the index is not moved "
+            "back: the request after the current one is skipped this step",
+    ),
+    Mutant(
+        name="priority_victim_by_priority_only",
+        file=FILE,
+        find="preempted_req = max(self.running, key=lambda r: (r.priority, r.arrival_time))",
+        replace="preempted_req = max(self.running, key=lambda r: r.priority)",
+        why="ties in priority are not broken by arrival: among equals the earliest arrival is "
+            "preempted instead of the latest",
     ),
 ]

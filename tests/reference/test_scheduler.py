@@ -217,8 +217,11 @@ def test_preempts_the_last_running_request_and_requeues_it_first() -> None:
 
 
 def test_a_request_that_must_preempt_itself_stops_the_loop() -> None:
-    # 4 usable blocks: a takes 3, b's first chunk the last one.
-    sched = make_scheduler(num_blocks=5, budget=14, max_model_len=32)
+    # 4 usable blocks: a takes 3, b's first chunk the last one (the admission gate
+    # off: with it, b would not be admitted at all; see the next test).
+    sched = make_scheduler(
+        num_blocks=5, budget=14, max_model_len=32, scheduler_reserve_full_isl=False
+    )
     sched.add_request(make_request("a", 11, base=0))
     sched.add_request(make_request("b", 8, base=50))
     out, _ = step(sched)
@@ -229,6 +232,53 @@ def test_a_request_that_must_preempt_itself_stops_the_loop() -> None:
     assert out.num_scheduled_tokens == {"a": 1}
     assert out.preempted_req_ids == {"b"}
     assert sched.requests["b"].num_preemptions == 1
+
+
+def test_admission_gate_waits_until_the_whole_prompt_fits() -> None:
+    # The same two requests with the gate on (the default, as upstream): after a's 3
+    # blocks one block is free, b's 8-token prompt needs 2, so b is not admitted and
+    # nothing is preempted; it starts once a has finished and freed its blocks.
+    sched = make_scheduler(num_blocks=5, budget=14, max_model_len=32)
+    sched.add_request(make_request("a", 11, base=0, max_tokens=4))
+    sched.add_request(make_request("b", 8, base=50, max_tokens=4))
+    out, _ = step(sched)
+    assert out.num_scheduled_tokens == {"a": 11}, (
+        "the admission gate must refuse b: its whole prompt (2 blocks) does not fit the one "
+        "free block, although its first chunk would"
+    )
+    preempted = 0
+    while sched.has_unfinished_requests():
+        out, _ = step(sched)
+        preempted += len(out.preempted_req_ids)
+    assert preempted == 0
+    assert sched.requests == {}
+
+
+def test_admission_gate_counts_prefix_hits_and_resumed_outputs() -> None:
+    # A prefix hit on blocks that are still held costs no free block, so a request
+    # whose tail fits is admitted although its whole prompt would not fit fresh.
+    sched = make_scheduler(num_blocks=6, budget=32, max_model_len=32)
+    sched.add_request(make_request("a", 12, base=0, max_tokens=8))
+    step(sched)  # a holds 3 full, cached blocks; 2 free
+    sched.add_request(make_request("b", 16, base=0))  # same first 12 tokens + 4 more
+    out, _ = step(sched)
+    assert "b" in out.num_scheduled_tokens and out.num_scheduled_tokens["b"] == 4
+    # Without the shared prefix, the same 16 tokens need 4 free blocks: refused.
+    sched.add_request(make_request("c", 5, base=500))
+    out, _ = step(sched)
+    assert "c" not in out.num_scheduled_tokens
+
+
+def test_admission_gate_off_admits_on_the_first_chunk() -> None:
+    gated = make_scheduler(num_blocks=5, budget=14, max_model_len=32)
+    ungated = make_scheduler(
+        num_blocks=5, budget=14, max_model_len=32, scheduler_reserve_full_isl=False
+    )
+    for sched in (gated, ungated):
+        sched.add_request(make_request("a", 11, base=0))
+        sched.add_request(make_request("b", 9, base=50))
+    assert gated.schedule().num_scheduled_tokens == {"a": 11}
+    assert ungated.schedule().num_scheduled_tokens == {"a": 11, "b": 3}
 
 
 def test_resumed_request_is_sent_with_its_tokens_and_full_block_table() -> None:

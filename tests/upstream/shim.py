@@ -200,7 +200,8 @@ class Request(_request.Request):
     """mini_vllm's ``Request`` with upstream's constructor signature.
 
     Upstream's extra inputs (pooling, multimodal features, LoRA, cache salt, prompt
-    embeddings, priority...) must be left unset: mini-vLLM has none of those features.
+    embeddings...) must be left unset: mini-vLLM has none of those features. ``priority``
+    passes through (the priority policy is mirrored).
     """
 
     def __init__(
@@ -233,7 +234,6 @@ class Request(_request.Request):
             mm_features=mm_features,
             lora_request=lora_request,
             cache_salt=cache_salt,
-            priority=priority,
             trace_headers=trace_headers,
             resumable=resumable,
             reasoning_ended=reasoning_ended,
@@ -254,6 +254,7 @@ class Request(_request.Request):
             sampling_params,
             arrival_time=arrival_time,
             block_hasher=block_hasher,
+            priority=priority,
         )
 
     @property

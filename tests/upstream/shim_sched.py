@@ -62,6 +62,8 @@ class SchedulerConfig(_Record):
     max_model_len: int = 2048
     long_prefill_token_threshold: int = 0
     enable_chunked_prefill: bool = True
+    scheduler_reserve_full_isl: bool = True
+    policy: str = "fcfs"
     disable_chunked_mm_input: bool = False
     async_scheduling: bool = False
     is_encoder_decoder: bool = False
@@ -196,6 +198,8 @@ class Scheduler(_scheduler.Scheduler):
             max_model_len=max_model_len,
             enable_chunked_prefill=scheduler_config.enable_chunked_prefill,
             long_prefill_token_threshold=scheduler_config.long_prefill_token_threshold,
+            scheduler_reserve_full_isl=scheduler_config.scheduler_reserve_full_isl,
+            policy=scheduler_config.policy,
         )
         self.vllm_config = vllm_config
         self.structured_output_manager = structured_output_manager

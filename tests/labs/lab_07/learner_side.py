@@ -164,30 +164,33 @@ class Driver:
         self.hits[request_id] = (hits, num_hit)
         return [block_ids(hits), num_hit]
 
-    def allocate(self, request_id: str, num_new: int, lookahead: int = 0) -> list[Any] | None:
+    def allocate(self, request_id: str, num_new: int, lookahead: int = 0,
+                 gate: bool = False) -> list[Any] | None:
         """``allocate_slots`` with the hits of the last ``lookup`` (if any): the new block ids,
-        or None."""
+        or None. ``gate`` passes ``full_sequence_must_fit=True`` (the admission gate)."""
         req = self.requests[request_id]
         hits, num_hit = self.hits.pop(request_id, (None, 0))
+        extra = {"full_sequence_must_fit": True} if gate else {}
         if hits is None:
-            new = self.mgr.allocate_slots(req, num_new, num_lookahead_tokens=lookahead)
+            new = self.mgr.allocate_slots(req, num_new, num_lookahead_tokens=lookahead, **extra)
         else:
-            new = self.mgr.allocate_slots(req, num_new, num_hit, hits, lookahead)
+            new = self.mgr.allocate_slots(req, num_new, num_hit, hits, lookahead, **extra)
         if new is not None:
             req.num_computed_tokens = req.num_computed_tokens + num_hit + num_new
         return block_ids(new)
 
     def admit(self, request_id: str, num_new: int | None = None,
-              lookahead: int = 0) -> dict[str, Any]:
-        """``lookup`` then ``allocate`` of ``num_new`` tokens (default: all the rest). The
-        allocation is not attempted when nothing is left to compute."""
+              lookahead: int = 0, gate: bool = False) -> dict[str, Any]:
+        """``lookup`` then ``allocate`` of ``num_new`` tokens (default: all the rest), through
+        the admission gate if ``gate``. The allocation is not attempted when nothing is left
+        to compute."""
         hit, num_hit = self.lookup(request_id)
         if num_new is None:
             num_new = self.requests[request_id].num_tokens - num_hit
         if num_new <= 0:
             self.hits.pop(request_id, None)
             return {"hit": hit, "num_hit": num_hit, "new": None, "tried": False}
-        new = self.allocate(request_id, num_new, lookahead)
+        new = self.allocate(request_id, num_new, lookahead, gate)
         return {"hit": hit, "num_hit": num_hit, "new": new, "tried": True}
 
     def append(self, request_id: str, token: int) -> None:

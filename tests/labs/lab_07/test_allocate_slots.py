@@ -299,3 +299,66 @@ def test_bad_arguments_are_rejected():
         mgr.allocate_slots(a, 2, num_new_computed_tokens=BS)  # claims hits, gives no blocks
     state = d.state()
     assert "a" not in state["tables"] and num_free(state) == 9
+
+
+@graded(3, "The admission gate: with full_sequence_must_fit=True, allocate_slots returns None "
+           "(changing nothing) unless the request's whole sequence fits, counting its hits as "
+           "usual; when it fits, only the chunk asked for gets blocks",
+        f"{DOC}#the-admission-gate")
+def test_admission_gate():
+    """Five usable blocks; a holds three of them."""
+    d = driver(6)
+    d.add("a", list(range(12)))
+    d.admit("a")
+    # b: 12 tokens of its own (3 blocks); its first chunk of 4 would fit the 2 free blocks.
+    d.add("b", [50 + i for i in range(12)])
+    before = d.state()
+    out = d.admit("b", 4, gate=True)
+    assert out["new"] is None, (
+        "b's whole prompt needs 3 blocks and 2 are free: the gate must refuse it (None), "
+        f"although its first 4-token chunk fits; allocate_slots returned {out['new']}")
+    after = d.state()
+    assert unchanged(before, after), f"a refused admission changed {describe_change(before, after)}"
+    # c shares a's first 8 tokens (2 blocks a holds: free of charge) + 4 tokens (1 fresh block).
+    d.add("c", [*range(8), 90, 91, 92, 93])
+    out = d.admit("c", 2, gate=True)
+    assert out["num_hit"] == 8
+    assert out["new"] == [4], (
+        "c's whole sequence needs 3 blocks, 2 of them hits held by a (free of charge): 1 free "
+        f"block needed, 2 free, so the gate lets it through; expected the new blocks [4] "
+        f"(the chunk's only), got {out['new']}")
+    # Gate passed: the chunk gets its blocks, not the whole sequence.
+    d2 = driver(10)
+    d2.add("long", list(range(20)))
+    out = d2.admit("long", 4, gate=True)
+    assert out["new"] == [1], (
+        "the gate only checks that the whole 20-token prompt (5 blocks) would fit 9 free "
+        f"blocks; it reserves nothing: a 4-token chunk gets 1 block, got {out['new']}")
+    assert num_free(d2.state()) == 8
+
+
+@graded(2, "The admission gate counts a resumed request's whole sequence, its outputs "
+           "included (num_tokens, not the prompt)", f"{DOC}#the-admission-gate")
+def test_admission_gate_counts_outputs():
+    """Caching off: p generates 8 tokens after a 4-token prompt, is preempted, and comes back."""
+    d = driver(6, enable_caching=False)
+    d.add("p", [7, 7, 7, 7])
+    d.admit("p")
+    for token in range(8):
+        d.decode("p", 30 + token)
+    d.free("p", preempt=True)
+    d.add("q", list(range(8)))
+    d.admit("q")  # 2 blocks: 3 free
+    out = d.admit("p", 4, gate=True)
+    assert out["new"] is not None, (
+        "p's 12 tokens need 3 blocks and 3 are free: the gate must let it in, got None")
+    d.free("p", preempt=True)
+    d.add("r", [1, 2, 3, 4])
+    d.admit("r")  # 1 block: 2 free
+    before = d.state()
+    out = d.admit("p", 4, gate=True)
+    assert out["new"] is None, (
+        "p comes back with 4 prompt + 8 generated tokens: 12 tokens, 3 blocks, and 2 are free: "
+        "the gate must count num_tokens (outputs included), not the prompt alone; got "
+        f"{out['new']}")
+    assert unchanged(before, d.state())

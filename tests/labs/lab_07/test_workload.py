@@ -50,7 +50,8 @@ def describe(op: list[Any]) -> str:
     if name == "lookup":
         return f"get_computed_blocks({args[0]})"
     if name == "allocate":
-        return f"allocate_slots({args[0]}, {args[1]} new tokens, lookahead {args[2]})"
+        gate = ", full_sequence_must_fit=True" if args[3:] and args[3] else ""
+        return f"allocate_slots({args[0]}, {args[1]} new tokens, lookahead {args[2]}{gate})"
     if name == "append":
         return f"{args[0]} samples token {args[1]}"
     if name == "free":
@@ -91,8 +92,9 @@ class Trace:
         req = self.ref.requests[rid]
         return req.num_tokens - req.num_computed_tokens - num_hit
 
-    def cost(self, rid: str, num_new: int, lookahead: int) -> tuple[int, str]:
-        """What the reference counts for this allocation: blocks to allocate, and why."""
+    def cost(self, rid: str, num_new: int, lookahead: int, gate: bool = False) -> tuple[int, str]:
+        """What the reference counts for this allocation: blocks to allocate, and why (with
+        the admission gate, the whole sequence is counted first)."""
         mgr = self.ref.mgr
         req = self.ref.requests[rid]
         hits, num_hit = self.ref.hits.get(rid, (None, 0))
@@ -107,6 +109,12 @@ class Trace:
                f"{in_use} (free of charge), free hits {free_hits} (one free block each), "
                f"{fresh} fresh: {need} free blocks needed, "
                f"{mgr.block_pool.get_num_free_blocks()} free")
+        if gate:
+            whole = min(req.num_tokens, self.max_model_len)
+            need_whole = mgr.get_num_blocks_to_allocate(rid, whole, hit_blocks)
+            why = (f"the admission gate: the whole sequence ({whole} tokens, num_tokens capped "
+                   f"at max_model_len) needs {need_whole} free blocks; then {why}")
+            need = max(need, need_whole)
         return need, why
 
     def max_fit(self, rid: str, lookahead: int) -> int:
@@ -118,9 +126,9 @@ class Trace:
                 return k
         return 0
 
-    def allocate(self, rid: str, num_new: int, lookahead: int = 0) -> bool:
-        _, why = self.cost(rid, num_new, lookahead)
-        return self._do(["allocate", rid, num_new, lookahead], why) is not None
+    def allocate(self, rid: str, num_new: int, lookahead: int = 0, gate: bool = False) -> bool:
+        _, why = self.cost(rid, num_new, lookahead, gate)
+        return self._do(["allocate", rid, num_new, lookahead, gate], why) is not None
 
     def free(self, rid: str, preempt: bool) -> None:
         self._do(["free", rid, preempt])
@@ -233,7 +241,8 @@ def random_decisions(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
             out.append((kind, rng.choice([0, 4, 6, 8, 12]),
                         [rng.randrange(4) for _ in range(rng.randint(1, 10))]))
         elif kind == "admit":
-            out.append((kind, rng.randint(1, 16), edge, rng.choice([0, 0, 0, 3])))
+            out.append((kind, rng.randint(1, 16), edge, rng.choice([0, 0, 0, 3]),
+                        rng.random() < 0.5))
         elif kind == "step":
             out.append((kind, rng.randrange(8), rng.randint(1, 8), edge,
                         [rng.randrange(4) for _ in range(rng.randint(1, 6))],
@@ -266,13 +275,13 @@ def run_scheduler(trace: Trace, steps: list[tuple[Any, ...]]) -> None:
             return min(chunk, left)
         return min(max(trace.max_fit(rid, lookahead) + edge, 1), left)
 
-    def admit(chunk: int, edge: int | None, lookahead: int) -> None:
+    def admit(chunk: int, edge: int | None, lookahead: int, gate: bool = False) -> None:
         if not waiting:
             arrive(8, [chunk % 4] * (chunk % 7 + 1))
         rid = waiting[0]
         num_hit = trace.lookup(rid)
         num_new = sized(rid, chunk, edge, lookahead, trace.remaining(rid, num_hit))
-        if trace.allocate(rid, num_new, lookahead):
+        if trace.allocate(rid, num_new, lookahead, gate):
             running.append(waiting.pop(0))
 
     def step(which: int, chunk: int, edge: int | None, tokens: list[int],

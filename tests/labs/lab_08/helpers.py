@@ -324,17 +324,19 @@ class Engine:
     # -- requests -------------------------------------------------------------------------
     def add(self, rid: str, num_prompt: int | None = None, *, prompt: Iterable[int] | None = None,
             max_tokens: int | None = 8, base: int = 0, eos: int | None = None,
-            generation_eos: int | None = None, **sampling: Any) -> Remote:
+            generation_eos: int | None = None, priority: int = 0, **sampling: Any) -> Remote:
         """Create request ``rid`` in the learner process (prompt ``base, base + 1, ...`` unless
-        given) and ``add_request`` it; returns the learner's request (a proxy)."""
+        given) and ``add_request`` it; returns the learner's request (a proxy). Requests arrive
+        at times 0, 1, 2, ... in the order they are added (ties under the priority policy)."""
         tokens = list(prompt) if prompt is not None else [base + i for i in range(num_prompt or 0)]
+        arrival = float(len(self.specs))
         req = self._make_request(rid, tokens, self.block_size, max_tokens, eos,
-                                 generation_eos, **sampling)
+                                 generation_eos, priority, arrival, **sampling)
         self._learner(f"add_request({rid})", self.sched.add_request, req)
         self.handles[rid] = req
         if self.ref is not None:
             ref_req = reader.make_request(rid, tokens, self.block_size, max_tokens, eos,
-                                          generation_eos, **sampling)
+                                          generation_eos, priority, arrival, **sampling)
             self.ref.add_request(ref_req)
             self.ref_reqs[rid] = ref_req
         self.specs[rid] = Spec(tokens, max_tokens, eos, dict(sampling), generation_eos)

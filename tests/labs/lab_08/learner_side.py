@@ -49,11 +49,13 @@ def make_scheduler(num_blocks: int, block_size: int, max_model_len: int, budget:
 
 def make_request(request_id: str, prompt: list[int], block_size: int, max_tokens: Any = 8,
                  eos: int | None = None, generation_eos: int | None = None,
+                 priority: int = 0, arrival_time: float | None = None,
                  **sampling: Any) -> Any:
     """A greedy request whose full blocks are hashed (chained) as its tokens arrive.
 
     ``generation_eos`` records the model's EOS in the sampling parameters, as the engine does
-    (``update_from_generation_config``).
+    (``update_from_generation_config``). ``priority`` and ``arrival_time`` order it under the
+    priority policy.
     """
     from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
     from mini_vllm.request import Request
@@ -63,6 +65,7 @@ def make_request(request_id: str, prompt: list[int], block_size: int, max_tokens
     if generation_eos is not None:
         params.update_from_generation_config({}, eos_token_id=generation_eos)
     return Request(request_id, list(prompt), params, eos_token_id=eos,
+                   arrival_time=arrival_time, priority=priority,
                    block_hasher=get_request_block_hasher(block_size, sha256))
 
 

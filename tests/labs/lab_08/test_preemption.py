@@ -71,9 +71,10 @@ def test_no_admission_in_a_step_that_preempted():
            "first chunk would fit the block that is left",
         f"{DOC}#no-admissions-after-a-preemption")
 def test_the_victim_is_not_readmitted_in_the_same_step():
-    """Caching off, threshold 4: b's first chunk back would need 1 block, and 1 is free."""
+    """Caching off, threshold 4, the admission gate off: b's first chunk back would need 1
+    block, and 1 is free."""
     engine = Engine(num_blocks=5, budget=16, max_model_len=32, caching=False,
-                    long_prefill_token_threshold=4)
+                    long_prefill_token_threshold=4, scheduler_reserve_full_isl=False)
     engine.add("a", 8, base=0)
     engine.add("b", 8, base=50)
     for _ in range(2):
@@ -94,8 +95,9 @@ def test_the_victim_is_not_readmitted_in_the_same_step():
 @graded(2, "Preemption: a request that must preempt itself (it is the last running one) is not "
            "scheduled, and the running loop stops there", f"{DOC}#preemption-by-recompute")
 def test_a_request_that_preempts_itself_stops_the_loop():
-    """a takes 3 blocks, b's first chunk the last one; next step b cannot grow."""
-    engine = Engine(num_blocks=5, budget=14, max_model_len=32)
+    """The admission gate off: a takes 3 blocks, b's first chunk the last one; next step b
+    cannot grow."""
+    engine = Engine(num_blocks=5, budget=14, max_model_len=32, scheduler_reserve_full_isl=False)
     engine.add("a", 11, base=0)
     engine.add("b", 8, base=50)
     out, _ = engine.step()

@@ -32,6 +32,7 @@ from tools.build_site import (  # noqa: E402
     Rewriter,
     assemble,
     build_nav,
+    course_order,
     site_files,
 )
 
@@ -88,6 +89,37 @@ def test_nav_in_course_order_with_only_existing_pages(fake_repo: Path) -> None:
         {"Labs": [{"Lab one": "labs/lab-01-x/README.md"}]},
         {"Reference": [{"The grader": "docs/grader.md"}, {"Zed": "docs/zzz.md"}]},
     ]
+
+
+def test_labs_sit_inside_their_phase_in_table_order(fake_repo: Path) -> None:
+    write(
+        fake_repo,
+        "README.md",
+        """\
+        # Course
+        ## The course
+        | phase | lab |
+        |---|---|
+        | [A](phases/00-a/README.md) | [2](labs/lab-02-y/README.md) · [1](labs/lab-01-x/README.md) |
+        ## Elsewhere
+        | [B](phases/01-b/README.md) | [one](labs/lab-01-x/README.md) |
+        """,
+    )
+    write(fake_repo, "labs/lab-02-y/README.md", "# Lab two\n")
+    write(fake_repo, "docs/pictures.md", "# Pictures\n")
+    assert course_order(fake_repo) == [("00-a", ["lab-02-y", "lab-01-x"])]
+    nav = build_nav(site_files(fake_repo), fake_repo)
+    assert nav[1] == {"Pictures": [{"Pictures": "docs/pictures.md"}]}
+    assert nav[2] == {
+        "00 · The KV cache": [
+            {"Guide": "phases/00-a/README.md"},
+            {"Lab two": "labs/lab-02-y/README.md"},
+            {"Lab one": "labs/lab-01-x/README.md"},
+            {"Exercises": "phases/00-a/EXERCISES.md"},
+            {"Extra notes": "phases/00-a/notes.md"},
+        ]
+    }
+    assert not any("Labs" in item for item in nav)
 
 
 @pytest.mark.parametrize(
@@ -262,3 +294,72 @@ def test_hint_links_land_on_a_heading_of_the_site(lab, hints, built_site: Path) 
         if anchor and anchor not in html_cache[html]:
             missing.append(f"{info.name}: {html.relative_to(built_site)} has no id {anchor!r}")
     assert not missing, "\n".join(missing)
+
+
+# ----------------------------------------------------------------------------------------------
+# One lab order: the README's course table, the phase pages, the lab READMEs and the sidebar
+# ----------------------------------------------------------------------------------------------
+
+ORDER = course_order()
+SEQUENCE = [(phase, lab) for phase, labs in ORDER for lab in labs]
+
+
+def _intro(text: str) -> str:
+    """A page's opening: everything before its first ``##`` heading."""
+    return text.split("\n## ", 1)[0]
+
+
+def test_course_table_names_every_lab_once() -> None:
+    assert ORDER, "README.md has no course table under '## The course'"
+    labs = [lab for _, lab in SEQUENCE]
+    assert len(labs) == len(set(labs)), f"a lab sits in two phases: {labs}"
+    with_readme = sorted(p.parent.name for p in (ROOT / "labs").glob("*/README.md"))
+    missing = sorted(set(with_readme) - set(labs))
+    assert not missing, f"labs missing from README.md's course table: {missing}"
+    for phase, _ in ORDER:
+        assert (ROOT / "phases" / phase / "README.md").is_file(), phase
+
+
+@pytest.mark.parametrize(("phase", "labs"), ORDER, ids=[phase for phase, _ in ORDER])
+def test_phase_page_opens_with_its_labs_in_order(phase: str, labs: list[str]) -> None:
+    intro = _intro((ROOT / "phases" / phase / "README.md").read_text(encoding="utf-8"))
+    positions = []
+    for lab in labs:
+        link = f"labs/{lab}/README.md"
+        assert link in intro, f"phases/{phase}/README.md: its opening does not link {lab}"
+        positions.append(intro.index(link))
+    assert positions == sorted(positions), (
+        f"phases/{phase}/README.md: its labs are not introduced in the course order {labs}"
+    )
+
+
+@pytest.mark.parametrize("index", range(len(SEQUENCE)), ids=[lab for _, lab in SEQUENCE])
+def test_lab_readme_names_its_place_in_the_course(index: int) -> None:
+    phase, lab = SEQUENCE[index]
+    readme = ROOT / "labs" / lab / "README.md"
+    head = readme.read_text(encoding="utf-8").split("\n\n", 2)
+    line = next((block for block in head[:2] if "**In the course:**" in block), None)
+    assert line, f"{readme}: say '**In the course:** [phase NN](...), after ...; next ...' on top"
+    line = line[line.index("**In the course:**") :].split("\n*")[0]
+    assert f"phases/{phase}/README.md" in line, f"{readme}: its phase is {phase}"
+    if index:
+        before = SEQUENCE[index - 1][1]
+        assert f"after [{before[:6].rstrip('-')}" in line or f"../{before}/README.md" in line, (
+            f"{readme}: the lab before it is {before}"
+        )
+    if "next [" in line:
+        assert index + 1 < len(SEQUENCE), f"{readme}: names a next lab, but it is the last"
+        after = SEQUENCE[index + 1][1]
+        assert f"next [{'-'.join(after.split('-')[:2])}](../{after}/README.md)" in line, (
+            f"{readme}: the lab after it is {after}"
+        )
+
+
+def test_sidebar_lists_labs_inside_their_phase_in_order() -> None:
+    nav = build_nav(site_files())
+    sections = {key: value for item in nav for key, value in item.items()}
+    for phase, labs in ORDER:
+        section = next(v for k, v in sections.items() if k.startswith(phase[:2] + " "))
+        pages = [value for entry in section for value in entry.values()]
+        in_section = [p.split("/")[1] for p in pages if p.startswith("labs/")]
+        assert in_section == labs, f"sidebar of phase {phase}: {in_section}, expected {labs}"

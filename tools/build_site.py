@@ -93,12 +93,38 @@ DOC_PAGES: list[tuple[str, str]] = [
     ("docs/dev/authoring-labs.md", "Authoring a lab"),
 ]
 
+# Pages shown together right after Home: every figure of the course, and the notebooks behind them.
+PICTURE_PAGES: list[tuple[str, str]] = [
+    ("docs/pictures.md", "Pictures"),
+    ("notebooks/README.md", "Notebooks"),
+]
+
+# Measurement pages written by bench/ (their headings repeat, so they get titles here). Any other
+# page of docs/perf/ follows them, titled by its first heading of any level.
+PERF_TITLES: dict[str, str] = {
+    "docs/perf/paged_decode_h100.md": "Paged decode kernel (H100)",
+    "docs/perf/decode_tiles_h100.md": "Decode tile sweep (H100)",
+    "docs/perf/engine_cpu.md": "Engine benchmark (CPU)",
+    "docs/perf/engine_h100.md": "Engine benchmark (H100)",
+    "docs/perf/profile_step_h100_smollm2.md": "Step profile, SmolLM2 (H100)",
+    "docs/perf/profile_step_h100_smollm2_fused.md": "Step profile, fused (H100)",
+    "docs/perf/profile_step_h100_smollm2_unfused.md": "Step profile, unfused (H100)",
+}
+
+# The course order lives in one place: the table under this heading of the root README. Each
+# row links one phase, then the labs of that phase in the order they are done; the navigation
+# lists each lab inside its phase, in that order, and the tests check that the phase pages and
+# the lab READMEs say the same.
+COURSE_TABLE_HEADING = "## The course"
+
 # Single files copied from the repository root (besides README.md, which becomes index.md).
 ROOT_PAGES = ("CONTRIBUTING.md", "UPSTREAM_PIN.md")
+# Files of notebooks/ that are copied: the page, and the notebooks it and the labs link to.
+NOTEBOOK_SUFFIXES = frozenset({".md", ".ipynb"})
 # Besides Markdown, the files of phases/ that are copied (figures).
 ASSET_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp"})
 # What ``mkdocs serve`` watches besides the docs tree, so an edited source page rebuilds.
-WATCHED = ("phases", "labs", "docs", "README.md", "CONTRIBUTING.md")
+WATCHED = ("phases", "labs", "docs", "notebooks", "README.md", "CONTRIBUTING.md")
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _FENCE_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
@@ -112,6 +138,9 @@ _LINK_RE = re.compile(
 # A reference definition: [label]: target
 _REF_DEF_RE = re.compile(r"^(?P<lead> {0,3}\[[^\]]+\]:[ \t]*)(?P<target><[^>]*>|\S+)", re.M)
 _H1_RE = re.compile(r"^#\s+(.+?)\s*#*\s*$")
+_HEADING_RE = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
+_LAB_LINK_RE = re.compile(r"\]\((?:\./)?(labs/[^/)\s]+)/README\.md\)")
+_PHASE_LINK_RE = re.compile(r"\]\((?:\./)?phases/([0-9][0-9]-[^/)\s]+)/(?:README\.md)?\)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,6 +177,12 @@ def site_files(root: Path = ROOT) -> dict[str, str]:
         for path in sorted(labs.glob("*/README.md")):
             rel = path.relative_to(root).as_posix()
             files[rel] = rel
+    notebooks = root / "notebooks"
+    if notebooks.is_dir():
+        for path in sorted(notebooks.iterdir()):
+            if path.is_file() and path.suffix in NOTEBOOK_SUFFIXES and _visible(path, notebooks):
+                rel = path.relative_to(root).as_posix()
+                files[rel] = rel
     docs = root / "docs"
     if docs.is_dir():
         for path in sorted(docs.rglob("*")):
@@ -300,6 +335,42 @@ def first_heading(path: Path) -> str | None:
     return heading_of(path.read_text(encoding="utf-8", errors="replace"))
 
 
+def any_heading(path: Path) -> str | None:
+    """The first heading of any level (pages written by tools often start at ``##``)."""
+    fence = False
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if _FENCE_RE.match(line):
+            fence = not fence
+        elif not fence and (match := _HEADING_RE.match(line)):
+            return match.group(1).replace("`", "")
+    return None
+
+
+def course_order(root: Path = ROOT) -> list[tuple[str, list[str]]]:
+    """The rows of the root README's course table: (phase folder, [lab folder, ...]).
+
+    A row is a table line under ``COURSE_TABLE_HEADING`` that links ``phases/NN-name/``; its
+    lab links (``labs/<folder>/README.md``) are collected in the order they appear, which is
+    the order the course recommends. A README without the table gives an empty order.
+    """
+    readme = root / "README.md"
+    if not readme.is_file():
+        return []
+    rows: list[tuple[str, list[str]]] = []
+    inside = False
+    for line in readme.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            inside = line.strip() == COURSE_TABLE_HEADING
+            continue
+        if not inside or not line.lstrip().startswith("|"):
+            continue
+        phase = _PHASE_LINK_RE.search(line)
+        if phase:
+            labs = [Path(m).name for m in _LAB_LINK_RE.findall(line)]
+            rows.append((phase.group(1), list(dict.fromkeys(labs))))
+    return rows
+
+
 def _phase_title(folder: str) -> str:
     number, _, slug = folder.partition("-")
     return PHASE_TITLES.get(number) or f"{number} · {slug.replace('-', ' ').capitalize()}"
@@ -318,14 +389,42 @@ def _lab_title(folder: Path, root: Path) -> str:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
     heading = first_heading(folder / "README.md")
+    if heading and " — " in heading:  # "quiz-01 — the engine tour" -> "quiz-01 · The engine tour"
+        head, _, rest = heading.partition(" — ")
+        return f"{head} · {rest[:1].upper()}{rest[1:]}"
     return heading or label
 
 
+# Where a phase's labs go among its pages: after the guide and the deep dive, before exercises.
+_LABS_AFTER = ("README.md", "deep-dive.md")
+
+
 def build_nav(files: dict[str, str], root: Path = ROOT) -> list[NavItem]:
-    """The navigation in course order, made only of pages that exist (site paths)."""
+    """The navigation in course order, made only of pages that exist (site paths).
+
+    Home, then the pictures, then each phase with its labs inside it (in the order of the root
+    README's course table, so the sidebar reads in the order the course is done), then any lab
+    that no row of the table names yet, then the reference pages.
+    """
     nav: list[NavItem] = []
     if "README.md" in files:
         nav.append({"Home": files["README.md"]})
+
+    pictures = [{title: files[rel]} for rel, title in PICTURE_PAGES if rel in files]
+    if pictures:
+        nav.append({"Pictures": pictures})
+
+    labs_of = dict(course_order(root))
+    placed: set[str] = set()
+
+    def lab_entries(phase: str) -> list[NavItem]:
+        entries = []
+        for folder in labs_of.get(phase, []):
+            rel = f"labs/{folder}/README.md"
+            if rel in files and rel not in placed:
+                entries.append({_lab_title(root / "labs" / folder, root): files[rel]})
+                placed.add(rel)
+        return entries
 
     phase_dirs = sorted(
         p for p in (root / "phases").glob("[0-9][0-9]-*") if p.is_dir() and _visible(p, root)
@@ -333,11 +432,17 @@ def build_nav(files: dict[str, str], root: Path = ROOT) -> list[NavItem]:
     for phase in phase_dirs:
         entries: list[NavItem] = []
         named = set()
+        labs_done = False
         for name, title in PHASE_PAGES:
+            if not labs_done and name not in _LABS_AFTER:
+                entries.extend(lab_entries(phase.name))
+                labs_done = True
             rel = f"phases/{phase.name}/{name}"
             if rel in files:
                 entries.append({title: files[rel]})
                 named.add(rel)
+        if not labs_done:
+            entries.extend(lab_entries(phase.name))
         for path in sorted(phase.rglob("*.md")):
             rel = path.relative_to(root).as_posix()
             if rel in files and rel not in named:
@@ -348,20 +453,29 @@ def build_nav(files: dict[str, str], root: Path = ROOT) -> list[NavItem]:
     labs = [
         {_lab_title(p.parent, root): files[p.relative_to(root).as_posix()]}
         for p in sorted((root / "labs").glob("*/README.md"))
-        if p.relative_to(root).as_posix() in files
+        if p.relative_to(root).as_posix() in files and p.relative_to(root).as_posix() not in placed
     ]
     if labs:
         nav.append({"Labs": labs})
 
     reference: list[NavItem] = []
-    named = set()
+    named = {rel for rel, _ in PICTURE_PAGES}
     for rel, title in DOC_PAGES:
         if rel in files:
             reference.append({title: files[rel]})
             named.add(rel)
+    measurements: list[NavItem] = []
+    for rel, title in PERF_TITLES.items():
+        if rel in files:
+            measurements.append({title: files[rel]})
+            named.add(rel)
     for rel in sorted(files):
         if rel.startswith("docs/") and rel.endswith(".md") and rel not in named:
-            reference.append({first_heading(root / rel) or Path(rel).stem: files[rel]})
+            title = any_heading(root / rel) or Path(rel).stem
+            target = measurements if rel.startswith("docs/perf/") else reference
+            target.append({title: files[rel]})
+    if measurements:
+        reference.append({"Measurements": measurements})
     if reference:
         nav.append({"Reference": reference})
     return nav

@@ -23,6 +23,12 @@ compares. ``docs/citations.md`` is the writers' guide; the rules, in short:
   ``upstream/vllm-0.22.1/<path>.py:<line>``, which is how upstream's tests are cited.
 * Lines between ``citation-check: off`` and ``citation-check: on`` (in any comment) are skipped,
   for examples of wrong citations.
+* Native sources (``csrc/attention/attention_kernels.cuh:85``; ``.cu``, ``.cuh``, ``.h``,
+  ``.hpp``, ``.cpp``, ``.cc``, ``.c``) have no :mod:`ast` here, so they are checked by text: the
+  cited line (or range) must contain the backticked text nearest to the citation, found as for
+  Python (``paged_attention_kernel`` for its definition line, ``dim3 grid(num_heads, num_seqs,
+  1)`` for a statement), whitespace aside. A native citation with no backticked text near it is
+  wrong: say what the line holds.
 
 Run ``python tools/check_citations.py`` to list every citation with its status (exit status 1 if
 any is wrong); ``tests/test_citations.py`` runs the same check under ``make test``.
@@ -52,11 +58,14 @@ SCAN_SUFFIXES: frozenset[str] = frozenset({".md", ".py"})
 _TREE_PREFIX = f"upstream/{TREE_NAME}/"
 # A citation: an upstream path, optionally ``:line`` or ``:start-end``. The look-behind keeps
 # ``mini_vllm/core/x.py`` and ``foo/vllm/x.py`` from matching.
+NATIVE_SUFFIXES = ("cu", "cuh", "hpp", "cpp", "cc", "h", "c")
+_NATIVE = rf"csrc/(?:[\w-]+/)*[\w-]+\.(?:{'|'.join(NATIVE_SUFFIXES)})"
 CITATION_RE = re.compile(
     r"(?<![\w./-])"
-    rf"(?P<path>{re.escape(_TREE_PREFIX)}(?:[\w-]+/)*\w+\.py|vllm/(?:[\w-]+/)*\w+\.py)"
+    rf"(?P<path>{re.escape(_TREE_PREFIX)}(?:[\w-]+/)*\w+\.py|vllm/(?:[\w-]+/)*\w+\.py"
+    rf"|(?:{re.escape(_TREE_PREFIX)})?{_NATIVE})"
     r"(?::(?P<start>\d+)(?:[-–](?P<end>\d+))?)?"
-    r"(?![\w-])"
+    r"(?![\w.-])"
 )
 # A backtick span: a run of backticks, text, the same run (Markdown and reST ``double``).
 BACKTICK_RE = re.compile(r"(?<!`)(?P<ticks>`+)(?!`)(?P<body>.+?)(?<!`)(?P=ticks)(?!`)")
@@ -225,6 +234,7 @@ class Citation:
     start: int | None  # cited line (None: the path alone)
     end: int | None  # end of a cited range
     candidates: list[str] = field(default_factory=list)  # backticked names, nearest first
+    snippets: list[str] = field(default_factory=list)  # any backticked text, nearest first
     symbol: str | None = None
     ok: bool = False
     status: str = "unchecked"
@@ -268,6 +278,15 @@ def _identifiers(spans: list[tuple[int, int, str]]) -> list[tuple[tuple[int, int
         if ident:
             found.append(((s_start, s_end), ident.group("name")))
     return found
+
+
+def _snippets(spans: list[tuple[int, int, str]]) -> list[tuple[tuple[int, int], str]]:
+    """The backticked texts of a line that are not citations (native sources match on these)."""
+    return [
+        ((s_start, s_end), body)
+        for s_start, s_end, body in spans
+        if body and not CITATION_RE.search(body) and not SHORTHAND_RE.match(body)
+    ]
 
 
 def _citations_on(
@@ -316,10 +335,11 @@ def extract(text: str, source: Path) -> list[Citation]:
         checked.append(checking and TOGGLE_OFF not in line)
     spans = [_spans(line) if ok else [] for line, ok in zip(lines, checked)]
     idents = [_identifiers(line_spans) for line_spans in spans]
+    texts = [_snippets(line_spans) for line_spans in spans]
 
-    def neighbour(index: int) -> list[tuple[tuple[int, int], str]]:
+    def neighbour(index: int, table=idents) -> list[tuple[tuple[int, int], str]]:
         if 0 <= index < len(lines) and checked[index] and lines[index].strip():
-            return idents[index]
+            return table[index]
         return []
 
     citations: list[Citation] = []
@@ -331,6 +351,10 @@ def extract(text: str, source: Path) -> list[Citation]:
             before = sorted(neighbour(index - 1), key=lambda item: -item[0][1])
             after = sorted(neighbour(index + 1), key=lambda item: item[0][0])
             citation.candidates = [name for _, name in [*same, *before, *after]]
+            same = sorted(texts[index], key=lambda item: _distance(item[0], pos))
+            before = sorted(neighbour(index - 1, texts), key=lambda item: -item[0][1])
+            after = sorted(neighbour(index + 1, texts), key=lambda item: item[0][0])
+            citation.snippets = [text for _, text in [*same, *before, *after]]
             citations.append(citation)
     return citations
 
@@ -349,6 +373,8 @@ class Checker:
             return _verdict(citation, False, "missing-file", f"{head}: no such file at the pin")
         if citation.start is None:
             return _verdict(citation, True, "file", "file exists")
+        if not citation.path.endswith(".py"):
+            return self._check_native(citation, target, head)
         index = SymbolIndex.for_file(target)
         last_cited = citation.end if citation.end is not None else citation.start
         if citation.end is not None and citation.end < citation.start:
@@ -409,6 +435,47 @@ class Checker:
             "out-of-span",
             f"{head} for {name}, which spans :{main.first}-{main.last}",
         )
+
+
+    def _check_native(self, citation: Citation, target: Path, head: str) -> Citation:
+        """A C++/CUDA citation: the cited lines must hold the nearest backticked text."""
+        lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+        end = citation.end if citation.end is not None else citation.start
+        if end < citation.start:
+            return _verdict(
+                citation, False, "bad-range", f"{head}: the range ends before it starts"
+            )
+        if citation.start < 1 or end > len(lines):
+            return _verdict(
+                citation, False, "past-eof", f"{head}, but the file has {len(lines)} lines"
+            )
+        if not citation.snippets:
+            return _verdict(
+                citation,
+                False,
+                "no-symbol",
+                f"{head} with no backticked text near it: name what the cited line holds",
+            )
+        cited = _squash(" ".join(lines[citation.start - 1 : end]))
+        for snippet in citation.snippets:
+            if _squash(snippet) in cited:
+                citation.symbol = snippet
+                return _verdict(citation, True, "ok", f"`{snippet}` is there")
+        want = citation.snippets[0]
+        found = [n for n, line in enumerate(lines, 1) if _squash(want) in _squash(line)]
+        where = f"; `{want}` is at :{', :'.join(map(str, found[:5]))}" if found else ""
+        return _verdict(
+            citation,
+            False,
+            "wrong-line",
+            f"{head}, whose text holds none of "
+            f"{', '.join(f'`{t}`' for t in citation.snippets[:3])}{where}",
+        )
+
+
+def _squash(text: str) -> str:
+    """Text with all whitespace removed, so that line breaks and indentation never matter."""
+    return re.sub(r"\s+", "", text)
 
 
 def _verdict(citation: Citation, ok: bool, status: str, message: str) -> Citation:

@@ -191,6 +191,11 @@ def export(paths: Sequence[Path], out_dir: Path = FIGURES_DIR) -> dict[str, Any]
 # ------------------------------------------------------------------------------------------------
 
 
+def _nb_link(name: str) -> str:
+    """A link from docs/pictures.md to the notebook (the site copies notebooks/ too)."""
+    return f"[`notebooks/{name}.ipynb`](../notebooks/{name}.ipynb)"
+
+
 def _img(alt: str, name: str) -> str:
     return f"![{alt}](figures/{name}.png)"
 
@@ -226,6 +231,24 @@ _PAGE_HEAD = [
     "The tool executes each notebook, copies its PNGs into `docs/figures/`, gathers the numbers",
     "into `docs/figures/numbers.json` and rewrites this page from them; edit the page's text in",
     "`tools/export_figures.py`, not here.",
+    "",
+    "Each figure also appears where its idea is taught:",
+    "",
+    "* fragmentation and block size: phase 00,",
+    "  [the contiguous allocator and its waste]"
+    "(../phases/00-kv-cache/README.md#the-contiguous-allocator-and-its-waste)",
+    "  and [what paging changes](../phases/00-kv-cache/README.md#what-paging-changes) (lab-02);",
+    "* block tables, hit rate, eviction order: phase 02,",
+    "  [blocks, block tables and the pool]"
+    "(../phases/02-paged-attention/README.md#blocks-block-tables-and-the-pool),",
+    "  [part 2](../phases/02-paged-attention/README.md#part-2-prefix-caching-lab-05) and",
+    "  [eviction order](../phases/02-paged-attention/README.md#eviction-order) (lab-05, lab-07);",
+    "* the scheduler timeline: phase 03,",
+    "  [running first, then waiting]"
+    "(../phases/03-prefix-caching-and-scheduling/README.md#running-first-then-waiting) (lab-08);",
+    "* KV usage on the real model: phase 05,",
+    "  [what it costs](../phases/05-end-to-end/README.md#what-it-costs-throughput-and-latency)"
+    " (lab-09).",
     "",
 ]
 
@@ -265,7 +288,7 @@ def _fragmentation(n: dict[str, Any]) -> str:
     lines = [
         "## Fragmentation: contiguous versus paged",
         "",
-        "Notebook `notebooks/01_fragmentation.ipynb`. "
+        f"Notebook {_nb_link('01_fragmentation')}. "
         f"{t['num_requests']} chat-like requests (lognormal lengths: prompt median "
         f"{t['prompt_median']:.0f}, mean {t['prompt_mean']:.0f}; output median "
         f"{t['output_median']:.0f}, mean {t['output_mean']:.0f}; clipped at max_model_len "
@@ -304,7 +327,7 @@ def _prefix_sharing(n: dict[str, Any]) -> str:
     lines = [
         "## Prefix sharing: block tables, hit rate, eviction order",
         "",
-        "Notebook `notebooks/02_prefix_sharing.ipynb`, driving "
+        f"Notebook {_nb_link('02_prefix_sharing')}, driving "
         "`mini_vllm.core.kv_cache_manager.KVCacheManager` (lab-07's reference) with requests "
         "that carry block hashes.",
         "",
@@ -356,7 +379,7 @@ def _scheduler(n: dict[str, Any]) -> str:
     lines = [
         "## Scheduler timeline: static versus continuous batching",
         "",
-        "Notebook `notebooks/03_scheduler_timeline.ipynb`. "
+        f"Notebook {_nb_link('03_scheduler_timeline')}. "
         f"{t['num_requests']} requests ({t['total_output_tokens']} output tokens, at most "
         f"{t['max_num_seqs']} at once); continuous batching is mini-vLLM's `Scheduler` driven "
         "by `mini_vllm.sim` with a fake model, static batching a replay that runs each batch "
@@ -377,7 +400,7 @@ def _kv_usage(n: dict[str, Any]) -> str:
     lines = [
         "## KV usage on the real model",
         "",
-        f"Notebook `notebooks/04_kv_usage_real_model.ipynb`. {n['model']}, "
+        f"Notebook {_nb_link('04_kv_usage_real_model')}. {n['model']}, "
         f"{n['num_requests']} chat requests served by mini-vLLM's `LLMEngine` "
         f"(max_num_seqs {n['max_num_seqs']}, max_model_len {n['max_model_len']}) with a KV "
         f"cache of {n['num_gpu_blocks']} blocks of {n['block_size']} tokens "

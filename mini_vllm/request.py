@@ -87,12 +87,16 @@ class FinishReason(enum.IntEnum):
     ``stop``: EOS or a stop token was generated. ``length``: ``max_tokens`` or
     the model's length limit was reached (also for prompts that could never
     fit). ``abort``: the client gave up. ``error``: the engine failed the request.
+    ``repetition``: the output ended in a pattern repeated often enough
+    (``SamplingParams.repetition_detection``), the usual sign of a model stuck
+    in a loop.
     """
 
     STOP = 0
     LENGTH = 1
     ABORT = 2
     ERROR = 3
+    REPETITION = 4
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -114,6 +118,7 @@ class RequestStatus(enum.IntEnum):
     FINISHED_ABORTED = enum.auto()
     FINISHED_IGNORED = enum.auto()
     FINISHED_ERROR = enum.auto()
+    FINISHED_REPETITION = enum.auto()
 
     def __str__(self) -> str:
         return self.name
@@ -137,6 +142,7 @@ _FINISHED_REASON_MAP = {
     RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
     RequestStatus.FINISHED_IGNORED: FinishReason.LENGTH,
     RequestStatus.FINISHED_ERROR: FinishReason.ERROR,
+    RequestStatus.FINISHED_REPETITION: FinishReason.REPETITION,
 }
 
 

@@ -39,6 +39,39 @@ class SamplingType(IntEnum):
 
 
 @dataclass
+class RepetitionDetectionParams:
+    """Stop a request whose output ends in an n-gram repeated ``min_count`` times.
+
+    A model stuck in a loop keeps repeating the same phrase until ``max_tokens``;
+    each repetition costs a decode step and KV blocks for nothing. Patterns of
+    ``min_pattern_size`` (0 means 1) to ``max_pattern_size`` tokens are tried
+    against the tail of the output after every token. ``max_pattern_size=0``
+    turns the check off.
+    """
+
+    max_pattern_size: int = 0
+    min_pattern_size: int = 0
+    min_count: int = 0
+
+    def __post_init__(self) -> None:
+        if (
+            self.max_pattern_size < 0
+            or self.min_pattern_size < 0
+            or self.min_pattern_size > self.max_pattern_size
+        ):
+            raise ValueError(
+                f"repetition detection needs 0 <= min_pattern_size <= max_pattern_size, got "
+                f"min_pattern_size={self.min_pattern_size}, "
+                f"max_pattern_size={self.max_pattern_size} (both 0 turns it off)"
+            )
+        if self.max_pattern_size > 0 and self.min_count < 2:
+            raise ValueError(
+                f"repetition detection needs min_count >= 2 (a pattern seen once is no "
+                f"repetition), got {self.min_count}; set max_pattern_size=0 to turn it off"
+            )
+
+
+@dataclass
 class SamplingParams:
     """What to generate for one prompt, and when to stop.
 
@@ -69,6 +102,8 @@ class SamplingParams:
     """Most tokens to generate; None means up to the model's length limit."""
     min_tokens: int = 0
     """Fewest tokens to generate before EOS or a stop token may end the request."""
+    repetition_detection: RepetitionDetectionParams | None = None
+    """Stop when the output ends in a repeated pattern (finish reason ``repetition``)."""
 
     _eos_token_id: int | None = field(default=None, repr=False)
     _all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
@@ -167,6 +202,7 @@ class SamplingParams:
             ignore_eos=self.ignore_eos,
             max_tokens=self.max_tokens,
             min_tokens=self.min_tokens,
+            repetition_detection=self.repetition_detection,
         )
         new._eos_token_id = self._eos_token_id
         new._all_stop_token_ids = set(self._all_stop_token_ids)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from mini_vllm.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from mini_vllm.core.sched.output import (
@@ -30,8 +30,32 @@ from mini_vllm.core.sched.output import (
 )
 from mini_vllm.core.sched.request_queue import SchedulingPolicy, create_request_queue
 from mini_vllm.request import Request, RequestStatus
+from mini_vllm.sampling_params import RepetitionDetectionParams
 
 logger = logging.getLogger(__name__)
+
+
+def check_sequence_repetition(token_ids: Sequence[int], params: RepetitionDetectionParams) -> bool:
+    """Whether ``token_ids`` ends in a pattern repeated ``params.min_count`` times.
+
+    Only the tail matters: the check runs after every new token, so a loop is
+    caught the step it completes its ``min_count``-th round. Pattern lengths are
+    tried from the shortest; once ``length * min_count`` exceeds the output,
+    no longer pattern can repeat often enough either.
+    """
+    shortest = max(params.min_pattern_size, 1)
+    if params.max_pattern_size <= 0 or params.min_count < 2:
+        return False
+    for length in range(shortest, params.max_pattern_size + 1):
+        if length * params.min_count > len(token_ids):
+            return False
+        tail = token_ids[len(token_ids) - length:]
+        if all(
+            token_ids[len(token_ids) - length * (k + 1):len(token_ids) - length * k] == tail
+            for k in range(1, params.min_count)
+        ):
+            return True
+    return False
 
 
 def check_stop(request: Request, max_model_len: int) -> bool:
@@ -40,7 +64,9 @@ def check_stop(request: Request, max_model_len: int) -> bool:
     Checked in upstream's order: nothing stops a request before ``min_tokens``
     outputs; then EOS (unless ignored), then a stop token (recorded as
     ``stop_reason``), then the length limits (``max_tokens`` outputs, or
-    ``max_model_len`` tokens in total, beyond which the KV cache has no room).
+    ``max_model_len`` tokens in total, beyond which the KV cache has no room),
+    and last a repeated pattern if the request asked for that check
+    (``stop_reason`` ``"repetition_detected"``).
     """
     raise NotImplementedError(
         "lab-08: check_stop — nothing before min_tokens; then EOS, a stop token (stop_reason), "
@@ -309,7 +335,8 @@ class Scheduler:
                 all_token_ids[req_id] = req.all_token_ids.copy()
             new_block_ids.append(req_to_new_blocks[req_id].get_block_ids(allow_none=True))
             num_computed_tokens.append(req.num_computed_tokens)
-            num_output_tokens.append(req.num_output_tokens)
+            # Counting the tokens a step in flight is sampling (async scheduling), as upstream.
+            num_output_tokens.append(req.num_output_tokens + req.num_output_placeholders)
         return CachedRequestData(
             req_ids=req_ids,
             resumed_req_ids=resumed_req_ids,

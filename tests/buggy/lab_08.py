@@ -520,4 +520,19 @@ MUTANTS = [
         why="ties in priority are not broken by arrival: among equals the earliest arrival is "
             "preempted instead of the latest",
     ),
+    Mutant(
+        name="repetition_before_length",
+        file=FILE,
+        find="if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:",
+        replace="if sampling_params.repetition_detection is not None and check_sequence_repetition(request.output_token_ids, sampling_params.repetition_detection):\n    request.status = RequestStatus.FINISHED_REPETITION\n    request.stop_reason = 'repetition_detected'\n    return True\nif request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:",
+        why="checks the repetition before the length limits: a request whose last allowed token "
+            "completes a loop reports 'repetition' instead of 'length'",
+    ),
+    Mutant(
+        name="repetition_ignored",
+        file=FILE,
+        find="if repetition is not None and check_sequence_repetition(request.output_token_ids, repetition):",
+        replace="if False:",
+        why="never applies repetition_detection: a model stuck in a loop runs to max_tokens",
+    ),
 ]

@@ -112,7 +112,7 @@ def test_finished_reason_mapping(status: RequestStatus, reason: FinishReason | N
 
 
 def test_finish_reason_strings() -> None:
-    assert [str(r) for r in FinishReason] == ["stop", "length", "abort", "error"]
+    assert [str(r) for r in FinishReason] == ["stop", "length", "abort", "error", "repetition"]
 
 
 # ---------------------------------------------------------------- Request

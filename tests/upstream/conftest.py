@@ -88,6 +88,10 @@ class UpstreamModule(pytest.Module):
     def collect(self) -> list[pytest.Item | pytest.Collector]:
         with shim.installed():  # collection reads the module's objects (fixtures, ids)
             collected = list(super().collect())
+            # Methods of test classes (``TestX::test_y``) are collected through their class.
+            for node in list(collected):
+                if isinstance(node, pytest.Class):
+                    collected.extend(node.collect())
         functions = [node for node in collected if isinstance(node, pytest.Function)]
         kept: list[pytest.Item | pytest.Collector] = []
         for item in functions:

@@ -34,7 +34,7 @@ END = "<!-- /upstream-tests -->"
 
 STATUSES = ("pass", "xfail", "out")
 _ENTRY_RE = re.compile(
-    r"^(?P<file>test_\w+\.py)::(?P<test>\*|test_\w+(?:\[[^\]]+\])?)\s+"
+    r"^(?P<file>test_\w+\.py)::(?P<test>\*|(?:Test\w+::)?test_\w+(?:\[[^\]]+\])?)\s+"
     r"(?P<status>pass|xfail|out)(?::\s*(?P<reason>.+))?$"
 )
 
@@ -60,8 +60,11 @@ class Entry:
         return self.status != "out"
 
     def matches(self, item: Any) -> bool:
-        """Whether the pytest item ``item`` is this test (or one of its parametrizations)."""
-        return self.test in (item.name, item.originalname)
+        """Whether the pytest item ``item`` is this test (or one of its parametrizations); a
+        method of a test class is named ``Class::method``."""
+        owner = getattr(item, "cls", None)
+        prefix = f"{owner.__name__}::" if owner is not None else ""
+        return self.test in (prefix + item.name, prefix + item.originalname)
 
 
 def read_selection(path: Path = SELECTED) -> list[Entry]:

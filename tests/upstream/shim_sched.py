@@ -253,7 +253,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "scheduler": {"Scheduler": Scheduler},
     "async_scheduler": {"AsyncScheduler": AsyncScheduler},
     "output": {"SchedulerOutput": SchedulerOutput},
-    "utils": {"check_stop": _scheduler.check_stop},
+    "utils": {
+        "check_stop": _scheduler.check_stop,
+        "check_sequence_repetition": _scheduler.check_sequence_repetition,
+    },
     "outputs": {"ModelRunnerOutput": ModelRunnerOutput},
     "structured_output": {"StructuredOutputManager": StructuredOutputManager},
 }

@@ -44,12 +44,11 @@ class AsyncScheduler(Scheduler):
         status_before_update = request.status
         new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids)
         request.num_output_placeholders -= len(new_token_ids)
-        if stopped:
-            # A stop drops the tokens after it (none: one token per step); none is still due.
-            request.num_output_placeholders = 0
         assert request.num_output_placeholders >= 0
         # The token's block may now be full: publish it to the prefix cache right away (a
-        # preempted request's blocks are gone).
+        # preempted request's blocks are gone). Only blocks whose KV is computed: a request
+        # that stops here may still have a step in flight, whose placeholder stays counted,
+        # and the block that step's token completes holds no KV for it yet.
         if status_before_update == RequestStatus.RUNNING:
             self.kv_cache_manager.cache_blocks(
                 request, request.num_computed_tokens - request.num_output_placeholders

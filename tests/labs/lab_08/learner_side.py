@@ -50,17 +50,20 @@ def make_scheduler(num_blocks: int, block_size: int, max_model_len: int, budget:
 def make_request(request_id: str, prompt: list[int], block_size: int, max_tokens: Any = 8,
                  eos: int | None = None, generation_eos: int | None = None,
                  priority: int = 0, arrival_time: float | None = None,
-                 **sampling: Any) -> Any:
+                 repetition: tuple[int, int, int] | None = None, **sampling: Any) -> Any:
     """A greedy request whose full blocks are hashed (chained) as its tokens arrive.
 
     ``generation_eos`` records the model's EOS in the sampling parameters, as the engine does
     (``update_from_generation_config``). ``priority`` and ``arrival_time`` order it under the
-    priority policy.
+    priority policy. ``repetition`` is ``(max_pattern_size, min_pattern_size, min_count)`` of
+    ``SamplingParams.repetition_detection``.
     """
     from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
     from mini_vllm.request import Request
-    from mini_vllm.sampling_params import SamplingParams
+    from mini_vllm.sampling_params import RepetitionDetectionParams, SamplingParams
 
+    if repetition is not None:
+        sampling["repetition_detection"] = RepetitionDetectionParams(*repetition)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, **sampling)
     if generation_eos is not None:
         params.update_from_generation_config({}, eos_token_id=generation_eos)

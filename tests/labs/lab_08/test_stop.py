@@ -86,6 +86,30 @@ def test_min_tokens_and_the_order_of_checks():
     assert info["stop_reason"] is None, "EOS is checked first: no stop_reason for it"
 
 
+@graded(2, "Stop conditions: with repetition_detection, an output ending in a pattern of "
+           "min..max_pattern_size tokens repeated min_count times stops the request "
+           "(FINISHED_REPETITION, stop_reason 'repetition_detected'), checked after the length "
+           "limits", f"{DOC}#stop-conditions")
+def test_repetition_stops_the_request():
+    """Patterns of 2 or 3 tokens, 3 times: 1 2 1 2 1 2 stops on its 6th token."""
+    answers, info = appended(request("a", 4, max_tokens=20, repetition=(3, 2, 3)),
+                             5, 5, 5, 1, 2, 1, 2, 1, 2)
+    assert answers == [False] * 8 + [True], (
+        "5 5 5 is a 1-token pattern, shorter than min_pattern_size 2: no stop; 1 2 1 2 1 2 is a "
+        f"2-token pattern seen 3 times: stop on its last token. check_stop answered {answers}")
+    assert info["status"] is RequestStatus.FINISHED_REPETITION, f"status is {info['status']}"
+    assert info["stop_reason"] == "repetition_detected", (
+        f"stop_reason must be 'repetition_detected', got {info['stop_reason']!r}")
+    answers, info = appended(request("b", 4, max_tokens=6, repetition=(3, 2, 3)),
+                             1, 2, 1, 2, 1, 2)
+    assert answers[-1] is True and info["status"] is RequestStatus.FINISHED_LENGTH_CAPPED, (
+        "the 6th token is both the max_tokens-th and a repetition: the length limit is checked "
+        f"first, so the status is FINISHED_LENGTH_CAPPED; got {info['status']}")
+    answers, _ = appended(request("c", 4, max_tokens=20, repetition=(2, 1, 2)), 4, 4)
+    assert answers == [False, True], (
+        f"min_pattern_size 1, min_count 2: 4 4 stops on the second 4, got {answers}")
+
+
 @graded(2, "update_from_output appends the sampled tokens one by one and stops at the first "
            "stop: the output is trimmed after it, the request is freed and leaves running",
         f"{DOC}#finishing-and-freeing")

@@ -37,8 +37,9 @@ def _grade(argv: list[str]) -> int:
     if args.json:
         # A results.json left by anyone before this run (a submission included) never counts.
         args.json.unlink(missing_ok=True)
+    notes: list[str] = []
     try:
-        lab, results = grade(args.lab, args.impl, chain=args.chain)
+        lab, results = grade(args.lab, args.impl, chain=args.chain, notes=notes)
     except (LabNotFound, GraderError) as exc:
         print(f"grading: {exc}", file=sys.stderr)
         return 2
@@ -46,6 +47,8 @@ def _grade(argv: list[str]) -> int:
 
     if args.json:  # before printing: a broken terminal must not cost the results
         write_results_json(lab, results, args.json, time.monotonic() - started)
+    for note in notes:  # before the table: what the rows below are measured against
+        print(note, file=sys.stderr if args.quiet else sys.stdout)
     if args.quiet:
         score, total = totals(results)
         print(f"score: {score} / {total}")
@@ -54,12 +57,24 @@ def _grade(argv: list[str]) -> int:
     return 0
 
 
+#: What ``make list``'s tags mean: what the lab's make target installs before grading.
+REQUIRES = {
+    "core": "numpy, pytest, hypothesis, rich: quick to install, any laptop",
+    "torch": "also torch (CPU build) and triton; the kernels run in Triton's interpreter "
+             "without a GPU",
+    "model": "also transformers, gguf and the SmolLM2-135M checkpoint (93 MB), for the real model",
+}
+
+
 def _list(_: list[str]) -> int:
     written = {lab.id: lab for lab in available_labs()}
     for lab_id, slug in PLANNED_LABS.items():
         lab = written.get(lab_id)
         state = f"{lab.title} [{lab.requires}]" if lab else "not written yet"
         print(f"{lab_id}-{slug:24s} {state}")
+    print("\n[tag]: what `make lab-NN` installs into .venv before it grades:")
+    for tag, meaning in REQUIRES.items():
+        print(f"  [{tag}] {meaning}")
     return 0
 
 

@@ -18,9 +18,9 @@ import ast
 import contextlib
 import ctypes
 import os
+import re
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,20 @@ import pytest
 
 from grading import protocol
 from grading.labs import load_lab
+from grading.messages import (
+    clean_assertion,
+    exception_only,
+    first_failure,
+    short_reprs,
+    steps_block,
+)
 from grading.remote import LearnerError, LearnerFault
 from grading.sandbox import Staging
 from grading.suite import IMPL_ENV, SESSION, load_impl
 
 PR_SET_DUMPABLE = 4
+#: A message's length limit: enough for a message and a dozen shrunk steps.
+MAX_MESSAGE = 2500
 
 
 def harden_process() -> None:
@@ -58,13 +67,40 @@ def _graded_marker(item: pytest.Item) -> dict[str, Any] | None:
     return dict(marker.kwargs) if marker else None
 
 
+def _statement(exc: BaseException) -> str | None:
+    """The source of the statement that raised ``exc`` (a failed ``assert`` in the suite)."""
+    try:
+        entry = pytest.ExceptionInfo.from_exception(exc).traceback[-1]
+        return str(entry.statement)
+    except Exception:  # no traceback, no source: the message alone must do
+        return None
+
+
+def _did_not_raise(exc: BaseException) -> str | None:
+    """pytest.raises' "DID NOT RAISE <class 'ValueError'>" in the learner's terms."""
+    text = str(exc)
+    if type(exc).__name__ != "Failed" or not text.startswith("DID NOT RAISE"):
+        return None
+    names = re.findall(r"(?:<class ')?(?:\w+\.)*(\w+(?:Error|Exception|Warning))", text)
+    wanted = " or ".join(dict.fromkeys(names)) or "an exception"
+    return f"your code returned normally where it must raise {wanted}"
+
+
 def _describe(exc: BaseException) -> str:
-    """One readable paragraph: the exception and, for the learner's, where it was raised."""
-    if isinstance(exc, LearnerError):
-        return protocol.clip(getattr(exc, "display", str(exc)))
-    if isinstance(exc, LearnerFault):
-        return protocol.clip(str(exc))
-    return protocol.clip("".join(traceback.format_exception_only(type(exc), exc)).strip())
+    """One readable paragraph: what the test says broke and, for the learner's exception,
+    where it was raised; for a Hypothesis failure, the first one and its shortest steps
+    (``grading/messages.py`` says what noise is left out and why)."""
+    shown, others = first_failure(exc)
+    if isinstance(shown, LearnerError):
+        text = getattr(shown, "display", str(shown))
+    elif isinstance(shown, LearnerFault):
+        text = str(shown)
+    elif isinstance(shown, AssertionError):
+        text = clean_assertion(str(shown), _statement(shown)) or "AssertionError"
+    else:
+        text = _did_not_raise(shown) or exception_only(shown)
+    steps = steps_block(shown, others)
+    return protocol.clip(short_reprs(text) + (f"\n{steps}" if steps else ""), MAX_MESSAGE)
 
 
 class Reporter:
@@ -81,7 +117,7 @@ class Reporter:
         report = (yield).get_result()
         if call.excinfo is None or report.passed:
             return
-        exc = call.excinfo.value
+        exc, _ = first_failure(call.excinfo.value)
         if report.skipped:
             self._record(item.nodeid, "skipped", str(getattr(exc, "msg", exc)))
         elif isinstance(exc, LearnerFault):
@@ -90,7 +126,7 @@ class Reporter:
             self._record(item.nodeid, "not_started", protocol.clip(str(exc)))
         else:
             outcome = "failed" if call.when == "call" else "error"
-            self._record(item.nodeid, outcome, _describe(exc))
+            self._record(item.nodeid, outcome, _describe(call.excinfo.value))
 
     def _record(self, nodeid: str, outcome: str, message: str) -> None:
         if nodeid not in self._outcome:  # the first failing phase tells the story

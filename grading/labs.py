@@ -51,6 +51,10 @@ class Lab:
     provides: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     #: ``generated`` (from the solution) or ``hand`` (a quiz's answer sheet, never generated).
     stub: str = "generated"
+    #: Test files (or node-id prefixes, ``test_x.py::test_y``) in the order the guide teaches
+    #: them: the grader runs and prints tests in this order, so that the test of what is
+    #: written first (the free queue) comes before the tests that build on it (the pool).
+    order: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -112,7 +116,21 @@ def load_lab(name: str) -> Lab:
         tasks=raw.get("tasks", {}),
         provides=raw.get("provides", {}),
         stub=raw.get("stub", "generated"),
+        order=tuple(raw.get("order", ())),
     )
+
+
+def order_key(lab: Lab, nodeid: str) -> int:
+    """Where a test comes in ``lab.order``: the first entry its node id matches (a file name,
+    or a ``file::test`` prefix); tests matching none come last, in collection order."""
+    path, _, name = nodeid.partition("::")
+    filename = path.rsplit("/", 1)[-1]
+    for i, entry in enumerate(lab.order):
+        file_part, _, test_part = entry.partition("::")
+        if file_part == filename and (not test_part or name == test_part
+                                      or name.startswith(test_part + "[")):
+            return i
+    return len(lab.order)
 
 
 def available_labs() -> list[Lab]:

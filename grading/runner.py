@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from grading import protocol
-from grading.labs import REPO_ROOT, Lab, load_lab
+from grading.labs import REPO_ROOT, Lab, load_lab, order_key
 from grading.protocol import TestInfo, TestResult
 from grading.sandbox import stage
 from grading.suite import IMPL_ENV
@@ -198,7 +198,10 @@ class SuiteRunner:
         if event["ungraded"]:
             raise GraderError(f"tests without a @graded marker: {event['ungraded']}")
         keys = TestInfo.__dataclass_fields__
-        return [TestInfo(**{k: v for k, v in t.items() if k in keys}) for t in event["tests"]]
+        tests = [TestInfo(**{k: v for k, v in t.items() if k in keys}) for t in event["tests"]]
+        # The guide's order (lab.json's "order"; sorted() is stable): the test of what is
+        # written first runs and prints first, so a cascade shows its cause at the top.
+        return sorted(tests, key=lambda t: order_key(self.lab, t.nodeid))
 
     def preflight(self) -> tuple[str, str]:
         modules = [f.removesuffix(".py") for f in self.lab.files]
@@ -297,26 +300,88 @@ def _exit_text(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def chain_for(lab: Lab) -> list[tuple[Path, str, dict]]:
-    """The learner's earlier labs that provide symbols, in course order, for ``--chain``."""
+def unfinished_tasks(lab: Lab, folder: Path, filename: str) -> list[str]:
+    """The tasks of ``lab`` in ``folder/filename`` that still raise ``NotImplementedError``.
+
+    Read from the file's syntax tree (the grader never imports learner code): a task is
+    unfinished when its function is missing or its body (after the docstring) starts with
+    ``raise NotImplementedError``, as the stub's does. A file that does not parse counts as
+    unfinished as a whole.
+    """
+    import ast
+
+    from grading.stubs import StubError, _find_function
+
+    try:
+        tree = ast.parse((folder / filename).read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return ["(the file does not parse)"]
+    unfinished = []
+    for qualname in lab.tasks.get(filename, {}):
+        try:
+            body = _find_function(tree, qualname).body
+        except StubError:
+            unfinished.append(qualname)
+            continue
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]
+        first = body[0] if body else None
+        if isinstance(first, ast.Raise) and first.exc is not None:
+            target = first.exc.func if isinstance(first.exc, ast.Call) else first.exc
+            if isinstance(target, ast.Name) and target.id == "NotImplementedError":
+                unfinished.append(qualname)
+    return unfinished
+
+
+def plan_chain(lab: Lab) -> tuple[list[tuple[Path, str, dict]], list[str]]:
+    """The learner's earlier labs that provide symbols, in course order, for ``--chain``, and
+    a note for each earlier file left out.
+
+    An earlier lab's file is used only when all of its tasks are written: a file with a task
+    still raising ``NotImplementedError`` would make every test of this lab fail on it (all
+    rows NOT STARTED, each blaming the earlier lab). That file is left out, so the reference
+    stands in for it, and the note says so before the table.
+    """
     from grading.labs import available_labs
 
-    chain = []
+    chain, notes = [], []
     for earlier in available_labs():
         if earlier.kind != "lab" or earlier.number >= lab.number:
             continue
         for filename, provides in earlier.provides.items():
-            if (earlier.stub_dir / filename).exists():
-                chain.append((earlier.stub_dir, filename, provides))
-    return chain
+            if not (earlier.stub_dir / filename).exists():
+                continue
+            todo = unfinished_tasks(earlier, earlier.stub_dir, filename)
+            if todo:
+                shown = ", ".join(todo[:3]) + (f" and {len(todo) - 3} more" if len(todo) > 3
+                                                else "")
+                state = "NOT STARTED" if len(todo) == len(earlier.tasks.get(filename, {})) \
+                    else "unfinished"
+                notes.append(f"--chain: {earlier.id} is {state} in labs/{earlier.dirname}/"
+                             f"{filename} ({shown}): {lab.id} uses the reference for it instead")
+                continue
+            chain.append((earlier.stub_dir, filename, provides))
+    return chain, notes
+
+
+def chain_for(lab: Lab) -> list[tuple[Path, str, dict]]:
+    """The earlier labs ``--chain`` grades with (:func:`plan_chain`, without its notes)."""
+    return plan_chain(lab)[0]
 
 
 def grade(lab_name: str, impl: Path | None = None, *, chain: bool = False,
-          on_result: Callable[[TestResult], None] | None = None) -> tuple[Lab, list[TestResult]]:
+          on_result: Callable[[TestResult], None] | None = None,
+          notes: list[str] | None = None) -> tuple[Lab, list[TestResult]]:
+    """Grade ``impl`` (default: the lab's folder in ``labs/``). With ``chain``, the learner's
+    finished earlier labs stand in for the reference; ``notes`` receives what the learner
+    should know first (an earlier lab left out of the chain)."""
     lab = load_lab(lab_name)
     folder = impl or lab.stub_dir
     if not folder.is_dir():
         raise GraderError(f"{folder} is not a folder holding {', '.join(lab.files)}")
-    runner = SuiteRunner(lab, folder, chain_for(lab) if chain else None, on_result=on_result)
+    chained, chain_notes = plan_chain(lab) if chain else (None, [])
+    if notes is not None:
+        notes.extend(chain_notes)
+    runner = SuiteRunner(lab, folder, chained, on_result=on_result)
     tests = runner.collect()
     return lab, runner.run(tests)

@@ -4,8 +4,8 @@
 
 The file of lab-06. In ``solutions/`` every function is a copy of the reference,
 ``mini_vllm/attention/paged_attention_numpy.py``, kept identical by ``tests/test_lab_sync.py``; in
-``labs/`` the five functions you write raise ``NotImplementedError`` and the rest (the validation
-helpers and ``dense_attention``) is given.
+``labs/`` the eight functions you write raise ``NotImplementedError`` and the rest (the
+validation helpers and ``dense_attention``) is given.
 
 The cache is one pool of blocks, ``key_cache[num_blocks, block_size, num_kv_heads, head_dim]`` (and
 ``value_cache`` alike), and a sequence's *block table* lists the physical blocks holding its
@@ -15,6 +15,12 @@ to them and skips padding (slot ``-1``). Reading goes the other way: ``_gather_s
 a sequence's first ``seq_len`` rows through its table, and ``paged_attention_decode`` /
 ``paged_attention_prefill`` attend to them with ``dense_attention``, the plain softmax attention
 every paged path must equal (to 1e-12 in float64).
+
+Part 3 computes decode the way a GPU kernel spreads one long sequence over many programs
+(split-K, "flash-decoding", lab-04): ``attend_split`` attends to one piece of a sequence's keys
+and returns its output normalised by the piece's own softmax sum with the log-sum-exp of its
+scores; ``merge_splits`` combines the pieces exactly; ``paged_attention_decode_split_k`` does
+both for a batch.
 
 Shapes (vLLM's flash layout)::
 
@@ -31,9 +37,12 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "attend_split",
     "compute_slot_mapping",
     "dense_attention",
+    "merge_splits",
     "paged_attention_decode",
+    "paged_attention_decode_split_k",
     "paged_attention_prefill",
     "reshape_and_cache",
 ]
@@ -236,6 +245,94 @@ def paged_attention_decode(
     raise NotImplementedError(
         "lab-06: paged_attention_decode — one query per sequence attends to its seq_lens[i] "
         "cached tokens"
+    )
+
+
+def attend_split(
+    query: np.ndarray, key: np.ndarray, value: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """One decode query's attention over one contiguous piece of its keys, and that piece's
+    log-sum-exp: what one split of a split-K ("flash-decoding") kernel produces.
+
+    The partial output is normalised by the piece's *own* softmax sum, ``sum_t p_t v_t / sum_t
+    p_t`` over the piece's tokens ``t``, and ``lse = log(sum_t exp(s_t))`` of its scaled scores
+    ``s_t = scale * q . k_t``. Computed as ``m + log(sum_t exp(s_t - m))`` with ``m`` the
+    piece's largest score, so that large scores do not overflow. Together, the two say
+    everything :func:`merge_splits` needs to rebuild the softmax over all keys exactly.
+
+    A piece of no keys (the last splits of a short sequence) gives a zero output and
+    ``lse = -inf``: it has no weight in the merge. Lab-04's Triton kernel writes the same two
+    things per split, in base 2 (``m + log2(l)``).
+
+    Args:
+        query: ``[num_heads, head_dim]``, one token's query.
+        key, value: ``[n, num_kv_heads, head_dim]``, the piece's keys (``n >= 0``);
+            ``num_heads % num_kv_heads == 0``.
+        scale: softmax scale.
+
+    Returns:
+        ``(partial [num_heads, head_dim], lse [num_heads])``, in the compute dtype (float64
+        for float64 inputs, float32 otherwise).
+    """
+    raise NotImplementedError(
+        "lab-06: attend_split — one query over one piece of keys: output normalised by the "
+        "piece's own sum, and its log-sum-exp"
+    )
+
+
+def merge_splits(partial: np.ndarray, lse: np.ndarray) -> np.ndarray:
+    """Merge the splits of one decode query into the softmax over all its keys, exactly.
+
+    Split ``i`` attended to its own keys with weights ``exp(s_t - lse_i)``; over all keys the
+    weights are ``exp(s_t - LSE)`` with ``LSE = log(sum_i exp(lse_i))``. So the full output is
+    ``sum_i w_i * partial_i`` with ``w_i = exp(lse_i - LSE)``: a softmax over the splits' lse.
+    It is computed as ``exp(lse_i - max_j lse_j)`` normalised, so that an lse of several
+    hundred does not overflow; a split with ``lse = -inf`` (no keys) gets weight 0, whatever
+    its partial holds. This is the reduce step of vLLM's ``paged_attention_v2`` and of lab-04's
+    ``_merge_splits_kernel``.
+
+    Args:
+        partial: ``[num_splits, num_heads, head_dim]``, each split's normalised output.
+        lse: ``[num_splits, num_heads]``; at least one split per head is finite.
+
+    Returns:
+        ``[num_heads, head_dim]`` in ``partial``'s dtype.
+    """
+    raise NotImplementedError(
+        "lab-06: merge_splits — weight each split by exp(lse_i - max lse), normalised; empty "
+        "splits (lse -inf) weigh 0"
+    )
+
+
+def paged_attention_decode_split_k(
+    query: np.ndarray,
+    key_cache: np.ndarray,
+    value_cache: np.ndarray,
+    block_tables: np.ndarray,
+    seq_lens: np.ndarray,
+    scale: float,
+    num_splits: int,
+) -> np.ndarray:
+    """:func:`paged_attention_decode`, computed the way a split-K GPU kernel does.
+
+    Each sequence's ``seq_len`` tokens are cut into ``num_splits`` contiguous ranges of
+    ``cdiv(seq_len, num_splits)`` tokens (the last ranges may be short or empty), each range
+    is attended to on its own (:func:`attend_split`), and the pieces are merged
+    (:func:`merge_splits`). The result equals dense attention to rounding, whatever
+    ``num_splits``: on a GPU the splits run in parallel, which is what makes a batch of a few
+    long sequences fast; here they show that the merge is exact.
+
+    Args:
+        query, key_cache, value_cache, block_tables, seq_lens, scale: as in
+            :func:`paged_attention_decode`.
+        num_splits: ranges per sequence (>= 1); more splits than tokens leaves some empty.
+
+    Returns:
+        ``[num_seqs, num_heads, head_dim]`` in ``query``'s dtype.
+    """
+    raise NotImplementedError(
+        "lab-06: paged_attention_decode_split_k — cut each sequence into num_splits ranges of "
+        "cdiv(seq_len, num_splits) tokens, attend, merge"
     )
 
 

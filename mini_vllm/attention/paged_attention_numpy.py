@@ -11,6 +11,12 @@ attention layer does with the cache goes through that indirection:
   are scattered to those slots. Upstream does this with the ``reshape_and_cache_flash`` kernel.
 * **read** (``paged_attention_decode`` / ``paged_attention_prefill``): the keys of a sequence are
   gathered back through its table and attended to exactly as if they were contiguous.
+* **split-K decode** (``attend_split`` + ``merge_splits``, ``paged_attention_decode_split_k``): a
+  sequence's keys are cut into pieces attended to separately, each giving an output normalised by
+  its own softmax sum and its log-sum-exp; merging them by their log-sum-exp is exact. That is
+  how GPU decode kernels spread one long sequence over many programs (upstream's
+  ``paged_attention_v2``, lab-04's Triton kernel), written here so that its arithmetic can be
+  checked against dense attention before it is written in Triton.
 
 This module is deliberately slow and obvious: it gathers, then calls :func:`dense_attention`.
 Because the gathered keys are bit-for-bit the keys that were written, paged attention here equals
@@ -33,9 +39,12 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "attend_split",
     "compute_slot_mapping",
     "dense_attention",
+    "merge_splits",
     "paged_attention_decode",
+    "paged_attention_decode_split_k",
     "paged_attention_prefill",
     "reshape_and_cache",
 ]
@@ -313,6 +322,145 @@ def paged_attention_decode(
     for i in range(num_seqs):
         k, v = _gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))
         out[i] = dense_attention(query[i : i + 1], k, v, scale)[0]
+    return out
+
+
+def attend_split(
+    query: np.ndarray, key: np.ndarray, value: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """One decode query's attention over one contiguous piece of its keys, and that piece's
+    log-sum-exp: what one split of a split-K ("flash-decoding") kernel produces.
+
+    The partial output is normalised by the piece's *own* softmax sum, ``sum_t p_t v_t / sum_t
+    p_t`` over the piece's tokens ``t``, and ``lse = log(sum_t exp(s_t))`` of its scaled scores
+    ``s_t = scale * q . k_t``. Computed as ``m + log(sum_t exp(s_t - m))`` with ``m`` the
+    piece's largest score, so that large scores do not overflow. Together, the two say
+    everything :func:`merge_splits` needs to rebuild the softmax over all keys exactly.
+
+    A piece of no keys (the last splits of a short sequence) gives a zero output and
+    ``lse = -inf``: it has no weight in the merge. Lab-04's Triton kernel writes the same two
+    things per split, in base 2 (``m + log2(l)``).
+
+    Args:
+        query: ``[num_heads, head_dim]``, one token's query.
+        key, value: ``[n, num_kv_heads, head_dim]``, the piece's keys (``n >= 0``);
+            ``num_heads % num_kv_heads == 0``.
+        scale: softmax scale.
+
+    Returns:
+        ``(partial [num_heads, head_dim], lse [num_heads])``, in the compute dtype (float64
+        for float64 inputs, float32 otherwise).
+    """
+    if query.ndim != 2 or key.ndim != 3 or key.shape != value.shape:
+        raise ValueError(
+            "query must be [num_heads, head_dim] and key, value [n, num_kv_heads, head_dim], "
+            f"got {query.shape}, {key.shape}, {value.shape}"
+        )
+    num_heads, head_dim = query.shape
+    n, num_kv_heads, kv_head_dim = key.shape
+    if kv_head_dim != head_dim:
+        raise ValueError(f"query head_dim {head_dim} differs from key head_dim {kv_head_dim}")
+    group = _check_gqa(num_heads, num_kv_heads)
+    dtype = _compute_dtype(query, key, value)
+    if n == 0:
+        return np.zeros((num_heads, head_dim), dtype), np.full(num_heads, -np.inf, dtype)
+    q = query.astype(dtype, copy=False).reshape(num_kv_heads, group, head_dim)
+    scores = np.einsum("hgd,shd->hgs", q, key.astype(dtype, copy=False)) * dtype.type(scale)
+    m = scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores - m)
+    total = p.sum(axis=-1, keepdims=True)
+    partial = np.einsum("hgs,shd->hgd", p / total, value.astype(dtype, copy=False))
+    lse = (m + np.log(total))[..., 0]
+    return partial.reshape(num_heads, head_dim), lse.reshape(num_heads)
+
+
+def merge_splits(partial: np.ndarray, lse: np.ndarray) -> np.ndarray:
+    """Merge the splits of one decode query into the softmax over all its keys, exactly.
+
+    Split ``i`` attended to its own keys with weights ``exp(s_t - lse_i)``; over all keys the
+    weights are ``exp(s_t - LSE)`` with ``LSE = log(sum_i exp(lse_i))``. So the full output is
+    ``sum_i w_i * partial_i`` with ``w_i = exp(lse_i - LSE)``: a softmax over the splits' lse.
+    It is computed as ``exp(lse_i - max_j lse_j)`` normalised, so that an lse of several
+    hundred does not overflow; a split with ``lse = -inf`` (no keys) gets weight 0, whatever
+    its partial holds. This is the reduce step of vLLM's ``paged_attention_v2`` and of lab-04's
+    ``_merge_splits_kernel``.
+
+    Args:
+        partial: ``[num_splits, num_heads, head_dim]``, each split's normalised output.
+        lse: ``[num_splits, num_heads]``; at least one split per head is finite.
+
+    Returns:
+        ``[num_heads, head_dim]`` in ``partial``'s dtype.
+    """
+    if partial.ndim != 3 or lse.shape != partial.shape[:2]:
+        raise ValueError(
+            "partial must be [num_splits, num_heads, head_dim] and lse [num_splits, num_heads], "
+            f"got {partial.shape} and {lse.shape}"
+        )
+    if partial.shape[0] == 0 or not np.isfinite(lse.max(axis=0)).all():
+        raise ValueError("every head needs at least one split with keys (a finite lse)")
+    top = lse.max(axis=0, keepdims=True)
+    weights = np.exp(lse - top)  # exp(-inf) = 0: an empty split has no weight
+    weights /= weights.sum(axis=0, keepdims=True)
+    kept = np.where(np.isfinite(lse)[..., None], partial, 0.0)  # 0 * garbage must stay 0
+    return np.einsum("sh,shd->hd", weights, kept).astype(partial.dtype, copy=False)
+
+
+def paged_attention_decode_split_k(
+    query: np.ndarray,
+    key_cache: np.ndarray,
+    value_cache: np.ndarray,
+    block_tables: np.ndarray,
+    seq_lens: np.ndarray,
+    scale: float,
+    num_splits: int,
+) -> np.ndarray:
+    """:func:`paged_attention_decode`, computed the way a split-K GPU kernel does.
+
+    Each sequence's ``seq_len`` tokens are cut into ``num_splits`` contiguous ranges of
+    ``cdiv(seq_len, num_splits)`` tokens (the last ranges may be short or empty), each range
+    is attended to on its own (:func:`attend_split`), and the pieces are merged
+    (:func:`merge_splits`). The result equals dense attention to rounding, whatever
+    ``num_splits``: on a GPU the splits run in parallel, which is what makes a batch of a few
+    long sequences fast; here they show that the merge is exact.
+
+    Args:
+        query, key_cache, value_cache, block_tables, seq_lens, scale: as in
+            :func:`paged_attention_decode`.
+        num_splits: ranges per sequence (>= 1); more splits than tokens leaves some empty.
+
+    Returns:
+        ``[num_seqs, num_heads, head_dim]`` in ``query``'s dtype.
+    """
+    _, _, num_kv_heads, head_dim = _check_cache(key_cache, value_cache)
+    if query.ndim != 3:
+        raise ValueError(f"query must be [num_seqs, num_heads, head_dim], got {query.shape}")
+    num_seqs, num_heads, q_head_dim = query.shape
+    if q_head_dim != head_dim:
+        raise ValueError(f"query head_dim {q_head_dim} differs from the cache's {head_dim}")
+    _check_gqa(num_heads, num_kv_heads)
+    if int(num_splits) < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    num_splits = int(num_splits)
+    block_tables = np.asarray(block_tables)
+    seq_lens = np.asarray(seq_lens)
+    if block_tables.ndim != 2 or block_tables.shape[0] != num_seqs:
+        raise ValueError(
+            f"block_tables must be [num_seqs={num_seqs}, max_blocks], got {block_tables.shape}"
+        )
+    if seq_lens.shape != (num_seqs,):
+        raise ValueError(f"seq_lens must be [num_seqs={num_seqs}], got {seq_lens.shape}")
+    out = np.empty_like(query)
+    for i in range(num_seqs):
+        seq_len = int(seq_lens[i])
+        k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)
+        per_split = _cdiv(seq_len, num_splits)
+        pieces = [attend_split(query[i], k[j * per_split : (j + 1) * per_split],
+                               v[j * per_split : (j + 1) * per_split], scale)
+                  for j in range(num_splits)]
+        partial = np.stack([p for p, _ in pieces])
+        lse = np.stack([m for _, m in pieces])
+        out[i] = merge_splits(partial, lse)
     return out
 
 

@@ -156,7 +156,8 @@ class BlockPool:
         num_gpu_blocks: Number of pages in the KV cache, including the null block.
         enable_caching: Whether full blocks are kept in the prefix cache after being freed.
         hash_block_size: Number of tokens per hashed block (``request.block_hashes`` granularity).
-        enable_kv_cache_events: Must be False: KV cache events are not implemented.
+        enable_kv_cache_events: KV cache events are not implemented in mini-vLLM: ``True``
+            raises ``NotImplementedError`` (upstream publishes them to external routers).
         metrics_collector: Optional residency-metrics hooks, see :class:`KVCacheMetricsCollector`.
     """
 
@@ -168,6 +169,24 @@ class BlockPool:
         enable_kv_cache_events: bool = False,
         metrics_collector: KVCacheMetricsCollector | None = None,
     ) -> None:
+        """Make the blocks, the free queue and the prefix-cache map; reserve block 0.
+
+        The other methods read these attributes, under upstream's names, so keep them:
+
+        * ``num_gpu_blocks``, ``enable_caching``, ``hash_block_size``: the arguments;
+        * ``blocks``: every ``KVCacheBlock``, ``blocks[i].block_id == i``;
+        * ``free_block_queue``: a ``FreeKVCacheBlockQueue`` of all blocks, in id order, at
+          first;
+        * ``cached_block_hash_to_block``: an empty ``BlockHashToBlockMap``;
+        * ``null_block``: block 0, popped from the free queue, with ``is_null = True``;
+        * ``enable_kv_cache_events`` and ``metrics_collector``: the arguments
+          (``get_new_blocks``, ``touch`` and eviction call the collector's hooks unless it is
+          None).
+
+        Raises:
+            ValueError: if ``num_gpu_blocks`` is not an int >= 1 or ``hash_block_size`` < 1.
+            NotImplementedError: if ``enable_kv_cache_events`` is True.
+        """
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
             raise ValueError(
                 f"num_gpu_blocks must be a positive int (block 0 is the null block), "

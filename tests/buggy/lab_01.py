@@ -277,6 +277,22 @@ MUTANTS = [
             "(ref_cnt > 0): a block in use can be handed out again (I1)",
     ),
     Mutant(
+        name="free_zeroes_ref_cnt",
+        file=FILE,
+        find="""
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                newly_free.append(block)
+        """,
+        replace="""
+            block.ref_cnt = 0
+            newly_free.append(block)
+        """,
+        why="free_blocks sets ref_cnt to 0 instead of dropping one reference: a block that "
+            "another request still holds (a shared prefix, ref_cnt 2) is queued again and can "
+            "be handed out while in use (I1)",
+    ),
+    Mutant(
         name="free_appends_in_reverse",
         file=FILE,
         find="self.free_block_queue.append_n(newly_free)",

@@ -114,8 +114,8 @@ MUTANTS = [
     Mutant(
         name="decode_forgets_the_new_token",
         file=FILE,
-        find="int(seq_lens[i])",
-        replace="int(seq_lens[i]) - 1",
+        find="block_tables[i], int(seq_lens[i]))",
+        replace="block_tables[i], int(seq_lens[i]) - 1)",
         why="treats seq_lens as the tokens BEFORE the new one: the new token's own key, already "
             "written, is left out",
     ),
@@ -184,8 +184,16 @@ MUTANTS = [
     Mutant(
         name="decode_output_buffer_float64",
         file=FILE,
-        find="out = np.empty_like(query)",
-        replace="out = np.zeros(query.shape)",
+        find="""
+            out = np.empty_like(query)
+            for i in range(num_seqs):
+                k, v = _gather_sequence(
+        """,
+        replace="""
+            out = np.zeros(query.shape)
+            for i in range(num_seqs):
+                k, v = _gather_sequence(
+        """,
         why="decode's output buffer is made with np.zeros(shape), float64 whatever the query's "
             "dtype: float32 (or float16) inputs come back in double precision",
     ),
@@ -204,6 +212,81 @@ MUTANTS = [
         """,
         why="prefill fills an output buffer made with np.zeros(shape): a float32 chunk comes "
             "back as float64, unlike decode's output",
+    ),
+    # -- part 3: split-K decode ---------------------------------------------------------------
+    Mutant(
+        name="split_lse_without_the_max",
+        file=FILE,
+        find="lse = (m + np.log(total))[..., 0]",
+        replace="lse = np.log(total)[..., 0]",
+        why="attend_split returns log(sum exp(s - m)), forgetting to add the max m back: every "
+            "split's lse is off by its own max, so the merge weighs the splits wrongly",
+    ),
+    Mutant(
+        name="split_lse_of_unscaled_scores",
+        file=FILE,
+        find="""
+            m = scores.max(axis=-1, keepdims=True)
+            p = np.exp(scores - m)
+        """,
+        replace="""
+            m = scores.max(axis=-1, keepdims=True)
+            p = np.exp(scores - m)
+            m = m / dtype.type(scale)
+        """,
+        why="the lse is taken of the raw dot products q . k, without the scale that the "
+            "softmax used: the partial output is right, the merge weights are not",
+    ),
+    Mutant(
+        name="split_not_normalised",
+        file=FILE,
+        find='partial = np.einsum("hgs,shd->hgd", p / total, value.astype(dtype, copy=False))',
+        replace='partial = np.einsum("hgs,shd->hgd", p, value.astype(dtype, copy=False))',
+        why="attend_split returns the unnormalised accumulator sum exp(s - m) v instead of "
+            "dividing by the piece's own sum, while the merge assumes normalised pieces",
+    ),
+    Mutant(
+        name="empty_split_is_nan",
+        file=FILE,
+        find="""
+            if n == 0:
+                return np.zeros((num_heads, head_dim), dtype), np.full(num_heads, -np.inf, dtype)
+        """,
+        replace="",
+        why="no special case for a piece without keys: its max is taken of nothing (an error) "
+            "or its sum is 0 and the output 0 / 0 = nan",
+    ),
+    Mutant(
+        name="merge_without_subtracting_the_max",
+        file=FILE,
+        find="weights = np.exp(lse - top)  # exp(-inf) = 0: an empty split has no weight",
+        replace="weights = np.exp(lse)",
+        why="the merge weighs the splits by exp(lse) directly: an lse of a few hundred overflows "
+            "to inf and the result is nan",
+    ),
+    Mutant(
+        name="merge_averages_the_splits",
+        file=FILE,
+        find="weights = np.exp(lse - top)  # exp(-inf) = 0: an empty split has no weight",
+        replace="weights = np.isfinite(lse).astype(partial.dtype)",
+        why="the merge averages the non-empty splits' outputs, as if each held the same share "
+            "of the softmax mass: right only when every split has the same lse",
+    ),
+    Mutant(
+        name="merge_trusts_empty_partials",
+        file=FILE,
+        find="kept = np.where(np.isfinite(lse)[..., None], partial, 0.0)  # 0 * garbage must stay 0",
+        replace="kept = partial",
+        why="the merge multiplies an empty split's partial by its weight 0 without masking it: "
+            "garbage like 1e30 (or nan) in an unwritten partial poisons the result",
+    ),
+    Mutant(
+        name="split_k_drops_the_remainder",
+        file=FILE,
+        find="per_split = _cdiv(seq_len, num_splits)",
+        replace="per_split = max(1, seq_len // num_splits)",
+        why="ranges of seq_len // num_splits tokens: the last seq_len % num_splits tokens are "
+            "in no split, so the newest tokens are never attended to",
     ),
     Mutant(
         name="gather_one_block_too_many",

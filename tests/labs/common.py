@@ -77,8 +77,31 @@ def run_machine(machine: type, settings: Any = STATEFUL_SETTINGS, margin: float 
     quick = type(settings)(settings, phases=[p for p in settings.phases if p != Phase.explain])
     try:
         run_state_machine_as_test(machine, settings=quick)
+    except BaseException as exc:
+        _drop_invariant_steps(exc, _invariant_names(machine))
+        raise
     finally:
         engine.MAX_SHRINKING_SECONDS = saved
+
+
+def _invariant_names(machine: type) -> set[str]:
+    """The machine's ``@invariant`` methods: checks that run after every step, not steps."""
+    from hypothesis.stateful import INVARIANT_MARKER
+
+    return {name for name in dir(machine)
+            if getattr(getattr(machine, name, None), INVARIANT_MARKER, None) is not None}
+
+
+def _drop_invariant_steps(exc: BaseException, names: set[str]) -> None:
+    """Hypothesis lists each invariant check among a failing run's steps (``state.check()``);
+    the learner replays the rules, so the checks are left out (``grading/messages.py`` makes
+    the rest compact)."""
+    for inner in [exc, *(getattr(exc, "exceptions", None) or ())]:
+        notes = getattr(inner, "__notes__", None)
+        if isinstance(notes, list):
+            inner.__notes__ = [n for n in notes if not (
+                isinstance(n, str) and n.startswith("state.")
+                and n.removeprefix("state.").removesuffix("()") in names)]
 
 
 # -- reading values ----------------------------------------------------------------------------

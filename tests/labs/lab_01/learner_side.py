@@ -48,12 +48,6 @@ def make_queue_bench(n: int) -> Any:
 
 
 # -- running a batch the judge dictates -------------------------------------------------------
-def set_ref_cnts(blocks: list[Any], values: list[int]) -> None:
-    """``block.ref_cnt = value`` for each pair: another holder shares the block."""
-    for block, value in zip(blocks, values, strict=True):
-        block.ref_cnt = value
-
-
 def run_queue_ops(bench: Any, ops: list[list[Any]]) -> list[Any]:
     """Run ``ops`` on ``bench.queue``; blocks are named by their index in ``bench.blocks``.
 

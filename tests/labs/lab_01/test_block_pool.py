@@ -79,12 +79,18 @@ def test_get_new_blocks_pops_from_the_front():
     got = pool.get_new_blocks(3)
     assert ids(got) == [1, 2, 3], f"expected blocks [1, 2, 3] from the front, got {ids(got)}"
     assert [ref(b) for b in got] == [1, 1, 1], "every new block must have ref_cnt == 1"
-    assert check_pool(pool) == [4, 5, 6, 7]
-    assert as_int(pool.get_num_free_blocks(), "get_num_free_blocks()") == 4
+    free = check_pool(pool)
+    assert free == [4, 5, 6, 7], (
+        f"after taking 3 blocks the free queue must be [4, 5, 6, 7], got {free}")
+    count = as_int(pool.get_num_free_blocks(), "get_num_free_blocks()")
+    assert count == 4, f"get_num_free_blocks() after taking 3 of 7 usable blocks is 4, got {count}"
     assert ids(pool.get_new_blocks(0)) == [], "get_new_blocks(0) returns no block"
-    assert ids(pool.get_new_blocks(4)) == [4, 5, 6, 7]
-    assert as_int(pool.get_num_free_blocks(), "get_num_free_blocks()") == 0
-    assert check_pool(pool) == []
+    got = ids(pool.get_new_blocks(4))
+    assert got == [4, 5, 6, 7], f"get_new_blocks(4) must take the rest, [4, 5, 6, 7]: got {got}"
+    count = as_int(pool.get_num_free_blocks(), "get_num_free_blocks()")
+    assert count == 0, f"get_num_free_blocks() of a drained pool is 0, got {count}"
+    free = check_pool(pool)
+    assert free == [], f"a drained pool's free queue is empty, got {free}"
 
 
 @graded(2, "I1: the null block is never handed out, even when every other block is taken",
@@ -141,9 +147,12 @@ def test_shared_block_freed_only_at_zero():
     assert (ref(a), ref(b)) == (1, 0), (
         f"freeing [a (ref_cnt 2), b (ref_cnt 1)] leaves ref_cnts 1 and 0, got {ref(a)} and "
         f"{ref(b)}")
-    assert check_pool(pool) == [3, 4, 2], "only b (ref_cnt 0) may be appended"
+    free = check_pool(pool)
+    assert free == [3, 4, 2], f"only b (ref_cnt 0) may be appended: expected [3, 4, 2], got {free}"
     pool.free_blocks([a])
-    assert check_pool(pool) == [3, 4, 2, 1]
+    free = check_pool(pool)
+    assert free == [3, 4, 2, 1], (
+        f"the last holder's free queues a (block 1): expected [3, 4, 2, 1], got {free}")
 
 
 @graded(2, "Misuse: freeing a block whose ref_cnt is already 0 (double free) raises and "
@@ -157,7 +166,8 @@ def test_double_free_is_an_error():
         pool.free_blocks([a])
     assert str(excinfo.value), "the error must name the block and say what was wrong"
     assert ref(a) == 0, f"a refused double free must leave ref_cnt at 0, got {ref(a)}"
-    assert check_pool(pool) == [3, 4, 1]
+    free = check_pool(pool)
+    assert free == [3, 4, 1], f"after freeing a once the free queue is [3, 4, 1], got {free}"
     # The bad block comes second: the call is refused as a whole, b keeps its references.
     b.ref_cnt = 2  # shared with a second holder
     with pytest.raises(ValueError):
@@ -174,7 +184,8 @@ def test_freeing_the_null_block_is_an_error():
     pool = make_pool(4)
     with pytest.raises(ValueError):
         pool.free_blocks([pool.null_block])
-    assert check_pool(pool) == [1, 2, 3]
+    free = check_pool(pool)
+    assert free == [1, 2, 3], f"a refused free of the null block changes nothing: got {free}"
 
 
 @graded(2, "get_usage is 1 - free / (num_gpu_blocks - 1): the null block is not usable memory "
@@ -220,8 +231,10 @@ class PoolMachine(RuleBasedStateMachine):
     """Random allocations, shared blocks, frees and refused frees, checked against a model.
 
     A *holder* stands for a request: it holds one reference on each of its blocks. ``share``
-    makes a new holder of blocks already held (as a prefix-cache hit does, through ``touch``),
-    so blocks reach ref_cnt 2, 3…; only the last holder's free may queue a block.
+    makes a new holder of blocks already held through ``touch`` (given in lab-01's file), as a
+    prefix-cache hit does, so blocks reach ref_cnt 2, 3…; only the last holder's free may
+    queue a block. ``revive`` touches a free block that was handed out before (a hit on a
+    freed, still-cached block), which takes it out of the middle of the free queue.
     """
 
     N = 10
@@ -255,15 +268,25 @@ class PoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.holders)
     @rule(data=st.data())
     def share(self, data) -> None:
-        group = data.draw(st.sampled_from(self.holders), label="shared from")
+        group = data.draw(st.sampled_from(self.holders), label="holder")
         if not group:
             return
         chosen = data.draw(st.lists(st.sampled_from(group), min_size=1, unique=True),
-                           label="shared blocks")
+                           label="blocks")
         for block_id in chosen:
             self.refs[block_id] += 1
-        self.side.set_ref_cnts([self.blocks[i] for i in chosen], [self.refs[i] for i in chosen])
+        self.pool.touch([self.blocks[i] for i in chosen])
         self.holders.append(chosen)
+
+    @precondition(lambda self: any(i in self.blocks for i in self.model_free))
+    @rule(data=st.data())
+    def revive(self, data) -> None:
+        block_id = data.draw(st.sampled_from([i for i in self.model_free if i in self.blocks]),
+                             label="block")
+        self.pool.touch([self.blocks[block_id]])
+        self.model_free.remove(block_id)
+        self.refs[block_id] = 1
+        self.holders.append([block_id])
 
     @precondition(lambda self: self.holders)
     @rule(data=st.data())
@@ -280,10 +303,10 @@ class PoolMachine(RuleBasedStateMachine):
     def refused_free(self, data) -> None:
         """A free naming a free block (a double free) or the null block changes nothing."""
         free_known = [i for i in self.model_free if i in self.blocks]
-        bad = data.draw(st.sampled_from([0, *free_known]), label="bad block")
+        bad = data.draw(st.sampled_from([0, *free_known]), label="bad_block")
         group = data.draw(st.sampled_from(self.holders), label="holder") if self.holders else []
         call = [self.blocks[i] for i in group]
-        call.insert(data.draw(st.integers(0, len(call)), label="at"),
+        call.insert(data.draw(st.integers(0, len(call)), label="position"),
                     self.null if bad == 0 else self.blocks[bad])
         with pytest.raises(ValueError):
             self.pool.free_blocks(call)

@@ -63,7 +63,8 @@ def test_new_queue_links_blocks_in_order():
 def test_empty_queue():
     """An empty queue is valid and popping from it is an error."""
     _, q = make_queue(0)
-    assert as_int(q.num_free_blocks, "num_free_blocks") == 0
+    count = as_int(q.num_free_blocks, "num_free_blocks")
+    assert count == 0, f"a queue of no blocks has num_free_blocks 0, got {count}"
     assert q.fake_free_list_head.next_free_block is q.fake_free_list_tail, (
         "I2: in an empty queue the head sentinel's next is the tail sentinel")
     assert q.fake_free_list_tail.prev_free_block is q.fake_free_list_head, (
@@ -220,7 +221,7 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model)
     @rule(data=st.data())
     def popleft_n(self, data) -> None:
-        n = data.draw(st.integers(0, len(self.model)))
+        n = data.draw(st.integers(0, len(self.model)), label="n")
         got = int_list(self.side.block_ids(self.q.popleft_n(n)), "the popped blocks' ids")
         want, self.model = self.model[:n], self.model[n:]
         assert got == want, f"popleft_n({n}) returned {got}, expected {want}"
@@ -229,7 +230,7 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model)
     @rule(data=st.data())
     def remove(self, data) -> None:
-        victim = data.draw(st.sampled_from(self.model))
+        victim = data.draw(st.sampled_from(self.model), label="block")
         self.q.remove(self.blocks[victim])
         self.model.remove(victim)
         self.out.append(victim)
@@ -237,15 +238,16 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.out)
     @rule(data=st.data())
     def append(self, data) -> None:
-        idx = data.draw(st.integers(0, len(self.out) - 1))
-        block_id = self.out.pop(idx)
+        block_id = data.draw(st.sampled_from(self.out), label="block")
+        self.out.remove(block_id)
         self.q.append(self.blocks[block_id])
         self.model.append(block_id)
 
     @precondition(lambda self: self.out)
     @rule(data=st.data())
     def append_n(self, data) -> None:
-        chosen = data.draw(st.permutations(self.out))[: data.draw(st.integers(1, len(self.out)))]
+        chosen = data.draw(st.lists(st.sampled_from(self.out), min_size=1, unique=True),
+                           label="blocks")
         for block_id in chosen:
             self.out.remove(block_id)
         self.q.append_n([self.blocks[i] for i in chosen])

@@ -22,18 +22,20 @@ def reserve(alloc, request_id: str, max_len: int, length: int = 1) -> bool:
 def test_contiguous_reserves_max_len_up_front():
     """A request's range is its whole maximum length, reserved once."""
     alloc = frag().ContiguousAllocator(24)
-    assert reserve(alloc, "A", max_len=8, length=4) is True
+    assert reserve(alloc, "A", max_len=8, length=4) is True, (
+        "ensure('A', 4, max_len=8) on an empty memory of 24 slots must return True")
     assert alloc.ranges == {"A": (0, 8)}, (
         f"A reserves max_len = 8 slots at offset 0, expected ranges {{'A': (0, 8)}}, got "
         f"{alloc.ranges}")
     assert alloc.free_ranges == [(8, 16)], f"the rest stays free: {alloc.free_ranges}"
     assert alloc.ensure("A", 8, 8) is True and alloc.ranges["A"] == (0, 8), (
         "a request that already has its range keeps it as it grows")
-    assert reserve(alloc, "B", max_len=16) is True
+    assert reserve(alloc, "B", max_len=16) is True, (
+        "ensure('B', 1, max_len=16) with exactly 16 slots free must return True")
     assert alloc.ranges["B"] == (8, 16) and alloc.free_ranges == [], (
         f"an exact fit uses the whole free range and leaves no empty range: {alloc.free_ranges}")
     assert reserve(alloc, "C", max_len=1) is False, "a full memory refuses"
-    assert "C" not in alloc.ranges
+    assert "C" not in alloc.ranges, f"a refused request gets no range: ranges {alloc.ranges}"
     with pytest.raises(ValueError):
         alloc.ensure("A", 9, 8)
 
@@ -46,17 +48,25 @@ def test_first_fit_and_refusal_despite_enough_free():
     """Holes of 8 and 4 slots: a 4-slot request goes into the first hole; 6 slots fit nowhere."""
     alloc = frag().ContiguousAllocator(24)
     for rid, size in (("A", 8), ("B", 4), ("C", 4), ("D", 8)):
-        assert reserve(alloc, rid, max_len=size)
-    assert alloc.ranges == {"A": (0, 8), "B": (8, 4), "C": (12, 4), "D": (16, 8)}
+        assert reserve(alloc, rid, max_len=size), (
+            f"ensure({rid!r}, 1, max_len={size}) must fit in the free memory")
+    want = {"A": (0, 8), "B": (8, 4), "C": (12, 4), "D": (16, 8)}
+    assert alloc.ranges == want, (
+        f"A, B, C, D placed one after the other: expected ranges {want}, got {alloc.ranges}")
     alloc.free("A")
     alloc.free("C")
-    assert alloc.free_ranges == [(0, 8), (12, 4)]
-    assert reserve(alloc, "E", max_len=4) is True
+    assert alloc.free_ranges == [(0, 8), (12, 4)], (
+        f"after freeing A and C the free ranges are [(0, 8), (12, 4)], got {alloc.free_ranges}")
+    assert reserve(alloc, "E", max_len=4) is True, (
+        "ensure('E', 1, max_len=4) must fit in a free range of 8")
     assert alloc.ranges["E"] == (0, 4), (
         f"first fit puts E (4 slots) at the lowest free range long enough, offset 0, got "
         f"{alloc.ranges['E']} (best fit would pick the 4-slot hole at 12)")
-    assert alloc.free_ranges == [(4, 4), (12, 4)]
-    assert alloc.num_free_tokens() == 8
+    assert alloc.free_ranges == [(4, 4), (12, 4)], (
+        f"E took the front of (0, 8): free ranges [(4, 4), (12, 4)] expected, got "
+        f"{alloc.free_ranges}")
+    free = alloc.num_free_tokens()
+    assert free == 8, f"num_free_tokens() sums the free ranges, 4 + 4 = 8: got {free}"
     assert reserve(alloc, "F", max_len=6) is False, (
         "8 slots are free in total but in two ranges of 4: a 6-slot range cannot be placed "
         "(external fragmentation)")
@@ -71,11 +81,13 @@ def test_free_coalesces_neighbours():
     """Freed ranges merge with both neighbours; memory ends as one range."""
     alloc = frag().ContiguousAllocator(24)
     for rid in "ABCD":
-        assert reserve(alloc, rid, max_len=6)
+        assert reserve(alloc, rid, max_len=6), f"ensure({rid!r}, 1, max_len=6) must fit"
     alloc.free("B")
-    assert alloc.free_ranges == [(6, 6)]
+    assert alloc.free_ranges == [(6, 6)], (
+        f"freeing B (6..12) leaves the free ranges [(6, 6)], got {alloc.free_ranges}")
     alloc.free("D")
-    assert alloc.free_ranges == [(6, 6), (18, 6)]
+    assert alloc.free_ranges == [(6, 6), (18, 6)], (
+        f"freeing D (18..24) leaves [(6, 6), (18, 6)], sorted by start: got {alloc.free_ranges}")
     alloc.free("C")
     assert alloc.free_ranges == [(6, 18)], (
         f"C (12..18) touches the free ranges on both sides: expected [(6, 18)], got "
@@ -96,14 +108,18 @@ def test_paged_holds_whole_blocks_covering_the_tokens():
     alloc = frag().PagedAllocator(16, 4)
     assert [alloc.tokens_to_hold(n, 100) for n in (1, 4, 5, 8, 9)] == [4, 4, 8, 8, 12], (
         "tokens_to_hold rounds the length UP to whole blocks")
-    assert alloc.ensure("A", 5, 100) is True
+    assert alloc.ensure("A", 5, 100) is True, "ensure('A', 5 tokens) on 4 free blocks is True"
     assert alloc.block_tables["A"] == [0, 1], (
         f"5 tokens need 2 blocks of 4, the first two free ones: {alloc.block_tables}")
     assert alloc.ensure("A", 8, 100) is True and alloc.block_tables["A"] == [0, 1], (
         "8 tokens still fit in 2 blocks: no new block")
-    assert alloc.ensure("A", 9, 100) is True and alloc.block_tables["A"] == [0, 1, 2]
-    assert alloc.held("A") == 12 and alloc.num_free_tokens() == 4
-    assert list(alloc.free_block_ids) == [3]
+    assert alloc.ensure("A", 9, 100) is True and alloc.block_tables["A"] == [0, 1, 2], (
+        f"9 tokens need a third block, block 2: block tables {alloc.block_tables}")
+    held, free = alloc.held("A"), alloc.num_free_tokens()
+    assert (held, free) == (12, 4), (
+        f"3 blocks of 4: held('A') is 12 and num_free_tokens() 4, got {held} and {free}")
+    assert list(alloc.free_block_ids) == [3], (
+        f"block 3 is the only free block: free_block_ids {list(alloc.free_block_ids)}")
 
 
 @graded(2, "Paged: ensure is all or nothing: when fewer blocks are free than needed the "
@@ -112,12 +128,16 @@ def test_paged_holds_whole_blocks_covering_the_tokens():
 def test_paged_ensure_is_all_or_nothing():
     """A refused request takes no block; a smaller one still fits."""
     alloc = frag().PagedAllocator(16, 4)
-    assert alloc.ensure("A", 12, 100)
-    assert alloc.ensure("B", 5, 100) is False
+    assert alloc.ensure("A", 12, 100), "ensure('A', 12 tokens) on 4 free blocks of 4 is True"
+    assert alloc.ensure("B", 5, 100) is False, (
+        "ensure('B', 5 tokens) needs 2 blocks and 1 is free: it must return False")
     assert alloc.held("B") == 0 and list(alloc.free_block_ids) == [3], (
         "a refused ensure must not take the one free block")
-    assert alloc.ensure("B", 4, 100) is True and alloc.block_tables["B"] == [3]
-    assert alloc.ensure("A", 13, 100) is False and alloc.block_tables["A"] == [0, 1, 2]
+    assert alloc.ensure("B", 4, 100) is True and alloc.block_tables["B"] == [3], (
+        f"ensure('B', 4 tokens) takes the last free block, 3: block tables {alloc.block_tables}")
+    assert alloc.ensure("A", 13, 100) is False and alloc.block_tables["A"] == [0, 1, 2], (
+        f"no block is free: ensure('A', 13) is False and A keeps [0, 1, 2]: block tables "
+        f"{alloc.block_tables}")
 
 
 @graded(1, "Paged: free returns every block of the request to the back of the free list",
@@ -125,12 +145,14 @@ def test_paged_ensure_is_all_or_nothing():
 def test_paged_free_returns_the_blocks():
     """Freed blocks are handed out again after the blocks that were already free."""
     alloc = frag().PagedAllocator(16, 4)
-    assert alloc.ensure("A", 8, 100)
+    assert alloc.ensure("A", 8, 100), "ensure('A', 8 tokens) on 4 free blocks is True"
     alloc.free("A")
-    assert "A" not in alloc.block_tables
+    assert "A" not in alloc.block_tables, (
+        f"a freed request has no block table: {alloc.block_tables}")
     assert list(alloc.free_block_ids) == [2, 3, 0, 1], (
         f"free lists the blocks after those already free: {list(alloc.free_block_ids)}")
-    assert alloc.num_free_tokens() == 16
+    free = alloc.num_free_tokens()
+    assert free == 16, f"after the free every slot is free again (16): got {free}"
     with pytest.raises(ValueError):
         alloc.free("A")
 
@@ -143,8 +165,8 @@ def test_split_held():
     split = frag().split_held
     assert tuple(split(4, 5, 8)) == (4, 1, 3), "contiguous: 4 tokens, final 5, 8 reserved"
     assert tuple(split(5, 7, 8)) == (5, 2, 1), "paged: 5 tokens in 2 blocks of 4, final 7"
-    assert tuple(split(7, 7, 8)) == (7, 0, 1)
+    assert tuple(split(7, 7, 8)) == (7, 0, 1), "a finished request: 7 used, 1 never filled"
     assert tuple(split(3, 10, 4)) == (3, 1, 0), "one block of 4, the request goes on past it"
-    assert tuple(split(8, 8, 8)) == (8, 0, 0)
+    assert tuple(split(8, 8, 8)) == (8, 0, 0), "a full, finished request: all 8 used"
     with pytest.raises(ValueError):
         split(5, 7, 4)

@@ -48,6 +48,17 @@ def compare_steps(sim, expected) -> None:
         "in which the last request finishes)")
 
 
+def expect_runs(sim, admitted: dict, finished: dict, preemptions: int | None = None) -> None:
+    """The step each request was admitted and finished in, and the number of preemptions."""
+    assert sim.admitted == admitted, (
+        f"the step each request is admitted in: expected {admitted}, got {sim.admitted}")
+    assert sim.finished == finished, (
+        f"the step each request finishes in: expected {finished}, got {sim.finished}")
+    if preemptions is not None:
+        assert sim.num_preemptions == preemptions, (
+            f"num_preemptions: expected {preemptions}, got {sim.num_preemptions}")
+
+
 @graded(4, "Simulation (contiguous): each request reserves max_len at admission; finished "
            "requests free their range for the NEXT step; D waits while 16 slots are free in two "
            "holes of 8", f"{DOC}#worked-example")
@@ -56,9 +67,7 @@ def test_worked_example_contiguous():
     mod = frag()
     sim = run(mod, TRACE, mod.ContiguousAllocator(CAPACITY))
     compare_steps(sim, CONTIGUOUS_STEPS)
-    assert sim.admitted == {"A": 0, "B": 0, "C": 0, "D": 4}
-    assert sim.finished == {"A": 1, "C": 1, "B": 3, "D": 6}
-    assert sim.num_preemptions == 0
+    expect_runs(sim, {"A": 0, "B": 0, "C": 0, "D": 4}, {"A": 1, "C": 1, "B": 3, "D": 6}, 0)
 
 
 @graded(4, "Simulation (paged): requests hold whole blocks for the tokens they have; D is "
@@ -69,9 +78,7 @@ def test_worked_example_paged():
     mod = frag()
     sim = run(mod, TRACE, mod.PagedAllocator(CAPACITY, BLOCK_SIZE))
     compare_steps(sim, PAGED_STEPS)
-    assert sim.admitted == {"A": 0, "B": 0, "C": 0, "D": 1}
-    assert sim.finished == {"A": 1, "C": 1, "B": 3, "D": 3}
-    assert sim.num_preemptions == 0
+    expect_runs(sim, {"A": 0, "B": 0, "C": 0, "D": 1}, {"A": 1, "C": 1, "B": 3, "D": 3}, 0)
 
 
 @graded(2, "Admission is first come, first served: when the request at the head of the queue "
@@ -85,7 +92,8 @@ def test_fcfs_head_of_line_blocking():
     assert sim.admitted == {"A": 0, "B": 3, "C": 3}, (
         f"B must wait for A to finish (step 2) and C must wait behind B: admitted "
         f"{sim.admitted}")
-    assert [s.waiting for s in sim.steps[:3]] == [2, 2, 2]
+    waiting = [s.waiting for s in sim.steps[:3]]
+    assert waiting == [2, 2, 2], f"B and C wait during steps 0-2: waiting per step {waiting}"
     assert sim.steps[0].blocked is None, "8 slots free < the 12 B reserves: not fragmentation"
 
 
@@ -95,10 +103,14 @@ def test_arrivals_and_idle_steps():
     """Nothing arrives before step 2, so steps 0 and 1 are idle."""
     mod = frag()
     sim = run(mod, (("A", 2, 2, 2, None), ("B", 5, 1, 1, None)), mod.PagedAllocator(16, 4))
-    assert sim.admitted == {"A": 2, "B": 5}
-    assert sim.finished == {"A": 3, "B": 5}
-    assert [tuple(s.running) for s in sim.steps] == [(), (), ("A",), ("A",), (), ("B",)]
-    assert sim.steps[0].free_tokens == 16 and sim.steps[0].used_tokens == 0
+    expect_runs(sim, {"A": 2, "B": 5}, {"A": 3, "B": 5})
+    running = [tuple(s.running) for s in sim.steps]
+    assert running == [(), (), ("A",), ("A",), (), ("B",)], (
+        f"steps 0, 1 and 4 are idle but still steps: running per step {running}")
+    first = sim.steps[0]
+    assert first.free_tokens == 16 and first.used_tokens == 0, (
+        f"an idle step 0: 16 tokens free, 0 used; got {first.free_tokens} free, "
+        f"{first.used_tokens} used")
 
 
 @graded(3, "Paged preemption: a running request that cannot get a block preempts the most "
@@ -112,7 +124,7 @@ def test_preemption_newest_first():
     assert [tuple(s.preempted) for s in sim.steps] == [(), ("B",), (), (), (), ()], (
         f"A needs a third block at step 1: B, the newest, is preempted: "
         f"{[tuple(s.preempted) for s in sim.steps]}")
-    assert sim.num_preemptions == 1
+    assert sim.num_preemptions == 1, f"one preemption (B), got {sim.num_preemptions}"
     rows_seen = [(tuple(s.running), s.used_tokens, s.free_tokens, s.waiting) for s in sim.steps]
     assert rows_seen == [
         (("A", "B"), 8, 0, 0),
@@ -122,8 +134,7 @@ def test_preemption_newest_first():
         (("B", "C"), 7, 0, 0),
         (("B",), 6, 2, 0),
     ], f"(running, used, free, waiting) per step: {rows_seen}"
-    assert sim.admitted == {"A": 0, "B": 0, "C": 4}
-    assert sim.finished == {"A": 3, "C": 4, "B": 5}
+    expect_runs(sim, {"A": 0, "B": 0, "C": 4}, {"A": 3, "C": 4, "B": 5}, 1)
 
 
 @graded(1, "simulate rejects traces it cannot run: duplicate ids, a max_len below the final "

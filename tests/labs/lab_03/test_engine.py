@@ -97,7 +97,9 @@ def test_engine_refuses_one_block_short_of_your_minimum(tiny_checkpoint: Path):
     with pytest.raises(ValueError, match="too small"):
         start_engine(tiny_checkpoint, kv_cache_memory_bytes=minimum * block - 1)
     llm = start_engine(tiny_checkpoint, kv_cache_memory_bytes=minimum * block)
-    assert llm.llm_engine.num_gpu_blocks == minimum
+    got = llm.llm_engine.num_gpu_blocks
+    assert got == minimum, (
+        f"a budget of exactly min_num_gpu_blocks ({minimum}) blocks gives {got} blocks")
     prompt = list(range(1, MAX_MODEL_LEN - 8))
     out = llm.generate({"prompt_token_ids": prompt},
                        SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
@@ -147,7 +149,9 @@ def test_gpu_engine_block_count_matches_your_formula(tiny_checkpoint: Path,
                           enforce_eager=True).llm_engine
     assert measured, "the engine did not compute a GPU budget"
     seen_total, seen_util, non_kv = measured[-1]
-    assert seen_total == total and seen_util == utilization
+    assert seen_total == total and seen_util == utilization, (
+        f"the engine measured total {seen_total} at utilization {seen_util}; torch says "
+        f"{total} and the engine was started at {utilization}")
     dtype = str(engine.dtype)  # "torch.bfloat16"
     block = your_block_bytes(m, tiny_checkpoint, dtype)
     budget = whole(m.available_kv_cache_memory(seen_total, seen_util, non_kv),

@@ -183,7 +183,10 @@ def test_touch_revives_from_the_middle():
     blocks = pool.get_new_blocks(3)  # 1 2 3
     pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0)
     pool.free_blocks(list(reversed(blocks)))
-    assert check_pool(pool) == [4, 5, 6, 7, 3, 2, 1]
+    free = check_pool(pool)
+    assert free == [4, 5, 6, 7, 3, 2, 1], (
+        f"blocks 1 2 3 freed in reverse join the back as 3 2 1: expected [4, 5, 6, 7, 3, 2, 1], "
+        f"got {free}")
     pool.touch([blocks[0], blocks[1]])
     assert (ref(blocks[0]), ref(blocks[1])) == (1, 1), "a revived block has ref_cnt 1"
     assert check_pool(pool) == [4, 5, 6, 7, 3], (

@@ -111,8 +111,14 @@ def check_caches(key_cache, value_cache, want_k, want_v, rule: str) -> None:
             slot = block * got.shape[1] + offset
             raise AssertionError(
                 f"{rule}: {name}[{block}, {offset}] (slot {slot}) holds the wrong row "
-                f"({len(diff)} slots differ); expected {want[block, offset, 0, :4].tolist()}..., "
-                f"got {got[block, offset, 0, :4].tolist()}...")
+                f"({len(diff)} slots differ); expected {_row(want[block, offset])}, "
+                f"got {_row(got[block, offset])}")
+
+
+def _row(row) -> str:
+    """The first values of a cache row (head 0), short: enough to recognise which row it is."""
+    values = ", ".join(f"{v:.4g}" for v in row[0, :4])
+    return f"[{values}{', ...' if row.shape[-1] > 4 else ''}]"
 
 
 @graded(3, "reshape_and_cache: token i's K row goes to key_cache[s // block_size, s % block_size] "
@@ -170,6 +176,8 @@ def test_writes_land_in_a_strided_cache():
     got, result = learner_module("learner_side").write_interleaved(buffer.copy(), key, value,
                                                                    slots)
     assert result is None, "reshape_and_cache writes in place and returns None"
-    assert isinstance(got, np.ndarray) and got.shape == buffer.shape
+    assert isinstance(got, np.ndarray) and got.shape == buffer.shape, (
+        f"the interleaved buffer came back as {type(got).__name__} "
+        f"{getattr(got, 'shape', '')}, expected an array of shape {buffer.shape}")
     check_caches(got[:, 0], got[:, 1], want_k, want_v,
                  "caches that are strided views (buffer[:, 0] and buffer[:, 1])")

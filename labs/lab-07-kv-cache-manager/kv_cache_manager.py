@@ -2,7 +2,7 @@
 # Grade your work: make lab-07   Guide: labs/lab-07-kv-cache-manager/README.md
 """The KV cache manager: the scheduler's interface to the paged KV cache.
 
-Solution of lab-07. ``KVCacheManager`` knows requests (which blocks each one holds, how many of
+The file of lab-07. ``KVCacheManager`` knows requests (which blocks each one holds, how many of
 them are already published in the prefix cache, how many more a step needs); the block pool
 underneath knows blocks (reference counts, the free queue, the hash -> block map). Upstream
 spreads this over three layers, ``KVCacheManager`` -> ``KVCacheCoordinator`` ->

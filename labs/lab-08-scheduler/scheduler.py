@@ -2,7 +2,7 @@
 # Grade your work: make lab-08   Guide: labs/lab-08-scheduler/README.md
 """The scheduler: continuous batching under one token budget, chunked prefill, preemption.
 
-Solution of lab-08. Each step, ``Scheduler.schedule()`` hands out a budget of
+The file of lab-08. Each step, ``Scheduler.schedule()`` hands out a budget of
 ``max_num_batched_tokens`` tokens, running requests first and then waiting ones in arrival
 order, so that every request's ``num_computed_tokens`` catches up with its ``num_tokens``: a
 whole prompt, a chunk of one, or one decode token are all the same operation. When the KV cache

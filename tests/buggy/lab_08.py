@@ -535,4 +535,12 @@ MUTANTS = [
         replace="if False:",
         why="never applies repetition_detection: a model stuck in a loop runs to max_tokens",
     ),
+    Mutant(
+        name="finished_ids_cleared_in_place",
+        file=FILE,
+        find="self.finished_req_ids = set()",
+        replace="self.finished_req_ids.clear()",
+        why="clears the finished set in place right after the output took it: the runner never "
+            "hears that a request finished and keeps its state",
+    ),
 ]

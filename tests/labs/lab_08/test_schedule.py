@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grading.suite import graded
-from tests.labs.lab_08.helpers import DOC, Engine, batch, model_token
+from grading.suite import graded, learner_module
+from tests.labs.lab_08.helpers import BS, DOC, Engine, batch, model_token
 
 
 @graded(3, "Running first, then waiting FCFS: running requests are served before any waiting "
@@ -143,3 +143,28 @@ def test_prefix_hit_skips_cached_tokens():
         f"{new_b.block_ids[0]}")
     engine.run()
     engine.check_drained()
+
+
+@graded(2, "finished_req_ids: each output gets the set of requests finished since the previous "
+           "one, and the scheduler starts a new set afterwards (self.finished_req_ids = set(), "
+           "not .clear(), which would empty the set the output just took)",
+        f"{DOC}#advancing-the-computed-token-count")
+def test_each_output_keeps_its_finished_ids():
+    """a finishes after one token; the next output must list it, now and later."""
+    side = learner_module("learner_side")
+    sched = side.make_scheduler(20, BS, 64, 16, 4)
+    sched.add_request(side.make_request("a", [1, 2, 3], BS, max_tokens=1))
+    first = sched.schedule()
+    sched.update_from_output(first, {"a": [7]})
+    second = sched.schedule()
+    got = set(second.finished_req_ids)
+    assert got == {"a"}, (
+        f"a finished with its only token: the next output's finished_req_ids must be {{'a'}}, "
+        f"got {got}. If it is empty, _update_after_schedule emptied the set the output holds: "
+        "give self.finished_req_ids a new set instead of clearing it")
+    sched.schedule()
+    got = set(second.finished_req_ids)
+    assert got == {"a"}, (
+        f"after one more schedule(), the previous output's finished_req_ids became {got}: the "
+        "runner may read an output after the next one is planned (async scheduling), so each "
+        "output keeps its own set")

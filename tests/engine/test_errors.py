@@ -59,14 +59,21 @@ def test_unsupported_architecture(tmp_path: Path) -> None:
 
 
 def test_kv_budget_too_small_for_one_request(tiny_llama_dir: Path) -> None:
-    # tiny_llama: 8 KiB per block of 16 tokens; 256 tokens need 16 blocks + the null block.
+    # tiny_llama in float32 (on a GPU "auto" would pick bfloat16 and halve the block): 8 KiB
+    # per block of 16 tokens; 256 tokens need 16 blocks + the null block.
     with pytest.raises(ValueError, match=r"holds 3 blocks .* needs 17 blocks") as info:
-        LLM(str(tiny_llama_dir), skip_tokenizer_init=True, kv_cache_memory_bytes=3 * 8192 + 5)
+        LLM(
+            str(tiny_llama_dir),
+            skip_tokenizer_init=True,
+            dtype="float32",
+            kv_cache_memory_bytes=3 * 8192 + 5,
+        )
     assert "kv_cache_memory_bytes" in str(info.value) and "max_model_len" in str(info.value)
     # The same budget is enough once max_model_len shrinks to what it can hold.
     LLM(
         str(tiny_llama_dir),
         skip_tokenizer_init=True,
+        dtype="float32",
         kv_cache_memory_bytes=3 * 8192,
         max_model_len=32,
     )

@@ -1,9 +1,10 @@
 """Continuous batching under a token budget, with chunked prefill and preemption.
 
 Mirrors ``vllm/v1/core/sched/scheduler.py`` at v0.22.1 (``Scheduler``) and
-``check_stop`` of ``vllm/v1/core/sched/utils.py``, for the default FCFS policy
-and without encoder inputs, LoRA, structured output, KV connectors, speculative
-decoding, pipeline parallelism or async scheduling.
+``check_stop`` of ``vllm/v1/core/sched/utils.py``: FCFS and priority policies and
+the admission gate, without encoder inputs, LoRA, structured output, KV
+connectors, speculative decoding or pipeline parallelism. Async scheduling (the
+engine's default) is the subclass in ``async_scheduler.py``.
 
 There is no prefill phase and no decode phase. Each request has ``num_tokens``
 (prompt plus output) and ``num_computed_tokens`` (tokens whose KV is cached), and

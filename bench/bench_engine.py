@@ -83,6 +83,13 @@ RANDOM_MODELS: dict[str, dict[str, Any]] = {
         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
     ),
+    "llama-8b": dict(  # Llama-3.1-8B: the 8B-class shape of the tensor-parallel runs
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+        rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    ),
     "tiny": dict(
         vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
@@ -269,6 +276,8 @@ def _mini_engine(args: argparse.Namespace, device: str, max_model_len: int) -> A
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
     )
+    if args.tensor_parallel_size > 1:  # phase 07: one worker process per rank
+        kwargs["tensor_parallel_size"] = args.tensor_parallel_size
     if args.max_num_batched_tokens:
         kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
     if args.kv_cache_memory_bytes:
@@ -398,7 +407,11 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
             steps.append(step)
         return out
 
-    runner.launch_step, runner.get_output = launch, collect
+    # Under tensor parallelism the runners live in the workers: the engine sees the executor,
+    # whose steps carry no flattened inputs, so only the engine-level figures are recorded.
+    tp = args.tensor_parallel_size > 1
+    if not tp:
+        runner.launch_step, runner.get_output = launch, collect
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     offline = _drive(engine, requests, [0.0] * len(requests), args.stop_at)
@@ -411,15 +424,17 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         "mem_beyond_weights": None,
         "num_gpu_blocks": engine.num_gpu_blocks,
         "cuda_graphs": bool(getattr(runner, "_graphs", None)),
-        "use_triton": bool(runner.use_triton),
+        "use_triton": bool(getattr(runner, "use_triton", False)),
+        "tensor_parallel_size": args.tensor_parallel_size,
         "max_num_batched_tokens": engine.max_num_batched_tokens,
         "max_num_seqs": engine.max_num_seqs,
     }
-    if device == "cuda":
+    if device == "cuda" and not tp:
         result["mem_beyond_weights"] = int(torch.cuda.max_memory_allocated()
                                            - weight_bytes(engine.model))
         result["mem_note"] = "includes the whole preallocated KV cache"
-    runner.launch_step, runner.get_output = original_launch, original_collect
+    if not tp:
+        runner.launch_step, runner.get_output = original_launch, original_collect
 
     # Decode step time at the largest decode batch against the bandwidth floor.
     decode = [s for s in steps if s["decode_only"]]
@@ -798,6 +813,8 @@ def model_section(name: str, prep: dict[str, Any], results: dict[str, dict[str, 
             notes.append(f"{r['num_gpu_blocks']:,} blocks allocated "
                          f"({mib(r['kv_allocated_bytes'])} MiB)")
             notes.append("CUDA graphs" if r.get("cuda_graphs") else "eager")
+            if r.get("tensor_parallel_size", 1) > 1:
+                notes.append(f"TP={r['tensor_parallel_size']} (KV figures per rank)")
             if row.get("partial"):
                 notes.append(f"stopped at the time limit: {row['finished']} of "
                              f"{row['requests']} requests")
@@ -855,7 +872,7 @@ def model_section(name: str, prep: dict[str, Any], results: dict[str, dict[str, 
                           f"{d['engine_step_s'] * 1e3:.1f} ms a whole engine step (no bandwidth "
                           "floor on CPU).", ""]
         st = mini.get("steps")
-        if st:
+        if st and st["total"]:
             lines += [f"mini-vLLM spent {st['model_s']:.1f} s in {st['total']} model steps, "
                       f"{st['mixed_s']:.1f} s of it in the {st['total'] - st['decode_only']} "
                       "steps that held a prefill.", ""]
@@ -895,6 +912,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="mini-vLLM's share of the GPU (leaves room for the HF children)")
     p.add_argument("--kv-cache-memory-bytes", type=int, default=None)
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--tensor-parallel-size", type=int, default=1,
+                   help="mini-vLLM's ranks (one worker process each; KV figures are per rank)")
     p.add_argument("--hf-batch-size", type=int, default=None, help="default: all requests")
     p.add_argument("--request-rate", type=float, default=None,
                    help="Poisson rate (req/s); default: half of mini-vLLM's offline rate")
@@ -965,6 +984,8 @@ def main(argv: list[str] | None = None) -> int:
             common += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.enforce_eager:
         common.append("--enforce-eager")
+    if args.tensor_parallel_size > 1:
+        common += ["--tensor-parallel-size", str(args.tensor_parallel_size)]
     with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="bench-engine-") as tmp:
         workdir = Path(tmp)
         for index, (name, model_flags) in enumerate(models):

@@ -1,9 +1,11 @@
-"""Command line: ``python -m mini_vllm generate "The capital of France is" --max-tokens 32``.
+"""Command line: ``python -m mini_vllm generate "What is the capital of France?" --max-tokens 32``.
 
 Prints the completion, then the two numbers the course is about: how many KV cache blocks the
 request actually held (against how many the budget allowed) and the prefix-cache hit rate.
-``--chat`` wraps the prompt as one user message in the model's chat template, which is what an
-instruction-tuned model such as the default SmolLM2-135M-Instruct expects.
+On a model with a chat template the prompt is sent as one user message in that template (what an
+instruction-tuned model such as the default SmolLM2-135M-Instruct expects; without it, it often
+answers nothing); ``--no-chat`` completes the raw text instead.
+``python -m mini_vllm serve`` starts the OpenAI-compatible server (phase 06).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+
+from mini_vllm.entrypoints.openai.cli_args import add_serve_args
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -27,18 +31,42 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
-    gen.add_argument("--chat", action="store_true", help="apply the model's chat template")
+    gen.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_true",
+        default=None,
+        help="apply the model's chat template (the default when the model has one)",
+    )
+    gen.add_argument(
+        "--no-chat", dest="chat", action="store_false", help="raw completion of the prompt text"
+    )
     gen.add_argument("--block-size", type=int, default=16)
     gen.add_argument("--max-model-len", type=int, default=None)
     gen.add_argument("--kv-cache-memory-bytes", type=int, default=None)
     gen.add_argument("--device", default="auto")
     gen.add_argument("--dtype", default="auto")
     gen.add_argument("--enforce-eager", action="store_true")
+    gen.add_argument(
+        "--tensor-parallel-size", "-tp", type=int, default=1,
+        help="split the model over N worker processes (gloo on CPU, NCCL on GPUs)",
+    )  # fmt: skip
+    serve = commands.add_parser(
+        "serve", help="an OpenAI-compatible HTTP server (needs the `serve` extra)"
+    )
+    add_serve_args(serve)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        try:
+            from mini_vllm.entrypoints.openai.api_server import run_server
+        except ImportError as exc:
+            print(f"serve needs the server dependencies ({exc}): pip install -e '.[serve]'")
+            return 1
+        return run_server(args)
     from mini_vllm.llm import LLM
     from mini_vllm.sampling_params import SamplingParams
 
@@ -50,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=args.device,
         dtype=args.dtype,
         enforce_eager=args.enforce_eager,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     params = SamplingParams(
         temperature=args.temperature,
@@ -58,7 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         max_tokens=args.max_tokens,
     )
-    if args.chat:
+    use_chat = args.chat
+    if use_chat is None:  # an instruction-tuned model answers only inside its chat template
+        use_chat = getattr(llm.get_tokenizer(), "chat_template", None) is not None
+    if use_chat:
         conversations = [[{"role": "user", "content": p}] for p in args.prompts]
         outputs = llm.chat(conversations, params, use_tqdm=False)
     else:

@@ -79,6 +79,8 @@ PHASE_TITLES: dict[str, str] = {
     "03": "03 · Prefix caching and scheduling",
     "04": "04 · Attention kernels",
     "05": "05 · End to end",
+    "06": "06 · Online serving",
+    "07": "07 · Tensor parallelism",
 }
 
 # The reference pages, in order (repository paths). Other pages under docs/ follow them.

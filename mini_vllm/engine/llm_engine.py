@@ -14,6 +14,10 @@ Startup follows upstream's order too: load the model, measure memory, size and a
 cache (refusing a cache that cannot hold one request of ``max_model_len`` tokens), run one
 dummy step so that the kernels compile before the first request does, capture CUDA
 graphs, then build the KV cache manager and scheduler on the block count just decided.
+
+With ``tensor_parallel_size > 1`` (phase 07) the engine process holds no model: a
+``MultiprocExecutor`` starts one worker process per rank and takes the runner's place, offering
+the same calls, so the steps above read the same; the scheduler still runs once, here.
 """
 
 from __future__ import annotations
@@ -30,12 +34,22 @@ from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
 from mini_vllm.core.sched.async_scheduler import AsyncScheduler
 from mini_vllm.core.sched.output import SchedulerOutput
 from mini_vllm.core.sched.scheduler import Scheduler
-from mini_vllm.model.loader import get_model, load_tokenizer, resolve_model
+from mini_vllm.distributed.sharding import check_tensor_parallel_size
+from mini_vllm.executor.multiproc_executor import MultiprocExecutor, get_open_port
+from mini_vllm.model.loader import (
+    get_model,
+    load_checkpoint,
+    load_hf_config,
+    load_tokenizer,
+    resolve_dtype,
+    resolve_model,
+)
 from mini_vllm.outputs import CompletionOutput, RequestOutput
 from mini_vllm.request import Request, RequestStatus
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.worker import kv_sizing
 from mini_vllm.worker.model_runner import ModelRunner, ModelRunnerOutput, PendingOutput
+from mini_vllm.worker.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +99,12 @@ class EngineArgs:
     skip_tokenizer_init: bool = False
     # Plan step N+1 while step N runs (upstream's default at the pin); see AsyncScheduler.
     async_scheduling: bool = True
+    # Admit a waiting request only if its whole sequence fits (upstream's default at the pin).
+    scheduler_reserve_full_isl: bool = True
+    # "fcfs" or "priority" (requests then carry a priority; smaller runs first).
+    scheduling_policy: str = "fcfs"
+    # Ranks the model is split over (phase 07): 1 runs in this process, N > 1 in N workers.
+    tensor_parallel_size: int = 1
 
 
 @dataclass
@@ -147,13 +167,22 @@ class LLMEngine:
         self.model_source = source
 
         t0 = time.perf_counter()
-        self.model, self.hf_config = get_model(source, self.device, args.dtype)
-        self.dtype = next(self.model.parameters()).dtype
+        weights: dict[str, torch.Tensor] | None = None
+        if args.tensor_parallel_size == 1:
+            self.model, self.hf_config = get_model(source, self.device, args.dtype)
+            self.dtype = next(self.model.parameters()).dtype
+        else:
+            # Refuse a size the model cannot be split by before reading any weight; then read
+            # the checkpoint once here, for the workers to take their shards from.
+            check_tensor_parallel_size(load_hf_config(source), args.tensor_parallel_size)
+            weights, self.hf_config = load_checkpoint(source)
+            self.model = None  # only the workers hold the model, each a shard
+            self.dtype = resolve_dtype(args.dtype, self.hf_config, self.device)
         self.tokenizer = None if args.skip_tokenizer_init else load_tokenizer(source)
         logger.info(
             "loaded %s (%s layers, %s on %s) in %.1f s",
             source,
-            self.model.num_layers,
+            self.hf_config.num_hidden_layers,
             self.dtype,
             self.device,
             time.perf_counter() - t0,
@@ -175,19 +204,28 @@ class LLMEngine:
         self.block_size = args.block_size
         self.eos_token_id, self._generation_config = self._eos_config()
 
-        self.model_runner = ModelRunner(
-            self.model,
-            self.device,
-            block_size=args.block_size,
-            max_model_len=self.max_model_len,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            enforce_eager=args.enforce_eager,
-            seed=args.seed,
-        )
-        self.num_gpu_blocks = self._initialize_kv_cache()
-        self.model_runner.warm_up_model()
-        self.model_runner.capture_model()
+        if weights is None:
+            self.model_runner = ModelRunner(
+                self.model,
+                self.device,
+                block_size=args.block_size,
+                max_model_len=self.max_model_len,
+                max_num_seqs=self.max_num_seqs,
+                max_num_batched_tokens=self.max_num_batched_tokens,
+                enforce_eager=args.enforce_eager,
+                seed=args.seed,
+            )
+        else:
+            # The executor offers the runner's calls; each worker process runs a ModelRunner.
+            self.model_runner = self._make_executor(weights)
+            del weights
+        try:
+            self.num_gpu_blocks = self._initialize_kv_cache()
+            self.model_runner.warm_up_model()
+            self.model_runner.capture_model()
+        except BaseException:
+            self.shutdown()  # a refused cache must not leave worker processes behind
+            raise
 
         self.kv_cache_manager = KVCacheManager(
             self.num_gpu_blocks,
@@ -204,6 +242,8 @@ class LLMEngine:
             max_model_len=self.max_model_len,
             enable_chunked_prefill=args.enable_chunked_prefill,
             long_prefill_token_threshold=args.long_prefill_token_threshold,
+            scheduler_reserve_full_isl=args.scheduler_reserve_full_isl,
+            policy=args.scheduling_policy,
         )
         self.block_hasher = (
             get_request_block_hasher(args.block_size, sha256)
@@ -214,10 +254,38 @@ class LLMEngine:
         self._records: dict[str, _RequestRecord] = {}
         # Async scheduling: the step launched on the GPU and not yet collected.
         self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
+        # The scheduler's per-request outputs of the last step (see _update_from_output).
+        self.last_core_outputs: list[Any] = []
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs) -> LLMEngine:
         return cls(engine_args)
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers, if any (also done when the engine is collected)."""
+        if isinstance(self.model_runner, MultiprocExecutor):
+            self.model_runner.shutdown()
+
+    def _make_executor(self, weights: dict[str, torch.Tensor]) -> MultiprocExecutor:
+        """Start one worker process per rank (phase 07); each builds its shard of the model."""
+        args = self.args
+        if self.device.type == "cuda" and torch.cuda.device_count() < args.tensor_parallel_size:
+            raise ValueError(
+                f"tensor_parallel_size={args.tensor_parallel_size} needs one GPU per rank, but "
+                f"torch sees {torch.cuda.device_count()}"
+            )
+        config = WorkerConfig(
+            world_size=args.tensor_parallel_size,
+            distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}",
+            device_type=self.device.type,
+            dtype=str(self.dtype).removeprefix("torch."),
+            block_size=args.block_size,
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            seed=args.seed,
+        )
+        return MultiprocExecutor(config, self.hf_config, weights)
 
     # ------------------------------------------------------------------ startup
 
@@ -350,8 +418,12 @@ class LLMEngine:
         prompt: PromptType | list[int],
         params: SamplingParams | None = None,
         arrival_time: float | None = None,
+        priority: int = 0,
     ) -> str:
-        """Validate, tokenize and queue one prompt; nothing runs until ``step``."""
+        """Validate, tokenize and queue one prompt; nothing runs until ``step``.
+
+        ``priority`` matters only under ``scheduling_policy="priority"`` (smaller runs first).
+        """
         if not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         if request_id in self._records:
@@ -380,6 +452,7 @@ class LLMEngine:
             eos_token_id=self.eos_token_id,
             arrival_time=arrival_time,
             block_hasher=self.block_hasher,
+            priority=priority,
         )
         self.scheduler.add_request(request)
         self._records[request_id] = _RequestRecord(request, text)
@@ -453,6 +526,9 @@ class LLMEngine:
         self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
     ) -> list[RequestOutput]:
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output.to_dict())
+        # Every request's new tokens of this step, finished or not: the serving engine core
+        # (mini_vllm/engine/core.py) streams these, where step() reports finished requests only.
+        self.last_core_outputs = core_outputs
         prefix_stats = self.kv_cache_manager.make_prefix_cache_stats()
         if prefix_stats is not None:
             self.stats.prefix_cache_queries += prefix_stats.queries

@@ -8,6 +8,11 @@ token prompt that is a 1,000x smaller ``lm_head`` matmul).
 
 Covers what the Llama family varies: grouped-query attention, an explicit ``head_dim``, biases on
 the projections, RoPE with llama3 or linear scaling, tied or untied embeddings.
+
+Tensor parallelism (phase 07) is built in the way upstream builds it: the projections are the
+parallel layers of ``linear.py`` and the embedding and head those of
+``vocab_parallel_embedding.py``; each layer sizes itself from the tensor-parallel group it is
+built in, so the same classes make the whole model on one rank and one rank's shard on many.
 """
 
 from __future__ import annotations
@@ -20,15 +25,28 @@ from torch import nn
 
 from mini_vllm.model.attention import Attention, AttentionMetadata
 from mini_vllm.model.layers import RMSNorm, SiluAndMul, get_rope
+from mini_vllm.model.linear import (
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+)
+from mini_vllm.model.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 
 
 class LlamaMLP(nn.Module):
-    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))`` with gate and up fused."""
+    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))`` with gate and up fused.
+
+    Under tensor parallelism ``gate_up_proj`` is column-parallel and ``down_proj`` row-parallel:
+    each rank runs SiLU-and-multiply on its own slice of the intermediate width, and one
+    all-reduce at the end of ``down_proj`` completes the output.
+    """
 
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.gate_up_proj = MergedColumnParallelLinear(
+            hidden_size, [intermediate_size] * 2, bias=bias
+        )
+        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=bias)
         self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -36,19 +54,33 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaAttention(nn.Module):
-    """Project to Q/K/V in one matmul, rotate Q and K, attend through the paged cache."""
+    """Project to Q/K/V in one matmul, rotate Q and K, attend through the paged cache.
+
+    ``num_heads`` and ``num_kv_heads`` are this rank's: all of them on one rank, a
+    ``1 / tensor_parallel_size`` share on many (KV heads replicated when there are fewer of them
+    than ranks). Attention is independent per head, so each rank attends over its heads alone,
+    through a KV cache that holds only its KV heads.
+    """
 
     def __init__(self, config: Any) -> None:
         super().__init__()
         hidden_size = config.hidden_size
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
-        self.head_dim = getattr(config, "head_dim", None) or hidden_size // self.num_heads
+        self.total_num_heads = config.num_attention_heads
+        self.total_num_kv_heads = (
+            getattr(config, "num_key_value_heads", None) or self.total_num_heads
+        )
+        self.head_dim = getattr(config, "head_dim", None) or hidden_size // self.total_num_heads
+        bias = bool(getattr(config, "attention_bias", False))
+        self.qkv_proj = QKVParallelLinear(
+            hidden_size, self.head_dim, self.total_num_heads, self.total_num_kv_heads, bias=bias
+        )
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        bias = bool(getattr(config, "attention_bias", False))
-        self.qkv_proj = nn.Linear(hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.q_size, hidden_size, bias=bias)
+        self.o_proj = RowParallelLinear(
+            self.total_num_heads * self.head_dim, hidden_size, bias=bias
+        )
         self.rotary_emb = get_rope(self.head_dim, config)
         self.attn = Attention(self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads)
 
@@ -111,7 +143,7 @@ class LlamaModel(nn.Module):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             [LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers)]
         )
@@ -144,11 +176,11 @@ class LlamaForCausalLM(nn.Module):
     """
 
     # Hugging Face stores these separately; we keep them stacked for one matmul each.
-    # (our parameter, the checkpoint's parameter, its slot in the stack)
-    stacked_params_mapping: tuple[tuple[str, str, int], ...] = (
-        (".qkv_proj", ".q_proj", 0),
-        (".qkv_proj", ".k_proj", 1),
-        (".qkv_proj", ".v_proj", 2),
+    # (our parameter, the checkpoint's parameter, its shard id in the stack: upstream's ids)
+    stacked_params_mapping: tuple[tuple[str, str, int | str], ...] = (
+        (".qkv_proj", ".q_proj", "q"),
+        (".qkv_proj", ".k_proj", "k"),
+        (".qkv_proj", ".v_proj", "v"),
         (".gate_up_proj", ".gate_proj", 0),
         (".gate_up_proj", ".up_proj", 1),
     )
@@ -157,7 +189,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
         if getattr(config, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -173,6 +205,10 @@ class LlamaForCausalLM(nn.Module):
     def head_dim(self) -> int:
         return self.model.layers[0].self_attn.head_dim
 
+    @property
+    def tp_size(self) -> int:
+        return self.lm_head.tp_size
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -184,15 +220,21 @@ class LlamaForCausalLM(nn.Module):
         return self.model(input_ids, positions, kv_caches, attn_metadata)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """Vocabulary logits for the rows the caller selected (usually each request's last)."""
-        return self.lm_head(hidden_states)
+        """Vocabulary logits for the rows the caller selected (usually each request's last).
+
+        Under tensor parallelism every rank gets the full logits (an all-gather of the vocabulary
+        slices), so every rank samples the same token, as upstream's workers do.
+        """
+        return self.lm_head.compute_logits(hidden_states)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """Copy Hugging Face-named tensors into our (partly fused) parameters.
+        """Copy Hugging Face-named tensors into our (partly fused, possibly sharded) parameters.
 
-        Returns the names of our parameters that were filled, and raises if one was missed:
-        a silently random layer would still produce fluent-looking nonsense, so a partial load
-        must not pass for a model.
+        Every tensor arrives whole; the layer that owns the parameter keeps its own shard of it
+        (its ``weight_loader``, as upstream's layers do), so the same loop loads the full model
+        on one rank and rank ``r``'s shard on many. Returns the names of our parameters that
+        were filled, and raises if one was missed: a silently random layer would still produce
+        fluent-looking nonsense, so a partial load must not pass for a model.
         """
         params = dict(self.named_parameters(remove_duplicate=False))
         loaded: set[str] = set()
@@ -205,22 +247,28 @@ class LlamaForCausalLM(nn.Module):
             for ours, theirs, shard in self.stacked_params_mapping:
                 if theirs in name:
                     target = name.replace(theirs, ours)
-                    param = params[target]
-                    offset, size = self._shard_range(ours, shard)
-                    with torch.no_grad():
-                        param[offset : offset + size].copy_(tensor)
+                    layer = self.get_submodule(target.rsplit(".", 1)[0])
+                    layer.weight_loader(params[target], tensor, shard)
                     loaded.add(f"{target}#{shard}")
                     break
             else:
                 if name not in params:
                     raise KeyError(f"checkpoint tensor {name!r} has no place in LlamaForCausalLM")
                 param = params[name]
-                if param.shape != tensor.shape:
-                    raise ValueError(
-                        f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(param.shape)}"
-                    )
-                with torch.no_grad():
-                    param.copy_(tensor)
+                loader = getattr(self.get_submodule(name.rsplit(".", 1)[0]), "weight_loader", None)
+                if loader is not None:
+                    try:
+                        loader(param, tensor)
+                    except ValueError as exc:
+                        raise ValueError(f"{name}: {exc}") from exc
+                else:
+                    if param.shape != tensor.shape:
+                        raise ValueError(
+                            f"{name}: checkpoint shape {tuple(tensor.shape)} != "
+                            f"{tuple(param.shape)}"
+                        )
+                    with torch.no_grad():
+                        param.copy_(tensor)
                 loaded.add(name)
         expected = self._expected_names(params, tied)
         missing = expected - loaded
@@ -228,21 +276,13 @@ class LlamaForCausalLM(nn.Module):
             raise ValueError(f"checkpoint is missing weights: {sorted(missing)[:8]}")
         return {n.split("#")[0] for n in loaded}
 
-    def _shard_range(self, fused: str, shard: int) -> tuple[int, int]:
-        attn = self.model.layers[0].self_attn
-        if fused == ".qkv_proj":
-            sizes = [attn.q_size, attn.kv_size, attn.kv_size]
-        else:
-            sizes = [self.config.intermediate_size] * 2
-        return sum(sizes[:shard]), sizes[shard]
-
     def _expected_names(self, params: dict[str, nn.Parameter], tied: bool) -> set[str]:
         expected: set[str] = set()
         for name in params:
             if tied and name == "lm_head.weight":
                 continue
             if ".qkv_proj." in name:
-                expected.update(f"{name}#{i}" for i in range(3))
+                expected.update(f"{name}#{i}" for i in "qkv")
             elif ".gate_up_proj." in name:
                 expected.update(f"{name}#{i}" for i in range(2))
             else:

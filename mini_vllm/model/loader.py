@@ -16,6 +16,7 @@ import gc
 import glob
 import importlib.util
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,14 +139,13 @@ def resolve_dtype(dtype: str | torch.dtype, hf_config: Any, device: torch.device
     return torch.bfloat16
 
 
-def get_model(
-    source: ModelSource, device: torch.device, dtype: str | torch.dtype = "auto"
-) -> tuple[LlamaForCausalLM, Any]:
-    """Build our ``LlamaForCausalLM`` with the checkpoint's weights, on ``device``.
+def load_checkpoint(source: ModelSource) -> tuple[dict[str, torch.Tensor], Any]:
+    """Read a checkpoint into Hugging Face-named CPU tensors, and its config.
 
-    Returns the model in eval mode and the transformers config it was built from. For a GGUF
-    file the architecture is checked after loading, since reading its config alone costs as
-    much as parsing the whole file.
+    The tensors are the whole model (no sharding yet): one process reads the checkpoint once,
+    and under tensor parallelism the workers each copy their own shards out of these tensors
+    (see ``MultiprocExecutor``). For a GGUF file the architecture is checked after loading,
+    since reading its config alone costs as much as parsing the whole file.
     """
     from transformers import AutoModelForCausalLM
 
@@ -154,15 +154,44 @@ def get_model(
     hf_model = AutoModelForCausalLM.from_pretrained(source.path, **source.from_pretrained_kwargs())
     config = hf_model.config
     check_architecture(config, source)
+    state_dict = {name: t.detach() for name, t in hf_model.state_dict().items()}
+    del hf_model
+    gc.collect()
+    return state_dict, config
+
+
+def build_model(
+    config: Any,
+    weights: Iterable[tuple[str, torch.Tensor]],
+    device: torch.device,
+    dtype: str | torch.dtype = "auto",
+) -> LlamaForCausalLM:
+    """Our ``LlamaForCausalLM`` for ``config``, filled from full-size ``weights``, on ``device``.
+
+    Built in the tensor-parallel group of the calling process: on one rank the whole model, on
+    rank ``r`` of many only its shard (each layer keeps its slice of each full tensor).
+    """
     with torch.device("meta"):  # no random init: every parameter is overwritten just below
         model = LlamaForCausalLM(config)
     model = model.to_empty(device="cpu").to(torch.float32)
     _reset_buffers(model, config)
-    model.load_weights(hf_model.state_dict().items())
-    del hf_model
-    gc.collect()
+    model.load_weights(weights)
     model = model.to(device=device, dtype=resolve_dtype(dtype, config, device)).eval()
     _reset_buffers(model, config)  # RoPE frequencies stay float32 whatever the model dtype
+    return model
+
+
+def get_model(
+    source: ModelSource, device: torch.device, dtype: str | torch.dtype = "auto"
+) -> tuple[LlamaForCausalLM, Any]:
+    """Build our ``LlamaForCausalLM`` with the checkpoint's weights, on ``device``.
+
+    Returns the model in eval mode and the transformers config it was built from.
+    """
+    state_dict, config = load_checkpoint(source)
+    model = build_model(config, state_dict.items(), device, dtype)
+    del state_dict
+    gc.collect()
     return model, config
 
 

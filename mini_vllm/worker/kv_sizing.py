@@ -17,6 +17,10 @@ The last four (``may_override_num_blocks``, ``estimate_max_model_len``,
 blocks to the longest request: upstream's startup check and its auto-fit of ``max_model_len=-1``
 (``_check_enough_kv_cache_memory``, ``_auto_fit_max_model_len`` in
 ``vllm/v1/core/kv_cache_utils.py``). Unlike upstream's, they count the null block.
+
+The last two (``bytes_per_block_per_rank``, ``num_gpu_blocks_across_ranks``) are tensor
+parallelism's share (phase 07): what one block costs a rank that holds only its KV heads, and
+the one block count all ranks agree on.
 """
 
 from __future__ import annotations
@@ -217,6 +221,47 @@ def auto_fit_max_model_len(num_gpu_blocks: int, block_size: int, max_model_len: 
             "the null block and no other is left for a request. Give the cache more memory."
         )
     return fitted
+
+
+# --- Tensor parallelism (phase 07): each rank's share of the cache ----------------------------
+#
+# Under tensor parallelism every rank stores the K/V of its own KV heads only, for every token
+# and every layer: a block id names the same token slots on every rank, each rank holding a
+# slice of the heads. One scheduler hands out block ids for all ranks at once, so every rank
+# must have the same number of blocks: the smallest any rank can afford.
+
+
+def bytes_per_block_per_rank(
+    block_size: int,
+    num_layers: int,
+    total_num_kv_heads: int,
+    head_dim: int,
+    dtype_bytes: int | str,
+    tensor_parallel_size: int,
+) -> int:
+    """Bytes one block takes on one rank: ``bytes_per_block`` with that rank's KV heads.
+
+    A rank holds ``max(1, total_num_kv_heads // tensor_parallel_size)`` KV heads (upstream's
+    ``ModelConfig.get_num_kv_heads``): an even share, or one replicated head when there are fewer
+    KV heads than ranks. In the replicated case the block does not shrink as ranks are added,
+    which is why TP beyond the number of KV heads buys no more KV cache per rank.
+    """
+    _check_positive(tensor_parallel_size=tensor_parallel_size)
+    # The rule of mini_vllm.distributed.sharding.num_kv_heads_per_rank, repeated here so that
+    # this module keeps needing nothing but the standard library (tests/tp checks they agree).
+    heads = max(1, total_num_kv_heads // tensor_parallel_size)
+    return bytes_per_block(block_size, num_layers, heads, head_dim, dtype_bytes)
+
+
+def num_gpu_blocks_across_ranks(num_blocks_per_rank: list[int]) -> int:
+    """The block count every rank gets: the smallest any rank can hold.
+
+    Upstream's ``get_kv_cache_configs`` sizes each worker from its own free memory, then gives
+    all of them the minimum, since the one scheduler's block ids must be valid on every rank.
+    """
+    if not num_blocks_per_rank:
+        raise ValueError("no rank reported a block count")
+    return min(int(n) for n in num_blocks_per_rank)
 
 
 def _check_positive(**values: int) -> None:

@@ -66,6 +66,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # The engine schedules asynchronously by default (upstream's default); the plain loop too:
     "sync_scheduling": dict(async_scheduling=False),
     "preemption_sync_scheduling": dict(max_model_len=128, async_scheduling=False),
+    # Admission on the first chunk (upstream's option; the gate is on by default).
+    "preemption_no_admission_gate": dict(max_model_len=128, scheduler_reserve_full_isl=False),
+    # Priorities (below) reorder admission and pick other victims: the tokens stay the same.
+    "preemption_priority_policy": dict(max_model_len=128, scheduling_policy="priority"),
 }
 
 
@@ -88,7 +92,12 @@ def test_greedy_matches_hf(
     hf = request.getfixturevalue(f"hf_{model}")
     llm = _make_llm(path, hf, config)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
-    outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
+    priority = None
+    if CONFIGS[config].get("scheduling_policy") == "priority":
+        priority = [(5 * i) % 3 - 1 for i in range(len(PROMPTS))]
+    outputs = llm.generate(
+        [{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False, priority=priority
+    )
 
     assert [o.prompt_token_ids for o in outputs] == PROMPTS  # input order
     for i, (out, ref) in enumerate(zip(outputs, references[model])):

@@ -120,7 +120,8 @@ def test_cli_prints_answer_blocks_and_hit_rate(
     import mini_vllm.llm
 
     monkeypatch.setattr(mini_vllm.llm, "LLM", lambda *args, **kwargs: real_llm)
-    assert cli.main(["generate", "The capital of France is", "--max-tokens", "8"]) == 0
+    # A question: the CLI wraps it in the chat template by default (the model is instruct-tuned).
+    assert cli.main(["generate", "What is the capital of France?", "--max-tokens", "12"]) == 0
     out = capsys.readouterr().out
     assert "Paris" in out
     assert "KV blocks used:" in out and "prefix cache hit rate:" in out

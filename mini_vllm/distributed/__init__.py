@@ -1,0 +1,1 @@
+"""Tensor parallelism's plumbing: process groups, collectives, and the sharding arithmetic."""

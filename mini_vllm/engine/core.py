@@ -1,0 +1,377 @@
+"""The engine core: the scheduler and the model in a busy loop, in a process of its own.
+
+Mirrors ``vllm/v1/engine/core.py`` (``EngineCore``, ``EngineCoreProc.run_busy_loop``) and the
+wire messages of ``vllm/v1/engine/__init__.py`` (``EngineCoreRequest``, ``EngineCoreOutputs``,
+``EngineCoreRequestType``), much smaller.
+
+Why a separate process. The API server spends its time in Python that has nothing to do with
+the GPU: parsing HTTP, tokenizing, detokenizing, formatting JSON for hundreds of streams. If that
+ran in the same process as the scheduler, the GIL would make the model wait for it between every
+step. Split off, the engine core does nothing but "take in new requests and aborts, step,
+send out the step's tokens", and the front-end's work overlaps the model's.
+
+The two processes share nothing but two ZeroMQ sockets carrying msgspec-encoded messages:
+
+* input (front-end PUSH -> core PULL): ``[request type, payload]`` frames; ADD carries an
+  ``EngineCoreRequest`` (token ids already: the core never sees text), ABORT a list of request
+  ids, UTILITY ``(call_id, method, args)``;
+* output (core PUSH -> front-end PULL): one ``EngineCoreOutputs`` per step, with every request's
+  new token ids, the finish reasons and a ``SchedulerStats`` snapshot for the metrics; or the
+  ``ENGINE_CORE_DEAD`` frame when the core fails.
+
+An abort is applied between two steps: the request leaves the scheduler and its KV blocks go back
+to the free queue before the next ``schedule()``, so a client that hangs up frees its memory
+within one step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import signal
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+import msgspec
+import zmq
+
+logger = logging.getLogger(__name__)
+
+# Sent on the output socket instead of an EngineCoreOutputs when the core dies (upstream's
+# EngineCoreProc.ENGINE_CORE_DEAD): the front-end fails every request at once instead of waiting.
+ENGINE_CORE_DEAD = b"ENGINE_CORE_DEAD"
+# The call id of the startup handshake (the core's first message: ready, with its config).
+HANDSHAKE_CALL_ID = 0
+# How often an idle core wakes up to check that its parent (the front-end) is still alive.
+_IDLE_POLL_MS = 500
+
+
+class EngineCoreRequestType(enum.Enum):
+    """First frame of an input message (the values are upstream's)."""
+
+    ADD = b"\x00"
+    ABORT = b"\x01"
+    UTILITY = b"\x03"
+
+
+class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
+    """The engine's ``SamplingParams`` fields on the wire (one sequence: ``n`` is fanned out by
+    the front-end, stop strings are matched by the front-end's detokenizer)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+    stop_token_ids: list[int] = []
+    ignore_eos: bool = False
+
+    def to_sampling_params(self) -> Any:
+        from mini_vllm.sampling_params import SamplingParams
+
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+            min_tokens=self.min_tokens,
+            stop_token_ids=list(self.stop_token_ids),
+            ignore_eos=self.ignore_eos,
+        )
+
+
+class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One request, already tokenized and validated by the front-end."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: EngineCoreSamplingParams
+    arrival_time: float = 0.0
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One request's share of one step: its new tokens, and why it finished if it did.
+
+    ``finish_reason`` is ``"stop"``, ``"length"``, ``"abort"`` or ``"error"`` (then ``error``
+    says what went wrong, e.g. the core refused the request).
+    """
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class SchedulerStats(msgspec.Struct, omit_defaults=True, gc=False):
+    """What the scheduler looked like after a step (upstream: ``vllm/v1/metrics/stats.py``).
+
+    Gauges are snapshots; the prefix-cache and preemption figures are increments since the
+    previous snapshot, so the front-end adds them to its counters.
+    """
+
+    num_running_reqs: int = 0
+    num_waiting_reqs: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    num_preemptions: int = 0
+
+
+class UtilityOutput(msgspec.Struct, omit_defaults=True):
+    """The answer to a UTILITY call: a result, or the failure's message."""
+
+    call_id: int
+    result: Any = None
+    failure: str | None = None
+
+
+class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """Everything the core sends after a step (or after handling input between steps)."""
+
+    outputs: list[EngineCoreOutput] = []
+    scheduler_stats: SchedulerStats | None = None
+    utility_output: UtilityOutput | None = None
+    timestamp: float = 0.0
+
+
+class EngineCore:
+    """An ``LLMEngine`` driven one step at a time, reporting every request's new tokens.
+
+    It adds what the serving loop needs on top of the offline engine: requests by token ids
+    with their own ids, aborts, per-step outputs for *all* requests (not just finished ones),
+    a scheduler snapshot, and a few utility methods the front-end may call.
+    """
+
+    def __init__(self, engine_args: Any) -> None:
+        from mini_vllm.engine.llm_engine import LLMEngine
+
+        self.engine = LLMEngine.from_engine_args(engine_args)
+        self._last_prefix = (0, 0)
+        self._last_preemptions = 0
+
+    # --------------------------------------------------------------- requests
+
+    def add_request(self, request: EngineCoreRequest) -> EngineCoreOutput | None:
+        """Queue a request; if the engine refuses it, the error output to send back."""
+        try:
+            self.engine.add_request(
+                request.request_id,
+                {"prompt_token_ids": request.prompt_token_ids},
+                request.sampling_params.to_sampling_params(),
+                arrival_time=request.arrival_time or None,
+            )
+        except (ValueError, TypeError) as exc:
+            return EngineCoreOutput(request.request_id, [], finish_reason="error", error=str(exc))
+        return None
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        """Finish the requests wherever they are; their blocks are free when this returns."""
+        self.engine.abort_request(request_ids)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    def step(self) -> list[EngineCoreOutput]:
+        """One scheduler step; every request that got tokens or finished in it."""
+        self.engine.step()
+        return [
+            EngineCoreOutput(
+                out.request_id,
+                list(out.new_token_ids),
+                finish_reason=str(out.finish_reason) if out.finish_reason is not None else None,
+                stop_reason=out.stop_reason,
+            )
+            for out in self.engine.last_core_outputs
+        ]
+
+    def make_stats(self) -> SchedulerStats:
+        engine = self.engine
+        running, waiting = engine.scheduler.get_request_counts()
+        stats = engine.stats
+        queries, hits = stats.prefix_cache_queries, stats.prefix_cache_hits
+        last_queries, last_hits = self._last_prefix
+        self._last_prefix = (queries, hits)
+        preemptions = stats.num_preemptions - self._last_preemptions
+        self._last_preemptions = stats.num_preemptions
+        return SchedulerStats(
+            num_running_reqs=running,
+            num_waiting_reqs=waiting,
+            kv_cache_usage=float(engine.kv_cache_manager.usage),
+            prefix_cache_queries=queries - last_queries,
+            prefix_cache_hits=hits - last_hits,
+            num_preemptions=preemptions,
+        )
+
+    # -------------------------------------------------------------- utilities
+
+    def get_config(self) -> dict[str, Any]:
+        engine = self.engine
+        return {
+            "model": str(engine.model_source),
+            "max_model_len": engine.max_model_len,
+            "num_gpu_blocks": engine.num_gpu_blocks,
+            "block_size": engine.block_size,
+            "eos_token_id": engine.eos_token_id,
+            "vocab_size": engine.vocab_size,
+            "pid": os.getpid(),
+        }
+
+    def get_stats(self) -> dict[str, Any]:
+        """The engine's lifetime counters, plus the free-block count (leak checks read it)."""
+        out = asdict(self.engine.stats)
+        out["num_free_blocks"] = self.engine.kv_cache_manager.block_pool.get_num_free_blocks()
+        out["num_unfinished_requests"] = self.engine.get_num_unfinished_requests()
+        return out
+
+    def reset_prefix_cache(self) -> bool:
+        return self.engine.scheduler.reset_prefix_cache()
+
+    UTILITY_METHODS = ("get_config", "get_stats", "reset_prefix_cache")
+
+
+class EngineCoreProc(EngineCore):
+    """``EngineCore`` behind two ZeroMQ sockets, running the busy loop until told to stop.
+
+    The loop (upstream's ``run_busy_loop``): drain the input socket (blocking only when there is
+    nothing to run), then take one step and send its outputs. Requests that arrive during a
+    step wait for the next one; aborts are applied before the next ``schedule()``.
+    """
+
+    def __init__(self, engine_args: Any, input_address: str, output_address: str) -> None:
+        self._zmq_ctx = zmq.Context()
+        # Connect the output socket first, so that a startup failure can be reported.
+        self.output_socket = self._zmq_ctx.socket(zmq.PUSH)
+        self.output_socket.setsockopt(zmq.LINGER, 2000)
+        self.output_socket.connect(output_address)
+        self.input_socket = self._zmq_ctx.socket(zmq.PULL)
+        self.input_socket.setsockopt(zmq.LINGER, 0)
+        self.input_socket.connect(input_address)
+        self.encoder = msgspec.msgpack.Encoder()
+        self.request_decoder = msgspec.msgpack.Decoder(EngineCoreRequest)
+        self.generic_decoder = msgspec.msgpack.Decoder()
+        self._parent_pid = os.getppid()
+        self._running = True
+        try:
+            super().__init__(engine_args)
+        except BaseException as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+            self._send(
+                EngineCoreOutputs(utility_output=UtilityOutput(HANDSHAKE_CALL_ID, None, failure))
+            )
+            self.close()  # flushes the failure (LINGER) before the process exits
+            raise
+        self._send(
+            EngineCoreOutputs(
+                utility_output=UtilityOutput(HANDSHAKE_CALL_ID, self.get_config()),
+                scheduler_stats=self.make_stats(),
+            )
+        )
+
+    def _send(self, outputs: EngineCoreOutputs) -> None:
+        outputs.timestamp = time.monotonic()
+        self.output_socket.send(self.encoder.encode(outputs), copy=False)
+
+    def run_busy_loop(self) -> None:
+        while self._running:
+            self._process_input_socket(block=not self.has_unfinished_requests())
+            if self._running and self.has_unfinished_requests():
+                outputs = self.step()
+                self._send(EngineCoreOutputs(outputs=outputs, scheduler_stats=self.make_stats()))
+
+    def _process_input_socket(self, block: bool) -> None:
+        """Handle every message waiting; if ``block``, wait for at least one first."""
+        if block:
+            while self._running and not self.input_socket.poll(_IDLE_POLL_MS):
+                if os.getppid() != self._parent_pid:
+                    logger.warning("the front-end process is gone; the engine core exits")
+                    self._running = False
+                    return
+        replies: list[EngineCoreOutput] = []
+        state_changed = False
+        while self._running:
+            try:
+                frames = self.input_socket.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            request_type = EngineCoreRequestType(bytes(frames[0].buffer))
+            payload = frames[1].buffer if len(frames) > 1 else b""
+            if request_type is EngineCoreRequestType.ADD:
+                error = self.add_request(self.request_decoder.decode(payload))
+                if error is not None:
+                    replies.append(error)
+                state_changed = True
+            elif request_type is EngineCoreRequestType.ABORT:
+                self.abort_requests(list(self.generic_decoder.decode(payload)))
+                state_changed = True
+            else:
+                self._handle_utility(self.generic_decoder.decode(payload))
+        if replies or state_changed:
+            # A fresh snapshot even when nothing will run: after the last abort the gauges must
+            # read 0 running and 0 blocks used, although no step follows to report it.
+            self._send(EngineCoreOutputs(outputs=replies, scheduler_stats=self.make_stats()))
+
+    def _handle_utility(self, message: Any) -> None:
+        call_id, method, args = message
+        if method == "shutdown":
+            self._running = False
+            self._send(EngineCoreOutputs(utility_output=UtilityOutput(call_id, True)))
+            return
+        try:
+            if method not in self.UTILITY_METHODS:
+                raise ValueError(f"unknown utility method {method!r}")
+            result = getattr(self, method)(*args)
+            reply = UtilityOutput(call_id, result)
+        except Exception as exc:
+            reply = UtilityOutput(call_id, None, f"{type(exc).__name__}: {exc}")
+        self._send(EngineCoreOutputs(utility_output=reply))
+
+    def send_engine_dead(self) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            self.output_socket.send(ENGINE_CORE_DEAD)
+
+    def close(self) -> None:
+        self.input_socket.close()
+        self.output_socket.close()
+        self._zmq_ctx.term()
+
+
+def run_engine_core(engine_args: dict[str, Any], input_address: str, output_address: str) -> None:
+    """Entry point of the engine-core process (started with the ``spawn`` method).
+
+    SIGTERM and SIGINT end the loop through ``SystemExit``; any other failure is reported to the
+    front-end as ``ENGINE_CORE_DEAD`` before the process exits with status 1.
+    """
+    from mini_vllm.engine.llm_engine import EngineArgs
+
+    def _terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    # Ctrl-C in a terminal reaches the whole process group: the front-end decides when we stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s engine-core: %(message)s")
+    proc: EngineCoreProc | None = None
+    try:
+        proc = EngineCoreProc(EngineArgs(**engine_args), input_address, output_address)
+        proc.run_busy_loop()
+    except SystemExit:
+        pass
+    except BaseException:
+        logger.error("engine core failed:\n%s", traceback.format_exc())
+        if proc is not None:
+            proc.send_engine_dead()
+        raise SystemExit(1) from None
+    finally:
+        if proc is not None:
+            proc.close()

@@ -1,0 +1,183 @@
+"""Incremental detokenization: token ids arrive one step at a time, text leaves as deltas.
+
+Mirrors the "slow" incremental path of ``vllm/v1/engine/detokenizer.py``
+(``SlowIncrementalDetokenizer`` over ``detokenize_incrementally``) and its stop-string check
+(``check_stop_strings``), written for the course.
+
+Why decoding one token at a time is wrong. A token is a run of *bytes*, not of characters: in a
+byte-level BPE vocabulary (GPT-2, Llama 3, SmolLM2) a Chinese character or an emoji is often
+split over two or three tokens, each holding an incomplete UTF-8 sequence. Decoding such a token
+alone yields U+FFFD (the replacement character), and so does decoding the text up to it. And in
+SentencePiece vocabularies (Llama 2) a token's leading space depends on what precedes it. So the
+detokenizer re-decodes a short *window* of recent tokens and emits only what the window added:
+
+* ``prefix_offset .. read_offset`` is the window already turned into text (``prefix_text``);
+* ``prefix_offset .. len(tokens)`` is the window plus the tokens not emitted yet;
+* if decoding the latter is longer than ``prefix_text`` and does not end in U+FFFD, the extra
+  characters are the delta and both offsets move forward; otherwise the new tokens wait (they end
+  in the middle of a character) and the next token is tried together with them.
+
+Each step costs two decodes of a handful of tokens, not a decode of the whole output, which is
+what makes streaming affordable. At the end (``flush``) tokens still held back are emitted as
+they decode, replacement character included, so the concatenated deltas always equal the
+tokenizer's own decode of the whole sequence.
+
+Stop strings are matched on the text, not on tokens: ``"\\n\\n"`` can be one token, two tokens,
+or the end of one token and the start of the next. ``check_stop_strings`` therefore searches only
+the tail that the newest characters could have completed, and a streaming client is held back the
+last ``len(longest stop) - 1`` characters, which could still turn out to begin a stop string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# How many prompt tokens seed the window: enough context for SentencePiece's leading-space
+# rule and for a character split across the prompt/output boundary (upstream uses 5 too).
+INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET = 5
+REPLACEMENT_CHAR = "\ufffd"
+
+
+class IncrementalDetokenizer:
+    """Turns a growing list of token ids into text deltas, correct across split characters.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer (``decode`` is the only method used).
+        prompt_token_ids: The request's prompt; its last few tokens seed the window so that the
+            first output token decodes in context. They are never part of the output text.
+        skip_special_tokens: Passed to ``decode`` (True hides EOS and chat-role markers).
+        stop: Stop strings; the output is cut before (or after, with
+            ``include_stop_str_in_output``) the first one found.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        prompt_token_ids: Sequence[int] = (),
+        *,
+        skip_special_tokens: bool = True,
+        stop: Sequence[str] = (),
+        include_stop_str_in_output: bool = False,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.stop = [s for s in stop if s]
+        self.include_stop_str_in_output = include_stop_str_in_output
+        # Hold back characters that may be the start of a stop string (streaming only).
+        self.stop_buffer_length = (
+            max((len(s) for s in self.stop), default=1) - 1 if not include_stop_str_in_output else 0
+        )
+        context = list(prompt_token_ids[-INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET:])
+        self.tokens: list[int] = context
+        self.prefix_offset = 0
+        self.read_offset = len(context)
+        self.output_token_ids: list[int] = []
+        self.output_text = ""
+        self._num_sent_chars = 0  # of output_text already handed out by get_next_output_text
+
+    def _decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=self.skip_special_tokens)
+
+    def _decode_next(self, flush: bool = False) -> str:
+        """The text the tokens after ``read_offset`` add to the window, or "" if incomplete."""
+        prefix_text = self._decode(self.tokens[self.prefix_offset : self.read_offset])
+        new_text = self._decode(self.tokens[self.prefix_offset :])
+        if len(new_text) > len(prefix_text) and (flush or not new_text.endswith(REPLACEMENT_CHAR)):
+            delta = new_text[len(prefix_text) :]
+            self.prefix_offset = self.read_offset
+            self.read_offset = len(self.tokens)
+            return delta
+        return ""
+
+    def update(
+        self, new_token_ids: Sequence[int], finished: bool = False, stop_terminated: bool = False
+    ) -> str | None:
+        """Add one step's tokens; return the stop string that ended the text, if any.
+
+        After a stop string is found ``output_text`` is truncated at it and the caller must
+        finish the request (the engine keeps generating until it is told to abort).
+        ``stop_terminated``: the engine stopped on the last token (EOS or a stop token id); as
+        upstream, that token's text is left out unless ``include_stop_str_in_output``.
+        """
+        num_chars_before = len(self.output_text)
+        new_token_ids = [int(t) for t in new_token_ids]
+        skipped: int | None = None
+        if stop_terminated and new_token_ids and not self.include_stop_str_in_output:
+            skipped = new_token_ids.pop()
+        for token_id in new_token_ids:
+            self.tokens.append(token_id)
+            self.output_token_ids.append(token_id)
+            self.output_text += self._decode_next()
+        if skipped is not None:
+            self.output_token_ids.append(skipped)  # counted as output, never decoded
+        if finished:
+            self.output_text += self.flush()
+        if not self.stop:
+            return None
+        new_char_count = len(self.output_text) - num_chars_before
+        match = check_stop_strings(
+            self.output_text, new_char_count, self.stop, self.include_stop_str_in_output
+        )
+        if match is None:
+            return None
+        stop_str, truncate_to = match
+        if truncate_to != -1:
+            self.output_text = self.output_text[:truncate_to]
+        return stop_str
+
+    def flush(self) -> str:
+        """Emit whatever is still held back (an incomplete character decodes as U+FFFD)."""
+        if self.read_offset >= len(self.tokens):
+            return ""
+        return self._decode_next(flush=True)
+
+    def get_next_output_text(self, finished: bool, delta: bool) -> str:
+        """The text to send now: new characters since the last call (``delta``) or all of it.
+
+        While unfinished, the last ``stop_buffer_length`` characters are withheld: they might be
+        the start of a stop string that the next token completes, and text once streamed to a
+        client cannot be taken back.
+        """
+        length = (
+            len(self.output_text)
+            if finished
+            else max(len(self.output_text) - self.stop_buffer_length, 0)
+        )
+        if not delta:
+            return self.output_text[:length]
+        if length <= self._num_sent_chars:
+            return ""
+        text = self.output_text[self._num_sent_chars : length]
+        self._num_sent_chars = length
+        return text
+
+
+def check_stop_strings(
+    output_text: str, new_char_count: int, stop: Sequence[str], include_in_output: bool
+) -> tuple[str, int] | None:
+    """Find a stop string that the last ``new_char_count`` characters completed.
+
+    Only a match ending inside the new characters can be new: an earlier one would have stopped
+    the request a step ago. So the search starts ``len(stop_str) - 1`` characters before the new
+    text, which still catches a stop string spanning the old and the new tokens.
+
+    When several stop strings occur, the one that starts first wins (it is what a client reading
+    the text would have seen first). Returns ``(stop_str, truncate_to)``: the output must be cut
+    to ``truncate_to`` characters (-1: nothing to cut), or None when no stop string was found.
+    """
+    if not new_char_count:
+        return None
+    best: tuple[int, str] | None = None
+    for stop_str in stop:
+        start = max(len(output_text) - new_char_count - len(stop_str) + 1, 0)
+        index = output_text.find(stop_str, start)
+        if index != -1 and (best is None or index < best[0]):
+            best = (index, stop_str)
+    if best is None:
+        return None
+    index, stop_str = best
+    if include_in_output:
+        end = index + len(stop_str)
+        return stop_str, (end if end < len(output_text) else -1)
+    return stop_str, index

@@ -1,0 +1,239 @@
+"""Turn the engine core's per-step token ids into per-request text deltas, in the front-end.
+
+Mirrors ``vllm/v1/engine/output_processor.py`` (``OutputProcessor``, ``RequestState``) and the
+per-iteration statistics of ``vllm/v1/metrics/stats.py`` (``IterationStats``), much smaller.
+
+The engine core only knows token ids and the stops it can see in them (EOS, stop token ids,
+``max_tokens``). Everything textual happens here, one ``EngineCoreOutputs`` at a time:
+
+1. each request's new token ids go through its ``IncrementalDetokenizer``;
+2. a stop *string* found in the new text finishes the request here, with finish reason
+   ``stop`` and the string as ``stop_reason``; the core has not seen it, so its id goes into
+   ``reqs_to_abort`` and the caller sends the core an abort (which frees the blocks);
+3. a ``RequestOutput`` (a delta when streaming, the whole text so far otherwise) is put on the
+   request's queue, where the HTTP handler awaits it;
+4. finished requests are dropped, and the timing of every token (time to first token,
+   inter-token latency, end-to-end latency) is recorded for the metrics.
+
+Bookkeeping rule: a request id lives in ``request_states`` from ``add_request`` until exactly one
+of (the core finished it, a stop string finished it, the client aborted it). ``abort_requests``
+and ``process_outputs`` both tolerate ids already gone, because a step's outputs may still be on
+the wire when an abort crosses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest
+from mini_vllm.engine.detokenizer import IncrementalDetokenizer
+from mini_vllm.outputs import CompletionOutput, RequestOutput
+
+
+@dataclass
+class FinishedRequestStats:
+    """One finished request, as the request-level histograms see it."""
+
+    finish_reason: str
+    e2e_latency: float
+    num_prompt_tokens: int
+    num_generation_tokens: int
+    mean_time_per_output_token: float
+
+
+@dataclass
+class IterationStats:
+    """What one batch of engine-core outputs contributed to the metrics."""
+
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+    time_to_first_tokens_iter: list[float] = field(default_factory=list)
+    inter_token_latencies_iter: list[float] = field(default_factory=list)
+    finished_requests: list[FinishedRequestStats] = field(default_factory=list)
+
+
+@dataclass
+class RequestState:
+    """The front-end's record of one request between ``add_request`` and its last output."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    detokenizer: IncrementalDetokenizer
+    queue: asyncio.Queue[RequestOutput | BaseException]
+    stream: bool
+    arrival_time: float
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    num_generation_tokens: int = 0
+
+
+@dataclass
+class OutputProcessorOutput:
+    """``reqs_to_abort``: finished here by a stop string, still running in the core."""
+
+    reqs_to_abort: list[str] = field(default_factory=list)
+
+
+class OutputProcessor:
+    """Per-request detokenization, stop strings, finish reasons and abort bookkeeping."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.request_states: dict[str, RequestState] = {}
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.request_states)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.request_states)
+
+    def add_request(
+        self,
+        request: EngineCoreRequest,
+        prompt: str | None,
+        *,
+        stop: Sequence[str] = (),
+        include_stop_str_in_output: bool = False,
+        skip_special_tokens: bool = True,
+        stream: bool = False,
+        arrival_time: float | None = None,
+    ) -> asyncio.Queue[RequestOutput | BaseException]:
+        """Track a request about to be sent to the core; return the queue its outputs go to."""
+        if request.request_id in self.request_states:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.request_states[request.request_id] = RequestState(
+            request_id=request.request_id,
+            prompt=prompt,
+            prompt_token_ids=list(request.prompt_token_ids),
+            detokenizer=IncrementalDetokenizer(
+                self.tokenizer,
+                request.prompt_token_ids,
+                skip_special_tokens=skip_special_tokens,
+                stop=stop,
+                include_stop_str_in_output=include_stop_str_in_output,
+            ),
+            queue=queue,
+            stream=stream,
+            arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
+        )
+        return queue
+
+    def abort_requests(self, request_ids: Sequence[str]) -> list[str]:
+        """Forget the requests (client gone); return the ids that were still tracked."""
+        return [rid for rid in request_ids if self.request_states.pop(rid, None) is not None]
+
+    def propagate_error(self, error: BaseException) -> None:
+        """Fail every tracked request with ``error`` (the engine core died)."""
+        for state in self.request_states.values():
+            state.queue.put_nowait(error)
+        self.request_states.clear()
+
+    def process_outputs(
+        self,
+        engine_core_outputs: Sequence[EngineCoreOutput],
+        now: float | None = None,
+        iteration_stats: IterationStats | None = None,
+    ) -> OutputProcessorOutput:
+        """Apply one step's outputs; see the module docstring for the four stages."""
+        now = time.monotonic() if now is None else now
+        result = OutputProcessorOutput()
+        for out in engine_core_outputs:
+            state = self.request_states.get(out.request_id)
+            if state is None:
+                continue  # aborted (or stopped by a stop string) while this step ran
+            if out.error is not None:
+                del self.request_states[out.request_id]
+                state.queue.put_nowait(ValueError(out.error))
+                continue
+            if iteration_stats is not None and out.new_token_ids:
+                self._update_stats(state, out, now, iteration_stats)
+            finish_reason = out.finish_reason
+            stop_reason = out.stop_reason
+            stop_str = state.detokenizer.update(
+                out.new_token_ids,
+                finished=out.finished,
+                stop_terminated=out.finish_reason == "stop",
+            )
+            if stop_str is not None:
+                finish_reason, stop_reason = "stop", stop_str
+                if not out.finished:
+                    result.reqs_to_abort.append(out.request_id)
+            finished = finish_reason is not None
+            request_output = self._make_request_output(
+                state, out.new_token_ids, finish_reason, stop_reason, finished
+            )
+            if request_output is not None:
+                state.queue.put_nowait(request_output)
+            if finished:
+                del self.request_states[out.request_id]
+                if iteration_stats is not None:
+                    self._record_finished(state, finish_reason, now, iteration_stats)
+        return result
+
+    def _make_request_output(
+        self,
+        state: RequestState,
+        new_token_ids: Sequence[int],
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+        finished: bool,
+    ) -> RequestOutput | None:
+        detok = state.detokenizer
+        text = detok.get_next_output_text(finished, delta=state.stream)
+        if state.stream and not text and not finished:
+            return None  # nothing a client could see yet (half a character, or a stop prefix)
+        token_ids = list(new_token_ids) if state.stream else list(detok.output_token_ids)
+        completion = CompletionOutput(
+            index=0,
+            text=text,
+            token_ids=token_ids,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+        )
+        return RequestOutput(
+            request_id=state.request_id,
+            prompt=state.prompt,
+            prompt_token_ids=state.prompt_token_ids,
+            outputs=[completion],
+            finished=finished,
+        )
+
+    @staticmethod
+    def _update_stats(
+        state: RequestState, out: EngineCoreOutput, now: float, stats: IterationStats
+    ) -> None:
+        stats.num_generation_tokens += len(out.new_token_ids)
+        if state.first_token_time is None:
+            state.first_token_time = now
+            stats.num_prompt_tokens += len(state.prompt_token_ids)
+            stats.time_to_first_tokens_iter.append(now - state.arrival_time)
+        else:
+            assert state.last_token_time is not None
+            stats.inter_token_latencies_iter.append(now - state.last_token_time)
+        state.last_token_time = now
+        state.num_generation_tokens += len(out.new_token_ids)
+
+    @staticmethod
+    def _record_finished(
+        state: RequestState, finish_reason: str | None, now: float, stats: IterationStats
+    ) -> None:
+        decode_tokens = state.num_generation_tokens - 1
+        tpot = 0.0
+        if decode_tokens > 0 and state.first_token_time is not None:
+            assert state.last_token_time is not None
+            tpot = (state.last_token_time - state.first_token_time) / decode_tokens
+        stats.finished_requests.append(
+            FinishedRequestStats(
+                finish_reason=str(finish_reason),
+                e2e_latency=now - state.arrival_time,
+                num_prompt_tokens=len(state.prompt_token_ids),
+                num_generation_tokens=state.num_generation_tokens,
+                mean_time_per_output_token=tpot,
+            )
+        )

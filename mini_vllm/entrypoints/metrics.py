@@ -1,0 +1,153 @@
+"""``/metrics``: the engine's state and every request's latencies, under vLLM's metric names.
+
+Mirrors ``PrometheusStatLogger`` of ``vllm/v1/metrics/loggers.py`` at the pin: the same names,
+the same ``model_name`` and ``engine`` labels and the same kinds (gauges for the scheduler's
+state, counters for tokens and prefix-cache lookups, histograms for latencies), so that a
+Grafana dashboard or an alert written for vLLM reads a mini-vLLM server unchanged. Counters get
+prometheus_client's ``_total`` suffix on the wire, as upstream's do.
+
+Where the numbers come from (the same split as upstream): the gauges and the prefix-cache
+counters are measured by the engine core after each step (``SchedulerStats``, sent with the
+step's outputs); the token counts and latencies are measured in the front-end, when the tokens
+arrive there (``IterationStats``), which is what a client experiences.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from mini_vllm.engine.core import SchedulerStats
+from mini_vllm.engine.output_processor import IterationStats
+
+# Seconds: from a millisecond-scale GPU step up to minutes-long requests on a loaded CPU.
+_LATENCY_BUCKETS = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0,
+]  # fmt: skip
+_ITL_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
+_FINISH_REASONS = ("stop", "length", "abort", "error")
+
+
+def _token_buckets(max_model_len: int) -> list[float]:
+    """1, 2, 5, 10, 20, 50, ... up to ``max_model_len`` (request sizes in tokens)."""
+    buckets: list[float] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * scale
+            if value > max_model_len:
+                return buckets
+            buckets.append(value)
+        scale *= 10
+
+
+class PrometheusStatLogger:
+    """Owns one registry with vLLM's metrics; ``record`` is called after every core message."""
+
+    def __init__(self, model_name: str, max_model_len: int, engine_index: int = 0) -> None:
+        self.registry = CollectorRegistry()
+        labelnames = ["model_name", "engine"]
+        labels = [model_name, str(engine_index)]
+        reg = self.registry
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labelnames, registry=reg).labels(*labels)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labelnames, registry=reg).labels(*labels)
+
+        def histogram(name: str, doc: str, buckets: list[float]) -> Histogram:
+            return Histogram(name, doc, labelnames, buckets=buckets, registry=reg).labels(*labels)
+
+        self.gauge_scheduler_running = gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches."
+        )
+        self.gauge_scheduler_waiting = gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed."
+        )
+        self.gauge_kv_cache_usage = gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
+        )
+        self.counter_prefix_cache_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in number of queried tokens."
+        )
+        self.counter_prefix_cache_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in number of cached tokens."
+        )
+        self.counter_num_preempted_reqs = counter(
+            "vllm:num_preemptions", "Cumulative number of preemptions from the engine."
+        )
+        self.counter_prompt_tokens = counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed."
+        )
+        self.counter_generation_tokens = counter(
+            "vllm:generation_tokens", "Number of generation tokens processed."
+        )
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*labelnames, "finished_reason"],
+            registry=reg,
+        )
+        self.counter_request_success = {
+            reason: success.labels(*labels, reason) for reason in _FINISH_REASONS
+        }
+        token_buckets = _token_buckets(max_model_len)
+        self.histogram_num_prompt_tokens_request = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
+        )
+        self.histogram_num_generation_tokens_request = histogram(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            token_buckets,
+        )
+        self.histogram_time_to_first_token = histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            _LATENCY_BUCKETS,
+        )
+        self.histogram_inter_token_latency = histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            _ITL_BUCKETS,
+        )
+        self.histogram_time_per_output_token_request = histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            _ITL_BUCKETS,
+        )
+        self.histogram_e2e_time_request = histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            _LATENCY_BUCKETS,
+        )
+
+    def record(
+        self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None
+    ) -> None:
+        if scheduler_stats is not None:
+            self.gauge_scheduler_running.set(scheduler_stats.num_running_reqs)
+            self.gauge_scheduler_waiting.set(scheduler_stats.num_waiting_reqs)
+            self.gauge_kv_cache_usage.set(scheduler_stats.kv_cache_usage)
+            self.counter_prefix_cache_queries.inc(scheduler_stats.prefix_cache_queries)
+            self.counter_prefix_cache_hits.inc(scheduler_stats.prefix_cache_hits)
+            self.counter_num_preempted_reqs.inc(scheduler_stats.num_preemptions)
+        if iteration_stats is None:
+            return
+        self.counter_prompt_tokens.inc(iteration_stats.num_prompt_tokens)
+        self.counter_generation_tokens.inc(iteration_stats.num_generation_tokens)
+        for ttft in iteration_stats.time_to_first_tokens_iter:
+            self.histogram_time_to_first_token.observe(ttft)
+        for itl in iteration_stats.inter_token_latencies_iter:
+            self.histogram_inter_token_latency.observe(itl)
+        for finished in iteration_stats.finished_requests:
+            counter = self.counter_request_success.get(finished.finish_reason)
+            if counter is not None:
+                counter.inc()
+            self.histogram_e2e_time_request.observe(finished.e2e_latency)
+            self.histogram_num_prompt_tokens_request.observe(finished.num_prompt_tokens)
+            self.histogram_num_generation_tokens_request.observe(finished.num_generation_tokens)
+            if finished.num_generation_tokens > 1:
+                self.histogram_time_per_output_token_request.observe(
+                    finished.mean_time_per_output_token
+                )

@@ -1,0 +1,60 @@
+"""``serve``'s command-line options (upstream: ``vllm/entrypoints/openai/cli_args.py``).
+
+Kept apart from the server so that ``python -m mini_vllm --help`` and ``generate`` build their
+parser without importing FastAPI, uvicorn or torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mini_vllm.engine.llm_engine import EngineArgs
+
+DEFAULT_SERVED_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``serve``'s options: the server's, then the engine's (as ``generate`` names them)."""
+    parser.add_argument("--model", default=None, help="checkpoint directory or .gguf file")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--served-model-name",
+        default=None,
+        help=f"the name clients pass as `model` (default: --model, or {DEFAULT_SERVED_MODEL_NAME})",
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--block-size", type=int, default=16)
+    engine.add_argument("--max-model-len", type=int, default=None)
+    engine.add_argument("--max-num-seqs", type=int, default=256)
+    engine.add_argument("--max-num-batched-tokens", type=int, default=None)
+    engine.add_argument("--kv-cache-memory-bytes", type=int, default=None)
+    engine.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    engine.add_argument("--no-enable-prefix-caching", action="store_true")
+    engine.add_argument("--device", default="auto")
+    engine.add_argument("--dtype", default="auto")
+    engine.add_argument("--enforce-eager", action="store_true")
+    engine.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def engine_args_from_cli(args: argparse.Namespace) -> EngineArgs:
+    from mini_vllm.engine.llm_engine import EngineArgs
+
+    return EngineArgs(
+        model=args.model,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_prefix_caching=not args.no_enable_prefix_caching,
+        device=args.device,
+        dtype=args.dtype,
+        enforce_eager=args.enforce_eager,
+        seed=args.seed,
+    )

@@ -1,0 +1,534 @@
+"""The logic behind ``/v1/completions`` and ``/v1/chat/completions``.
+
+Mirrors ``vllm/entrypoints/openai/completion/serving.py`` and ``chat_completion/serving.py`` (and
+the checks of ``engine/serving.py``), in one module because here the two differ only in how the
+prompt is built and how a choice is formatted.
+
+Every request goes through the same four stages, and the first three can only fail with a 400:
+
+1. check the model name and the sampling parameters (the engine's own ``SamplingParams``
+   validation decides, so the server and offline ``LLM`` accept the same values);
+2. build the prompt's token ids (a chat goes through the tokenizer's chat template) and check
+   that prompt plus ``max_tokens`` fits ``max_model_len``;
+3. add one engine request per (prompt, sample): ``n > 1`` is fanned out here into ``n`` requests
+   with the same prompt, as upstream's ``ParentRequest`` does. They share the prompt's KV blocks
+   through the prefix cache, and a seeded request's sample ``i`` gets ``seed + i``;
+4. stream or collect the outputs. Only now does the HTTP response start, so a failure before
+   it is a proper status code, never a broken stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from mini_vllm.engine.async_llm import AsyncLLM
+from mini_vllm.engine.core import EngineCoreSamplingParams
+from mini_vllm.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionResponseChoice,
+    ChatCompletionResponseStreamChoice,
+    ChatCompletionStreamResponse,
+    ChatResponseMessage,
+    CompletionRequest,
+    CompletionResponse,
+    CompletionResponseChoice,
+    CompletionResponseStreamChoice,
+    CompletionStreamResponse,
+    DeltaMessage,
+    ErrorInfo,
+    ErrorResponse,
+    SamplingRequestMixin,
+    UsageInfo,
+    random_uuid,
+)
+from mini_vllm.outputs import RequestOutput
+from mini_vllm.sampling_params import SamplingParams
+
+# Largest seed a torch.Generator takes.
+_MAX_SEED = 2**63 - 1
+
+
+class BadRequestError(Exception):
+    """The request is wrong; answered with 400 and this message."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def error_response(message: str, err_type: str, code: int, param: str | None = None) -> dict:
+    return ErrorResponse(
+        error=ErrorInfo(message=message, type=err_type, param=param, code=code)
+    ).model_dump()
+
+
+class _Prompt:
+    __slots__ = ("text", "token_ids")
+
+    def __init__(self, text: str | None, token_ids: list[int]) -> None:
+        self.text = text
+        self.token_ids = token_ids
+
+
+class OpenAIServing:
+    """Completions and chat completions over one ``AsyncLLM``."""
+
+    def __init__(self, engine: AsyncLLM, served_model_name: str) -> None:
+        self.engine = engine
+        self.served_model_name = served_model_name
+        self.tokenizer = engine.tokenizer
+
+    # ------------------------------------------------------------- checks
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.served_model_name:
+            raise BadRequestError(
+                f"The model `{model}` does not exist; this server serves "
+                f"`{self.served_model_name}`.",
+                param="model",
+            )
+
+    def _check_sampling(
+        self, request: SamplingRequestMixin, unsupported: dict[str, Any]
+    ) -> EngineCoreSamplingParams:
+        for field, value in unsupported.items():
+            if value:
+                raise BadRequestError(
+                    f"`{field}` is not supported by mini-vLLM (its sampler computes no "
+                    "log-probabilities and applies no penalties)",
+                    param=field,
+                )
+        if not isinstance(request.n, int) or request.n < 1:
+            raise BadRequestError(f"n must be at least 1, got {request.n}", param="n")
+        max_n = int(self.engine.engine_args.max_num_seqs)
+        if request.n > max_n:
+            raise BadRequestError(f"n must be at most max_num_seqs={max_n}", param="n")
+        if request.seed is not None and not 0 <= request.seed <= _MAX_SEED - request.n:
+            raise BadRequestError(f"seed must be in [0, 2**63 - n), got {request.seed}", "seed")
+        if any(not s for s in request.stop_list()):
+            raise BadRequestError("stop strings must not be empty", param="stop")
+        values = dict(
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            top_k=0 if request.top_k is None else request.top_k,
+            seed=request.seed,
+            min_tokens=request.min_tokens,
+            stop_token_ids=list(request.stop_token_ids or []),
+            ignore_eos=request.ignore_eos,
+        )
+        try:
+            # The engine's own validation: the server accepts exactly what LLM.generate does.
+            SamplingParams(**values, max_tokens=None)  # type: ignore[arg-type]
+        except (ValueError, TypeError) as exc:
+            raise BadRequestError(str(exc)) from None
+        return EngineCoreSamplingParams(**values)  # type: ignore[arg-type]
+
+    def _check_length(self, prompt_len: int, max_tokens: int | None, field: str) -> int:
+        """Resolve ``max_tokens`` against ``max_model_len``; 400 when it cannot fit."""
+        max_model_len = self.engine.max_model_len
+        if prompt_len == 0:
+            raise BadRequestError("the prompt is empty (zero tokens)", param="prompt")
+        if prompt_len >= max_model_len:
+            raise BadRequestError(
+                f"This model's maximum context length is {max_model_len} tokens. However, your "
+                f"request has {prompt_len} input tokens, which leaves no room for output. "
+                "Please reduce the length of the input.",
+                param="messages" if field == "max_completion_tokens" else "prompt",
+            )
+        if max_tokens is None:
+            return max_model_len - prompt_len
+        if max_tokens < 1:
+            raise BadRequestError(f"{field} must be at least 1, got {max_tokens}", param=field)
+        if prompt_len + max_tokens > max_model_len:
+            raise BadRequestError(
+                f"'{field}' is too large: {max_tokens}. This model's maximum context length is "
+                f"{max_model_len} tokens and your request has {prompt_len} input tokens "
+                f"({prompt_len} + {max_tokens} > {max_model_len}).",
+                param=field,
+            )
+        return max_tokens
+
+    def _check_token_ids(self, token_ids: Sequence[Any]) -> list[int]:
+        vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
+        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
+        if bad:
+            raise BadRequestError(
+                f"token ids {bad[:5]} are outside the vocabulary (size {vocab_size})",
+                param="prompt",
+            )
+        return list(token_ids)
+
+    # ------------------------------------------------------------ prompts
+
+    def _completion_prompts(self, request: CompletionRequest) -> list[_Prompt]:
+        prompt = request.prompt
+        if isinstance(prompt, str):
+            items: list[Any] = [prompt]
+        elif prompt and all(isinstance(t, int) for t in prompt):
+            items = [prompt]
+        else:
+            items = list(prompt)
+        if not items:
+            raise BadRequestError("prompt must not be empty", param="prompt")
+        prompts = []
+        for item in items:
+            if isinstance(item, str):
+                prompts.append(_Prompt(item, list(self.tokenizer(item).input_ids)))
+            else:
+                prompts.append(_Prompt(None, self._check_token_ids(item)))
+        return prompts
+
+    def _chat_prompt(self, request: ChatCompletionRequest) -> _Prompt:
+        if not request.messages:
+            raise BadRequestError("messages must not be empty", param="messages")
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise BadRequestError(
+                "this model has no chat template; use /v1/completions", param="messages"
+            )
+        conversation = []
+        for message in request.messages:
+            content = message.content
+            if isinstance(content, list):
+                parts = []
+                for part in content:
+                    if part.get("type") != "text":
+                        raise BadRequestError(
+                            f"content part of type {part.get('type')!r} is not supported "
+                            "(text only)",
+                            param="messages",
+                        )
+                    parts.append(str(part.get("text", "")))
+                content = "".join(parts)
+            conversation.append({"role": message.role, "content": content or ""})
+        try:
+            text = self.tokenizer.apply_chat_template(
+                conversation,
+                tokenize=False,
+                add_generation_prompt=request.add_generation_prompt,
+                **(request.chat_template_kwargs or {}),
+            )
+        except Exception as exc:  # a template may raise on roles it does not know
+            raise BadRequestError(f"the chat template failed: {exc}", param="messages") from None
+        # The template holds the special tokens already (as LLM.chat): add none.
+        token_ids = list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        return _Prompt(text, token_ids)
+
+    # --------------------------------------------------------- generation
+
+    async def _start(
+        self,
+        request_id: str,
+        prompts: list[_Prompt],
+        request: SamplingRequestMixin,
+        params: EngineCoreSamplingParams,
+        max_tokens: list[int],
+    ) -> list[AsyncGenerator[RequestOutput, None]]:
+        """One generator per (prompt, sample); choice index = prompt_index * n + sample."""
+        if params.min_tokens > min(max_tokens):
+            raise BadRequestError(
+                f"min_tokens={params.min_tokens} exceeds the {min(max_tokens)} tokens this "
+                "request may generate",
+                param="min_tokens",
+            )
+        generators = []
+        stop = request.stop_list()
+        for p_index, prompt in enumerate(prompts):
+            for sample in range(request.n):
+                child = EngineCoreSamplingParams(
+                    temperature=params.temperature,
+                    top_p=params.top_p,
+                    top_k=params.top_k,
+                    seed=None if params.seed is None else params.seed + sample,
+                    max_tokens=max_tokens[p_index],
+                    min_tokens=params.min_tokens,
+                    stop_token_ids=params.stop_token_ids,
+                    ignore_eos=params.ignore_eos,
+                )
+                generators.append(
+                    self.engine.generate(
+                        f"{request_id}-{p_index}-{sample}",
+                        prompt.token_ids,
+                        child,
+                        prompt=prompt.text,
+                        stop=stop,
+                        include_stop_str_in_output=request.include_stop_str_in_output,
+                        skip_special_tokens=request.skip_special_tokens,
+                        stream=request.stream,
+                    )
+                )
+        return generators
+
+    async def _prepare_completion(self, request: CompletionRequest) -> tuple[Any, ...]:
+        self.check_model(request.model)
+        params = self._check_sampling(
+            request,
+            {
+                "logprobs": request.logprobs,
+                "echo": request.echo,
+                "suffix": request.suffix,
+                "best_of": request.best_of not in (None, 1) and request.best_of,
+                "presence_penalty": request.presence_penalty,
+                "frequency_penalty": request.frequency_penalty,
+            },
+        )
+        prompts = self._completion_prompts(request)
+        max_tokens = [
+            self._check_length(len(p.token_ids), request.max_tokens, "max_tokens") for p in prompts
+        ]
+        return params, prompts, max_tokens
+
+    async def create_completion(
+        self, request: CompletionRequest
+    ) -> CompletionResponse | AsyncIterator[str]:
+        params, prompts, max_tokens = await self._prepare_completion(request)
+        request_id = f"cmpl-{random_uuid()}"
+        created = int(time.time())
+        generators = await self._start(request_id, prompts, request, params, max_tokens)
+        merged = merge_async_iterators(generators)
+        if request.stream:
+            return self._completion_stream(request, request_id, created, prompts, merged)
+
+        finals: dict[int, RequestOutput] = {}
+        async for index, output in merged:
+            finals[index] = output
+        choices = []
+        completion_tokens = 0
+        for index in sorted(finals):
+            completion = finals[index].outputs[0]
+            completion_tokens += len(completion.token_ids)
+            choices.append(
+                CompletionResponseChoice(
+                    index=index,
+                    text=completion.text,
+                    finish_reason=completion.finish_reason,
+                    stop_reason=completion.stop_reason,
+                )
+            )
+        prompt_tokens = sum(len(p.token_ids) for p in prompts)
+        return CompletionResponse(
+            id=request_id,
+            created=created,
+            model=self.served_model_name,
+            choices=choices,
+            usage=UsageInfo(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                total_tokens=prompt_tokens + completion_tokens,
+            ),
+        )
+
+    async def _completion_stream(
+        self,
+        request: CompletionRequest,
+        request_id: str,
+        created: int,
+        prompts: list[_Prompt],
+        merged: AsyncGenerator[tuple[int, RequestOutput], None],
+    ) -> AsyncIterator[str]:
+        completion_tokens = 0
+        try:
+            async for index, output in merged:
+                completion = output.outputs[0]
+                completion_tokens += len(completion.token_ids)
+                chunk = CompletionStreamResponse(
+                    id=request_id,
+                    created=created,
+                    model=self.served_model_name,
+                    choices=[
+                        CompletionResponseStreamChoice(
+                            index=index,
+                            text=completion.text,
+                            finish_reason=completion.finish_reason,
+                            stop_reason=completion.stop_reason,
+                        )
+                    ],
+                )
+                yield _sse(chunk)
+            if request.stream_options and request.stream_options.include_usage:
+                prompt_tokens = sum(len(p.token_ids) for p in prompts)
+                usage = CompletionStreamResponse(
+                    id=request_id,
+                    created=created,
+                    model=self.served_model_name,
+                    choices=[],
+                    usage=UsageInfo(
+                        prompt_tokens=prompt_tokens,
+                        completion_tokens=completion_tokens,
+                        total_tokens=prompt_tokens + completion_tokens,
+                    ),
+                )
+                yield _sse(usage)
+        except Exception as exc:
+            yield _sse_error(exc)
+        finally:
+            await merged.aclose()
+        yield "data: [DONE]\n\n"
+
+    async def create_chat_completion(
+        self, request: ChatCompletionRequest
+    ) -> ChatCompletionResponse | AsyncIterator[str]:
+        self.check_model(request.model)
+        params = self._check_sampling(
+            request,
+            {
+                "logprobs": request.logprobs,
+                "top_logprobs": request.top_logprobs,
+                "presence_penalty": request.presence_penalty,
+                "frequency_penalty": request.frequency_penalty,
+            },
+        )
+        prompt = self._chat_prompt(request)
+        use_new_name = request.max_completion_tokens is not None
+        field = "max_completion_tokens" if use_new_name else "max_tokens"
+        wanted = request.max_completion_tokens or request.max_tokens
+        max_tokens = self._check_length(len(prompt.token_ids), wanted, field)
+        request_id = f"chatcmpl-{random_uuid()}"
+        created = int(time.time())
+        generators = await self._start(request_id, [prompt], request, params, [max_tokens])
+        merged = merge_async_iterators(generators)
+        if request.stream:
+            return self._chat_stream(request, request_id, created, prompt, merged)
+
+        finals: dict[int, RequestOutput] = {}
+        async for index, output in merged:
+            finals[index] = output
+        choices = []
+        completion_tokens = 0
+        for index in sorted(finals):
+            completion = finals[index].outputs[0]
+            completion_tokens += len(completion.token_ids)
+            choices.append(
+                ChatCompletionResponseChoice(
+                    index=index,
+                    message=ChatResponseMessage(content=completion.text),
+                    finish_reason=completion.finish_reason,
+                    stop_reason=completion.stop_reason,
+                )
+            )
+        prompt_tokens = len(prompt.token_ids)
+        return ChatCompletionResponse(
+            id=request_id,
+            created=created,
+            model=self.served_model_name,
+            choices=choices,
+            usage=UsageInfo(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                total_tokens=prompt_tokens + completion_tokens,
+            ),
+        )
+
+    async def _chat_stream(
+        self,
+        request: ChatCompletionRequest,
+        request_id: str,
+        created: int,
+        prompt: _Prompt,
+        merged: AsyncGenerator[tuple[int, RequestOutput], None],
+    ) -> AsyncIterator[str]:
+        def chunk(index: int, delta: DeltaMessage, finish: str | None = None, stop: Any = None):
+            return ChatCompletionStreamResponse(
+                id=request_id,
+                created=created,
+                model=self.served_model_name,
+                choices=[
+                    ChatCompletionResponseStreamChoice(
+                        index=index, delta=delta, finish_reason=finish, stop_reason=stop
+                    )
+                ],
+            )
+
+        completion_tokens = 0
+        try:
+            # The role comes first, once per choice, before any content (as OpenAI sends it).
+            for index in range(request.n):
+                yield _sse(chunk(index, DeltaMessage(role="assistant", content="")))
+            async for index, output in merged:
+                completion = output.outputs[0]
+                completion_tokens += len(completion.token_ids)
+                yield _sse(
+                    chunk(
+                        index,
+                        DeltaMessage(content=completion.text),
+                        completion.finish_reason,
+                        completion.stop_reason,
+                    )
+                )
+            if request.stream_options and request.stream_options.include_usage:
+                prompt_tokens = len(prompt.token_ids)
+                usage = ChatCompletionStreamResponse(
+                    id=request_id,
+                    created=created,
+                    model=self.served_model_name,
+                    choices=[],
+                    usage=UsageInfo(
+                        prompt_tokens=prompt_tokens,
+                        completion_tokens=completion_tokens,
+                        total_tokens=prompt_tokens + completion_tokens,
+                    ),
+                )
+                yield _sse(usage)
+        except Exception as exc:
+            yield _sse_error(exc)
+        finally:
+            await merged.aclose()
+        yield "data: [DONE]\n\n"
+
+
+def _sse(payload: BaseModel) -> str:
+    return f"data: {payload.model_dump_json()}\n\n"
+
+
+def _sse_error(exc: BaseException) -> str:
+    from mini_vllm.engine.core_client import EngineDeadError
+
+    if isinstance(exc, EngineDeadError):
+        body = error_response(str(exc), "ServiceUnavailableError", 503)
+    else:
+        body = error_response(str(exc), "InternalServerError", 500)
+    return f"data: {ErrorResponse.model_validate(body).model_dump_json()}\n\n"
+
+
+async def merge_async_iterators(
+    generators: Sequence[AsyncGenerator[RequestOutput, None]],
+) -> AsyncGenerator[tuple[int, RequestOutput], None]:
+    """Interleave several generators' items as they come, tagged with the generator's index.
+
+    Upstream's ``merge_async_iterators`` (``vllm/utils/async_utils.py``). Closing the merged
+    generator (or cancelling its consumer) cancels the pumps, which closes every generator and
+    so aborts every request that has not finished: all ``n`` samples leave together.
+    """
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    done = object()
+
+    async def pump(index: int, gen: AsyncGenerator[RequestOutput, None]) -> None:
+        try:
+            async for item in gen:
+                queue.put_nowait((index, item))
+        except Exception as exc:
+            queue.put_nowait((index, exc))
+        finally:
+            queue.put_nowait((index, done))
+
+    tasks = [asyncio.create_task(pump(i, g)) for i, g in enumerate(generators)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            index, item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

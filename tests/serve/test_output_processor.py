@@ -1,0 +1,125 @@
+"""``OutputProcessor`` alone: finish reasons, stop strings and the abort bookkeeping.
+
+No server, no sockets: engine-core outputs are made by hand. The rule under test is that a
+request id is tracked from ``add_request`` until exactly one of (the core finished it, a stop
+string finished it, the client aborted it), and that outputs still on the wire for an id that is
+gone are ignored.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest, EngineCoreSamplingParams
+from mini_vllm.engine.output_processor import IterationStats, OutputProcessor
+
+
+@pytest.fixture()
+def processor(serve_tokenizer) -> OutputProcessor:
+    return OutputProcessor(serve_tokenizer)
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
+def _add(processor, request_id: str, **kwargs):
+    request = EngineCoreRequest(request_id, [1, 2, 3], EngineCoreSamplingParams())
+    return processor.add_request(request, "prompt", arrival_time=0.0, **kwargs)
+
+
+def _drain(queue) -> list:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
+
+
+def test_streamed_deltas_then_finish(processor, serve_tokenizer):
+    queue = _add(processor, "a", stream=True)
+    ids = _ids(serve_tokenizer, "Hello there, world")
+    stats = IterationStats()
+    processor.process_outputs([EngineCoreOutput("a", ids[:2])], now=1.0, iteration_stats=stats)
+    processor.process_outputs(
+        [EngineCoreOutput("a", ids[2:], finish_reason="length")], now=1.5, iteration_stats=stats
+    )
+    outs = _drain(queue)
+    assert "".join(o.outputs[0].text for o in outs) == "Hello there, world"
+    assert [o.finished for o in outs] == [False, True]
+    assert outs[-1].outputs[0].finish_reason == "length"
+    assert not processor.has_unfinished_requests()
+    assert stats.time_to_first_tokens_iter == [1.0]
+    assert stats.inter_token_latencies_iter == [0.5]
+    (finished,) = stats.finished_requests
+    assert finished.num_generation_tokens == len(ids) and finished.e2e_latency == 1.5
+
+
+def test_non_streaming_gets_the_whole_text(processor, serve_tokenizer):
+    queue = _add(processor, "a", stream=False)
+    ids = _ids(serve_tokenizer, "one two three")
+    processor.process_outputs([EngineCoreOutput("a", ids[:1])])
+    processor.process_outputs([EngineCoreOutput("a", ids[1:], finish_reason="length")])
+    outs = _drain(queue)
+    assert outs[-1].outputs[0].text == "one two three"
+    assert outs[-1].outputs[0].token_ids == ids
+
+
+def test_the_token_that_stopped_the_core_is_not_text(processor, serve_tokenizer):
+    # A stop token id (or EOS) ends the request in the core: as upstream, it is counted as an
+    # output token but its text is left out.
+    queue = _add(processor, "a")
+    ids = _ids(serve_tokenizer, "one two three")
+    processor.process_outputs(
+        [EngineCoreOutput("a", ids, finish_reason="stop", stop_reason=ids[-1])]
+    )
+    (out,) = _drain(queue)
+    assert out.outputs[0].text == serve_tokenizer.decode(ids[:-1])
+    assert out.outputs[0].token_ids == ids and out.outputs[0].stop_reason == ids[-1]
+
+
+def test_stop_string_finishes_here_and_asks_the_core_to_abort(processor, serve_tokenizer):
+    queue = _add(processor, "a", stream=True, stop=["END"])
+    ids = _ids(serve_tokenizer, "some text END more text")
+    result = processor.process_outputs([EngineCoreOutput("a", ids)])
+    assert result.reqs_to_abort == ["a"]
+    (out,) = _drain(queue)
+    assert out.finished and out.outputs[0].text == "some text "
+    assert (out.outputs[0].finish_reason, out.outputs[0].stop_reason) == ("stop", "END")
+    # The core's next step crossed the abort: ignored, nothing more is queued.
+    assert processor.process_outputs([EngineCoreOutput("a", ids[:1])]).reqs_to_abort == []
+    assert queue.empty() and not processor.has_unfinished_requests()
+
+
+def test_stop_string_found_on_the_core_s_last_step_needs_no_abort(processor, serve_tokenizer):
+    _add(processor, "a", stop=["END"])
+    ids = _ids(serve_tokenizer, "x END")
+    result = processor.process_outputs([EngineCoreOutput("a", ids, finish_reason="length")])
+    assert result.reqs_to_abort == []
+
+
+def test_abort_forgets_the_request_once(processor, serve_tokenizer):
+    queue = _add(processor, "a", stream=True)
+    _add(processor, "b", stream=True)
+    assert processor.abort_requests(["a", "zzz"]) == ["a"]
+    assert processor.abort_requests(["a"]) == []
+    processor.process_outputs([EngineCoreOutput("a", _ids(serve_tokenizer, "late"))])
+    assert queue.empty()
+    assert processor.get_num_unfinished_requests() == 1
+
+
+def test_core_refusal_and_engine_death_reach_the_waiting_handlers(processor):
+    queue_a = _add(processor, "a")
+    queue_b = _add(processor, "b")
+    processor.process_outputs([EngineCoreOutput("a", [], finish_reason="error", error="no")])
+    (error,) = _drain(queue_a)
+    assert isinstance(error, ValueError) and str(error) == "no"
+    processor.propagate_error(RuntimeError("dead"))
+    (dead,) = _drain(queue_b)
+    assert isinstance(dead, RuntimeError)
+    assert not processor.has_unfinished_requests()
+
+
+def test_duplicate_request_id_is_refused(processor):
+    _add(processor, "a")
+    with pytest.raises(ValueError, match="already in use"):
+        _add(processor, "a")

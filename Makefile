@@ -8,15 +8,15 @@ GRADE  := PYTHONSAFEPATH=1 $(PY) -m grading
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 LAB_FLAGS ?=
 
-CORE_LABS  := lab-01 lab-02 lab-05 lab-06 lab-07 lab-08
-TORCH_LABS := lab-04
+CORE_LABS  := lab-01 lab-02 lab-05 lab-06 lab-07 lab-08 lab-10
+TORCH_LABS := lab-04 lab-11
 MODEL_LABS := lab-03 lab-09
 
 .PHONY: help setup setup-full test lint $(CORE_LABS) $(TORCH_LABS) $(MODEL_LABS) quiz-01 \
         upstream demo serve bench docs site site-screenshots notebooks figures list autograder check-suites stubs
 
 help:
-	@echo "make lab-01 ... lab-09   grade your lab (labs/lab-NN-*/); e.g. make lab-01"
+	@echo "make lab-01 ... lab-11   grade your lab (labs/lab-NN-*/); e.g. make lab-01"
 	@echo "make reset-lab-01        restore a lab's stub (your edits are kept unless FORCE=1, then backed up)"
 	@echo "make test                the repository's own tests (installs everything)"
 	@echo "make test-upstream       the scheduler differential against vLLM's own, 5,000 traces a mode"

@@ -22,7 +22,7 @@ def _grade(argv: list[str]) -> int:
     from grading.runner import GraderError, grade
 
     parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__)
-    parser.add_argument("lab", help="lab-01 … lab-09")
+    parser.add_argument("lab", help="lab-01 … lab-11")
     parser.add_argument("--impl", type=Path, help="folder holding the lab's files "
                         "(default: labs/<lab>/)")
     parser.add_argument("--json", type=Path, help="write Gradescope results.json here")

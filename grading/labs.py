@@ -26,6 +26,8 @@ PLANNED_LABS: dict[str, str] = {
     "lab-07": "kv-cache-manager",
     "lab-08": "scheduler",
     "lab-09": "engine",
+    "lab-10": "serving",
+    "lab-11": "tensor-parallel",
     "quiz-01": "engine-tour",
 }
 

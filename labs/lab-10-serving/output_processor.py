@@ -1,0 +1,336 @@
+# lab-10: write the functions below that raise NotImplementedError.
+# Grade your work: make lab-10   Guide: labs/lab-10-serving/README.md
+"""The output processor: incremental detokenization, stop strings, finish reasons and aborts.
+
+The file of lab-10. The engine core sends token ids; a client wants text. This file is the
+front-end's half of serving: ``IncrementalDetokenizer`` turns each request's growing list of
+token ids into text deltas that stay correct when a character is split across tokens, and finds
+stop strings that span tokens (``check_stop_strings``); ``OutputProcessor`` runs one
+detokenizer per request, decides each request's finish reason, tells the caller which requests
+the core must abort (``reqs_to_abort``) and forgets every request exactly once.
+
+``OutputProcessor.process_outputs`` works in four stages, one ``EngineCoreOutput`` at a time:
+
+1. the request's new token ids go through its ``IncrementalDetokenizer``;
+2. a stop *string* found in the new text finishes the request here, with finish reason
+   ``stop`` and the string as ``stop_reason``; the core has not seen it, so unless the core
+   finished the request in the same step its id goes into ``reqs_to_abort`` and the caller
+   sends the core an abort (which frees the blocks);
+3. a ``RequestOutput`` (a delta when streaming, the whole text so far otherwise) is put on the
+   request's queue, where the HTTP handler awaits it;
+4. a finished request is dropped from ``request_states``, and with ``iteration_stats`` the
+   timing of its tokens is recorded for the metrics (``_update_stats`` for an output with
+   tokens, before stage 1; ``_record_finished`` once it is dropped).
+
+Bookkeeping rule: a request id lives in ``request_states`` from ``add_request`` until exactly one
+of (the core finished it, a stop string finished it, the client aborted it). ``abort_requests``
+and ``process_outputs`` both tolerate ids already gone, because a step's outputs may still be on
+the wire when an abort crosses them.
+
+In ``labs/`` the methods of the lab raise ``NotImplementedError``; in ``solutions/`` every class
+and function is a copy of the reference, kept identical by ``tests/test_lab_sync.py``. The
+reference keeps these in two modules, ``mini_vllm/engine/detokenizer.py`` and
+``mini_vllm/engine/output_processor.py``, like vLLM (``vllm/v1/engine/detokenizer.py``,
+``vllm/v1/engine/output_processor.py``); the lab gathers them in one file so that you edit one
+file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mini_vllm.outputs import CompletionOutput, RequestOutput
+
+if TYPE_CHECKING:  # annotations only: the engine core's module needs the serve extra (pyzmq)
+    from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest
+
+# How many prompt tokens seed the window: enough context for SentencePiece's leading-space
+# rule and for a character split across the prompt/output boundary (upstream uses 5 too).
+INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET = 5
+REPLACEMENT_CHAR = "\ufffd"
+
+
+class IncrementalDetokenizer:
+    """Turns a growing list of token ids into text deltas, correct across split characters.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer (``decode`` is the only method used).
+        prompt_token_ids: The request's prompt; its last few tokens seed the window so that the
+            first output token decodes in context. They are never part of the output text.
+        skip_special_tokens: Passed to ``decode`` (True hides EOS and chat-role markers).
+        stop: Stop strings; the output is cut before (or after, with
+            ``include_stop_str_in_output``) the first one found.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        prompt_token_ids: Sequence[int] = (),
+        *,
+        skip_special_tokens: bool = True,
+        stop: Sequence[str] = (),
+        include_stop_str_in_output: bool = False,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.stop = [s for s in stop if s]
+        self.include_stop_str_in_output = include_stop_str_in_output
+        # Hold back characters that may be the start of a stop string (streaming only).
+        self.stop_buffer_length = (
+            max((len(s) for s in self.stop), default=1) - 1 if not include_stop_str_in_output else 0
+        )
+        context = list(prompt_token_ids[-INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET:])
+        self.tokens: list[int] = context
+        self.prefix_offset = 0
+        self.read_offset = len(context)
+        self.output_token_ids: list[int] = []
+        self.output_text = ""
+        self._num_sent_chars = 0  # of output_text already handed out by get_next_output_text
+
+    def _decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=self.skip_special_tokens)
+
+    def _decode_next(self, flush: bool = False) -> str:
+        """The text the tokens after ``read_offset`` add to the window, or "" if incomplete."""
+        raise NotImplementedError(
+            "lab-10: IncrementalDetokenizer._decode_next — decode the window without and with "
+            "the new tokens; emit what they added unless it ends in U+FFFD (then hold it back), "
+            "and slide the offsets"
+        )
+
+    def update(
+        self, new_token_ids: Sequence[int], finished: bool = False, stop_terminated: bool = False
+    ) -> str | None:
+        """Add one step's tokens; return the stop string that ended the text, if any.
+
+        After a stop string is found ``output_text`` is truncated at it and the caller must
+        finish the request (the engine keeps generating until it is told to abort).
+        ``stop_terminated``: the engine stopped on the last token (EOS or a stop token id); as
+        upstream, that token's text is left out unless ``include_stop_str_in_output``.
+        """
+        raise NotImplementedError(
+            "lab-10: IncrementalDetokenizer.update — decode one step's tokens one at a time "
+            "(leave out a stop-terminated last token's text), flush at the end, then look for a "
+            "stop string in the new text and cut there"
+        )
+
+    def flush(self) -> str:
+        """Emit whatever is still held back (an incomplete character decodes as U+FFFD)."""
+        raise NotImplementedError(
+            "lab-10: IncrementalDetokenizer.flush — emit whatever is still held back, an "
+            "incomplete character as U+FFFD"
+        )
+
+    def get_next_output_text(self, finished: bool, delta: bool) -> str:
+        """The text to send now: new characters since the last call (``delta``) or all of it.
+
+        While unfinished, the last ``stop_buffer_length`` characters are withheld: they might be
+        the start of a stop string that the next token completes, and text once streamed to a
+        client cannot be taken back.
+        """
+        raise NotImplementedError(
+            "lab-10: IncrementalDetokenizer.get_next_output_text — the characters not handed "
+            "out yet (or all of them), withholding the last stop_buffer_length while unfinished"
+        )
+
+
+def check_stop_strings(
+    output_text: str, new_char_count: int, stop: Sequence[str], include_in_output: bool
+) -> tuple[str, int] | None:
+    """Find a stop string that the last ``new_char_count`` characters completed.
+
+    Only a match ending inside the new characters can be new: an earlier one would have stopped
+    the request a step ago. So the search starts ``len(stop_str) - 1`` characters before the new
+    text, which still catches a stop string spanning the old and the new tokens.
+
+    When several stop strings occur, the one that starts first wins (it is what a client reading
+    the text would have seen first). Returns ``(stop_str, truncate_to)``: the output must be cut
+    to ``truncate_to`` characters (-1: nothing to cut), or None when no stop string was found.
+    """
+    raise NotImplementedError(
+        "lab-10: check_stop_strings — search only the tail the new characters could have "
+        "completed; the match that starts first wins; say where to cut"
+    )
+
+
+@dataclass
+class FinishedRequestStats:
+    """One finished request, as the request-level histograms see it."""
+
+    finish_reason: str
+    e2e_latency: float
+    num_prompt_tokens: int
+    num_generation_tokens: int
+    mean_time_per_output_token: float
+
+
+@dataclass
+class IterationStats:
+    """What one batch of engine-core outputs contributed to the metrics."""
+
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+    time_to_first_tokens_iter: list[float] = field(default_factory=list)
+    inter_token_latencies_iter: list[float] = field(default_factory=list)
+    finished_requests: list[FinishedRequestStats] = field(default_factory=list)
+
+
+@dataclass
+class RequestState:
+    """The front-end's record of one request between ``add_request`` and its last output."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    detokenizer: IncrementalDetokenizer
+    queue: asyncio.Queue[RequestOutput | BaseException]
+    stream: bool
+    arrival_time: float
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    num_generation_tokens: int = 0
+
+
+@dataclass
+class OutputProcessorOutput:
+    """``reqs_to_abort``: finished here by a stop string, still running in the core."""
+
+    reqs_to_abort: list[str] = field(default_factory=list)
+
+
+class OutputProcessor:
+    """Per-request detokenization, stop strings, finish reasons and abort bookkeeping."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.request_states: dict[str, RequestState] = {}
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.request_states)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.request_states)
+
+    def add_request(
+        self,
+        request: EngineCoreRequest,
+        prompt: str | None,
+        *,
+        stop: Sequence[str] = (),
+        include_stop_str_in_output: bool = False,
+        skip_special_tokens: bool = True,
+        stream: bool = False,
+        arrival_time: float | None = None,
+    ) -> asyncio.Queue[RequestOutput | BaseException]:
+        """Track a request about to be sent to the core; return the queue its outputs go to."""
+        if request.request_id in self.request_states:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.request_states[request.request_id] = RequestState(
+            request_id=request.request_id,
+            prompt=prompt,
+            prompt_token_ids=list(request.prompt_token_ids),
+            detokenizer=IncrementalDetokenizer(
+                self.tokenizer,
+                request.prompt_token_ids,
+                skip_special_tokens=skip_special_tokens,
+                stop=stop,
+                include_stop_str_in_output=include_stop_str_in_output,
+            ),
+            queue=queue,
+            stream=stream,
+            arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
+        )
+        return queue
+
+    def abort_requests(self, request_ids: Sequence[str]) -> list[str]:
+        """Forget the requests (client gone); return the ids that were still tracked."""
+        raise NotImplementedError(
+            "lab-10: OutputProcessor.abort_requests — forget the tracked ids, ignore the "
+            "others, return the ones that were tracked"
+        )
+
+    def propagate_error(self, error: BaseException) -> None:
+        """Fail every tracked request with ``error`` (the engine core died)."""
+        for state in self.request_states.values():
+            state.queue.put_nowait(error)
+        self.request_states.clear()
+
+    def process_outputs(
+        self,
+        engine_core_outputs: Sequence[EngineCoreOutput],
+        now: float | None = None,
+        iteration_stats: IterationStats | None = None,
+    ) -> OutputProcessorOutput:
+        """Apply one step's outputs; see the module docstring for the four stages."""
+        raise NotImplementedError(
+            "lab-10: OutputProcessor.process_outputs — for each output of a tracked request: "
+            "detokenize, let a stop string finish it (and ask the core to abort it if still "
+            "running), queue its RequestOutput, forget it once finished"
+        )
+
+    def _make_request_output(
+        self,
+        state: RequestState,
+        new_token_ids: Sequence[int],
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+        finished: bool,
+    ) -> RequestOutput | None:
+        detok = state.detokenizer
+        text = detok.get_next_output_text(finished, delta=state.stream)
+        if state.stream and not text and not finished:
+            return None  # nothing a client could see yet (half a character, or a stop prefix)
+        token_ids = list(new_token_ids) if state.stream else list(detok.output_token_ids)
+        completion = CompletionOutput(
+            index=0,
+            text=text,
+            token_ids=token_ids,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+        )
+        return RequestOutput(
+            request_id=state.request_id,
+            prompt=state.prompt,
+            prompt_token_ids=state.prompt_token_ids,
+            outputs=[completion],
+            finished=finished,
+        )
+
+    @staticmethod
+    def _update_stats(
+        state: RequestState, out: EngineCoreOutput, now: float, stats: IterationStats
+    ) -> None:
+        stats.num_generation_tokens += len(out.new_token_ids)
+        if state.first_token_time is None:
+            state.first_token_time = now
+            stats.num_prompt_tokens += len(state.prompt_token_ids)
+            stats.time_to_first_tokens_iter.append(now - state.arrival_time)
+        else:
+            assert state.last_token_time is not None
+            stats.inter_token_latencies_iter.append(now - state.last_token_time)
+        state.last_token_time = now
+        state.num_generation_tokens += len(out.new_token_ids)
+
+    @staticmethod
+    def _record_finished(
+        state: RequestState, finish_reason: str | None, now: float, stats: IterationStats
+    ) -> None:
+        decode_tokens = state.num_generation_tokens - 1
+        tpot = 0.0
+        if decode_tokens > 0 and state.first_token_time is not None:
+            assert state.last_token_time is not None
+            tpot = (state.last_token_time - state.first_token_time) / decode_tokens
+        stats.finished_requests.append(
+            FinishedRequestStats(
+                finish_reason=str(finish_reason),
+                e2e_latency=now - state.arrival_time,
+                num_prompt_tokens=len(state.prompt_token_ids),
+                num_generation_tokens=state.num_generation_tokens,
+                mean_time_per_output_token=tpot,
+            )
+        )

@@ -1,0 +1,202 @@
+"""Buggy implementations of lab-10 (the output processor).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-10`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "output_processor.py"
+
+MUTANTS = [
+    # -- incremental detokenization --------------------------------------------------------------
+    Mutant(
+        name="decode_each_token_alone",
+        file=FILE,
+        find="""
+            prefix_text = self._decode(self.tokens[self.prefix_offset : self.read_offset])
+            new_text = self._decode(self.tokens[self.prefix_offset :])
+        """,
+        replace="""
+            prefix_text = ""
+            new_text = self._decode(self.tokens[self.read_offset :])
+        """,
+        why="decodes only the new tokens: half a character becomes U+FFFD in the stream, and "
+            "the completing token decodes to another U+FFFD instead of the character",
+    ),
+    Mutant(
+        name="no_hold_back_on_replacement_char",
+        file=FILE,
+        find="if len(new_text) > len(prefix_text) and (flush or not new_text.endswith(REPLACEMENT_CHAR)):",
+        replace="if len(new_text) > len(prefix_text):",
+        why="emits text that ends in U+FFFD: the head of a split character is streamed as '�' "
+            "and can never be taken back",
+    ),
+    Mutant(
+        name="offsets_not_slid",
+        file=FILE,
+        find="""
+            self.prefix_offset = self.read_offset
+            self.read_offset = len(self.tokens)
+        """,
+        replace="""
+            self.read_offset = len(self.tokens)
+        """,
+        why="never moves prefix_offset: the window grows with the whole output (quadratic "
+            "decode) and, worse, its leading text is decoded again each step",
+    ),
+    Mutant(
+        name="no_flush_at_finish",
+        file=FILE,
+        find="""
+            if finished:
+                self.output_text += self.flush()
+        """,
+        replace="",
+        why="forgets the held-back tail when the request finishes: an output that ends inside "
+            "a character loses its last bytes instead of ending in U+FFFD",
+    ),
+    Mutant(
+        name="stop_terminated_token_decoded",
+        file=FILE,
+        find="if stop_terminated and new_token_ids and not self.include_stop_str_in_output:",
+        replace="if False:",
+        why="decodes the token the core stopped on: with skip_special_tokens=False the EOS "
+            "text ends up in the answer",
+    ),
+    Mutant(
+        name="deltas_resend_everything",
+        file=FILE,
+        find="text = self.output_text[self._num_sent_chars : length]",
+        replace="text = self.output_text[:length]",
+        why="a streamed delta repeats all the text so far instead of only what is new",
+    ),
+    Mutant(
+        name="no_stop_prefix_hold_back",
+        file=FILE,
+        find="""
+            length = (
+                len(self.output_text)
+                if finished
+                else max(len(self.output_text) - self.stop_buffer_length, 0)
+            )
+        """,
+        replace="""
+            length = len(self.output_text)
+        """,
+        why="streams the characters that may begin a stop string: when the next token completes "
+            "it, the client has already received part of the stop string",
+    ),
+    # -- stop strings ---------------------------------------------------------------------------
+    Mutant(
+        name="stop_search_only_new_text",
+        file=FILE,
+        find="start = max(len(output_text) - new_char_count - len(stop_str) + 1, 0)",
+        replace="start = max(len(output_text) - new_char_count, 0)",
+        why="searches only the new characters: a stop string that began in an earlier step and "
+            "ends in this one is missed",
+    ),
+    Mutant(
+        name="stop_first_in_list_wins",
+        file=FILE,
+        find="if index != -1 and (best is None or index < best[0]):",
+        replace="if index != -1 and best is None:",
+        why="takes the first stop string of the list that occurs, not the one that starts first "
+            "in the text",
+    ),
+    Mutant(
+        name="stop_cut_after_string",
+        file=FILE,
+        find="""
+            return stop_str, index
+        """,
+        replace="""
+            return stop_str, index + len(stop_str)
+        """,
+        why="cuts after the stop string although include_stop_str_in_output is off: the stop "
+            "string is part of the answer",
+    ),
+    # -- the output processor -------------------------------------------------------------------
+    Mutant(
+        name="stop_string_no_abort",
+        file=FILE,
+        find="""
+                if not out.finished:
+                    result.reqs_to_abort.append(out.request_id)
+        """,
+        replace="",
+        why="finishes the request in the front-end but never asks the core to abort it: it keeps "
+            "generating into its KV blocks until max_tokens",
+    ),
+    Mutant(
+        name="abort_even_if_core_finished",
+        file=FILE,
+        find="""
+                if not out.finished:
+                    result.reqs_to_abort.append(out.request_id)
+        """,
+        replace="""
+                result.reqs_to_abort.append(out.request_id)
+        """,
+        why="asks the core to abort a request it has already finished and freed",
+    ),
+    Mutant(
+        name="stop_string_keeps_core_reason",
+        file=FILE,
+        find="finish_reason, stop_reason = \"stop\", stop_str",
+        replace="stop_reason = stop_str",
+        why="records the stop string but leaves finish_reason None: the request never finishes "
+            "in the front-end",
+    ),
+    Mutant(
+        name="state_kept_after_finish",
+        file=FILE,
+        find="""
+            if finished:
+                del self.request_states[out.request_id]
+        """,
+        replace="""
+            if finished:
+                pass
+        """,
+        why="never forgets finished requests: request_states grows forever and a late output "
+            "for a finished id produces a second finished output",
+    ),
+    Mutant(
+        name="abort_unknown_raises",
+        file=FILE,
+        find="return [rid for rid in request_ids if self.request_states.pop(rid, None) is not None]",
+        replace="return [rid for rid in request_ids if self.request_states.pop(rid)]",
+        why="abort of an id already gone raises KeyError: a disconnect that crosses the last "
+            "output kills the output handler",
+    ),
+    Mutant(
+        name="abort_returns_all_ids",
+        file=FILE,
+        find="return [rid for rid in request_ids if self.request_states.pop(rid, None) is not None]",
+        replace="""
+            for rid in request_ids:
+                self.request_states.pop(rid, None)
+            return list(request_ids)
+        """,
+        why="returns every id asked for, also unknown ones: the caller sends the core aborts "
+            "for requests that do not exist",
+    ),
+    Mutant(
+        name="unknown_output_raises",
+        file=FILE,
+        find="""
+            state = self.request_states.get(out.request_id)
+            if state is None:
+                continue  # aborted (or stopped by a stop string) while this step ran
+        """,
+        replace="""
+            state = self.request_states[out.request_id]
+        """,
+        why="a step's output for a request aborted meanwhile raises KeyError instead of being "
+            "ignored",
+    ),
+]

@@ -1,0 +1,141 @@
+"""Buggy implementations of lab-11 (tensor parallelism's arithmetic).
+
+Each mutant is one mistake a learner plausibly makes, written as an edit of the solution
+(``grading.mutants.Mutant``). ``python -m grading check-suites lab-11`` and
+``tests/test_buggy_implementations.py`` check that the graded suite catches every one of them.
+"""
+
+from __future__ import annotations
+
+from grading.mutants import Mutant
+
+FILE = "sharding.py"
+
+MUTANTS = [
+    Mutant(
+        name="divide_floors",
+        file=FILE,
+        find="if denominator <= 0 or numerator % denominator != 0:",
+        replace="if denominator <= 0:",
+        why="floors instead of refusing: 9 heads over 2 ranks gives each rank 4 and head 8 "
+            "belongs to nobody, with no error",
+    ),
+    Mutant(
+        name="shard_range_inclusive_end",
+        file=FILE,
+        find="return rank * size, (rank + 1) * size",
+        replace="return rank * size, (rank + 1) * size - 1",
+        why="an inclusive end in a half-open world: every shard is one row short",
+    ),
+    Mutant(
+        name="kv_heads_per_rank_without_max_1",
+        file=FILE,
+        find="return max(1, total_num_kv_heads // tp_size)",
+        replace="return total_num_kv_heads // tp_size",
+        why="8 KV heads on 16 ranks gives each rank 0 KV heads: attention has nothing to read",
+    ),
+    Mutant(
+        name="replicas_floored",
+        file=FILE,
+        find="return divide(tp_size, total_num_kv_heads)",
+        replace="return tp_size // total_num_kv_heads",
+        why="4 KV heads on 6 ranks: 1 replica each, and two ranks hold a head nobody assigned",
+    ),
+    Mutant(
+        name="kv_head_by_rank_modulo",
+        file=FILE,
+        find="first = (rank // num_kv_head_replicas(total_num_kv_heads, tp_size)) * per_rank",
+        replace="first = (rank % total_num_kv_heads) * per_rank",
+        why="round-robin replication (rank % kv instead of rank // replicas): with 2 KV heads "
+            "on 4 ranks rank 1 holds KV head 1 but computes query heads of KV head 0",
+    ),
+    Mutant(
+        name="vocab_padding_rounds_down",
+        file=FILE,
+        find="return -(-vocab_size // pad_to) * pad_to",
+        replace="return vocab_size // pad_to * pad_to",
+        why="pads down: GPT-2's 50,257 becomes 50,240 and the last 17 tokens have no row",
+    ),
+    Mutant(
+        name="vocab_not_padded",
+        file=FILE,
+        find="return shard_range(pad_vocab_size(vocab_size), rank, tp_size)",
+        replace="return shard_range(vocab_size, rank, tp_size)",
+        why="splits the real vocabulary: 50,257 ids over 2 ranks is refused, and the shards "
+            "no longer match the padded embedding's rows",
+    ),
+    Mutant(
+        name="kv_replication_case_not_checked",
+        file=FILE,
+        find="""
+            if tp_size >= total_kv and tp_size % total_kv != 0:
+                raise ValueError(
+                    f"tensor_parallel_size ({tp_size}) exceeds the model's {total_kv} KV heads but is "
+                    f"not a multiple of them: each KV head must be replicated on the same number of "
+                    "ranks"
+                )
+            """,
+        replace="# (more ranks than KV heads: nothing to check)",
+        why="forgets the replicated case: 12 heads and 4 KV heads on 6 ranks is let through, "
+            "and two ranks would hold a KV head nobody assigned",
+    ),
+    Mutant(
+        name="divisors_not_listed",
+        file=FILE,
+        find="""f"heads. Sizes that divide {total_heads}: {choices}.\"""",
+        replace="""f"heads.\"""",
+        why="refuses TP=2 for SmolLM2 without saying which sizes would work (1, 3, 9)",
+    ),
+    Mutant(
+        name="shapes_kv_heads_floored",
+        file=FILE,
+        find="num_kv_heads=num_kv_heads_per_rank(total_kv, tp_size),",
+        replace="num_kv_heads=total_kv // tp_size,",
+        why="the per-rank shapes say 0 KV heads once they are replicated (tiny model at TP=4)",
+    ),
+    Mutant(
+        name="row_parallel_cut_along_dim_0",
+        file=FILE,
+        find="return tensor.narrow(dim, start, end - start)",
+        replace="return tensor.narrow(0, start, end - start)",
+        why="ignores dim: a row-parallel weight is cut by output rows like a column-parallel "
+            "one, and the all-reduce adds partial sums of the wrong inputs",
+    ),
+    Mutant(
+        name="shard_is_a_copy",
+        file=FILE,
+        find="return tensor.narrow(dim, start, end - start)",
+        replace="return tensor.narrow(dim, start, end - start).clone()",
+        why="copies each shard: a rank holds the full checkpoint and a copy of its slice",
+    ),
+    Mutant(
+        name="kv_sliced_by_query_range",
+        file=FILE,
+        find="first, last = kv_head_range(total_num_kv_heads, rank, tp_size)",
+        replace="first, last = shard_range(total_num_heads, rank, tp_size)",
+        why="takes K and V rows by the rank's QUERY heads: rank 1 of 2 (8 heads, 4 KV) reads "
+            "rows of KV heads 4..7, which do not exist",
+    ),
+    Mutant(
+        name="kv_split_never_replicated",
+        file=FILE,
+        find="first, last = kv_head_range(total_num_kv_heads, rank, tp_size)",
+        replace="first, last = shard_range(total_num_kv_heads, rank, tp_size)",
+        why="splits K and V evenly like a column-parallel weight: refused as soon as the KV "
+            "heads are replicated (2 KV heads over 4 ranks)",
+    ),
+    Mutant(
+        name="kv_block_not_sharded",
+        file=FILE,
+        find="heads = max(1, total_num_kv_heads // tensor_parallel_size)",
+        replace="heads = total_num_kv_heads",
+        why="every rank's block is sized for all KV heads: TP buys no KV cache at all",
+    ),
+    Mutant(
+        name="max_blocks_across_ranks",
+        file=FILE,
+        find="return min(int(n) for n in num_blocks_per_rank)",
+        replace="return max(int(n) for n in num_blocks_per_rank)",
+        why="the largest count: the scheduler hands out block ids the tightest rank cannot hold",
+    ),
+]

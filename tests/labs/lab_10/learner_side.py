@@ -1,0 +1,252 @@
+"""lab-10's helpers in the learner process, and the toy tokenizer both processes share.
+
+The grader copies this file into the learner's sandbox as the top-level module
+``learner_side``; the tests reach it with ``learner_module("learner_side")``. Nothing here
+decides anything: the helpers build the tokenizer and the objects the learner's code receives,
+run the step sequences the tests dictate, and return what they read as plain data.
+
+``ToyTokenizer`` is a byte-level vocabulary small enough to read, built without files or
+network, so that the lab needs neither ``transformers`` nor a downloaded model. Like SmolLM2's
+(GPT-2 style) vocabulary, a token is a run of *bytes*: all 256 single bytes, whole words, whole
+multi-byte characters, and pieces of characters (the first two bytes of an emoji, the tail of
+one CJK character glued to the head of the next), so a character is often split over tokens.
+``decode`` joins the bytes and decodes them as UTF-8 with ``errors="replace"``, which is what a
+byte-level tokenizer's decoder does: an incomplete character becomes U+FFFD. The judge imports
+the same class as the oracle (its ``decode`` of the whole sequence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections.abc import Sequence
+from typing import Any
+
+EOS_TOKEN = "<|endoftext|>"
+
+#: Multi-byte text whose characters the vocabulary splits in several ways.
+MULTI_BYTE_TEXTS = [
+    "日本語のテキスト。",
+    "café naïve",
+    "😀🎉👍🏽!",
+    "Привет, мир",
+    "한국어",
+    "∑√∞ ≠ ≤",
+]
+_WORDS = ["Hello", " world", " the", " there", ",", ".", "\n\n", "\n", "Question", ":", " STOP",
+          "ST", "OP", " end", "!!", "ab", "cd", "ef"]
+
+
+def _vocabulary() -> list[bytes]:
+    """Id 0 is EOS (special); ids 1 .. 256 the single bytes; then the merged pieces."""
+    pieces: list[bytes] = [bytes([b]) for b in range(256)]
+    extra: list[bytes] = [w.encode() for w in _WORDS]
+    for text in MULTI_BYTE_TEXTS:
+        for ch in text:
+            raw = ch.encode()
+            extra.append(raw)  # the whole character
+            if len(raw) >= 3:
+                extra.append(raw[:2])  # its head ...
+                extra.append(raw[2:])  # ... and its tail
+        data = text.encode()
+        for i in range(0, len(data) - 3, 3):  # windows that straddle character boundaries
+            extra.append(data[i + 1 : i + 4])
+    seen: set[bytes] = set(pieces)
+    for piece in extra:
+        if piece not in seen:
+            seen.add(piece)
+            pieces.append(piece)
+    return pieces
+
+
+class ToyTokenizer:
+    """A byte-level tokenizer: ``decode`` is the only method the output processor uses.
+
+    ``leading_space_rule``: decode like a SentencePiece vocabulary (Llama 2), which drops the
+    leading space of the first word of the decoded text: ``" world"`` alone decodes to
+    ``"world"``, after ``"Question:"`` to ``" world"``. A token's text then depends on what
+    precedes it, which is why the detokenizer decodes a window with context, never a token
+    alone. ``decoded_tokens`` counts the tokens passed to ``decode``, the cost of detokenizing.
+    """
+
+    eos_token_id = 0
+
+    def __init__(self, leading_space_rule: bool = False) -> None:
+        self.leading_space_rule = leading_space_rule
+        self.decoded_tokens = 0
+        self.pieces: list[bytes] = _vocabulary()  # token id i + 1 -> pieces[i]
+        self.vocab_size = len(self.pieces) + 1
+        self._by_bytes = {p: i + 1 for i, p in enumerate(self.pieces)}
+        self.max_piece_len = max(len(p) for p in self.pieces)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.pieces[token_id - 1]
+
+    def token_id(self, piece: bytes) -> int:
+        """The id of the token whose bytes are ``piece`` (KeyError if there is none)."""
+        return self._by_bytes[piece]
+
+    def candidates(self, data: bytes, pos: int) -> list[int]:
+        """Every token whose bytes start ``data`` at ``pos`` (for random tokenizations)."""
+        found = []
+        for n in range(1, self.max_piece_len + 1):
+            token = self._by_bytes.get(data[pos : pos + n])
+            if token is not None and pos + n <= len(data):
+                found.append(token)
+        return found
+
+    def encode(self, text: str) -> list[int]:
+        """Greedy longest match (the tests also draw other splits of the same bytes)."""
+        data, pos, ids = text.encode(), 0, []
+        while pos < len(data):
+            token = self.candidates(data, pos)[-1]
+            ids.append(token)
+            pos += len(self.token_bytes(token))
+        return ids
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Bytes joined and decoded as UTF-8 (``errors="replace"``); EOS as its text or skipped.
+
+        As in Hugging Face tokenizers, a special token ends a byte run: the bytes on either
+        side of it are decoded separately.
+        """
+        self.decoded_tokens += len(token_ids)
+        parts: list[str] = []
+        run = bytearray()
+        for token_id in token_ids:
+            token_id = int(token_id)
+            if not 0 <= token_id < self.vocab_size:
+                raise ValueError(f"token id {token_id} is not in the vocabulary")
+            if token_id == self.eos_token_id:
+                if not skip_special_tokens:
+                    parts.append(run.decode("utf-8", errors="replace"))
+                    run = bytearray()
+                    parts.append(EOS_TOKEN)
+                continue
+            run += self.token_bytes(token_id)
+        parts.append(run.decode("utf-8", errors="replace"))
+        text = "".join(parts)
+        if self.leading_space_rule and text.startswith(" "):
+            text = text[1:]
+        return text
+
+
+def make_tokenizer() -> ToyTokenizer:
+    return ToyTokenizer()
+
+
+# -- the detokenizer alone ----------------------------------------------------------------------
+def run_detokenizer(
+    prompt_ids: list[int],
+    chunks: list[list[int]],
+    stop: list[str] | None = None,
+    include_stop_str_in_output: bool = False,
+    skip_special_tokens: bool = True,
+    stop_terminated: bool = False,
+    finish: bool = True,
+    leading_space_rule: bool = False,
+) -> dict[str, Any]:
+    """Feed ``chunks`` one step each, as the output processor does, and record every step.
+
+    The last chunk is sent with ``finished=finish`` (and ``stop_terminated``); a step whose
+    ``update`` returns a stop string is the last. Returns, per step, the delta handed out
+    (``get_next_output_text(finished, delta=True)``), the whole text so far (``delta=False``)
+    and what ``update`` returned; then ``output_text``, ``output_token_ids`` and how many
+    tokens were decoded in all (``decoded_tokens``).
+    """
+    import output_processor
+
+    tokenizer = ToyTokenizer(leading_space_rule)
+    detok = output_processor.IncrementalDetokenizer(
+        tokenizer, prompt_ids, skip_special_tokens=skip_special_tokens, stop=stop or (),
+        include_stop_str_in_output=include_stop_str_in_output)
+    steps: list[dict[str, Any]] = []
+    for i, chunk in enumerate(chunks):
+        last = i == len(chunks) - 1
+        found = detok.update(list(chunk), finished=last and finish,
+                             stop_terminated=last and stop_terminated)
+        finished = (last and finish) or found is not None
+        text = detok.get_next_output_text(finished, delta=False)
+        delta = detok.get_next_output_text(finished, delta=True)
+        steps.append({"delta": delta, "text": text, "stop": found})
+        if found is not None:
+            break
+    return {"steps": steps, "output_text": detok.output_text,
+            "output_token_ids": list(detok.output_token_ids),
+            "decoded_tokens": tokenizer.decoded_tokens}
+
+
+def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
+                       include_in_output: bool) -> Any:
+    """The learner's ``check_stop_strings``, its answer as a list (or None)."""
+    import output_processor
+
+    found = output_processor.check_stop_strings(output_text, new_char_count, stop,
+                                                include_in_output)
+    return None if found is None else list(found)
+
+
+# -- the output processor -----------------------------------------------------------------------
+class CoreOutput:
+    """What ``process_outputs`` reads of an ``EngineCoreOutput`` (that one needs pyzmq)."""
+
+    def __init__(self, request_id: str, new_token_ids: list[int], finish_reason: str | None = None,
+                 stop_reason: int | str | None = None, error: str | None = None) -> None:
+        self.request_id = request_id
+        self.new_token_ids = list(new_token_ids)
+        self.finish_reason = finish_reason
+        self.stop_reason = stop_reason
+        self.error = error
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+def _read_output(item: Any) -> dict[str, Any]:
+    if isinstance(item, BaseException):
+        return {"error": f"{type(item).__name__}: {item}"}
+    completion = item.outputs[0]
+    return {"request_id": item.request_id, "finished": item.finished, "text": completion.text,
+            "token_ids": list(completion.token_ids), "finish_reason": completion.finish_reason,
+            "stop_reason": completion.stop_reason}
+
+
+def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
+    """Run ``ops`` on one ``OutputProcessor`` over the toy tokenizer; one record per op.
+
+    ``["add", rid, prompt_ids, {"stop": [...], "stream": bool, ...}]``,
+    ``["step", [[rid, new_token_ids, finish_reason, stop_reason], ...]]``,
+    ``["abort", [rid, ...]]``. Each record has ``returned`` (``reqs_to_abort`` of a step, the
+    list ``abort_requests`` returned), ``outputs`` (every ``RequestOutput`` queued since the
+    previous op, read as dicts, per request id, in order) and ``tracked`` (the sorted keys of
+    ``request_states``).
+    """
+    import output_processor
+
+    processor = output_processor.OutputProcessor(ToyTokenizer())
+    queues: dict[str, asyncio.Queue[Any]] = {}
+    records: list[dict[str, Any]] = []
+    for op in ops:
+        name = op[0]
+        returned: Any = None
+        if name == "add":
+            _, rid, prompt_ids, options = op
+            request = types.SimpleNamespace(request_id=rid, prompt_token_ids=list(prompt_ids),
+                                            sampling_params=None)
+            queues[rid] = processor.add_request(request, "prompt", arrival_time=0.0, **options)
+        elif name == "step":
+            outs = [CoreOutput(*entry) for entry in op[1]]
+            result = processor.process_outputs(outs, now=1.0)
+            returned = list(result.reqs_to_abort)
+        elif name == "abort":
+            returned = list(processor.abort_requests(list(op[1])))
+        else:
+            raise ValueError(f"unknown operation {name!r}")
+        outputs: dict[str, list[dict[str, Any]]] = {}
+        for rid, queue in queues.items():
+            while not queue.empty():
+                outputs.setdefault(rid, []).append(_read_output(queue.get_nowait()))
+        records.append({"op": name, "returned": returned, "outputs": outputs,
+                        "tracked": sorted(processor.request_states)})
+    return records

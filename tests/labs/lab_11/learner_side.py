@@ -1,0 +1,80 @@
+"""lab-11's helpers in the learner process: they call the learner's functions and never judge.
+
+The grader copies this file into the learner's sandbox as the top-level module
+``learner_side``; the tests reach it with ``learner_module("learner_side")``. The arithmetic
+tests ask for a whole table of calls at once (one round trip, not one per case), and each
+call's outcome comes back as plain data: ``["ok", value]`` or ``["error", type name,
+message]``. A config is built here from plain fields, and each rank's shard of a weight is cut
+here, next to the learner's code, from the full tensor the judge sent; the shards come back by
+value and the judge puts them back together.
+
+``NotImplementedError`` is never turned into data: a task not written yet must reach the
+grader as itself, so that its rows read NOT STARTED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _learner() -> Any:
+    import sharding
+
+    return sharding
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _outcome(call: Any) -> list[Any]:
+    try:
+        return ["ok", _plain(call())]
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # the refusal is what the judge checks
+        return ["error", type(exc).__name__, str(exc)]
+
+
+def outcomes(name: str, cases: list[list[Any]]) -> list[list[Any]]:
+    """``sharding.<name>(*args)`` for each ``args`` of ``cases``, each as an outcome."""
+    fn = getattr(_learner(), name)
+    return [_outcome(lambda args=args: fn(*args)) for args in cases]
+
+
+def check_tp(fields: dict[str, Any], tp_size: Any) -> list[Any]:
+    """``check_tensor_parallel_size`` of a config with exactly ``fields`` as attributes; an
+    accepted size comes back as the fields of the returned shapes."""
+    from types import SimpleNamespace
+
+    names = ("tp_size", "num_heads", "num_kv_heads", "num_kv_head_replicas",
+             "intermediate_size", "vocab_size_padded")
+
+    def call() -> dict[str, Any]:
+        shapes = _learner().check_tensor_parallel_size(SimpleNamespace(**fields), tp_size)
+        return {name: getattr(shapes, name, None) for name in names}
+
+    return _outcome(call)
+
+
+def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:
+    """Every rank's ``shard_tensor(full, dim, rank, tp_size)``, and whether each is a view of
+    ``full`` (shares its storage) rather than a copy."""
+    mod = _learner()
+    shards, views = [], []
+    for rank in range(tp_size):
+        shard = mod.shard_tensor(full, dim, rank, tp_size)
+        shards.append(shard)
+        views.append(bool(shard.untyped_storage().data_ptr() == full.untyped_storage().data_ptr()))
+    return {"shards": shards, "views": views}
+
+
+def qkv_shards(full: Any, shard_id: str, head_dim: int, total_num_heads: int,
+               total_num_kv_heads: int, tp_size: int) -> list[Any]:
+    """Every rank's ``shard_qkv_weight`` of one projection (weight or bias), as outcomes."""
+    mod = _learner()
+    return [_outcome(lambda rank=rank: mod.shard_qkv_weight(
+        full, shard_id, head_dim, total_num_heads, total_num_kv_heads, rank, tp_size))
+        for rank in range(tp_size)]

@@ -1,0 +1,77 @@
+"""Judge-side helpers of lab-11: run a table of the learner's calls, and the reference's answers.
+
+The reference (``mini_vllm/distributed/sharding.py``, ``mini_vllm/worker/kv_sizing.py``) is the
+oracle and runs here, in the judge; the learner's functions run in the learner process through
+``learner_side.outcomes``. An outcome is ``["ok", value]`` or ``["error", type, message]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grading.suite import learner_module, load_impl
+from mini_vllm.distributed import sharding as ref_sharding
+from mini_vllm.worker import kv_sizing as ref_kv
+
+DOC = "phases/07-tensor-parallel/README.md"
+SHARES = f"{DOC}#2-column-then-row-one-all-reduce-per-pair"
+KV_HEADS = f"{DOC}#3-kv-heads-per-rank-and-replication"
+KV_BLOCKS = f"{DOC}#4-what-tp-does-to-kv-blocks-and-concurrency"
+
+
+def side() -> Any:
+    """``learner_side`` in the learner process, after importing the learner's file (so that
+    an import error is reported as the learner's)."""
+    load_impl("sharding")
+    return learner_module("learner_side")
+
+
+def reference(name: str) -> Any:
+    return getattr(ref_sharding, name, None) or getattr(ref_kv, name)
+
+
+def expected(name: str, args: list[Any]) -> list[Any]:
+    """The reference's outcome of ``name(*args)``."""
+    try:
+        value = reference(name)(*args)
+    except ValueError as exc:
+        return ["error", "ValueError", str(exc)]
+    return ["ok", list(value) if isinstance(value, tuple) else value]
+
+
+def call(name: str, args: list[Any]) -> str:
+    return f"{name}({', '.join(repr(a) for a in args)})"
+
+
+def show(outcome: Any) -> str:
+    if isinstance(outcome, list) and outcome and outcome[0] == "error":
+        return f"{outcome[1]}: {str(outcome[2])[:160]}"
+    if isinstance(outcome, list) and len(outcome) == 2:
+        return repr(outcome[1])
+    return repr(outcome)
+
+
+def check_table(name: str, cases: list[list[Any]], rule: str) -> list[list[Any]]:
+    """The learner's outcomes of ``name`` on ``cases`` against the reference's: the same value,
+    or a ValueError where the reference refuses (its message is not compared here)."""
+    got_all = side().outcomes(name, cases)
+    assert isinstance(got_all, list) and len(got_all) == len(cases), (
+        f"{name}: expected one outcome per case")
+    for args, got in zip(cases, got_all, strict=True):
+        want = expected(name, args)
+        if want[0] == "error":
+            assert got[0] == "error" and got[1] == "ValueError", (
+                f"{rule}: {call(name, args)} must raise ValueError, got {show(got)}")
+        else:
+            assert got[0] == "ok" and got[1] == want[1], (
+                f"{rule}: {call(name, args)} should be {want[1]!r}, got {show(got)}")
+            assert type(got[1]) is type(want[1]), (
+                f"{rule}: {call(name, args)} should be a plain {type(want[1]).__name__}, got "
+                f"a {type(got[1]).__name__}")
+    return got_all
+
+
+def value(outcome: Any, what: str) -> Any:
+    """The value of an ``ok`` outcome; a refusal where a value was due fails the test."""
+    assert outcome[0] == "ok", f"{what} should succeed, it raised {show(outcome)}"
+    return outcome[1]

@@ -1,0 +1,106 @@
+"""lab-11, part 5: each rank's slice of a weight. The shards are cut in the learner process from
+the full tensor; the judge puts them back together and compares with the full weight."""
+
+from __future__ import annotations
+
+from grading.suite import graded
+from tests.labs.lab_11.support import KV_HEADS, SHARES, show, side, value
+
+
+def torch():
+    import torch as t
+
+    return t
+
+
+def full_weight(rows: int, cols: int):
+    """A weight whose every entry is distinct (its flat index), so a misplaced row shows."""
+    t = torch()
+    return t.arange(rows * cols, dtype=t.float32).reshape(rows, cols)
+
+
+def where_differs(got, want) -> str:
+    if tuple(got.shape) != tuple(want.shape):
+        return f"shape {tuple(got.shape)} instead of {tuple(want.shape)}"
+    bad = (got != want).nonzero()
+    return f"first difference at {bad[0].tolist()}"
+
+
+@graded(3, "shard_tensor: column-parallel weights are cut along dim 0 (output rows), "
+           "row-parallel along dim 1 (input columns); the ranks' shards concatenated along "
+           "that dim are the full weight", SHARES)
+def test_column_and_row_shards_concatenate_back():
+    """A 24 x 36 weight over 1, 2, 3, 4 and 6 ranks, along dim 0 and along dim 1."""
+    t = torch()
+    full = full_weight(24, 36)
+    for dim, kind in [(0, "column-parallel (dim 0)"), (1, "row-parallel (dim 1)")]:
+        for tp in [1, 2, 3, 4, 6]:
+            got = side().rank_shards(full, dim, tp)["shards"]
+            for rank, shard in enumerate(got):
+                want = full.narrow(dim, rank * full.shape[dim] // tp, full.shape[dim] // tp)
+                assert tuple(shard.shape) == tuple(want.shape), (
+                    f"{kind}, TP={tp}: rank {rank}'s shard of a 24 x 36 weight should be "
+                    f"{tuple(want.shape)}, got {tuple(shard.shape)}")
+            joined = t.cat(list(got), dim=dim)
+            assert t.equal(joined, full), (
+                f"{kind}, TP={tp}: the shards concatenated along dim {dim} are not the full "
+                f"weight ({where_differs(joined, full)})")
+
+
+@graded(1, "shard_tensor returns a view of the weight (narrow), not a copy: a rank must not "
+           "hold a second copy of what it loads", SHARES)
+def test_shards_are_views():
+    """Each rank's shard of a 24 x 36 weight shares the weight's storage."""
+    for dim in (0, 1):
+        views = side().rank_shards(full_weight(24, 36), dim, 4)["views"]
+        assert all(views), f"along dim {dim}, the shards of ranks {views} are copies, not views"
+
+
+def qkv(shard_id: str, heads: int, kv: int, tp: int, head_dim: int = 4, bias: bool = False):
+    """(full projection, every rank's shard of it) for q, k or v."""
+    rows = (heads if shard_id == "q" else kv) * head_dim
+    full = full_weight(rows, 1 if bias else 6)
+    full = full[:, 0].contiguous() if bias else full
+    got = side().qkv_shards(full, shard_id, head_dim, heads, kv, tp)
+    return full, [value(o, f"shard_qkv_weight({shard_id!r}, rank {r} of {tp})")
+                  for r, o in enumerate(got)]
+
+
+@graded(3, "shard_qkv_weight: q by query head (shard_range over the heads), k and v by KV head "
+           "(kv_head_range), head_dim rows per head; split KV heads concatenate back", KV_HEADS)
+def test_qkv_split_by_head_groups():
+    """8 query heads, 4 KV heads, head_dim 4, at TP 1, 2 and 4; weights and a bias."""
+    t = torch()
+    for tp in [1, 2, 4]:
+        for shard_id in "qkv":
+            for bias in (False, True):
+                full, shards = qkv(shard_id, 8, 4, tp, bias=bias)
+                joined = t.cat(shards, dim=0)
+                what = f"{shard_id}_proj {'bias' if bias else 'weight'}"
+                assert t.equal(joined, full), (
+                    f"8 heads, 4 KV heads, TP={tp}: the ranks' {what} shards concatenated are "
+                    f"not the full {what} ({where_differs(joined, full)}); each rank holds "
+                    f"{8 // tp if shard_id == 'q' else 4 // tp} heads x 4 rows")
+
+
+@graded(3, "replicated KV heads: rank r's k and v rows are those of KV head r // replicas, the "
+           "KV head of its query heads, NOT rows picked by the query-head range", KV_HEADS)
+def test_qkv_replicated_kv_heads():
+    """8 query heads, 2 KV heads, head_dim 4, at TP 4 (2 replicas) and TP 8 (4 replicas)."""
+    t = torch()
+    for tp in [4, 8]:
+        replicas = tp // 2
+        for shard_id in "kv":
+            full, shards = qkv(shard_id, 8, 2, tp)
+            for rank, shard in enumerate(shards):
+                head = rank // replicas
+                want = full[head * 4:(head + 1) * 4]
+                assert t.equal(shard, want) if tuple(shard.shape) == (4, 6) else False, (
+                    f"8 heads, 2 KV heads, TP={tp}: rank {rank} computes query heads "
+                    f"{rank * 8 // tp}..{(rank + 1) * 8 // tp - 1}, so its {shard_id}_proj shard "
+                    f"should be KV head {head}'s 4 rows (rows {head * 4}..{head * 4 + 3}); "
+                    f"{where_differs(shard, want)}")
+    got = side().qkv_shards(full_weight(8, 6), "o", 4, 8, 2, 2)
+    assert got[0][0] == "error" and got[0][1] == "ValueError", (
+        f"shard_qkv_weight(..., 'o', ...) must raise ValueError (q, k or v only), got "
+        f"{show(got[0])}")

@@ -43,6 +43,7 @@ def test_completion_matches_offline(client, offline_llm):
     assert resp.choices[0].finish_reason == reason
     assert resp.usage.completion_tokens <= 12
     assert resp.usage.prompt_tokens == len(offline_llm.get_tokenizer()(PROMPT).input_ids)
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
 
 
 def test_streamed_completion_equals_non_streamed(client):
@@ -56,6 +57,14 @@ def test_streamed_completion_equals_non_streamed(client):
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == whole.choices[0].finish_reason
     assert all(f is None for f in finishes[:-1])
+    # With include_usage, one last chunk without choices carries the same usage.
+    chunks = list(
+        client.completions.create(
+            model="tiny", prompt=PROMPT, max_tokens=16, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert not chunks[-1].choices and chunks[-1].usage == whole.usage
 
 
 def test_chat_completion_stream_and_not(client, offline_llm):
@@ -75,6 +84,13 @@ def test_chat_completion_stream_and_not(client, offline_llm):
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == expected.text
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=10, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert not chunks[-1].choices and chunks[-1].usage == resp.usage
 
 
 def test_n2_parallel_samples_share_the_prompt(tiny_server, client, offline_llm):

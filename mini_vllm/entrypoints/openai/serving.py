@@ -317,11 +317,7 @@ class OpenAIServing:
             created=created,
             model=self.served_model_name,
             choices=choices,
-            usage=UsageInfo(
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                total_tokens=prompt_tokens + completion_tokens,
-            ),
+            usage=_usage(prompt_tokens, completion_tokens),
         )
 
     async def _completion_stream(
@@ -358,11 +354,7 @@ class OpenAIServing:
                     created=created,
                     model=self.served_model_name,
                     choices=[],
-                    usage=UsageInfo(
-                        prompt_tokens=prompt_tokens,
-                        completion_tokens=completion_tokens,
-                        total_tokens=prompt_tokens + completion_tokens,
-                    ),
+                    usage=_usage(prompt_tokens, completion_tokens),
                 )
                 yield _sse(usage)
         except Exception as exc:
@@ -418,11 +410,7 @@ class OpenAIServing:
             created=created,
             model=self.served_model_name,
             choices=choices,
-            usage=UsageInfo(
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                total_tokens=prompt_tokens + completion_tokens,
-            ),
+            usage=_usage(prompt_tokens, completion_tokens),
         )
 
     async def _chat_stream(
@@ -468,11 +456,7 @@ class OpenAIServing:
                     created=created,
                     model=self.served_model_name,
                     choices=[],
-                    usage=UsageInfo(
-                        prompt_tokens=prompt_tokens,
-                        completion_tokens=completion_tokens,
-                        total_tokens=prompt_tokens + completion_tokens,
-                    ),
+                    usage=_usage(prompt_tokens, completion_tokens),
                 )
                 yield _sse(usage)
         except Exception as exc:
@@ -480,6 +464,15 @@ class OpenAIServing:
         finally:
             await merged.aclose()
         yield "data: [DONE]\n\n"
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:
+    """The token counts OpenAI clients read for billing; the total is derived, never passed."""
+    return UsageInfo(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
 
 
 def _sse(payload: BaseModel) -> str:

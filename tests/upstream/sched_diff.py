@@ -61,13 +61,9 @@ EOS = 0
 # Output tokens are drawn from here; stop tokens too, so that they are actually sampled.
 OUTPUT_VOCAB = range(1, 24)
 
-# Divergences found by this differential and waiting for their fix in mini_vllm. Each is
-# neutralised while it is listed here (``Side.schedule`` and ``run_trace`` read it), so that
-# the rest of the comparison keeps running. None is open: the two this differential found
-# (issue #21: CachedRequestData.num_output_tokens without the async placeholders, and the
-# placeholder zeroed on a stop before cache_blocks) are fixed, and their reproducers are
-# regression tests in test_scheduler_differential.py.
-PENDING: dict[str, str] = {}
+# The two divergences this differential found (issue #21: CachedRequestData.num_output_tokens
+# without the async placeholders, and the placeholder zeroed on a stop before cache_blocks) are
+# fixed in mini_vllm; their reproducers are regression tests in test_scheduler_differential.py.
 
 
 def mini_has_gate() -> bool:
@@ -274,9 +270,7 @@ class Side:
     def has_requests(self) -> bool:
         return self.sched.has_unfinished_requests() or self.sched.has_finished_requests()
 
-    def schedule(
-        self, neutralise: frozenset[str] = frozenset()
-    ) -> tuple[Any, dict[str, Any], list[str]]:
+    def schedule(self) -> tuple[Any, dict[str, Any], list[str]]:
         """Schedule a step: the output, its comparable view, the requests that sample."""
         out = self.sched.schedule()
         cached = out.scheduled_cached_reqs
@@ -539,22 +533,13 @@ class Stats:
             self.finished[reason] = self.finished.get(reason, 0) + n
 
 
-def run_trace(
-    trace: Trace,
-    max_steps: int | None = None,
-    neutralise: frozenset[str] = frozenset(PENDING),
-) -> Stats:
+def run_trace(trace: Trace, max_steps: int | None = None) -> Stats:
     """Run ``trace`` on both sides; raise :class:`Divergence` at the first difference.
 
-    ``neutralise`` names the :data:`PENDING` divergences to neutralise (all by default;
-    none to reproduce them). A trace that has not drained after ``max_steps`` steps on both
-    sides (a livelock; by default ten steps per token of the trace, far more than any
-    preemption storm needs) fails too.
+    A trace that has not drained after ``max_steps`` steps on both sides (a livelock; by
+    default ten steps per token of the trace, far more than any preemption storm needs) fails
+    too.
     """
-    return _run(trace, max_steps, neutralise)
-
-
-def _run(trace: Trace, max_steps: int | None, neutralise: frozenset[str]) -> Stats:
     if max_steps is None:
         max_steps = 100 + 10 * sum(len(s.prompt) + s.max_tokens for s in trace.requests)
     config = trace.config
@@ -595,8 +580,8 @@ def _run(trace: Trace, max_steps: int | None, neutralise: frozenset[str]) -> Sta
     def schedule() -> bool:
         """Schedule on both sides and queue the step; whether it runs any token."""
         (mini_out, mini_view, mini_samplers), (up_out, up_view, up_samplers) = (
-            pair.mini.schedule(neutralise),
-            pair.upstream.schedule(neutralise),
+            pair.mini.schedule(),
+            pair.upstream.schedule(),
         )
         for key in mini_view:
             if mini_view[key] != up_view[key]:

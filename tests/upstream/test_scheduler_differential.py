@@ -131,8 +131,8 @@ FIXED_REPRODUCERS = {
 
 @pytest.mark.parametrize("name", sorted(FIXED_REPRODUCERS))
 def test_fixed_divergences_stay_fixed(name: str) -> None:
-    """Each reproducer agrees step for step with upstream, nothing neutralised."""
-    run_trace(FIXED_REPRODUCERS[name], neutralise=frozenset())
+    """Each reproducer agrees step for step with upstream."""
+    run_trace(FIXED_REPRODUCERS[name])
 
 
 def _requeue_preempted_at_back(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,6 +34,11 @@ from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script (`make upstream`): make `tools` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools.upstream_symbols import SymbolIndex
+
 VERSION = "0.22.1"
 SDIST_NAME = f"vllm-{VERSION}.tar.gz"
 SDIST_SHA256 = "cd34902729f3767e3dfbb391956b2986bc638a54be9893e78bda9cc55669f15c"
@@ -331,12 +336,6 @@ def _display(path: Path) -> str:
 
 def guide(tree: Path) -> str:
     """Where to look: key upstream definitions (``path:line``) and their mini_vllm mirrors."""
-    try:
-        if __package__ in (None, ""):
-            sys.path.insert(0, str(ROOT))
-        from tools.check_citations import SymbolIndex
-    except ImportError:  # pragma: no cover - keep `make upstream` useful on its own
-        SymbolIndex = None  # type: ignore[assignment,misc]
     shown = _display(tree)
     lines = [
         f"vLLM v{VERSION} source (sha256 {SDIST_SHA256[:12]}..., verified): {shown}/",
@@ -345,10 +344,9 @@ def guide(tree: Path) -> str:
     rows: list[tuple[str, str, str]] = []
     for rel, symbol, mirror in GUIDE:
         where = f"{shown}/{rel}"
-        if SymbolIndex is not None:
-            definition = SymbolIndex.for_file(tree / rel).resolve(symbol)
-            if definition is not None:
-                where += f":{definition.line}"
+        definition = SymbolIndex.for_file(tree / rel).resolve(symbol)
+        if definition is not None:
+            where += f":{definition.line}"
         rows.append((where, symbol, mirror))
     width = max(len(r[0]) for r in rows)
     name_width = max(len(r[1]) for r in rows)

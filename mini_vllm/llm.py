@@ -85,6 +85,7 @@ class LLM:
         long_prefill_token_threshold: int = 0,
         async_scheduling: bool = True,
         tensor_parallel_size: int = 1,
+        max_logprobs: int = 20,
         scheduler_reserve_full_isl: bool = True,
         scheduling_policy: str = "fcfs",
     ) -> None:
@@ -108,6 +109,7 @@ class LLM:
             skip_tokenizer_init=skip_tokenizer_init,
             async_scheduling=async_scheduling,
             tensor_parallel_size=tensor_parallel_size,
+            max_logprobs=max_logprobs,
             scheduler_reserve_full_isl=scheduler_reserve_full_isl,
             scheduling_policy=scheduling_policy,
         )

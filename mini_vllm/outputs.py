@@ -2,13 +2,16 @@
 
 Mirrors ``vllm/outputs.py`` (``RequestOutput``, ``CompletionOutput``) with the fields the course
 engine fills; the names are upstream's so that code reading vLLM's results reads ours unchanged
-(``outputs[0].outputs[0].text``). There is always exactly one completion (``n == 1``), and no
-logprobs are computed, so those fields stay None.
+(``outputs[0].outputs[0].text``). There is always exactly one completion (``n == 1``). Sample
+logprobs are filled when a request asks for them (``SamplingParams.logprobs``); prompt logprobs
+are not computed, so ``prompt_logprobs`` stays None.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from mini_vllm.logprobs import SampleLogprobs
 
 
 @dataclass
@@ -24,7 +27,7 @@ class CompletionOutput:
     text: str
     token_ids: list[int]
     cumulative_logprob: float | None = None
-    logprobs: None = None
+    logprobs: SampleLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 

@@ -104,6 +104,9 @@ class SamplingParams:
     """Fewest tokens to generate before EOS or a stop token may end the request."""
     repetition_detection: RepetitionDetectionParams | None = None
     """Stop when the output ends in a repeated pattern (finish reason ``repetition``)."""
+    logprobs: int | None = None
+    """Return, per output token, its logprob and the ``logprobs`` most likely tokens' (-1: the
+    whole vocabulary); None returns none. Capped by the engine's ``max_logprobs``."""
 
     _eos_token_id: int | None = field(default=None, repr=False)
     _all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
@@ -150,6 +153,12 @@ class SamplingParams:
             raise ValueError(f"top_k must be 0 (disabled), -1 (disabled) or >= 1, got {self.top_k}")
         if self.seed is not None and not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
+        if self.logprobs is not None and (
+            not isinstance(self.logprobs, int) or isinstance(self.logprobs, bool)
+        ):
+            raise TypeError(f"logprobs must be an int or None, got {type(self.logprobs).__name__}")
+        if self.logprobs is not None and self.logprobs < -1:
+            raise ValueError(f"logprobs must be non-negative or -1, got {self.logprobs}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.min_tokens < 0:
@@ -203,6 +212,7 @@ class SamplingParams:
             max_tokens=self.max_tokens,
             min_tokens=self.min_tokens,
             repetition_detection=self.repetition_detection,
+            logprobs=self.logprobs,
         )
         new._eos_token_id = self._eos_token_id
         new._all_stop_token_ids = set(self._all_stop_token_ids)

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mini_vllm.engine.logprobs import LogprobsProcessor
 from mini_vllm.outputs import CompletionOutput, RequestOutput
 
 if TYPE_CHECKING:  # annotations only: the engine core's module needs the serve extra (pyzmq)
@@ -187,12 +188,15 @@ class RequestState:
     prompt: str | None
     prompt_token_ids: list[int]
     detokenizer: IncrementalDetokenizer
+    logprobs_processor: LogprobsProcessor
     queue: asyncio.Queue[RequestOutput | BaseException]
     stream: bool
     arrival_time: float
     first_token_time: float | None = None
     last_token_time: float | None = None
     num_generation_tokens: int = 0
+    # Output tokens already streamed: a step whose text is held back sends its tokens later.
+    sent_tokens_offset: int = 0
 
 
 @dataclass
@@ -241,6 +245,7 @@ class OutputProcessor:
                 stop=stop,
                 include_stop_str_in_output=include_stop_str_in_output,
             ),
+            logprobs_processor=LogprobsProcessor(self.tokenizer, request.sampling_params.logprobs),
             queue=queue,
             stream=stream,
             arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
@@ -270,7 +275,8 @@ class OutputProcessor:
         raise NotImplementedError(
             "lab-10: OutputProcessor.process_outputs — for each output of a tracked request: "
             "detokenize, let a stop string finish it (and ask the core to abort it if still "
-            "running), queue its RequestOutput, forget it once finished"
+            "running), hand its logprob rows to its LogprobsProcessor, queue its RequestOutput, "
+            "forget it once finished"
         )
 
     def _make_request_output(
@@ -285,11 +291,17 @@ class OutputProcessor:
         text = detok.get_next_output_text(finished, delta=state.stream)
         if state.stream and not text and not finished:
             return None  # nothing a client could see yet (half a character, or a stop prefix)
-        token_ids = list(new_token_ids) if state.stream else list(detok.output_token_ids)
+        token_ids = list(detok.output_token_ids[state.sent_tokens_offset if state.stream else 0 :])
+        logprobs = state.logprobs_processor.logprobs
+        if state.stream and logprobs is not None:
+            logprobs = logprobs[state.sent_tokens_offset :]
+        state.sent_tokens_offset = len(detok.output_token_ids)
         completion = CompletionOutput(
             index=0,
             text=text,
             token_ids=token_ids,
+            cumulative_logprob=state.logprobs_processor.cumulative_logprob,
+            logprobs=logprobs,
             finish_reason=finish_reason,
             stop_reason=stop_reason,
         )

@@ -39,6 +39,8 @@ from typing import Any
 import msgspec
 import zmq
 
+from mini_vllm.logprobs import LogprobsLists
+
 logger = logging.getLogger(__name__)
 
 # Sent on the output socket instead of an EngineCoreOutputs when the core dies (upstream's
@@ -70,6 +72,7 @@ class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
     min_tokens: int = 0
     stop_token_ids: list[int] = []
     ignore_eos: bool = False
+    logprobs: int | None = None
 
     def to_sampling_params(self) -> Any:
         from mini_vllm.sampling_params import SamplingParams
@@ -83,6 +86,7 @@ class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
             min_tokens=self.min_tokens,
             stop_token_ids=list(self.stop_token_ids),
             ignore_eos=self.ignore_eos,
+            logprobs=self.logprobs,
         )
 
 
@@ -107,6 +111,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     error: str | None = None
+    # Rows of (sampled token first, then the top ones), one per new token; see mini_vllm/logprobs.
+    new_logprobs: LogprobsLists | None = None
 
     @property
     def finished(self) -> bool:
@@ -191,6 +197,7 @@ class EngineCore:
                 list(out.new_token_ids),
                 finish_reason=str(out.finish_reason) if out.finish_reason is not None else None,
                 stop_reason=out.stop_reason,
+                new_logprobs=out.new_logprobs,
             )
             for out in self.engine.last_core_outputs
         ]

@@ -19,10 +19,12 @@ socket itself. Either way the output loop sees one message, fails every pending 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import logging
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.util  # its exit handler must be registered before ours (atexit is LIFO)
 import os
 import shutil
 import tempfile
@@ -90,12 +92,14 @@ class AsyncMPClient:
             target=run_engine_core,
             args=(asdict(engine_args), self.input_address, self.output_address),
             name="MiniVllmEngineCore",
-            # Daemonic: if the front-end exits without shutdown(), multiprocessing still
-            # terminates the core at interpreter exit (the core also watches its parent pid).
-            daemon=True,
+            # Not daemonic, as upstream's: a daemonic process may not start children, and with
+            # tensor_parallel_size > 1 the core starts one worker per rank. A front-end that
+            # exits without shutdown() still stops it (the atexit hook below, which runs before
+            # multiprocessing's own join of its children), and the core watches its parent pid.
         )
         try:
             self.proc.start()
+            atexit.register(self.shutdown)
         except BaseException:
             self._close_sockets()
             raise
@@ -228,6 +232,7 @@ class AsyncMPClient:
         if self._shutting_down:
             return
         self._shutting_down = True
+        atexit.unregister(self.shutdown)
         if self.proc.is_alive():
             self.proc.terminate()
             self.proc.join(timeout_s)

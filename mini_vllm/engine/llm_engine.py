@@ -32,9 +32,10 @@ import torch
 from mini_vllm.core.kv_cache_manager import KVCacheManager
 from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
 from mini_vllm.core.sched.async_scheduler import AsyncScheduler
-from mini_vllm.core.sched.output import SchedulerOutput
+from mini_vllm.core.sched.output import EngineCoreOutput, SchedulerOutput
 from mini_vllm.core.sched.scheduler import Scheduler
 from mini_vllm.distributed.sharding import check_tensor_parallel_size
+from mini_vllm.engine.logprobs import LogprobsProcessor
 from mini_vllm.executor.multiproc_executor import MultiprocExecutor, get_open_port
 from mini_vllm.model.loader import (
     get_model,
@@ -105,6 +106,8 @@ class EngineArgs:
     scheduling_policy: str = "fcfs"
     # Ranks the model is split over (phase 07): 1 runs in this process, N > 1 in N workers.
     tensor_parallel_size: int = 1
+    # Most logprobs a request may ask for (upstream's default; -1: the whole vocabulary).
+    max_logprobs: int = 20
 
 
 @dataclass
@@ -139,6 +142,7 @@ class EngineStats:
 class _RequestRecord:
     request: Request
     prompt: str | None
+    logprobs: LogprobsProcessor
     num_cached_tokens: int | None = None
 
 
@@ -188,6 +192,7 @@ class LLMEngine:
             time.perf_counter() - t0,
         )
         self.vocab_size = int(self.hf_config.vocab_size)
+        self.max_logprobs = args.max_logprobs
         self.max_model_len = self._resolve_max_model_len(args.max_model_len)
         self.max_num_batched_tokens = args.max_num_batched_tokens or (
             8192 if args.enable_chunked_prefill else max(8192, self.max_model_len)
@@ -444,6 +449,7 @@ class LLMEngine:
                 f"(size {self.vocab_size})"
             )
         params = (params or SamplingParams()).clone()
+        self._validate_logprobs(request_id, params)
         params.update_from_generation_config(self._generation_config, self.eos_token_id)
         request = Request(
             request_id,
@@ -455,9 +461,23 @@ class LLMEngine:
             priority=priority,
         )
         self.scheduler.add_request(request)
-        self._records[request_id] = _RequestRecord(request, text)
+        self._records[request_id] = _RequestRecord(
+            request, text, LogprobsProcessor(self.tokenizer, params.logprobs)
+        )
         self.stats.num_prompt_tokens += len(token_ids)
         return request_id
+
+    def _validate_logprobs(self, request_id: str, params: SamplingParams) -> None:
+        """Refuse more logprobs than ``max_logprobs`` (-1 counts as the whole vocabulary)."""
+        if params.logprobs is None:
+            return
+        max_logprobs = self.vocab_size if self.max_logprobs == -1 else self.max_logprobs
+        num_logprobs = self.vocab_size if params.logprobs == -1 else params.logprobs
+        if num_logprobs > max_logprobs:
+            raise ValueError(
+                f"request {request_id!r}: requested sample logprobs of {num_logprobs}, which is "
+                f"greater than max allowed: {max_logprobs} (raise max_logprobs)"
+            )
 
     def abort_request(self, request_ids: list[str]) -> None:
         """Drop requests wherever they are (queued or running); their blocks are freed."""
@@ -526,6 +546,8 @@ class LLMEngine:
         self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput
     ) -> list[RequestOutput]:
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output.to_dict())
+        if runner_output.logprobs is not None:
+            self._attach_logprobs(core_outputs, runner_output)
         # Every request's new tokens of this step, finished or not: the serving engine core
         # (mini_vllm/engine/core.py) streams these, where step() reports finished requests only.
         self.last_core_outputs = core_outputs
@@ -543,6 +565,26 @@ class LLMEngine:
             outputs.append(self._make_request_output(record, core_output.finish_reason))
         self.stats.num_steps += 1
         return outputs
+
+    def _attach_logprobs(
+        self, core_outputs: list[EngineCoreOutput], runner_output: ModelRunnerOutput
+    ) -> None:
+        """Give each output the logprob rows of the tokens it kept (a stop trims the rest).
+
+        Upstream slices them inside ``Scheduler.update_from_output``; here the scheduler (lab-08)
+        keeps taking plain token lists, and the engine adds the rows afterwards.
+        """
+        assert runner_output.logprobs is not None
+        for core_output in core_outputs:
+            if not core_output.new_token_ids:
+                continue
+            req_index = runner_output.req_id_to_index[core_output.request_id]
+            core_output.new_logprobs = runner_output.logprobs.slice_request(
+                req_index, len(core_output.new_token_ids)
+            )
+            record = self._records.get(core_output.request_id)
+            if record is not None:
+                record.logprobs.update_from_output(core_output.new_logprobs)
 
     def _record_schedule(self, scheduler_output: SchedulerOutput) -> None:
         for new_req in scheduler_output.scheduled_new_reqs:
@@ -565,6 +607,8 @@ class LLMEngine:
             index=0,
             text=text,
             token_ids=token_ids,
+            cumulative_logprob=record.logprobs.cumulative_logprob,
+            logprobs=record.logprobs.logprobs,
             finish_reason=str(finish_reason) if finish_reason is not None else None,
             stop_reason=request.stop_reason,
         )

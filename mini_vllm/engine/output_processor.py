@@ -10,6 +10,7 @@ The engine core only knows token ids and the stops it can see in them (EOS, stop
 2. a stop *string* found in the new text finishes the request here, with finish reason
    ``stop`` and the string as ``stop_reason``; the core has not seen it, so its id goes into
    ``reqs_to_abort`` and the caller sends the core an abort (which frees the blocks);
+   the step's logprob rows, if the request asked for them, go to its ``LogprobsProcessor``;
 3. a ``RequestOutput`` (a delta when streaming, the whole text so far otherwise) is put on the
    request's queue, where the HTTP handler awaits it;
 4. finished requests are dropped, and the timing of every token (time to first token,
@@ -31,6 +32,7 @@ from typing import Any
 
 from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest
 from mini_vllm.engine.detokenizer import IncrementalDetokenizer
+from mini_vllm.engine.logprobs import LogprobsProcessor
 from mini_vllm.outputs import CompletionOutput, RequestOutput
 
 
@@ -64,12 +66,15 @@ class RequestState:
     prompt: str | None
     prompt_token_ids: list[int]
     detokenizer: IncrementalDetokenizer
+    logprobs_processor: LogprobsProcessor
     queue: asyncio.Queue[RequestOutput | BaseException]
     stream: bool
     arrival_time: float
     first_token_time: float | None = None
     last_token_time: float | None = None
     num_generation_tokens: int = 0
+    # Output tokens already streamed: a step whose text is held back sends its tokens later.
+    sent_tokens_offset: int = 0
 
 
 @dataclass
@@ -118,6 +123,7 @@ class OutputProcessor:
                 stop=stop,
                 include_stop_str_in_output=include_stop_str_in_output,
             ),
+            logprobs_processor=LogprobsProcessor(self.tokenizer, request.sampling_params.logprobs),
             queue=queue,
             stream=stream,
             arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
@@ -164,6 +170,7 @@ class OutputProcessor:
                 finish_reason, stop_reason = "stop", stop_str
                 if not out.finished:
                     result.reqs_to_abort.append(out.request_id)
+            state.logprobs_processor.update_from_output(out.new_logprobs)
             finished = finish_reason is not None
             request_output = self._make_request_output(
                 state, out.new_token_ids, finish_reason, stop_reason, finished
@@ -188,11 +195,17 @@ class OutputProcessor:
         text = detok.get_next_output_text(finished, delta=state.stream)
         if state.stream and not text and not finished:
             return None  # nothing a client could see yet (half a character, or a stop prefix)
-        token_ids = list(new_token_ids) if state.stream else list(detok.output_token_ids)
+        token_ids = list(detok.output_token_ids[state.sent_tokens_offset if state.stream else 0 :])
+        logprobs = state.logprobs_processor.logprobs
+        if state.stream and logprobs is not None:
+            logprobs = logprobs[state.sent_tokens_offset :]
+        state.sent_tokens_offset = len(detok.output_token_ids)
         completion = CompletionOutput(
             index=0,
             text=text,
             token_ids=token_ids,
+            cumulative_logprob=state.logprobs_processor.cumulative_logprob,
+            logprobs=logprobs,
             finish_reason=finish_reason,
             stop_reason=stop_reason,
         )

@@ -2,13 +2,18 @@
 
 Mirrors ``vllm/v1/sample/sampler.py`` (``Sampler``), ``vllm/v1/sample/metadata.py``
 (``SamplingMetadata``) and ``vllm/v1/sample/ops/topk_topp_sampler.py``
-(``apply_top_k_top_p``, ``random_sample``), minus logprobs, penalties and logits processors.
+(``apply_top_k_top_p``, ``random_sample``), minus penalties and logits processors.
 
 The whole batch is sampled with tensor ops, whatever mix of greedy and random requests it holds:
 greedy rows are an ``argmax``, random rows are temperature-scaled, truncated, and drawn with the
 exponential-race trick, and ``torch.where`` picks per row. Only the draws are per request, because
 a request with a ``seed`` owns a ``torch.Generator``: its tokens must then depend on its seed alone,
 not on which other requests happened to share the batch.
+
+Logprobs, when any row asks for them, are taken from the logits as the model produced them,
+before ``min_tokens`` masking, temperature and truncation (upstream's default
+``logprobs_mode="raw_logprobs"``): one ``[num_reqs, vocab]`` log-softmax, then a top-k of the
+batch's largest request and a gather of each sampled token (see ``mini_vllm/logprobs.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from mini_vllm.logprobs import LogprobsTensors
 
 # Temperatures below this mean greedy decoding (the same threshold as SamplingParams).
 _SAMPLING_EPS = 1e-5
@@ -40,6 +47,16 @@ class SamplingMetadata:
     default_generator: torch.Generator | None = None
     # Rows that may not stop yet (min_tokens): row -> token ids to forbid.
     stop_token_masks: dict[int, list[int]] = field(default_factory=dict)
+    # The most logprobs any row asked for (0: the sampled token's only); None: no row asked.
+    max_num_logprobs: int | None = None
+
+
+@dataclass
+class SamplerOutput:
+    """One token per row (on the device) and, if any row asked, their logprobs."""
+
+    sampled_token_ids: torch.Tensor  # [num_reqs] int64
+    logprobs_tensors: LogprobsTensors | None = None
 
 
 def apply_top_k_top_p(
@@ -93,10 +110,44 @@ class Sampler(nn.Module):
     """One token per row of ``logits`` ``[num_reqs, vocab_size]``, following ``SamplingMetadata``.
 
     Order of operations as upstream: float32 logits, greedy argmax, temperature, top-k/top-p,
-    softmax, random draw, then per-row choice between the greedy and the random token.
+    softmax, random draw, then per-row choice between the greedy and the random token; the
+    logprobs, if asked, come from the untouched logits.
     """
 
-    def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+    def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
+        sampled = self.sample(logits, metadata)  # leaves ``logits`` untouched
+        if metadata.max_num_logprobs is None:
+            return SamplerOutput(sampled)
+        raw_logprobs = self.compute_logprobs(logits)
+        return SamplerOutput(
+            sampled, self.gather_logprobs(raw_logprobs, metadata.max_num_logprobs, sampled)
+        )
+
+    @staticmethod
+    def compute_logprobs(logits: torch.Tensor) -> torch.Tensor:
+        return logits.log_softmax(dim=-1, dtype=torch.float32)
+
+    @staticmethod
+    def gather_logprobs(
+        logprobs: torch.Tensor, num_logprobs: int, token_ids: torch.Tensor
+    ) -> LogprobsTensors:
+        """Each row's sampled token then its ``num_logprobs`` best, and the sampled token's rank.
+
+        The rank counts the tokens at least as likely as the sampled one, so the argmax has
+        rank 1 and a tie ranks every tied token last among them, as upstream counts it.
+        """
+        top_logprobs, top_ids = logprobs.topk(num_logprobs, dim=-1)
+        token_ids = token_ids.unsqueeze(-1)
+        token_logprobs = logprobs.gather(-1, token_ids)
+        ranks = (logprobs >= token_logprobs).sum(-1)
+        return LogprobsTensors(
+            torch.cat((token_ids, top_ids), dim=1),
+            torch.cat((token_logprobs, top_logprobs), dim=1),
+            ranks,
+        )
+
+    def sample(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+        """One token id per row, on the device."""
         if metadata.all_greedy and not metadata.stop_token_masks:
             # Widening to float32 is exact and order-preserving, so the argmax of the model's
             # own dtype is the same token, without a [num_reqs, vocab] conversion pass.

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from mini_vllm.logprobs import LogprobsLists, LogprobsTensors
 from mini_vllm.model.attention import AttentionMetadata
-from mini_vllm.sample.sampler import Sampler, SamplingMetadata
+from mini_vllm.sample.sampler import Sampler, SamplerOutput, SamplingMetadata
 from mini_vllm.sampling_params import SamplingParams, SamplingType
 from mini_vllm.worker import kv_sizing
 
@@ -75,11 +76,16 @@ class CachedRequestState:
 
 @dataclass
 class ModelRunnerOutput:
-    """One step's result: the tokens sampled per request (empty for a partial prefill)."""
+    """One step's result: the tokens sampled per request (empty for a partial prefill).
+
+    ``logprobs`` (when any request asked for them) has one row per sampled token; its
+    ``cu_num_generated_tokens[i]`` is request ``i``'s first row.
+    """
 
     req_ids: list[str]
     req_id_to_index: dict[str, int]
     sampled_token_ids: list[list[int]]
+    logprobs: LogprobsLists | None = None
 
     def to_dict(self) -> dict[str, list[int]]:
         """``request id -> sampled tokens``, the form ``Scheduler.update_from_output`` takes."""
@@ -101,6 +107,7 @@ class PendingOutput:
     sampled: torch.Tensor | None  # [len(sample_rows)] token ids, on the device
     sampled_host: torch.Tensor | None = None
     ready: torch.cuda.Event | None = None
+    logprobs_host: LogprobsTensors | None = None  # read, like sampled_host, once ready fired
 
 
 @dataclass
@@ -603,14 +610,20 @@ class ModelRunner:
             rows = torch.tensor(sample_rows, dtype=torch.long)
             hidden_states = hidden_states[self._upload(rows)]
         logits = self.model.compute_logits(hidden_states)
-        sampled = self._sample(logits, [states[i] for i in sample_rows], prepared.num_output_tokens)
+        output = self._sample(logits, [states[i] for i in sample_rows], prepared.num_output_tokens)
+        sampled, logprobs = output.sampled_token_ids, output.logprobs_tensors
         if self.device.type != "cuda":
-            return PendingOutput(prepared.req_ids, states, sample_rows, sampled, sampled)
+            return PendingOutput(
+                prepared.req_ids, states, sample_rows, sampled, sampled, logprobs_host=logprobs
+            )
         sampled_host = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
         sampled_host.copy_(sampled, non_blocking=True)
+        logprobs_host = None if logprobs is None else logprobs.to_cpu_nonblocking()
         ready = torch.cuda.Event()
         ready.record()
-        return PendingOutput(prepared.req_ids, states, sample_rows, sampled, sampled_host, ready)
+        return PendingOutput(
+            prepared.req_ids, states, sample_rows, sampled, sampled_host, ready, logprobs_host
+        )
 
     def get_output(self, pending: PendingOutput) -> ModelRunnerOutput:
         """Wait for a launched step's tokens (the one device-to-host read of a step) and record
@@ -625,10 +638,15 @@ class ModelRunner:
             for row, token_id in zip(pending.sample_rows, pending.sampled_host.tolist()):
                 pending.states[row].token_ids.append(token_id)
                 sampled_token_ids[row] = [token_id]
+        logprobs = None
+        if pending.logprobs_host is not None:
+            first_rows = np.cumsum([0] + [len(t) for t in sampled_token_ids[:-1]]).tolist()
+            logprobs = pending.logprobs_host.tolists(first_rows)
         return ModelRunnerOutput(
             req_ids=pending.req_ids,
             req_id_to_index={r: i for i, r in enumerate(pending.req_ids)},
             sampled_token_ids=sampled_token_ids,
+            logprobs=logprobs,
         )
 
     def _upload(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -713,11 +731,16 @@ class ModelRunner:
         logits: torch.Tensor,
         states: list[CachedRequestState],
         num_output_tokens: list[int],
-    ) -> torch.Tensor:
+    ) -> SamplerOutput:
         """Build the batch's ``SamplingMetadata`` and draw one token per row, left on the device
         (``get_output`` reads them back). ``num_output_tokens[row]`` counts the row's request's
         output so far, a token still in flight included (``min_tokens`` masks stops below it)."""
         params = [s.sampling_params for s in states]
+        vocab_size = logits.shape[-1]
+        asked = [p.logprobs for p in params if p.logprobs is not None]
+        max_num_logprobs = (
+            max(vocab_size if k == -1 else k for k in asked) if asked else None
+        )
         stop_token_masks = {
             row: sorted(p.all_stop_token_ids)
             for row, (p, n) in enumerate(zip(params, num_output_tokens))
@@ -729,10 +752,9 @@ class ModelRunner:
             # host-to-device copies would cost more than the argmax itself.
             metadata = SamplingMetadata(
                 temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
-                stop_token_masks=stop_token_masks,
+                stop_token_masks=stop_token_masks, max_num_logprobs=max_num_logprobs,
             )  # fmt: skip
             return self.sampler(logits, metadata)
-        vocab_size = logits.shape[-1]
         top_k = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
         top_p = [p.top_p for p in params]
         metadata = SamplingMetadata(
@@ -750,6 +772,7 @@ class ModelRunner:
             generators={i: s.generator for i, s in enumerate(states) if s.generator is not None},
             default_generator=self.generator,
             stop_token_masks=stop_token_masks,
+            max_num_logprobs=max_num_logprobs,
         )
         return self.sampler(logits, metadata)
 

@@ -199,4 +199,23 @@ MUTANTS = [
         why="a step's output for a request aborted meanwhile raises KeyError instead of being "
             "ignored",
     ),
+    # -- logprobs ------------------------------------------------------------------------------
+    Mutant(
+        name="logprobs_not_recorded",
+        file=FILE,
+        find="state.logprobs_processor.update_from_output(out.new_logprobs)",
+        replace="pass",
+        why="never hands the rows on: a request that asked for logprobs gets an empty list and "
+            "a cumulative logprob of 0",
+    ),
+    Mutant(
+        name="logprobs_only_while_running",
+        file=FILE,
+        find="state.logprobs_processor.update_from_output(out.new_logprobs)",
+        replace="""
+            if not out.finished:
+                state.logprobs_processor.update_from_output(out.new_logprobs)
+        """,
+        why="drops the last step's rows: the finished output has one logprob fewer than tokens",
+    ),
 ]

@@ -19,7 +19,14 @@ import pytest
 
 from mini_vllm.sampling_params import SamplingParams
 
-from .conftest import TINY_MAX_MODEL_LEN, _alive, running_server, tiny_args
+from .conftest import (
+    TINY_MAX_MODEL_LEN,
+    _alive,
+    _children,
+    _cmdline,
+    running_server,
+    tiny_args,
+)
 
 NUM_CLIENTS = 32
 NUM_DISCONNECTING = 8
@@ -162,3 +169,30 @@ def test_sigterm_mid_stream_shuts_down_cleanly(tiny_serve_dir, tmp_path):
         while _alive(core_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(core_pid), "the engine core outlived the server"
+
+
+def test_tensor_parallel_server_matches_offline_and_leaves_no_worker(tiny_serve_dir, tmp_path):
+    """``serve -tp 2``: the engine core starts two gloo workers; answers equal the one-rank
+    engine's, and SIGTERM takes the workers down with the core."""
+    from mini_vllm.llm import LLM
+
+    prompt = "Request 0: tell me about rivers and"
+    with running_server(
+        tiny_serve_dir, tmp_path / "server.log", *tiny_args(), "--tensor-parallel-size", "2"
+    ) as server:
+        client = openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0)
+        resp = client.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0)
+        (core_pid,) = server.engine_pids
+        workers = [p for p in _children(core_pid) if "spawn_main" in _cmdline(p)]
+        assert len(workers) >= 2, f"expected two TP workers under the engine core: {workers}"
+        server.stop()
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in [core_pid, *workers]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in [core_pid, *workers]), "a worker outlived the server"
+    offline = LLM(
+        str(tiny_serve_dir), max_model_len=TINY_MAX_MODEL_LEN, kv_cache_memory_bytes=16 << 20
+    )
+    params = SamplingParams(temperature=0, max_tokens=12)
+    expected = offline.generate(prompt, params, use_tqdm=False)
+    assert resp.choices[0].text == expected[0].outputs[0].text

@@ -37,6 +37,19 @@ def _tokens(outputs) -> list[list[int]]:
     return [o.outputs[0].token_ids for o in outputs]
 
 
+LOGPROBS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3)
+
+
+def _logprobs(outputs) -> list[tuple[int, int | None, float]]:
+    """Every (token, rank, logprob) entry of every position of every request, in order."""
+    return [
+        (token, lp.rank, lp.logprob)
+        for o in outputs
+        for position in o.outputs[0].logprobs
+        for token, lp in position.items()
+    ]
+
+
 @pytest.fixture(scope="module")
 def reference(tiny_tp_dir: Path) -> dict[str, list[list[int]]]:
     llm = LLM(str(tiny_tp_dir), **ENGINE_KWARGS)
@@ -48,6 +61,7 @@ def reference(tiny_tp_dir: Path) -> dict[str, list[list[int]]]:
     return {
         "greedy": _tokens(llm.generate(prompts, GREEDY, use_tqdm=False)),
         "seeded": _tokens(llm.generate(prompts, seeded, use_tqdm=False)),
+        "logprobs": _logprobs(llm.generate(prompts[:2], LOGPROBS, use_tqdm=False)),
         "block_bytes": [llm.llm_engine.model_runner.kv_cache_block_bytes],
     }
 
@@ -67,6 +81,14 @@ def test_tp2_greedy_equals_tp1(reference, tp2: LLM) -> None:
 def test_tp2_seeded_sampling_equals_tp1(reference, tp2: LLM) -> None:
     seeded = [SamplingParams(temperature=0.8, top_p=0.9, seed=i, max_tokens=12) for i in range(5)]
     assert _tokens(tp2.generate(_prompts(), seeded, use_tqdm=False)) == reference["seeded"]
+
+
+def test_tp2_logprobs_equal_tp1(reference, tp2: LLM) -> None:
+    """Rank 0's sampler output travels back with its logprob rows; they match one rank's."""
+    got = _logprobs(tp2.generate(_prompts()[:2], LOGPROBS, use_tqdm=False))
+    want = reference["logprobs"]
+    assert [entry[:2] for entry in got] == [entry[:2] for entry in want]  # tokens and ranks
+    assert [entry[2] for entry in got] == pytest.approx([entry[2] for entry in want], abs=1e-4)
 
 
 def test_tp2_kv_cache_holds_one_kv_head_per_rank(reference, tp2: LLM) -> None:

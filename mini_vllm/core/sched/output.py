@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from mini_vllm.request import FinishReason
 
 if TYPE_CHECKING:
+    from mini_vllm.logprobs import LogprobsLists
     from mini_vllm.request import Request
     from mini_vllm.sampling_params import SamplingParams
 
@@ -145,6 +146,8 @@ class EngineCoreOutput:
     finish_reason: FinishReason | None = None
     # The stop token id that ended the request, when one did.
     stop_reason: int | str | None = None
+    # The logprob rows of new_token_ids (added by the engine when the request asked for them).
+    new_logprobs: LogprobsLists | None = None
 
     @property
     def finished(self) -> bool:

@@ -38,6 +38,14 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     engine.add_argument("--dtype", default="auto")
     engine.add_argument("--enforce-eager", action="store_true")
     engine.add_argument("--seed", type=int, default=0)
+    engine.add_argument(
+        "--tensor-parallel-size", "-tp", type=int, default=1,
+        help="split the model over N worker processes (gloo on CPU, NCCL on GPUs)",
+    )  # fmt: skip
+    engine.add_argument(
+        "--max-logprobs", type=int, default=20,
+        help="most logprobs a request may ask for (-1: the whole vocabulary)",
+    )  # fmt: skip
     return parser
 
 
@@ -57,4 +65,6 @@ def engine_args_from_cli(args: argparse.Namespace) -> EngineArgs:
         dtype=args.dtype,
         enforce_eager=args.enforce_eager,
         seed=args.seed,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_logprobs=args.max_logprobs,
     )

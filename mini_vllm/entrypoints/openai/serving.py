@@ -29,12 +29,16 @@ from pydantic import BaseModel
 from mini_vllm.engine.async_llm import AsyncLLM
 from mini_vllm.engine.core import EngineCoreSamplingParams
 from mini_vllm.entrypoints.openai.protocol import (
+    ChatCompletionLogProb,
+    ChatCompletionLogProbs,
+    ChatCompletionLogProbsContent,
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatCompletionResponseChoice,
     ChatCompletionResponseStreamChoice,
     ChatCompletionStreamResponse,
     ChatResponseMessage,
+    CompletionLogProbs,
     CompletionRequest,
     CompletionResponse,
     CompletionResponseChoice,
@@ -47,6 +51,7 @@ from mini_vllm.entrypoints.openai.protocol import (
     UsageInfo,
     random_uuid,
 )
+from mini_vllm.logprobs import SampleLogprobs
 from mini_vllm.outputs import RequestOutput
 from mini_vllm.sampling_params import SamplingParams
 
@@ -96,15 +101,19 @@ class OpenAIServing:
             )
 
     def _check_sampling(
-        self, request: SamplingRequestMixin, unsupported: dict[str, Any]
+        self,
+        request: SamplingRequestMixin,
+        unsupported: dict[str, Any],
+        num_logprobs: int | None = None,
     ) -> EngineCoreSamplingParams:
         for field, value in unsupported.items():
             if value:
                 raise BadRequestError(
-                    f"`{field}` is not supported by mini-vLLM (its sampler computes no "
-                    "log-probabilities and applies no penalties)",
+                    f"`{field}` is not supported by mini-vLLM (it has no echo or suffix, and "
+                    "its sampler applies no penalties)",
                     param=field,
                 )
+        self._check_num_logprobs(num_logprobs)
         if not isinstance(request.n, int) or request.n < 1:
             raise BadRequestError(f"n must be at least 1, got {request.n}", param="n")
         max_n = int(self.engine.engine_args.max_num_seqs)
@@ -122,6 +131,7 @@ class OpenAIServing:
             min_tokens=request.min_tokens,
             stop_token_ids=list(request.stop_token_ids or []),
             ignore_eos=request.ignore_eos,
+            logprobs=num_logprobs,
         )
         try:
             # The engine's own validation: the server accepts exactly what LLM.generate does.
@@ -129,6 +139,21 @@ class OpenAIServing:
         except (ValueError, TypeError) as exc:
             raise BadRequestError(str(exc)) from None
         return EngineCoreSamplingParams(**values)  # type: ignore[arg-type]
+
+    def _check_num_logprobs(self, num_logprobs: int | None) -> None:
+        """At most the engine's ``max_logprobs`` (upstream's default 20; -1: the vocabulary)."""
+        if num_logprobs is None:
+            return
+        vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
+        max_logprobs = int(self.engine.engine_args.max_logprobs)
+        max_logprobs = vocab_size if max_logprobs == -1 else max_logprobs
+        wanted = vocab_size if num_logprobs == -1 else num_logprobs
+        if wanted > max_logprobs:
+            raise BadRequestError(
+                f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
+                f"{max_logprobs}",
+                param="logprobs",
+            )
 
     def _check_length(self, prompt_len: int, max_tokens: int | None, field: str) -> int:
         """Resolve ``max_tokens`` against ``max_model_len``; 400 when it cannot fit."""
@@ -250,6 +275,7 @@ class OpenAIServing:
                     min_tokens=params.min_tokens,
                     stop_token_ids=params.stop_token_ids,
                     ignore_eos=params.ignore_eos,
+                    logprobs=params.logprobs,
                 )
                 generators.append(
                     self.engine.generate(
@@ -270,13 +296,13 @@ class OpenAIServing:
         params = self._check_sampling(
             request,
             {
-                "logprobs": request.logprobs,
                 "echo": request.echo,
                 "suffix": request.suffix,
                 "best_of": request.best_of not in (None, 1) and request.best_of,
                 "presence_penalty": request.presence_penalty,
                 "frequency_penalty": request.frequency_penalty,
             },
+            num_logprobs=request.logprobs,
         )
         prompts = self._completion_prompts(request)
         max_tokens = [
@@ -307,6 +333,9 @@ class OpenAIServing:
                 CompletionResponseChoice(
                     index=index,
                     text=completion.text,
+                    logprobs=completion_logprobs(
+                        completion.token_ids, completion.logprobs, request.logprobs
+                    ),
                     finish_reason=completion.finish_reason,
                     stop_reason=completion.stop_reason,
                 )
@@ -329,10 +358,19 @@ class OpenAIServing:
         merged: AsyncGenerator[tuple[int, RequestOutput], None],
     ) -> AsyncIterator[str]:
         completion_tokens = 0
+        # Per choice, the characters streamed so far: where the next chunk's text_offset starts.
+        text_offsets: dict[int, int] = {}
         try:
             async for index, output in merged:
                 completion = output.outputs[0]
                 completion_tokens += len(completion.token_ids)
+                logprobs = completion_logprobs(
+                    completion.token_ids,
+                    completion.logprobs,
+                    request.logprobs,
+                    initial_text_offset=text_offsets.get(index, 0),
+                )
+                text_offsets[index] = text_offsets.get(index, 0) + len(completion.text)
                 chunk = CompletionStreamResponse(
                     id=request_id,
                     created=created,
@@ -341,6 +379,7 @@ class OpenAIServing:
                         CompletionResponseStreamChoice(
                             index=index,
                             text=completion.text,
+                            logprobs=logprobs,
                             finish_reason=completion.finish_reason,
                             stop_reason=completion.stop_reason,
                         )
@@ -370,11 +409,10 @@ class OpenAIServing:
         params = self._check_sampling(
             request,
             {
-                "logprobs": request.logprobs,
-                "top_logprobs": request.top_logprobs,
                 "presence_penalty": request.presence_penalty,
                 "frequency_penalty": request.frequency_penalty,
             },
+            num_logprobs=chat_num_logprobs(request),
         )
         prompt = self._chat_prompt(request)
         use_new_name = request.max_completion_tokens is not None
@@ -400,6 +438,9 @@ class OpenAIServing:
                 ChatCompletionResponseChoice(
                     index=index,
                     message=ChatResponseMessage(content=completion.text),
+                    logprobs=chat_logprobs(
+                        completion.token_ids, completion.logprobs, request.top_logprobs
+                    ),
                     finish_reason=completion.finish_reason,
                     stop_reason=completion.stop_reason,
                 )
@@ -421,16 +462,18 @@ class OpenAIServing:
         prompt: _Prompt,
         merged: AsyncGenerator[tuple[int, RequestOutput], None],
     ) -> AsyncIterator[str]:
-        def chunk(index: int, delta: DeltaMessage, finish: str | None = None, stop: Any = None):
+        def chunk(
+            index: int,
+            delta: DeltaMessage,
+            finish: str | None = None,
+            stop: Any = None,
+            logprobs: ChatCompletionLogProbs | None = None,
+        ) -> ChatCompletionStreamResponse:
+            choice = ChatCompletionResponseStreamChoice(
+                index=index, delta=delta, logprobs=logprobs, finish_reason=finish, stop_reason=stop
+            )
             return ChatCompletionStreamResponse(
-                id=request_id,
-                created=created,
-                model=self.served_model_name,
-                choices=[
-                    ChatCompletionResponseStreamChoice(
-                        index=index, delta=delta, finish_reason=finish, stop_reason=stop
-                    )
-                ],
+                id=request_id, created=created, model=self.served_model_name, choices=[choice]
             )
 
         completion_tokens = 0
@@ -447,6 +490,9 @@ class OpenAIServing:
                         DeltaMessage(content=completion.text),
                         completion.finish_reason,
                         completion.stop_reason,
+                        chat_logprobs(
+                            completion.token_ids, completion.logprobs, request.top_logprobs
+                        ),
                     )
                 )
             if request.stream_options and request.stream_options.include_usage:
@@ -464,6 +510,79 @@ class OpenAIServing:
         finally:
             await merged.aclose()
         yield "data: [DONE]\n\n"
+
+
+def chat_num_logprobs(request: ChatCompletionRequest) -> int | None:
+    """The engine's ``logprobs`` for a chat request: ``top_logprobs`` if ``logprobs`` is true.
+
+    As upstream's checks: ``top_logprobs`` is >= 0 or -1, and asking for any without
+    ``logprobs: true`` is an error rather than silently nothing.
+    """
+    top = request.top_logprobs
+    if top is not None and top < 0 and top != -1:
+        raise BadRequestError("`top_logprobs` must be a positive value or -1.", "top_logprobs")
+    if top is not None and top != 0 and not request.logprobs:
+        raise BadRequestError(
+            "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs"
+        )
+    return (top or 0) if request.logprobs else None
+
+
+def completion_logprobs(
+    token_ids: Sequence[int],
+    logprobs: SampleLogprobs | None,
+    num_logprobs: int | None,
+    initial_text_offset: int = 0,
+) -> CompletionLogProbs | None:
+    """The legacy format: each token's text, its logprob, and a dict of the sampled token and
+    the ``num_logprobs`` best (keyed by text, as OpenAI's), with running character offsets."""
+    if logprobs is None or num_logprobs is None:
+        return None
+    result = CompletionLogProbs()
+    offset = initial_text_offset
+    for token_id, position in zip(token_ids, logprobs):
+        sampled = position[token_id]
+        token = sampled.decoded_token or ""
+        result.tokens.append(token)
+        result.token_logprobs.append(max(sampled.logprob, -9999.0))
+        result.top_logprobs.append(
+            {(lp.decoded_token or ""): max(lp.logprob, -9999.0) for lp in position.values()}
+        )
+        result.text_offset.append(offset)
+        offset += len(token)
+    return result
+
+
+def chat_logprobs(
+    token_ids: Sequence[int], logprobs: SampleLogprobs | None, top_logprobs: int | None
+) -> ChatCompletionLogProbs | None:
+    """The chat format: per token its text, logprob and UTF-8 bytes, and the ``top_logprobs``
+    most likely tokens in rank order (the sampled one is listed there only if it is among them).
+    """
+    if logprobs is None:
+        return None
+    content = []
+    for token_id, position in zip(token_ids, logprobs):
+        sampled = position[token_id]
+        ranked = sorted(position.values(), key=lambda lp: lp.rank or 0)
+        if top_logprobs != -1:
+            ranked = [lp for lp in ranked if lp.rank is not None and lp.rank <= (top_logprobs or 0)]
+        content.append(
+            ChatCompletionLogProbsContent(
+                **_chat_logprob(sampled).model_dump(),
+                top_logprobs=[_chat_logprob(lp) for lp in ranked],
+            )
+        )
+    return ChatCompletionLogProbs(content=content)
+
+
+def _chat_logprob(lp: Any) -> ChatCompletionLogProb:
+    token = lp.decoded_token or ""
+    return ChatCompletionLogProb(
+        token=token,
+        logprob=max(lp.logprob, -9999.0),
+        bytes=list(token.encode("utf-8", errors="replace")),
+    )
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:

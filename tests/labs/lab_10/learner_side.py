@@ -191,12 +191,21 @@ class CoreOutput:
     """What ``process_outputs`` reads of an ``EngineCoreOutput`` (that one needs pyzmq)."""
 
     def __init__(self, request_id: str, new_token_ids: list[int], finish_reason: str | None = None,
-                 stop_reason: int | str | None = None, error: str | None = None) -> None:
+                 stop_reason: int | str | None = None, error: str | None = None,
+                 new_logprobs: list[float] | None = None) -> None:
         self.request_id = request_id
         self.new_token_ids = list(new_token_ids)
         self.finish_reason = finish_reason
         self.stop_reason = stop_reason
         self.error = error
+        self.new_logprobs = None
+        if new_logprobs is not None:
+            # One row per new token: the token itself (logprobs=0), with the given logprob.
+            from mini_vllm.logprobs import LogprobsLists
+
+            self.new_logprobs = LogprobsLists([[t] for t in self.new_token_ids],
+                                              [[v] for v in new_logprobs],
+                                              [1] * len(self.new_token_ids))
 
     @property
     def finished(self) -> bool:
@@ -207,16 +216,22 @@ def _read_output(item: Any) -> dict[str, Any]:
     if isinstance(item, BaseException):
         return {"error": f"{type(item).__name__}: {item}"}
     completion = item.outputs[0]
+    logprobs = None
+    if completion.logprobs is not None:
+        logprobs = [[[t, lp.logprob] for t, lp in position.items()]
+                    for position in completion.logprobs]
     return {"request_id": item.request_id, "finished": item.finished, "text": completion.text,
             "token_ids": list(completion.token_ids), "finish_reason": completion.finish_reason,
-            "stop_reason": completion.stop_reason}
+            "stop_reason": completion.stop_reason, "logprobs": logprobs,
+            "cumulative_logprob": completion.cumulative_logprob}
 
 
 def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
     """Run ``ops`` on one ``OutputProcessor`` over the toy tokenizer; one record per op.
 
-    ``["add", rid, prompt_ids, {"stop": [...], "stream": bool, ...}]``,
-    ``["step", [[rid, new_token_ids, finish_reason, stop_reason], ...]]``,
+    ``["add", rid, prompt_ids, {"stop": [...], "stream": bool, "logprobs": k, ...}]``,
+    ``["step", [[rid, new_token_ids, finish_reason, stop_reason, error, logprobs], ...]]``
+    (the last three optional; ``logprobs``: one float per new token),
     ``["abort", [rid, ...]]``. Each record has ``returned`` (``reqs_to_abort`` of a step, the
     list ``abort_requests`` returned), ``outputs`` (every ``RequestOutput`` queued since the
     previous op, read as dicts, per request id, in order) and ``tracked`` (the sorted keys of
@@ -232,8 +247,10 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
         returned: Any = None
         if name == "add":
             _, rid, prompt_ids, options = op
+            options = dict(options)
+            params = types.SimpleNamespace(logprobs=options.pop("logprobs", None))
             request = types.SimpleNamespace(request_id=rid, prompt_token_ids=list(prompt_ids),
-                                            sampling_params=None)
+                                            sampling_params=params)
             queues[rid] = processor.add_request(request, "prompt", arrival_time=0.0, **options)
         elif name == "step":
             outs = [CoreOutput(*entry) for entry in op[1]]

@@ -13,6 +13,7 @@ DOC = "phases/06-serving/README.md"
 DETOK = f"{DOC}#text-one-step-at-a-time"
 STOPS = f"{DOC}#stop-strings-across-tokens"
 FINISH = f"{DOC}#finishing-here-aborting-there"
+LOGPROBS = f"{DOC}#logprobs-ride-along"
 
 #: The oracle: the same toy tokenizer the learner's code gets; its ``decode`` of a whole
 #: sequence is what the streamed deltas must add up to.

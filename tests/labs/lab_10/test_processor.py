@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from grading.suite import graded
 from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_10.support import FINISH, STOPS, TOK, side, split, texts
+from tests.labs.lab_10.support import FINISH, LOGPROBS, STOPS, TOK, side, split, texts
 
 PROMPT = TOK.encode("Question:")
 
@@ -106,6 +106,39 @@ def test_aborts():
     assert recs[3]["outputs"].get("b"), "'b' is still running: its output must be queued"
     assert recs[4]["returned"] == [], (
         f"'a' is gone: aborting it again returns [], got {recs[4]['returned']}")
+
+
+@graded(2, "Logprobs: each step's rows go to the request's LogprobsProcessor, so a finished "
+           "output carries one logprob per token and their sum; a stream sends the new ones, "
+           "including those of a step whose text was held back", LOGPROBS)
+def test_logprobs_reach_the_outputs():
+    """'a' (whole text) and 'b' (streamed, its first step only half a character) ask for them."""
+    euro = TOK.encode("\u20ac")  # three byte tokens: no text until the last one
+    hi = TOK.encode("hi")
+    recs = run([add("a", logprobs=0), add("b", logprobs=0, stream=True), add("c"),
+                ["step", [["a", hi, None, None, None, [-0.5, -1.0]],
+                          ["b", euro[:2], None, None, None, [-0.25, -0.5]],
+                          ["c", hi, None, None]]],
+                ["step", [["a", TOK.encode("!"), "length", None, None, [-2.0]],
+                          ["b", euro[2:], "length", None, None, [-1.0]],
+                          ["c", TOK.encode("!"), "length", None]]]])
+    a = recs[4]["outputs"].get("a", [])
+    expected_a = [[[t, v]] for t, v in zip([*hi, *TOK.encode("!")], [-0.5, -1.0, -2.0])]
+    assert a and a[-1]["logprobs"] == expected_a, (
+        f"not streaming, the finished output carries every token's logprob dict, expected "
+        f"{expected_a}, got {a[-1]['logprobs'] if a else a}: pass each output's new_logprobs "
+        f"to state.logprobs_processor.update_from_output")
+    assert a[-1]["cumulative_logprob"] == -3.5, (
+        f"cumulative_logprob sums the sampled tokens' logprobs: expected -3.5, got "
+        f"{a[-1]['cumulative_logprob']}")
+    b = [o for r in recs for o in r["outputs"].get("b", [])]
+    streamed = [pos for o in b for pos in (o["logprobs"] or [])]
+    assert [p[0][1] for p in streamed] == [-0.25, -0.5, -1.0], (
+        f"streaming, every token's logprob is sent exactly once, those of the held-back first "
+        f"step with the step that completes the character: got {[o['logprobs'] for o in b]}")
+    c = recs[4]["outputs"].get("c", [])
+    assert c and c[-1]["logprobs"] is None and c[-1]["cumulative_logprob"] is None, (
+        f"'c' asked for no logprobs: its output has logprobs None, got {c}")
 
 
 @graded(4, "Bookkeeping: a request is tracked from add_request until exactly one of (the core "

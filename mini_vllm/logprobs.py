@@ -1,0 +1,116 @@
+"""Log-probabilities of sampled tokens, from the sampler's tensors to what a user reads.
+
+Mirrors ``vllm/logprobs.py`` (``Logprob``, ``SampleLogprobs``,
+``append_logprobs_for_next_position``) and the two transport forms of ``vllm/v1/outputs.py``
+(``LogprobsTensors`` on the device, ``LogprobsLists`` on the host).
+
+A request asking for ``logprobs=k`` gets, for every token it generates, a dict of ``k + 1``
+entries at most: the sampled token first, with its rank in the vocabulary, then the ``k`` most
+likely tokens with ranks 1..k (the sampled token appears once when it is among them). The values
+are the model's own log-softmax, before temperature, top-k/top-p or the ``min_tokens`` mask:
+upstream's default ``logprobs_mode="raw_logprobs"``, so that a logprob describes the model,
+not the sampling settings that happened to draw from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # the front-end and lab-10 read these types without torch installed
+    import torch
+
+
+@dataclass
+class Logprob:
+    """One token's log-probability, its rank in the vocabulary (1 = most likely) and its text."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+SampleLogprobs = list[dict[int, Logprob]]
+"""One dict per generated token: token id -> ``Logprob``."""
+
+
+class LogprobsLists(NamedTuple):
+    """One step's logprobs on the host, one row per sampled token.
+
+    Row ``r`` holds the sampled token and the batch's ``max_num_logprobs`` best tokens
+    (``logprob_token_ids[r, 0]`` is the sampled one); a request that asked for fewer reads only
+    the first ``num_logprobs + 1`` columns. ``cu_num_generated_tokens[i]`` is the first row of the
+    ``i``-th request of the step (requests that sampled nothing own zero rows).
+    """
+
+    logprob_token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    sampled_token_ranks: list[int]
+    cu_num_generated_tokens: list[int] | None = None
+
+    def slice_request(self, req_idx: int, num_positions: int) -> LogprobsLists:
+        """The rows of the ``req_idx``-th request: its first ``num_positions`` tokens."""
+        cu = self.cu_num_generated_tokens
+        start = req_idx if cu is None else cu[req_idx]
+        end = start + num_positions
+        return LogprobsLists(
+            self.logprob_token_ids[start:end],
+            self.logprobs[start:end],
+            self.sampled_token_ranks[start:end],
+        )
+
+
+class LogprobsTensors(NamedTuple):
+    """One step's logprobs as the sampler leaves them on the device (see ``LogprobsLists``)."""
+
+    logprob_token_ids: torch.Tensor  # [num_rows, max_num_logprobs + 1] int64
+    logprobs: torch.Tensor  # [num_rows, max_num_logprobs + 1] float32
+    selected_token_ranks: torch.Tensor  # [num_rows] int64
+
+    def tolists(self, cu_num_generated_tokens: list[int] | None = None) -> LogprobsLists:
+        return LogprobsLists(
+            self.logprob_token_ids.tolist(),
+            self.logprobs.tolist(),
+            self.selected_token_ranks.tolist(),
+            cu_num_generated_tokens,
+        )
+
+    def to_cpu_nonblocking(self) -> LogprobsTensors:
+        """Pinned host copies queued behind the step (read them after its event fired)."""
+        if self.logprobs.device.type != "cuda":
+            return self
+        return LogprobsTensors(*(_pinned_copy(t) for t in self))
+
+
+def _pinned_copy(tensor: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    return host
+
+
+def append_logprobs_for_next_position(
+    request_logprobs: SampleLogprobs,
+    token_ids: Sequence[int],
+    logprobs: Sequence[float],
+    decoded_tokens: Sequence[str | None],
+    rank: int,
+    num_logprobs: int,
+) -> None:
+    """Append one position's dict: the sampled token (its own rank) then ranks 1..num_logprobs.
+
+    ``zip`` stops at the request's own ``num_logprobs + 1`` entries, dropping the extra columns
+    a batch-mate's larger request made the sampler gather. A sampled token that is also in the
+    top ``num_logprobs`` is written twice with the same values, so it appears once.
+    """
+    ranks = [rank, *range(1, num_logprobs + 1)]
+    request_logprobs.append(
+        {
+            token_id: Logprob(logprob=logprob, rank=token_rank, decoded_token=token)
+            for token_id, logprob, token_rank, token in zip(
+                token_ids, logprobs, ranks, decoded_tokens
+            )
+        }
+    )

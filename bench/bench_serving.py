@@ -266,6 +266,37 @@ def export_default_model(path: Path) -> Path:
     return path
 
 
+def write_random_model(shape: str, path: Path, tokenizer_dir: str | None = None) -> Path:
+    """A random-weight checkpoint of one of ``bench_engine``'s shapes, with SmolLM2's tokenizer.
+
+    The vocabulary is the tokenizer's (49,152), not the imitated model's: every sampled id must
+    decode, or the streamed text (what TTFT and ITL are measured on) would be empty. Weights are
+    drawn on the GPU when there is one and saved in bfloat16 there (float32 on a CPU).
+    """
+    import torch
+    from engine_workload import RANDOM_MODELS
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from mini_vllm.model.loader import load_tokenizer, resolve_model
+
+    if (path / "config.json").is_file():
+        return path
+    if tokenizer_dir is not None:  # e.g. on a GPU host without the course's model package
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    else:
+        tokenizer = load_tokenizer(resolve_model(None))
+    shape = {**RANDOM_MODELS[shape], "vocab_size": len(tokenizer)}
+    config = LlamaConfig(**shape, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=None)  # fmt: skip
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    model.to(torch.bfloat16 if device == "cuda" else torch.float32).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def bench_system(
     system: str,
     base_url: str,
@@ -299,11 +330,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="start `mini_vllm serve` with this model")
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument(
+        "--random-model",
+        default=None,
+        help="serve random weights of one of bench_engine.py's shapes (smollm2-135m, llama-1b, "
+        "llama-8b) with SmolLM2's tokenizer, written once under build/",
+    )
+    parser.add_argument(
+        "--tokenizer", default=None, help="a saved tokenizer directory for --random-model"
+    )
+    parser.add_argument(
         "--transformers-model",
         default=None,
         help="also run `transformers serve --continuous-batching` on this Hugging Face "
-        "checkpoint directory (`default`: the course's SmolLM2, exported to build/), in the "
-        "same run (implies --no-ignore-eos: it refuses the field)",
+        "checkpoint directory (`default`: the course's SmolLM2, exported to build/; `same`: the "
+        "--random-model checkpoint), in the same run (implies --no-ignore-eos: it refuses the "
+        "field)",
     )
     parser.add_argument("--rates", nargs="+", default=["1", "4", "inf"])
     parser.add_argument("--num-prompts", type=int, default=32)
@@ -327,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         "--server-args", nargs=argparse.REMAINDER, default=[], help="passed to `serve`"
     )
     args = parser.parse_args(argv)
+    if args.random_model:
+        path = Path(f"build/serving-random-{args.random_model}")
+        args.model = str(write_random_model(args.random_model, path, args.tokenizer))
+        if args.transformers_model == "same":
+            args.transformers_model = args.model
     if args.transformers_model:
         args.ignore_eos = False
         if args.transformers_model == "default":
@@ -350,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.transformers_model:
         cli = os.path.join(os.path.dirname(sys.executable), "transformers")
         cmd = [cli, "serve", args.transformers_model, "--continuous-batching"]
-        cmd += ["--host", "127.0.0.1", "--dtype", "float32"]
+        cmd += ["--host", "127.0.0.1", "--dtype", _transformers_dtype()]
         log = args.server_log.replace(".log", "_transformers.log")
         with launched_server(cmd, args.threads, log) as hf_url:
             rows += bench_system(
@@ -369,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(table, encoding="utf-8")
     return 0
+
+
+def _transformers_dtype() -> str:
+    """The dtype mini-vLLM's ``auto`` picks: bfloat16 on a GPU, float32 on a CPU."""
+    import torch
+
+    return "bfloat16" if torch.cuda.is_available() else "float32"
 
 
 if __name__ == "__main__":

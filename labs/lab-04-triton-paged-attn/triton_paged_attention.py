@@ -56,11 +56,14 @@ _LOG2E = math.log2(math.e)  # exp(x) == exp2(x * log2(e))
 # --sweep`` on an H100 (bf16, head_dim 128, GQA 4 and 8, block sizes 16-128). Tiles of 32 tokens
 # with two pipeline stages were best or within 1 % on the split grids (batch <= 64): less shared
 # memory per program, so more programs per SM and more loads in flight; 32 also keeps any block
-# size >= 32 on the one-table-entry-per-tile path. At batch 128 (one split, long loops) tiles of
-# 64 with three stages measured 3-8 % faster; a split-aware default is the next tuning step.
+# size >= 32 on the one-table-entry-per-tile path. With one split (large batches) each program
+# walks its whole sequence in one long loop, which wants more loads in flight: 64-token tiles
+# with three stages measured 2-17 % faster at batch 128 and within 2 % at batch 64.
 _BLOCK_N = 32
 _NUM_WARPS = 4
 _NUM_STAGES = 2
+_ONE_SPLIT_BLOCK_N = 64
+_ONE_SPLIT_NUM_STAGES = 3
 _PROGRAMS_PER_SM = 4
 _MIN_TOKENS_PER_SPLIT = 256
 _MAX_SPLITS = 64
@@ -407,12 +410,13 @@ def paged_attention_decode(
         num_splits = default_num_splits(num_seqs, num_kv_heads, max_seq_len, _num_sms(query.device))
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    block_n = block_n or _BLOCK_N
+    one_split = num_splits == 1
+    block_n = block_n or (_ONE_SPLIT_BLOCK_N if one_split else _BLOCK_N)
     if block_n < 16 or block_n & (block_n - 1):
         raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
     launch = {
         "num_warps": num_warps or _NUM_WARPS,
-        "num_stages": num_stages or _NUM_STAGES,
+        "num_stages": num_stages or (_ONE_SPLIT_NUM_STAGES if one_split else _NUM_STAGES),
     }
     group_pad = max(16, triton.next_power_of_2(queries_per_kv))
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))

@@ -43,10 +43,11 @@ def decode_launch_options(head_dim: int) -> dict[str, int]:
     (SmolLM2, Llama-3.2-1B) a 32-token tile is only 4 KiB of K, too little per loop iteration
     to keep enough loads in flight: at the engine benchmark's batch-256 state on an H100,
     64-token tiles with 2 warps ran 14 % faster for SmolLM2's 9/3 heads and 6 % for
-    Llama-3.2-1B's 32/8 (``bench/sweep_decode_tiles.py``, docs/perf/decode_tiles_h100.md).
+    Llama-3.2-1B's 32/8 (``bench/sweep_decode_tiles.py``, docs/perf/decode_tiles_h100.md),
+    with the two pipeline stages that sweep used (the launcher's one-split default is three).
     """
     if head_dim <= 64:
-        return {"block_n": 64, "num_warps": 2}
+        return {"block_n": 64, "num_warps": 2, "num_stages": 2}
     return {}
 
 

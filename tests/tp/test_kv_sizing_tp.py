@@ -4,6 +4,8 @@ cannot drift from the formulas)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,12 +17,27 @@ from mini_vllm.worker import kv_sizing
 GiB, KiB = 2**30, 2**10
 
 
-@pytest.mark.parametrize(
-    ("tp", "block_kib"),
-    [(1, 720), (3, 240), (9, 240)],  # 9 ranks: 3 KV heads replicated 3x, one per rank
-)
+@pytest.mark.parametrize(("tp", "block_kib"), [(1, 720), (3, 240)])
 def test_smollm2_block_bytes_per_rank_float32(tp: int, block_kib: int) -> None:
     assert kv_sizing.bytes_per_block_per_rank(16, 30, 3, 64, "float32", tp) == block_kib * KiB
+
+
+def test_smollm2_cannot_replicate_its_kv_heads() -> None:
+    """TP=9 would replicate SmolLM2's 3 KV heads, but its MLP (1,536) and its vocabulary
+    (49,152) do not divide by 9: the guide's replication example is Llama-3-8B at TP=16."""
+    smollm2 = SimpleNamespace(
+        num_attention_heads=9, num_key_value_heads=3, intermediate_size=1536, vocab_size=49152
+    )
+    accepted = []
+    for tp in range(1, 17):
+        try:
+            sharding.check_tensor_parallel_size(smollm2, tp)
+            accepted.append(tp)
+        except ValueError:
+            pass
+    assert accepted == [1, 3]
+    with pytest.raises(ValueError, match="MLP width"):
+        sharding.check_tensor_parallel_size(smollm2, 9)
 
 
 def test_one_rank_is_the_single_process_formula() -> None:
@@ -73,7 +90,7 @@ def test_guide_numbers_llama3_8b(tp: int, expected: tuple[int, int, float]) -> N
 
 @pytest.mark.parametrize(
     ("tp", "expected"),
-    [(1, (360, 206072, 402.5)), (3, (120, 619677, 1210.3)), (9, (120, 620164, 1211.3))],
+    [(1, (360, 206072, 402.5)), (3, (120, 619677, 1210.3))],  # TP=9 is refused (see above)
 )
 def test_guide_numbers_smollm2(tp: int, expected: tuple[int, int, float]) -> None:
     assert _concurrency(134_515_008, 30, 3, 64, 1 * GiB, tp) == expected

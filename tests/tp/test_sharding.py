@@ -23,7 +23,7 @@ from mini_vllm.distributed.parallel_state import (
     model_parallel_state,
 )
 from mini_vllm.model.llama import LlamaForCausalLM
-from tests.tp.conftest import tiny_tp_config, transformers
+from tests.tp.conftest import tiny_tp_config, tiny_tp_model
 
 
 @given(total=st.integers(1, 64), tp=st.integers(1, 16))
@@ -145,8 +145,7 @@ def test_shard_tensor_is_a_view_of_rows_or_columns() -> None:
 
 @pytest.fixture(scope="module")
 def full_weights() -> dict[str, torch.Tensor]:
-    torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(tiny_tp_config()).eval()
+    hf = tiny_tp_model()  # random biases: a bias added on the wrong ranks must show
     return {k: v.detach().clone() for k, v in hf.state_dict().items()}
 
 

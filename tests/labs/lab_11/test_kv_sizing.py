@@ -13,16 +13,23 @@ KiB, GiB = 2**10, 2**30
 @graded(3, "bytes_per_block_per_rank = bytes_per_block with max(1, kv // tp) KV heads: the "
            "rank's share, and never below one head (replicated)", KV_BLOCKS)
 def test_bytes_per_block_per_rank():
-    """Every (KV heads, ranks) pair up to 16, and SmolLM2 in float32 at TP 1, 3 and 9."""
+    """Every (KV heads, ranks) pair up to 16; SmolLM2 in float32 at TP 1 and 3; Llama-3-8B in
+    bfloat16 at TP 8 and 16 (its 8 KV heads replicated on 2 ranks each)."""
     cases = [[16, 2, kv, 8, 2, tp] for kv in range(1, 17) for tp in range(1, 17)
              if kv % tp == 0 or tp % kv == 0]
-    cases += [[16, 30, 3, 64, "float32", tp] for tp in (1, 3, 9)]
+    cases += [[16, 30, 3, 64, "float32", tp] for tp in (1, 3)]
+    cases += [[16, 32, 8, 128, "bfloat16", tp] for tp in (8, 16)]
     cases += [[16, 30, 3, 64, 4, 0]]
     got = check_table("bytes_per_block_per_rank", cases, "bytes per block per rank")
-    smollm2 = [value(o, "SmolLM2") // KiB for o in got[-4:-1]]
-    assert smollm2 == [720, 240, 240], (
-        f"SmolLM2 (30 layers, 3 KV heads, head_dim 64, float32, 16-token blocks) at TP 1, 3, 9 "
-        f"should take 720, 240 and 240 KiB per block per rank, got {smollm2}")
+    smollm2 = [value(o, "SmolLM2") // KiB for o in got[-5:-3]]
+    assert smollm2 == [720, 240], (
+        f"SmolLM2 (30 layers, 3 KV heads, head_dim 64, float32, 16-token blocks) at TP 1 and 3 "
+        f"should take 720 and 240 KiB per block per rank, got {smollm2}")
+    llama = [value(o, "Llama-3-8B") // KiB for o in got[-3:-1]]
+    assert llama == [256, 256], (
+        f"Llama-3-8B (32 layers, 8 KV heads, head_dim 128, bfloat16, 16-token blocks) at TP 8 "
+        f"and 16 should take 256 KiB per block per rank both times (at 16 each rank still holds "
+        f"one whole KV head, replicated), got {llama}")
 
 
 @graded(2, "num_gpu_blocks_across_ranks: the MINIMUM of the ranks' counts (the one scheduler's "
@@ -55,7 +62,6 @@ GUIDE = [
     ("Llama-3-8B", (8_030_261_248, 32, 8, 128, 2 * GiB), 16, (256, 282890, 552.5)),
     ("SmolLM2-135M", (134_515_008, 30, 3, 64, 1 * GiB), 1, (360, 206072, 402.5)),
     ("SmolLM2-135M", (134_515_008, 30, 3, 64, 1 * GiB), 3, (120, 619677, 1210.3)),
-    ("SmolLM2-135M", (134_515_008, 30, 3, 64, 1 * GiB), 9, (120, 620164, 1211.3)),
 ]
 
 

@@ -1,9 +1,9 @@
 """What the admission gate and the scheduling policy do to preemptions, on simulated workloads.
 
 The scheduler's choices, not the model, decide how often a request is preempted and how much
-work its recompute throws away, so this runs ``mini_vllm.sim`` (the reference scheduler and KV
-cache manager, with the fake model that checks every output) over many seeded workloads on a
-pool too small for them, four ways side by side:
+work its recompute throws away, so this runs ``mini_vllm.teaching.sim`` (the reference scheduler
+and KV cache manager, with the fake model that checks every output) over many seeded workloads
+on a pool too small for them, four ways side by side:
 
 * FCFS, admitting on the first chunk (``scheduler_reserve_full_isl=False``);
 * FCFS with the admission gate (upstream's default at the pin, and ours);
@@ -27,8 +27,8 @@ import platform
 import sys
 from dataclasses import dataclass
 
-from mini_vllm.sim import SimConfig, make_workload
-from mini_vllm.sim.simulator import Simulator
+from mini_vllm.teaching.sim import SimConfig, make_workload
+from mini_vllm.teaching.sim.simulator import Simulator
 
 CONFIGS = [
     ("fcfs, no gate", "fcfs", False),

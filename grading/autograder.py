@@ -68,8 +68,7 @@ def _course_files(lab: Lab) -> list[Path]:
         files += sorted(p for p in (REPO_ROOT / folder).rglob("*")
                         if p.is_file() and "__pycache__" not in p.parts)
     files += [REPO_ROOT / "tests" / "__init__.py", REPO_ROOT / "tests" / "labs" / "__init__.py",
-              REPO_ROOT / "tests" / "labs" / "common.py",
-              REPO_ROOT / "tests" / "labs" / "learner_snapshots.py"]
+              REPO_ROOT / "tests" / "labs" / "common.py"]
     files += sorted(p for p in lab.suite_dir.rglob("*")
                     if p.is_file() and "__pycache__" not in p.parts)
     return files

@@ -132,9 +132,9 @@ def stage(lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = Non
         path = lib.joinpath(*module.split(".")).with_suffix(".py")
         if path.is_file():
             path.write_text(_stub_source(path.read_text(), qualnames, lab.id))
-    for side in (lab.suite_dir / "learner_side.py", lab.suite_dir.parent / "learner_snapshots.py"):
-        if side.is_file():
-            shutil.copyfile(side, lib / side.name)
+    side = lab.suite_dir / "learner_side.py"
+    if side.is_file():
+        shutil.copyfile(side, lib / side.name)
     chain_dirs = []
     for folder, filename, provides in chain or []:
         dest = root / "chain" / Path(folder).name

@@ -293,7 +293,7 @@ def _fragmentation(n: dict[str, Any]) -> str:
         f"{t['prompt_median']:.0f}, mean {t['prompt_mean']:.0f}; output median "
         f"{t['output_median']:.0f}, mean {t['output_mean']:.0f}; clipped at max_model_len "
         f"{t['max_model_len']}) on {t['capacity_tokens']} KV slots, replayed with "
-        "`mini_vllm.fragmentation` (lab-02's reference).",
+        "`mini_vllm.teaching.fragmentation` (lab-02's reference).",
         "",
         _img("Prompt and output lengths of the trace", "01_fragmentation_lengths"),
         "",
@@ -382,8 +382,8 @@ def _scheduler(n: dict[str, Any]) -> str:
         f"Notebook {_nb_link('03_scheduler_timeline')}. "
         f"{t['num_requests']} requests ({t['total_output_tokens']} output tokens, at most "
         f"{t['max_num_seqs']} at once); continuous batching is mini-vLLM's `Scheduler` driven "
-        "by `mini_vllm.sim` with a fake model, static batching a replay that runs each batch "
-        "until its longest request is done. Latencies in steps from arrival.",
+        "by `mini_vllm.teaching.sim` with a fake model, static batching a replay that runs each "
+        "batch until its longest request is done. Latencies in steps from arrival.",
         "",
         _img("Gantt charts of static and continuous batching", "03_scheduler_timeline_gantt"),
         "",

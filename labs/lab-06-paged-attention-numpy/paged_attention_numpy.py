@@ -3,7 +3,7 @@
 """Paged attention in numpy: write the KV cache through slots, read it through block tables.
 
 The file of lab-06. In ``solutions/`` every function is a copy of the reference,
-``mini_vllm/attention/paged_attention_numpy.py``, kept identical by ``tests/test_lab_sync.py``; in
+``mini_vllm/teaching/paged_attention_numpy.py``, kept identical by ``tests/test_lab_sync.py``; in
 ``labs/`` the eight functions you write raise ``NotImplementedError`` and the rest (the
 validation helpers and ``dense_attention``) is given.
 

@@ -1,6 +1,6 @@
 """Paged attention in torch: the CPU path the engine's model calls, and the GPU prefill path.
 
-Same five names and semantics as :mod:`mini_vllm.attention.paged_attention_numpy` on torch
+Same five names and semantics as :mod:`mini_vllm.teaching.paged_attention_numpy` on torch
 tensors, plus :func:`paged_attention_varlen`, the one entry point the model uses for a whole
 scheduler step. vLLM V1 flattens a step's tokens, prefills and decodes mixed, into one
 ``[num_tokens, ...]`` batch described by ``query_start_loc`` and ``seq_lens`` (see

@@ -1,7 +1,7 @@
 """Paged attention in Triton: the cache write and the decode kernel of lab-04.
 
 Two kernels carry the GPU side of the attention data path, with the names and shapes of the numpy
-reference (:mod:`mini_vllm.attention.paged_attention_numpy`):
+reference (:mod:`mini_vllm.teaching.paged_attention_numpy`):
 
 ``reshape_and_cache``
     One program per new token scatters its K and V rows (all KV heads) to the token's slot, the

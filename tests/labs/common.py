@@ -1,16 +1,18 @@
 """Checks shared by the graded suites, decided in the judge on plain data.
 
 The learner's objects live in the learner process; a suite reaches them through proxies
-(``grading/remote.py``). The checks here read the free queue and the pool as *snapshots*: plain
-lists of block ids, reference counts and identity keys, taken in one request by the suite's
-``learner_side.queue_snapshot`` / ``pool_snapshot`` (from ``tests/labs/learner_snapshots.py``,
-staged beside each ``learner_side``), or, for a suite whose ``learner_side`` has none, by
-walking the proxies (the same data, one request per attribute).
-The snapshot only reads the attributes the labs define (upstream's names:
-``fake_free_list_head``, ``prev_free_block``, ``ref_cnt``…), never the learner's own methods, so
-a broken method cannot vouch for itself; and every verdict is taken here, on the data received:
-values are compared as plain ``int`` / ``list`` after checking their types, never through a
-learner object's ``__eq__``. Every failure names the invariant it broke.
+(``grading/remote.py``). The block pool's invariants I1-I4 are stated once, in
+``mini_vllm/teaching/invariants.py``, for the reference's tests and for these suites alike: its
+``pool_snapshot`` / ``queue_snapshot`` read a pool or a free queue as plain data (lists of block
+ids, reference counts and identity keys) and run in the learner process, imported by the
+suite's ``learner_side``, one request per snapshot (for a suite whose ``learner_side`` has none,
+the same functions walk the proxies here, one request per attribute). They only read the
+attributes the labs define (upstream's names: ``fake_free_list_head``, ``prev_free_block``,
+``ref_cnt``…), never the learner's own methods, so a broken method cannot vouch for itself; and
+every verdict (``check_pool_snapshot``, ``check_queue_snapshot``, re-exported here) is taken
+here, on the data received: values are compared as plain ``int`` / ``list`` after checking
+their types, never through a learner object's ``__eq__``. Every failure names the invariant it
+broke.
 
 Timing checks (:func:`assert_constant_time`) take the time in the judge, around one request that
 runs a whole batch of operations in the learner process, and the caller checks what the batch
@@ -26,6 +28,23 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 
+from mini_vllm.teaching import invariants
+from mini_vllm.teaching.invariants import (
+    as_int,
+    check_pool_snapshot,
+    check_queue_snapshot,
+    describe,
+    int_list,
+    same_data,
+)
+
+__all__ = [  # what the suites import from here (the invariants' names included)
+    "GRADED_SETTINGS", "STATEFUL_SETTINGS", "as_int", "assert_constant_time", "best_time",
+    "block_ids", "check_pool", "check_pool_snapshot", "check_queue", "check_queue_snapshot",
+    "describe", "int_list", "learner_helper", "pool_snapshot", "queue_snapshot", "run_machine",
+    "same_data", "timed_call",
+]
+
 #: Property tests are derandomized so a grade is reproducible, and unhurried on slow laptops.
 GRADED_SETTINGS = settings(
     max_examples=60,
@@ -35,10 +54,6 @@ GRADED_SETTINGS = settings(
     suppress_health_check=list(HealthCheck),
 )
 STATEFUL_SETTINGS = settings(GRADED_SETTINGS, max_examples=40, stateful_step_count=40)
-
-#: How a walk along the free-list links ended (the snapshot's ``*_end`` fields).
-REACHED, HIT_NONE, TOO_LONG, NOT_A_BLOCK, NO_SENTINEL = (
-    "sentinel", "none", "limit", "not-a-block", "no-sentinel")
 
 
 class _ShrinkUntil:
@@ -105,63 +120,6 @@ def _drop_invariant_steps(exc: BaseException, names: set[str]) -> None:
 
 
 # -- reading values ----------------------------------------------------------------------------
-def _plain(value: Any, depth: int = 0) -> bool:
-    """Whether ``value`` is built of builtin data only (so its ``repr`` runs no learner code)."""
-    kind = type(value)
-    if value is None or kind in (bool, int, float, str, bytes):
-        return True
-    if depth > 8:
-        return False
-    if kind in (list, tuple, set, frozenset):
-        return all(_plain(v, depth + 1) for v in value)
-    if kind is dict:
-        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
-    return False
-
-
-def describe(value: Any) -> str:
-    """A short, safe description of a value from the learner (never its own ``__repr__``)."""
-    from grading.remote import Remote, type_name
-
-    if isinstance(value, Remote):
-        return f"a {type_name(value)} object"
-    if _plain(value):
-        text = repr(value)
-        return text if len(text) <= 80 else text[:77] + "..."
-    return f"a {type(value).__module__}.{type(value).__qualname__}"
-
-
-def as_int(value: Any, what: str) -> int:
-    """``value`` if it is a plain ``int`` (not a bool, not a learner object), else a failure."""
-    if type(value) is not int:
-        raise AssertionError(f"{what} must be a plain int, got {describe(value)}")
-    return value
-
-
-def int_list(values: Any, what: str) -> list[int]:
-    """``values`` if it is a list of plain ints."""
-    if type(values) is not list:
-        raise AssertionError(f"{what} must be a list, got {describe(values)}")
-    for i, value in enumerate(values):
-        if type(value) is not int:
-            raise AssertionError(
-                f"every item of {what} must be a plain int; item {i} is {describe(value)}")
-    return values
-
-
-def same_data(got: Any, want: Any) -> bool:
-    """``got == want`` where ``want`` is plain data (ints, floats, strings, lists, dicts…) and
-    ``got`` must have the very same types: a learner object, a numpy scalar or an int subclass
-    never compares equal, and no learner code takes part in the comparison."""
-    if type(got) is not type(want):
-        return False
-    if type(want) in (list, tuple):
-        return len(got) == len(want) and all(same_data(g, w) for g, w in zip(got, want))
-    if type(want) is dict:
-        return got.keys() == want.keys() and all(same_data(got[k], want[k]) for k in want)
-    return bool(got == want)
-
-
 def block_ids(blocks: Any, what: str = "a block's block_id") -> list[int]:
     """The ids of a list of (learner) blocks, each checked to be a plain int."""
     if type(blocks) is not list:
@@ -194,62 +152,22 @@ def learner_helper(name: str, owner: Any = None) -> Any | None:
     return helper
 
 
-def _walk_proxies(start: Any, stop: Any, link: str, limit: int) -> tuple[list[Any], str]:
-    nodes: list[Any] = []
-    if start is None:
-        return nodes, NO_SENTINEL
-    node = getattr(start, link)
-    while node is not stop:
-        if node is None:
-            return nodes, HIT_NONE
-        if len(nodes) >= limit:
-            return nodes, TOO_LONG
-        nodes.append(node)
-        node = getattr(node, link)
-    return nodes, REACHED
-
-
-def _proxy_queue_snapshot(queue: Any, limit: int) -> dict[str, Any]:
-    """What ``learner_side.queue_snapshot`` returns, read one attribute per request."""
-    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
-    forward, forward_end = _walk_proxies(head, tail, "next_free_block", limit)
-    backward, backward_end = _walk_proxies(tail, head, "prev_free_block", limit)
-    backward.reverse()
-    return {
-        "forward": [b.block_id for b in forward], "forward_keys": [id(b) for b in forward],
-        "forward_end": forward_end,
-        "backward": [b.block_id for b in backward], "backward_keys": [id(b) for b in backward],
-        "backward_end": backward_end,
-        "num_free_blocks": queue.num_free_blocks,
-        "_hold": [head, tail, forward, backward],  # keeps the proxies (and their keys) alive
-    }
-
-
 def queue_snapshot(queue: Any, limit: int = 100_000) -> dict[str, Any]:
     """The free queue as data: ids and identity keys walking both ways, and its counter."""
     helper = learner_helper("queue_snapshot", queue)
     if helper is None:
-        return _proxy_queue_snapshot(queue, limit)
+        hold: list[Any] = []  # keeps the proxies, and so their identity keys, alive
+        return {**invariants.queue_snapshot(queue, limit, hold), "_hold": hold}
     return _snapshot_dict(helper(queue, limit), "queue snapshot")
 
 
 def pool_snapshot(pool: Any, hashes: bool = False) -> dict[str, Any]:
     """The pool as data: every block's id, ref_cnt, links and (if asked) hash, and its queue."""
     helper = learner_helper("pool_snapshot", pool)
-    if helper is not None:
-        return _snapshot_dict(helper(pool, hashes), "pool snapshot")
-    blocks = list(pool.blocks)
-    null = pool.null_block
-    return {
-        "ids": [b.block_id for b in blocks], "keys": [id(b) for b in blocks],
-        "ref_cnts": [b.ref_cnt for b in blocks],
-        "linked": [b.prev_free_block is not None or b.next_free_block is not None
-                   for b in blocks],
-        "hashes": [b.block_hash for b in blocks] if hashes else None,
-        "null_key": id(null), "null_is_null": null.is_null,
-        "queue": _proxy_queue_snapshot(pool.free_block_queue, len(blocks) + 2),
-        "_hold": [blocks, null],
-    }
+    if helper is None:
+        hold: list[Any] = []
+        return {**invariants.pool_snapshot(pool, hashes, hold=hold), "_hold": hold}
+    return _snapshot_dict(helper(pool, hashes), "pool snapshot")
 
 
 def _snapshot_dict(data: Any, what: str) -> dict[str, Any]:
@@ -258,99 +176,7 @@ def _snapshot_dict(data: Any, what: str) -> dict[str, Any]:
     return data
 
 
-# -- the invariants ------------------------------------------------------------------------------
-def _walk_failure(end: Any, forward: bool, limit: int) -> str | None:
-    way, start, stop, link = (("forward", "head", "tail", "next_free_block") if forward else
-                              ("backward", "tail", "head", "prev_free_block"))
-    if end == REACHED:
-        return None
-    if end == HIT_NONE:
-        return (f"I2 violated: walking {way} from the {start} sentinel hit None before the {stop} "
-                f"sentinel (a block's {link} was not linked)")
-    if end == TOO_LONG:
-        return (f"I2 violated: walking {way} visited more than {limit} blocks without reaching "
-                f"the {stop} sentinel: the list has a cycle")
-    if end == NO_SENTINEL:
-        return f"I2 violated: the queue has no {start} sentinel (fake_free_list_{start} is None)"
-    if end == NOT_A_BLOCK:
-        return f"I2 violated: walking {way}, a {link} points at something that is not a block"
-    return f"the queue snapshot ended its {way} walk oddly ({describe(end)})"
-
-
-def check_queue_snapshot(snap: dict[str, Any], limit: int = 100_000,
-                         forward_only: bool = False) -> list[int]:
-    """Invariant I2 on a queue snapshot; returns the free block ids, front to back."""
-    problem = _walk_failure(snap.get("forward_end"), True, limit)
-    if problem:
-        raise AssertionError(problem)
-    ids_f = int_list(snap.get("forward"), "the queued blocks' block_ids")
-    keys_f = int_list(snap.get("forward_keys"), "the snapshot's keys")
-    if len(set(keys_f)) != len(keys_f):
-        raise AssertionError(f"I2 violated: a block appears twice in the free queue: {ids_f[:12]}")
-    if forward_only:
-        return ids_f
-    problem = _walk_failure(snap.get("backward_end"), False, limit)
-    if problem:
-        raise AssertionError(problem)
-    ids_b = int_list(snap.get("backward"), "the queued blocks' block_ids")
-    keys_b = int_list(snap.get("backward_keys"), "the snapshot's keys")
-    if ids_f != ids_b or keys_f != keys_b:
-        raise AssertionError(
-            f"I2 violated: walking forward gives {ids_f[:12]} but walking backward gives "
-            f"{ids_b[:12]}: some prev_free_block / next_free_block pair disagrees")
-    count = as_int(snap.get("num_free_blocks"), "num_free_blocks")
-    if count != len(ids_f):
-        raise AssertionError(
-            f"I2 violated: num_free_blocks is {count} but the queue links {len(ids_f)} blocks")
-    return ids_f
-
-
-def check_pool_snapshot(snap: dict[str, Any]) -> list[int]:
-    """Invariants I1 and I2 on a pool snapshot; returns the free block ids, front to back."""
-    ids = int_list(snap.get("ids"), "the block_ids of pool.blocks")
-    keys = int_list(snap.get("keys"), "the snapshot's keys")
-    refs = snap.get("ref_cnts")
-    linked = snap.get("linked")
-    if type(refs) is not list or type(linked) is not list or not (
-            len(ids) == len(keys) == len(refs) == len(linked)):
-        raise AssertionError("the pool snapshot is malformed (one entry per block expected)")
-    queue = snap.get("queue")
-    if type(queue) is not dict:
-        raise AssertionError(f"the pool snapshot's queue came back as {describe(queue)}")
-    free = check_queue_snapshot(queue, len(ids) + 2)
-    in_queue = set(queue["forward_keys"])
-    position = {key: i for i, key in enumerate(keys)}
-    foreign = [b for b, key in zip(free, queue["forward_keys"]) if key not in position]
-    if foreign:
-        raise AssertionError(
-            f"I1 violated: the free queue holds block(s) {foreign[:8]} that are not objects of "
-            "pool.blocks (a copy, or a block made elsewhere)")
-    null_key = snap.get("null_key")
-    if null_key in in_queue:
-        raise AssertionError("I1 violated: the null block (block 0) is in the free queue")
-    for i, (block_id, key, ref, links) in enumerate(zip(ids, keys, refs, linked)):
-        if key == null_key:
-            continue
-        ref = as_int(ref, f"block {block_id}'s ref_cnt")
-        if ref < 0:
-            raise AssertionError(f"I1 violated: block {block_id} has ref_cnt {ref}")
-        queued = key in in_queue
-        if (ref == 0) != queued:
-            where = "is" if queued else "is not"
-            raise AssertionError(
-                f"I1 violated: block {block_id} has ref_cnt {ref} and {where} in the free queue "
-                "(free blocks, and only they, belong in the queue)")
-        if not queued and links is not False:
-            raise AssertionError(
-                f"I2 violated: block {block_id} is not in the free queue but keeps a "
-                "prev_free_block / next_free_block link into it (set both to None when a block "
-                "leaves the queue)")
-        if block_id != i:
-            raise AssertionError(
-                f"pool.blocks[{i}] has block_id {block_id}: blocks are kept in id order")
-    return free
-
-
+# -- the invariants (stated in mini_vllm/teaching/invariants.py) ---------------------------------
 def check_queue(queue: Any, limit: int = 100_000) -> list[int]:
     """Invariant I2: a consistent doubly linked list whose length is ``num_free_blocks``.
 
@@ -362,32 +188,6 @@ def check_queue(queue: Any, limit: int = 100_000) -> list[int]:
 def check_pool(pool: Any) -> list[int]:
     """Invariants I1 and I2 on a block pool; returns the free block ids, front to back."""
     return check_pool_snapshot(pool_snapshot(pool))
-
-
-def free_ids(queue: Any, limit: int = 100_000) -> list[int]:
-    """The free queue's block ids, front to back, walking forward (checked: no None, no cycle)."""
-    return check_queue_snapshot(queue_snapshot(queue, limit), limit, forward_only=True)
-
-
-def walk_forward(queue: Any, limit: int) -> list[Any]:
-    """The blocks (proxies) from the head sentinel to the tail sentinel, refusing to loop."""
-    nodes, end = _walk_proxies(queue.fake_free_list_head, queue.fake_free_list_tail,
-                               "next_free_block", limit)
-    problem = _walk_failure(end, True, limit)
-    if problem:
-        raise AssertionError(problem)
-    return nodes
-
-
-def walk_backward(queue: Any, limit: int) -> list[Any]:
-    """The blocks (proxies) from the head to the tail, found walking back from the tail."""
-    nodes, end = _walk_proxies(queue.fake_free_list_tail, queue.fake_free_list_head,
-                               "prev_free_block", limit)
-    problem = _walk_failure(end, False, limit)
-    if problem:
-        raise AssertionError(problem)
-    nodes.reverse()
-    return nodes
 
 
 # -- timing --------------------------------------------------------------------------------------

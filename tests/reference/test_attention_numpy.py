@@ -1,4 +1,4 @@
-"""Tests of mini_vllm.attention.paged_attention_numpy: the write path, the read path, and the
+"""Tests of mini_vllm.teaching.paged_attention_numpy: the write path, the read path, and the
 ground truth they are checked against (dense attention, itself checked against the textbook
 per-query formula)."""
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_vllm.attention.paged_attention_numpy import (
+from mini_vllm.teaching.paged_attention_numpy import (
     compute_slot_mapping,
     dense_attention,
     paged_attention_decode,

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from mini_vllm.attention import paged_attention_numpy as ref  # noqa: E402
 from mini_vllm.attention.torch_paged_attention import (  # noqa: E402
     compute_slot_mapping,
     dense_attention,
@@ -22,6 +21,7 @@ from mini_vllm.attention.torch_paged_attention import (  # noqa: E402
     paged_attention_varlen,
     reshape_and_cache,
 )
+from mini_vllm.teaching import paged_attention_numpy as ref  # noqa: E402
 
 TOL = 1e-12
 

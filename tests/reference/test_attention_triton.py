@@ -21,7 +21,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 import mini_vllm.attention.triton_paged_attention as tpa  # noqa: E402
-from mini_vllm.attention import paged_attention_numpy as ref  # noqa: E402
+from mini_vllm.teaching import paged_attention_numpy as ref  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 if INTERPRET and type(tpa._paged_decode_kernel).__name__ != "InterpretedFunction":

@@ -1,4 +1,4 @@
-"""The fragmentation simulator (``mini_vllm.fragmentation``), the reference of lab-02.
+"""The fragmentation simulator (``mini_vllm.teaching.fragmentation``), the reference of lab-02.
 
 The allocators are checked against slot-level models under random operation sequences, the
 simulation against the README's worked example (the same tables the graded suite uses), and the
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mini_vllm.fragmentation import (
+from mini_vllm.teaching.fragmentation import (
     ContiguousAllocator,
     PagedAllocator,
     Simulation,
@@ -286,6 +286,6 @@ def test_per_request_limits_fragment_contiguous_memory():
 
 
 def test_importing_it_needs_neither_torch_nor_numpy():
-    code = ("import sys, mini_vllm.fragmentation; "
+    code = ("import sys, mini_vllm.teaching.fragmentation; "
             "assert 'torch' not in sys.modules and 'numpy' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

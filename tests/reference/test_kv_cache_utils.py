@@ -22,7 +22,6 @@ from hypothesis.stateful import (
 )
 
 from mini_vllm.core import kv_cache_utils
-from mini_vllm.core.invariants import check_free_queue
 from mini_vllm.core.kv_cache_utils import (
     BlockHash,
     FreeKVCacheBlockQueue,
@@ -35,6 +34,7 @@ from mini_vllm.core.kv_cache_utils import (
     make_block_hash_with_group_id,
     sha256,
 )
+from mini_vllm.teaching.invariants import check_free_queue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def ids(blocks: list[KVCacheBlock]) -> list[int]:
 
 
 def queue_ids(queue: FreeKVCacheBlockQueue) -> list[int]:
-    return ids(check_free_queue(queue))
+    return check_free_queue(queue)
 
 
 # ------------------------------------------------------------------------------------------
@@ -388,7 +388,7 @@ def test_append_n_is_all_or_nothing() -> None:
 def test_check_free_queue_reports_count_mismatch() -> None:
     _, queue = make_queue(5)
     queue.num_free_blocks = 6
-    message = "I2 violated: walking forward visits 5 blocks but num_free_blocks is 6"
+    message = "I2 violated: num_free_blocks is 6 but the queue links 5 blocks"
     with pytest.raises(AssertionError, match=message):
         check_free_queue(queue)
 
@@ -396,7 +396,8 @@ def test_check_free_queue_reports_count_mismatch() -> None:
 def test_check_free_queue_reports_broken_back_link() -> None:
     blocks, queue = make_queue(4)
     blocks[2].prev_free_block = blocks[0]
-    message = "I2 violated: walking forward, block 1 links to block 2"
+    message = (r"I2 violated: .* pair disagrees \(block 2's prev_free_block is block 0, but "
+               "walking forward block 1 comes before it")
     with pytest.raises(AssertionError, match=message):
         check_free_queue(queue)
 
@@ -409,7 +410,9 @@ def test_check_free_queue_reports_cycle_and_break() -> None:
         check_free_queue(queue)
     blocks, queue = make_queue(3)
     blocks[1].next_free_block = None
-    message = "I2 violated: walking forward the links end at block 1"
+    message = (r"I2 violated: walking forward from the head sentinel hit None before the tail "
+               r"sentinel \(a block's next_free_block was not linked: the walk reached block 1, "
+               "whose next_free_block is None")
     with pytest.raises(AssertionError, match=message):
         check_free_queue(queue)
 

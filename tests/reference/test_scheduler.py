@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from mini_vllm.core.invariants import check_block_pool
 from mini_vllm.core.kv_cache_manager import KVCacheManager
 from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
 from mini_vllm.core.sched.async_scheduler import AsyncScheduler
@@ -20,6 +19,7 @@ from mini_vllm.core.sched.request_queue import FCFSRequestQueue
 from mini_vllm.core.sched.scheduler import Scheduler, check_stop
 from mini_vllm.request import FinishReason, Request, RequestStatus
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.teaching.invariants import check_block_pool
 
 BS = 4
 HASHER = get_request_block_hasher(BS, sha256)

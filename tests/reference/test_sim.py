@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mini_vllm.core.invariants import check_block_pool
 from mini_vllm.core.kv_cache_manager import cdiv
 from mini_vllm.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from mini_vllm.request import FinishReason
 from mini_vllm.sampling_params import SamplingParams
-from mini_vllm.sim import (
+from mini_vllm.teaching.invariants import check_block_pool
+from mini_vllm.teaching.sim import (
     FakeModelRunner,
     RequestSpec,
     RunnerContractError,
@@ -33,7 +33,7 @@ from mini_vllm.sim import (
     print_result,
     render_plain,
 )
-from mini_vllm.sim.__main__ import main
+from mini_vllm.teaching.sim.__main__ import main
 
 
 def run(config: SimConfig, workload: list[RequestSpec]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mini_vllm.attention.paged_attention_numpy import (
+from mini_vllm.teaching.paged_attention_numpy import (
     attend_split,
     merge_splits,
     paged_attention_decode,

@@ -5,10 +5,12 @@ The grader copies this file into the learner's sandbox as the top-level module
 learner's code, so nothing here decides anything: it builds what the learner's code must
 receive, runs the operation sequences the tests dictate, and returns what it reads as plain
 data (attribute values as they are: the judge checks their types and every invariant). It
-imports only the standard library and, when called, the learner's ``block_pool``.
+imports only the standard library, the reference's readers below and, when called, the learner's
+``block_pool``.
 
-``queue_snapshot`` and ``pool_snapshot`` are what ``tests/labs/common.py`` asks for; another
-suite's ``learner_side`` may carry copies of them (without, common.py walks the proxies).
+``queue_snapshot`` and ``pool_snapshot`` are what ``tests/labs/common.py`` asks for: the readers
+of ``mini_vllm/teaching/invariants.py``, which take plain data and judge nothing (another
+suite's ``learner_side`` may import them too; without, common.py walks the proxies).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from learner_snapshots import pool_snapshot, queue_snapshot  # noqa: F401 - the judge reads them here
+from mini_vllm.teaching.invariants import pool_snapshot, queue_snapshot  # noqa: F401
 
 
 # -- building -----------------------------------------------------------------------------------

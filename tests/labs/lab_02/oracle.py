@@ -1,6 +1,6 @@
 """The reference simulation, run in the judge, for the randomized lab-02 tests.
 
-``mini_vllm.fragmentation`` is the course's reference engine (the solution's classes and
+``mini_vllm.teaching.fragmentation`` is the course's reference engine (the solution's classes and
 functions are kept identical to it by ``tests/test_lab_sync.py``). It runs here, in the judge,
 on the same trace as the learner's code, which runs in the learner process and sends back plain
 data (``learner_side.simulate``); the tests compare the two field by field. The hand-made tests
@@ -16,7 +16,7 @@ from tests.labs.lab_02.learner_side import REPORT_FIELDS, STEP_FIELDS
 
 
 def reference_allocator(spec: list[Any]) -> Any:
-    from mini_vllm import fragmentation as ref
+    from mini_vllm.teaching import fragmentation as ref
 
     kind, *args = spec
     return ref.PagedAllocator(*args) if kind == "paged" else ref.ContiguousAllocator(*args)
@@ -32,7 +32,7 @@ def step_fields(step: Any) -> dict[str, Any]:
 def reference_simulate(rows: list[list[Any]], allocator: list[Any],
                        max_model_len: int | None = None) -> dict[str, Any]:
     """What ``learner_side.simulate`` returns, computed by the reference."""
-    from mini_vllm import fragmentation as ref
+    from mini_vllm.teaching import fragmentation as ref
 
     sim = ref.simulate([ref.TraceRequest(*row) for row in rows], reference_allocator(allocator),
                        max_model_len)
@@ -41,7 +41,7 @@ def reference_simulate(rows: list[list[Any]], allocator: list[Any],
 
 
 def reference_report(sim: Any) -> dict[str, Any]:
-    from mini_vllm import fragmentation as ref
+    from mini_vllm.teaching import fragmentation as ref
 
     result = ref.summarize(sim)
     return {name: getattr(result, name) for name in REPORT_FIELDS}
@@ -49,7 +49,7 @@ def reference_report(sim: Any) -> dict[str, Any]:
 
 def reference_summarize_steps(capacity: int, steps: list[dict[str, Any]],
                               num_preemptions: int) -> dict[str, Any]:
-    from mini_vllm import fragmentation as ref
+    from mini_vllm.teaching import fragmentation as ref
 
     sim = ref.Simulation(capacity_tokens=capacity, steps=[ref.StepStats(**f) for f in steps],
                          admitted={}, finished={}, num_preemptions=num_preemptions)

@@ -6,7 +6,8 @@ learner's code, so nothing here decides anything: it builds what the learner's c
 receive (requests, a recording hash function), runs the operation sequences the tests dictate,
 and returns what it reads as plain data (attribute values as they are: the judge checks their
 types and every invariant). It imports only the standard library, the reference's ``sha256``
-(not a lab-05 task) and, when called, the learner's ``block_pool``.
+(not a lab-05 task), the reference's snapshot readers (``mini_vllm/teaching/invariants.py``:
+they read, the judge checks) and, when called, the learner's ``block_pool``.
 
 Block hashes are computed in the judge (``hash_block_tokens`` is graded here, so the sandbox's
 reference has it stubbed out) and passed in as bytes. The reading-back part is the same as
@@ -18,7 +19,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from learner_snapshots import pool_snapshot, queue_snapshot  # noqa: F401 - the judge reads them here
+from mini_vllm.teaching.invariants import pool_snapshot, queue_snapshot  # noqa: F401
 
 
 # -- building -----------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Judge-side checks of lab-07's state snapshots (``learner_side.snapshot``, expanded).
 
 A snapshot is plain data read from the learner process in one call; everything here runs in the
-judge on that data. :func:`check_state` states the invariants I1-I3 of the block pool and the
-manager's bookkeeping (each block's ref_cnt is the number of block tables holding it);
-:func:`compare_states` says where the learner's state differs from the reference manager's after
-the same operations. Every failure names what broke and shows both sides.
+judge on that data. :func:`check_state` checks the invariants I1-I3 of the block pool (stated in
+``mini_vllm/teaching/invariants.py``, shared by every suite) and the manager's bookkeeping (each
+block's ref_cnt is the number of block tables holding it); :func:`compare_states` says where
+the learner's state differs from the reference manager's after the same operations. Every
+failure names what broke and shows both sides.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
+
+from mini_vllm.teaching.invariants import check_pool_snapshot, describe, same_data
 
 
 def _fail(message: str) -> None:
@@ -42,85 +45,62 @@ def num_free(state: Mapping[str, Any]) -> int:
     return len(state["forward"])
 
 
+def as_pool_snapshot(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The pool part of a state, in the shape ``check_pool_snapshot`` reads.
+
+    lab-07's snapshot names every block by its position in ``pool.blocks`` (found by identity in
+    the learner process, -1 for an object that is not one of them), so the positions serve as
+    the identity keys; each -1 gets a key of its own that no block has.
+    """
+    ids = state["block_id"]
+    n = len(ids) if type(ids) is list else 0
+
+    def key(pos: Any, other: int) -> Any:
+        return pos if _is_int(pos) and 0 <= pos < n else -1 - other
+
+    def walk(positions: Any) -> tuple[list[Any], list[Any]]:
+        if type(positions) is not list:
+            return positions, positions  # the judge refuses it as malformed
+        keys = [key(pos, i) for i, pos in enumerate(positions)]
+        return [ids[k] if k >= 0 else -1 for k in keys], keys
+
+    forward, forward_keys = walk(state["forward"])
+    backward, backward_keys = walk(state["backward"])
+    null = key(state["null"], 1 << 40)  # keys of objects not in pool.blocks: all distinct
+
+    def cache_entry(entry: Any) -> Any:
+        if type(entry) is not list or len(entry) != 3:
+            return entry  # the judge refuses it as malformed
+        cache_key, filed_under, pos = entry
+        k = key(pos, 1 << 41)
+        return [cache_key, filed_under, k, ids[k] if k >= 0 else None]
+
+    entries = state["cache_map"]
+    if type(entries) is list:
+        entries = [cache_entry(entry) for entry in entries]
+    is_null = state["is_null"]
+    return {
+        "ids": ids, "keys": list(range(n)), "ref_cnts": state["ref_cnt"],
+        "is_null": is_null, "linked": state["linked"], "hashes": state["hash"],
+        "num_gpu_blocks": state["num_gpu_blocks"], "null_key": null,
+        "null_is_null": is_null[null] if null >= 0 and type(is_null) is list else None,
+        "queue": {"forward": forward, "forward_keys": forward_keys,
+                  "forward_end": state["forward_end"], "backward": backward,
+                  "backward_keys": backward_keys, "backward_end": state["backward_end"],
+                  "head_prev": state["head_prev"], "tail_next": state["tail_next"],
+                  "num_free_blocks": state["num_free_blocks"]},
+        "cache_map": entries,
+    }
+
+
 def check_pool_state(state: Mapping[str, Any],
                      expected_ref_cnts: Mapping[int, int] | None = None) -> None:
-    """I1-I3 on a snapshot of a block pool (see ``mini_vllm.core.invariants``)."""
-    n = state["num_gpu_blocks"]
-    ids = state["block_id"]
-    if not _is_int(n) or len(ids) != n:
-        _fail(f"I1 violated: the pool has {len(ids)} blocks but num_gpu_blocks is {n!r}")
-    for i, block_id in enumerate(ids):
-        if not _is_int(block_id) or block_id != i:
-            _fail(f"I1 violated: pool.blocks[{i}] has block_id {block_id!r}")
-    if state["null"] != 0 or state["is_null"][0] is not True:
-        _fail("I1 violated: the null block must be block 0 with is_null set")
-    if state["linked"][0] or state["hash"][0] is not None:
-        _fail("I1 violated: the null block (block 0) is linked into the free queue or cached")
-    for i in range(1, n):
-        if state["is_null"][i] is not False:
-            _fail(f"I1 violated: block {i} is marked is_null; only block 0 may be")
-    # I2: the free queue is a consistent doubly linked list.
-    if state["head_prev"] or state["tail_next"]:
-        _fail("I2 violated: a sentinel of the free queue links outside the list")
-    forward, backward = state["forward"], state["backward"]
-    for name in ("forward", "backward"):
-        end = state[f"{name}_end"]
-        if end == "none":
-            _fail(f"I2 violated: walking {name} the free queue's links end before the other "
-                  f"sentinel (after {state[name][:12]})")
-        if end == "loop":
-            _fail(f"I2 violated: walking {name} the free queue never reaches the other "
-                  f"sentinel: the links form a cycle")
-    if forward != backward:
-        _fail(f"I2 violated: walking forward gives {forward[:12]} but walking backward gives "
-              f"{backward[:12]}: some prev_free_block / next_free_block pair disagrees")
-    if -1 in forward:
-        _fail("I2 violated: the free queue links an object that is not one of the pool's blocks")
-    if len(set(forward)) != len(forward):
-        _fail(f"I2 violated: a block appears twice in the free queue: {forward[:12]}")
-    if 0 in forward:
-        _fail("I1 violated: the null block (block 0) is in the free queue")
-    if state["num_free_blocks"] != len(forward) or state["get_num_free_blocks"] != len(forward):
-        _fail(f"I2 violated: the free queue links {len(forward)} blocks but num_free_blocks is "
-              f"{state['num_free_blocks']!r} and get_num_free_blocks() "
-              f"{state['get_num_free_blocks']!r}")
-    # I1: free (ref_cnt 0) exactly when in the free queue.
-    in_queue = set(forward)
-    for i in range(1, n):
-        ref = state["ref_cnt"][i]
-        if not _is_int(ref) or ref < 0:
-            _fail(f"I1 violated: block {i} has ref_cnt {ref!r}")
-        if (ref == 0) != (i in in_queue):
-            where = "is" if i in in_queue else "is not"
-            _fail(f"I1 violated: block {i} has ref_cnt {ref} and {where} in the free queue "
-                  "(free blocks, and only they, belong in the queue)")
-        if i not in in_queue and state["linked"][i]:
-            _fail(f"I2 violated: block {i} is not in the free queue but still has links")
-    if expected_ref_cnts is not None:
-        for block_id, ref in expected_ref_cnts.items():
-            if state["ref_cnt"][block_id] != ref:
-                _fail(f"I1 violated: block {block_id} has ref_cnt {state['ref_cnt'][block_id]}, "
-                      f"expected {ref}")
-    # I3: the cache map and the blocks' hashes agree.
-    entries = state["cache_map"]
-    if entries is not None:
-        filed: set[int] = set()
-        for key, block_id, pos in entries:
-            if pos <= 0:
-                what = "the null block" if pos == 0 else "an object that is not one of the pool's"
-                _fail(f"I3 violated: the cache map files {what} under {_short(key)}")
-            if block_id is not None and block_id != pos:
-                _fail(f"I3 violated: block {pos} is filed under block id {block_id!r}")
-            if state["hash"][pos] != key:
-                _fail(f"I3 violated: block {pos} is in the cache map under {_short(key)} but its "
-                      f"block_hash is {_short(state['hash'][pos])}")
-            if pos in filed:
-                _fail(f"I3 violated: block {pos} is in the cache map twice")
-            filed.add(pos)
-        for i in range(1, n):
-            if state["hash"][i] is not None and i not in filed:
-                _fail(f"I3 violated: block {i} has block_hash {_short(state['hash'][i])} but is "
-                      "not in the cache map")
+    """I1-I3 on a snapshot of a block pool, as ``mini_vllm.teaching.invariants`` states them,
+    and the pool's own counter ``get_num_free_blocks()``."""
+    free = check_pool_snapshot(as_pool_snapshot(state), expected_ref_cnts=expected_ref_cnts)
+    if not same_data(state["get_num_free_blocks"], len(free)):
+        _fail(f"I2 violated: the free queue links {len(free)} blocks but get_num_free_blocks() "
+              f"is {describe(state['get_num_free_blocks'])}")
 
 
 def check_state(state: Mapping[str, Any],

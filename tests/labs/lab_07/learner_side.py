@@ -7,7 +7,8 @@ data (lists of block ids, ref counts, hashes), which the judge compares.
 
 Nothing here decides anything: no assertion, no expected value. Each helper builds an object,
 runs the operations the judge names, or extracts data. It imports only ``mini_vllm`` pieces that
-lab-07 does not grade (the request, hashing), never the reference manager.
+lab-07 does not grade (the request, hashing, the invariants' link walker), never the reference
+manager.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from mini_vllm.core.kv_cache_utils import hash_block_tokens, sha256
 from mini_vllm.request import Request
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.teaching.invariants import walk_links
 
 BS = 4
 #: The parent hash of every request's first block. Fixed (instead of ``NONE_HASH``, which is
@@ -54,20 +56,6 @@ def block_ids(kv_blocks: Any) -> list[Any] | None:
     return [blk.block_id for blk in kv_blocks.blocks[0]]
 
 
-def _walk(start: Any, stop: Any, attr: str, limit: int) -> tuple[list[Any], str]:
-    """The nodes linked from ``start`` by ``attr`` up to ``stop``; how the walk ended."""
-    nodes: list[Any] = []
-    node = getattr(start, attr)
-    while node is not stop:
-        if node is None:
-            return nodes, "none"
-        if len(nodes) >= limit:
-            return nodes, "loop"
-        nodes.append(node)
-        node = getattr(node, attr)
-    return nodes, "end"
-
-
 #: The fields of a state snapshot, in the order ``snapshot`` lists them.
 STATE_KEYS = ("num_gpu_blocks", "block_id", "ref_cnt", "hash", "is_null", "linked", "null",
               "head_prev", "tail_next", "forward", "forward_end", "backward", "backward_end",
@@ -85,8 +73,8 @@ def snapshot(mgr: Any) -> list[Any]:
     where = {id(blk): i for i, blk in enumerate(blocks)}
     queue = pool.free_block_queue
     head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
-    forward, forward_end = _walk(head, tail, "next_free_block", len(blocks) + 2)
-    backward, backward_end = _walk(tail, head, "prev_free_block", len(blocks) + 2)
+    forward, forward_end = walk_links(head, tail, "next_free_block", len(blocks) + 2)
+    backward, backward_end = walk_links(tail, head, "prev_free_block", len(blocks) + 2)
     cache_map = getattr(getattr(pool, "cached_block_hash_to_block", None), "_cache", None)
     entries = None
     if cache_map is not None:

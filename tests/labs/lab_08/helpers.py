@@ -10,9 +10,10 @@ as ``EngineCore.step`` does:
    block tables and a snapshot of the block pool (after the other calls, its ref counts);
 2. the judge checks that data (token budget, ``max_num_seqs``, the pool's invariants, block
    tables covering the computed tokens, waiting requests holding nothing, no leaked block) and
-   executes the output with the fake model's runner (``mini_vllm.sim.FakeModelRunner``), here
-   in the judge: it learns about requests only through the output and checks it as a real
-   runner would (a wrong block table or ``num_computed_tokens`` reads back the wrong tokens);
+   executes the output with the fake model's runner
+   (``mini_vllm.teaching.sim.FakeModelRunner``), here in the judge: it learns about requests
+   only through the output and checks it as a real runner would (a wrong block table or
+   ``num_computed_tokens`` reads back the wrong tokens);
 3. ``update_from_output`` runs in the learner process with the tokens the runner sampled; the
    ``EngineCoreOutput``s and the state come back as data and are checked again.
 
@@ -45,8 +46,8 @@ from mini_vllm.core.sched.output import (
 from mini_vllm.core.sched.scheduler import Scheduler as ReferenceScheduler
 from mini_vllm.request import FinishReason, RequestStatus
 from mini_vllm.sampling_params import SamplingParams
-from mini_vllm.sim import FakeModelRunner, expected_output, fake_next_token
-from mini_vllm.sim.simulator import StepRecord
+from mini_vllm.teaching.sim import FakeModelRunner, expected_output, fake_next_token
+from mini_vllm.teaching.sim.simulator import StepRecord
 from tests.labs.common import GRADED_SETTINGS, check_pool_snapshot, describe
 from tests.labs.lab_08 import learner_side as reader
 
@@ -802,9 +803,9 @@ class Engine:
 
     def _row(self, out: SchedulerOutput, results: list[EngineCoreOutput]
              ) -> tuple[str, str, str, str]:
-        """The step as ``python -m mini_vllm.sim`` prints it: batch, admitted, preempted,
+        """The step as ``python -m mini_vllm.teaching.sim`` prints it: batch, admitted, preempted,
         finished."""
-        from mini_vllm.sim.render import step_row
+        from mini_vllm.teaching.sim.render import step_row
 
         start = {new.req_id: new.num_computed_tokens for new in out.scheduled_new_reqs}
         cached = out.scheduled_cached_reqs
@@ -854,9 +855,9 @@ def _result_text(res: EngineCoreOutput) -> str:
 
 
 def simulate(config: Any, workload: list[Any], reference: bool = False) -> Engine:
-    """Replay a ``mini_vllm.sim`` workload as its simulator does, on the learner's scheduler:
-    requests are added at their arrival step (idle gaps skipped), then one engine step. The
-    caller ends with ``engine.check_drained()``."""
+    """Replay a ``mini_vllm.teaching.sim`` workload as its simulator does, on the learner's
+    scheduler: requests are added at their arrival step (idle gaps skipped), then one engine
+    step. The caller ends with ``engine.check_drained()``."""
     engine = Engine(config.num_gpu_blocks, config.max_num_batched_tokens, config.max_num_seqs,
                     config.max_model_len, config.enable_caching, block_size=config.block_size,
                     seed=config.seed, vocab=config.vocab_size, reference=reference,

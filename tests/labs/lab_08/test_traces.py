@@ -1,13 +1,13 @@
 """lab-08, part 4: whole simulations — two fixed traces, then random workloads on tiny pools.
 
-The traces are those of ``python -m mini_vllm.sim`` (the README shows how to print yours): per
-step, the batch (``r3:8p`` 8 tokens completing a prompt, ``r3:4c`` a non-final chunk, ``r3:1d``
-a decode), the admissions (``^`` resumed, ``+8`` a prefix hit of 8 tokens), the preemptions and
-the requests that finished. The workload is replayed as the simulator does, from the judge
-(``helpers.simulate``): every step is checked (the token budget, ``max_num_seqs``, the block
-pool's invariants, block tables covering the computed tokens, waiting requests holding no
-blocks) and executed by the fake model's runner; at the end, no block may be left held and every
-request must have produced exactly the fake model's tokens.
+The traces are those of ``python -m mini_vllm.teaching.sim`` (the README shows how to print yours):
+per step, the batch (``r3:8p`` 8 tokens completing a prompt, ``r3:4c`` a non-final chunk, ``r3:1d``
+a decode), the admissions (``^`` resumed, ``+8`` a prefix hit of 8 tokens), the preemptions and the
+requests that finished. The workload is replayed as the simulator does, from the judge
+(``helpers.simulate``): every step is checked (the token budget, ``max_num_seqs``, the block pool's
+invariants, block tables covering the computed tokens, waiting requests holding no blocks) and
+executed by the fake model's runner; at the end, no block may be left held and every request must
+have produced exactly the fake model's tokens.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
-from mini_vllm.sim import SimConfig, make_workload
+from mini_vllm.teaching.sim import SimConfig, make_workload
 from tests.labs.lab_08.helpers import DOC, RANDOM_SETTINGS, bounded_shrinking, simulate
 
-# python -m mini_vllm.sim  (6 requests, 12 blocks of 4 tokens, budget 16, max_num_seqs 4;
+# python -m mini_vllm.teaching.sim  (6 requests, 12 blocks of 4 tokens, budget 16, max_num_seqs 4;
 #   the admission gate on, as by default)
 DEFAULT_TRACE = [
     # batch                 admitted          preempted  finished
@@ -56,7 +56,7 @@ DEFAULT_TRACE = [
     ("r5:1d",                "-",              "-",       "r5(length)"),
 ]
 
-# python -m mini_vllm.sim --requests 5 --seed 3 --blocks 10 --max-num-batched-tokens 12
+# python -m mini_vllm.teaching.sim --requests 5 --seed 3 --blocks 10 --max-num-batched-tokens 12
 #   --max-num-seqs 3 --max-model-len 32 --prompt-len 3-14 --max-tokens 3-10 --shared-prefix 4
 #   --vocab-size 16 --eos-token-id 5 --long-prefill-threshold 6
 THRESHOLD_TRACE = [
@@ -91,7 +91,7 @@ def compare(engine, expected) -> None:
     engine.check_drained()
 
 
-@graded(4, "Deterministic trace (python -m mini_vllm.sim, defaults): continuous batching, "
+@graded(4, "Deterministic trace (python -m mini_vllm.teaching.sim, defaults): continuous batching, "
            "chunks, preemptions of the last running request and their resumption, step by step",
         f"{DOC}#watching-the-scheduler-in-the-simulator")
 def test_default_simulation_trace():

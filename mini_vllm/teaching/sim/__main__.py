@@ -1,4 +1,4 @@
-"""Command line: ``python -m mini_vllm.sim --requests 6 --blocks 12 --block-size 4 --seed 0``.
+"""Command line: ``python -m mini_vllm.teaching.sim --requests 6 --blocks 12 --seed 0``.
 
 Prints the step-by-step schedule (who ran, how many tokens, block tables,
 preemptions, KV usage) and checks every request's output against the fake
@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mini_vllm.sim.render import print_result
-from mini_vllm.sim.simulator import SimConfig, Simulator
-from mini_vllm.sim.workload import make_workload
+from mini_vllm.teaching.sim.render import print_result
+from mini_vllm.teaching.sim.simulator import SimConfig, Simulator
+from mini_vllm.teaching.sim.workload import make_workload
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -27,7 +27,7 @@ def _range(text: str) -> tuple[int, int]:
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options."""
     p = argparse.ArgumentParser(
-        prog="python -m mini_vllm.sim",
+        prog="python -m mini_vllm.teaching.sim",
         description="Simulate mini-vLLM's scheduler and KV cache with a fake model.",
     )
     p.add_argument("--requests", type=int, default=6, help="number of requests")

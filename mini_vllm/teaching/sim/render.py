@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from typing import TextIO
 
-from mini_vllm.sim.simulator import SimResult, StepRecord
+from mini_vllm.teaching.sim.simulator import SimResult, StepRecord
 
 _KIND_MARK = {"prefill": "p", "chunk": "c", "decode": "d"}
 

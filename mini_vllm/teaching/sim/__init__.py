@@ -1,6 +1,6 @@
 """A deterministic simulator of the scheduler and the KV cache, with a fake model.
 
-``python -m mini_vllm.sim`` prints a step-by-step schedule; the classes below let
+``python -m mini_vllm.teaching.sim`` prints a step-by-step schedule; the classes below let
 tests and notebooks replay workloads and inspect the trace. Nothing here imports
 torch. One job per module:
 
@@ -12,15 +12,15 @@ torch. One job per module:
 * ``render``: tables (``print_result``, ``render_plain``).
 """
 
-from mini_vllm.sim.fake_model import (
+from mini_vllm.teaching.sim.fake_model import (
     FakeModelRunner,
     RunnerContractError,
     expected_output,
     fake_next_token,
 )
-from mini_vllm.sim.render import print_result, render_plain
-from mini_vllm.sim.simulator import SimConfig, SimResult, Simulator, StepRecord
-from mini_vllm.sim.workload import RequestSpec, make_workload
+from mini_vllm.teaching.sim.render import print_result, render_plain
+from mini_vllm.teaching.sim.simulator import SimConfig, SimResult, Simulator, StepRecord
+from mini_vllm.teaching.sim.workload import RequestSpec, make_workload
 
 __all__ = [
     "FakeModelRunner",

@@ -20,6 +20,7 @@ help:
 	@echo "make reset-lab-01        restore a lab's stub (your edits are kept unless FORCE=1, then backed up)"
 	@echo "make test                the repository's own tests (installs everything)"
 	@echo "make test-upstream       the scheduler differential against vLLM's own, 5,000 traces a mode"
+	@echo "make test-gpu            every GPU test on one CUDA device (engine parity, Triton, graphs)"
 	@echo "make demo                the reference engine answering on a real model (CPU)"
 	@echo "make serve               an OpenAI-compatible server on 127.0.0.1:8000 (phase 06)"
 	@echo "make bench               mini-vLLM against Hugging Face on this machine (results in build/)"
@@ -96,6 +97,14 @@ test: $(VENV)/.stamp-full
 
 upstream:
 	@$(PYTHON) tools/fetch_upstream.py
+
+# Every GPU test (tests/conftest.py marks them `gpu`: tests/engine and the Triton kernel tests)
+# on one CUDA device: engines, kernels and CUDA graphs for real. Stops at once, saying
+# "no CUDA device", where torch sees none. Meant to take under 5 minutes on one H100.
+.PHONY: test-gpu
+test-gpu: $(VENV)/.stamp-full
+	$(PY) -m pytest -q --gpu --durations=15 tests/engine tests/reference/test_attention_triton.py \
+		tests/reference/test_attention_triton_varlen.py
 
 # The scheduler differential against upstream's own Scheduler/AsyncScheduler at full size:
 # 5,000 random traces per mode (make test runs 200). About 4 min of one core.

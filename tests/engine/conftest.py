@@ -11,7 +11,10 @@ with Hugging Face is then decided by the model, not by float noise between near-
 
 from __future__ import annotations
 
+import gc
+import inspect
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +32,136 @@ TINY_VOCAB = 128
 # they gain, and on a loaded machine spinning OpenMP workers slow every small op by 10-50x.
 torch.set_num_threads(1)
 
+# Where the engines of these tests run: ``device="auto"`` picks CUDA whenever torch sees a GPU,
+# so on a GPU host every engine test here is a GPU test (``make test-gpu``).
+ON_CUDA = torch.cuda.is_available()
+
+requires_cuda = pytest.mark.skipif(not ON_CUDA, reason="needs a CUDA device (make test-gpu)")
+
+# On a GPU an engine without a budget takes gpu_memory_utilization (90 %) of the whole device
+# for its KV cache, after a profiling run: two such engines cannot be alive at once, and the
+# shared engines below are alive all session. They get this explicit budget instead, which also
+# skips the profiling run and still holds thousands of blocks of the tiny models.
+GPU_KV_CACHE_BYTES = 64 * 2**20
+
 
 @pytest.fixture(autouse=True)
-def _free_gpu_engines() -> Any:
-    """On a GPU, release each test's engine before the next one sizes its KV cache.
+def _free_gpu_engines() -> Iterator[None]:
+    """On a GPU, release a test's own large engine before the next one sizes its KV cache.
 
-    An engine takes ``gpu_memory_utilization`` of the whole device for its cache, and engines
-    hold reference cycles, so without a collection the next test's engine would find the
-    memory still taken and fail to start.
+    An engine built without a budget takes ``gpu_memory_utilization`` of the whole device for
+    its cache, and engines hold reference cycles, so without a collection the next test's
+    engine would find the memory still taken and fail to start. Only after a test that left
+    more than 256 MiB allocated: a full collection walks every object of the session's shared
+    engines (a tenth of a second), which after every test would add up to tens of seconds.
     """
+    if not ON_CUDA:
+        yield
+        return
+    allocated = torch.cuda.memory_allocated()
     yield
-    if torch.cuda.is_available():
-        import gc
-
+    if torch.cuda.memory_allocated() - allocated > 256 * 2**20:
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def kv_block_bytes(hf_config: Any, dtype: str = "auto", block_size: int = 16) -> int:
+    """Bytes of one KV block of a checkpoint, in the dtype the engine gives ``dtype`` here.
+
+    ``"auto"`` is float32 on CPU and bfloat16 on a GPU (the engine's own rule, asked through
+    ``resolve_dtype``), which halves the block: budgets in these tests are counted in blocks of
+    the dtype in use, never in bytes that assume float32.
+    """
+    from mini_vllm.engine.llm_engine import resolve_device
+    from mini_vllm.model.loader import resolve_dtype
+    from mini_vllm.worker import kv_sizing
+
+    torch_dtype = resolve_dtype(dtype, hf_config, resolve_device("auto"))
+    head_dim = getattr(hf_config, "head_dim", None) or (
+        hf_config.hidden_size // hf_config.num_attention_heads
+    )
+    return kv_sizing.bytes_per_block(
+        block_size,
+        hf_config.num_hidden_layers,
+        hf_config.num_key_value_heads,
+        head_dim,
+        torch_dtype.itemsize,
+    )
+
+
+class SharedEngines:
+    """One engine per distinct configuration for the whole session, handed out as if fresh.
+
+    Building an engine is most of an engine test's time on a GPU (weights to the device, KV
+    cache, Triton compilation, CUDA graph capture for every batch size), and many tests differ
+    only in what they send to it. ``get`` takes ``LLM``'s keyword arguments; the ones equal to
+    ``LLM``'s defaults are left out of the key, so ``async_scheduling=True`` and nothing name the
+    same engine. Before an engine is handed out again it is brought back to what a fresh one
+    shows: nothing queued or running, an empty prefix cache (an earlier test's prefixes would
+    change the schedule and the hit counts), statistics from zero. What stays: request ids keep
+    counting (tests compare them relative to their own), the unseeded sampling generator goes
+    on (no test compares unseeded draws across engines), and free blocks hold earlier K/V
+    instead of zeros (finite values, only ever read masked, as in any long-running engine).
+    An engine that cannot be reset (a failed test left requests behind) is replaced.
+    A test that changes an engine in another way restores it itself.
+    """
+
+    def __init__(self) -> None:
+        self._engines: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        self.builds = 0
+
+    def get(self, model: Path | str, **kwargs: Any) -> Any:
+        from mini_vllm.llm import LLM
+
+        kwargs.setdefault("skip_tokenizer_init", True)
+        budget_given = {"kv_cache_memory_bytes", "num_gpu_blocks_override"} & kwargs.keys()
+        if ON_CUDA and not budget_given:
+            kwargs["kv_cache_memory_bytes"] = GPU_KV_CACHE_BYTES
+        defaults = {
+            name: p.default for name, p in inspect.signature(LLM.__init__).parameters.items()
+        }
+        key = (
+            str(model),
+            tuple(
+                sorted((k, repr(v)) for k, v in kwargs.items() if defaults.get(k, object()) != v)
+            ),
+        )
+        llm = self._engines.get(key)
+        if llm is not None and not self._reset(llm):
+            del self._engines[key]
+            llm = None
+            gc.collect()
+        if llm is None:
+            llm = LLM(str(model), **kwargs)
+            self._engines[key] = llm
+            self.builds += 1
+        return llm
+
+    @staticmethod
+    def _reset(llm: Any) -> bool:
+        from mini_vllm.engine.llm_engine import EngineStats
+
+        engine = llm.llm_engine
+        if engine.has_unfinished_requests() or not engine.scheduler.reset_prefix_cache():
+            return False
+        engine.stats = EngineStats(
+            num_gpu_blocks=engine.num_gpu_blocks, block_size=engine.block_size
+        )
+        return True
+
+    def clear(self) -> None:
+        for llm in self._engines.values():
+            llm.llm_engine.shutdown()
+        self._engines.clear()
+        gc.collect()
+
+
+@pytest.fixture(scope="session")
+def engines() -> Iterator[SharedEngines]:
+    """The session's shared engines (see :class:`SharedEngines`)."""
+    shared = SharedEngines()
+    yield shared
+    shared.clear()
 
 
 def _save_tiny(path: Path, seed: int, **overrides: Any) -> Path:

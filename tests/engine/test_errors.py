@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mini_vllm.llm import LLM
 from mini_vllm.sampling_params import SamplingParams
 
+from .conftest import SharedEngines, kv_block_bytes
 
-@pytest.fixture(scope="module")
-def llm(tiny_llama_dir: Path) -> LLM:
-    return LLM(str(tiny_llama_dir), skip_tokenizer_init=True, max_model_len=32)
+
+@pytest.fixture
+def llm(tiny_llama_dir: Path, engines: SharedEngines) -> LLM:
+    # dtype "auto": float32 on CPU, bfloat16 on a GPU (misuse is refused the same in both).
+    return engines.get(tiny_llama_dir, max_model_len=32)
 
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4)
@@ -58,25 +62,23 @@ def test_unsupported_architecture(tmp_path: Path) -> None:
         LLM(str(tmp_path))
 
 
-def test_kv_budget_too_small_for_one_request(tiny_llama_dir: Path) -> None:
-    # tiny_llama in float32 (on a GPU "auto" would pick bfloat16 and halve the block): 8 KiB
-    # per block of 16 tokens; 256 tokens need 16 blocks + the null block.
+def test_kv_budget_too_small_for_one_request(tiny_llama_dir: Path, hf_tiny_llama: Any) -> None:
+    # The budget is counted in blocks of the dtype in use ("auto": tiny_llama's block of 16
+    # tokens is 8 KiB in float32 on CPU, 4 KiB in bfloat16 on a GPU); 256 tokens need 16
+    # blocks + the null block.
+    block = kv_block_bytes(hf_tiny_llama.config)
     with pytest.raises(ValueError, match=r"holds 3 blocks .* needs 17 blocks") as info:
-        LLM(
-            str(tiny_llama_dir),
-            skip_tokenizer_init=True,
-            dtype="float32",
-            kv_cache_memory_bytes=3 * 8192 + 5,
-        )
+        LLM(str(tiny_llama_dir), skip_tokenizer_init=True, kv_cache_memory_bytes=3 * block + 5)
     assert "kv_cache_memory_bytes" in str(info.value) and "max_model_len" in str(info.value)
+    assert f"({block / 2**10:.1f} KiB each)" in str(info.value)
     # The same budget is enough once max_model_len shrinks to what it can hold.
-    LLM(
+    llm = LLM(
         str(tiny_llama_dir),
         skip_tokenizer_init=True,
-        dtype="float32",
-        kv_cache_memory_bytes=3 * 8192,
+        kv_cache_memory_bytes=3 * block,
         max_model_len=32,
     )
+    assert llm.llm_engine.num_gpu_blocks == 3
 
 
 def test_max_model_len_beyond_the_model(tiny_llama_dir: Path) -> None:

@@ -18,9 +18,8 @@ import torch
 
 from mini_vllm.llm import LLM
 from mini_vllm.sampling_params import SamplingParams
-from mini_vllm.worker import kv_sizing
 
-from .conftest import TINY_VOCAB, hf_greedy, random_prompts
+from .conftest import ON_CUDA, TINY_VOCAB, SharedEngines, hf_greedy, kv_block_bytes, random_prompts
 
 MAX_NEW = 24
 MODELS = ["tiny_llama", "tiny_llama3"]
@@ -45,14 +44,6 @@ def references(request: pytest.FixtureRequest) -> dict[str, list[list[int]]]:
     return refs
 
 
-def _block_bytes(hf: Any, block_size: int = 16) -> int:
-    cfg = hf.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return kv_sizing.bytes_per_block(
-        block_size, cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, 4
-    )
-
-
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "no_prefix_caching": dict(enable_prefix_caching=False),
@@ -71,26 +62,36 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # Priorities (below) reorder admission and pick other victims: the tokens stay the same.
     "preemption_priority_policy": dict(max_model_len=128, scheduling_policy="priority"),
 }
+if ON_CUDA:
+    # Decode steps outside CUDA graphs (a CPU has none, so there it would repeat "default").
+    CONFIGS["enforce_eager"] = dict(enforce_eager=True)
+
+# float32 everywhere: on a GPU "auto" would pick bfloat16, which no float32 reference matches.
+DTYPE = "float32"
 
 
-def _make_llm(path: Path, hf: Any, config: str) -> LLM:
+def _make_llm(engines: SharedEngines, path: Path, hf: Any, config: str) -> LLM:
+    """The engine of one configuration, shared by every test that asks for it."""
     kwargs = dict(CONFIGS[config])
     if config.startswith("preemption"):
         # 10 blocks: the null block plus 9, enough for one 128-token request but far from
         # the ~50 blocks the 13 prompts want at once.
-        kwargs["kv_cache_memory_bytes"] = 10 * _block_bytes(hf)
-    # float32 everywhere: on a GPU "auto" would pick bfloat16, which no float32 reference matches.
-    return LLM(str(path), skip_tokenizer_init=True, dtype="float32", **kwargs)
+        kwargs["kv_cache_memory_bytes"] = 10 * kv_block_bytes(hf.config, DTYPE)
+    return engines.get(path, dtype=DTYPE, **kwargs)
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("model", MODELS)
 def test_greedy_matches_hf(
-    model: str, config: str, references: dict[str, list[list[int]]], request: pytest.FixtureRequest
+    model: str,
+    config: str,
+    references: dict[str, list[list[int]]],
+    engines: SharedEngines,
+    request: pytest.FixtureRequest,
 ) -> None:
     path = request.getfixturevalue(f"{model}_dir")
     hf = request.getfixturevalue(f"hf_{model}")
-    llm = _make_llm(path, hf, config)
+    llm = _make_llm(engines, path, hf, config)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
     priority = None
     if CONFIGS[config].get("scheduling_policy") == "priority":
@@ -131,18 +132,30 @@ TRITON_PROMPTS = [0, 1, 2, 10, 11, 12]
     ],
 )
 def test_greedy_matches_hf_through_the_triton_kernels(
-    model: str, config: str, references: dict[str, list[list[int]]], request: pytest.FixtureRequest
+    model: str,
+    config: str,
+    references: dict[str, list[list[int]]],
+    engines: SharedEngines,
+    request: pytest.FixtureRequest,
 ) -> None:
     """The GPU attention path (Triton cache write, decode kernel, varlen kernel for steps that
     hold a prefill) gives the same tokens; without a GPU it runs in Triton's interpreter."""
     pytest.importorskip("triton")
     path = request.getfixturevalue(f"{model}_dir")
     hf = request.getfixturevalue(f"hf_{model}")
-    llm = _make_llm(path, hf, config)
-    llm.llm_engine.model_runner.use_triton = True  # on a CPU: interpreted (tests/conftest.py)
+    llm = _make_llm(engines, path, hf, config)
+    runner = llm.llm_engine.model_runner
+    if ON_CUDA:
+        # A GPU engine takes the Triton path (and captures decode graphs) by itself.
+        assert runner.use_triton and runner.cudagraph_batch_sizes
     params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
     prompts = [{"prompt_token_ids": PROMPTS[i]} for i in TRITON_PROMPTS]
-    outputs = llm.generate(prompts, params, use_tqdm=False)
+    # On a CPU: interpreted (tests/conftest.py), on the shared engine, put back afterwards.
+    use_triton, runner.use_triton = runner.use_triton, True
+    try:
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+    finally:
+        runner.use_triton = use_triton
     for i, out in zip(TRITON_PROMPTS, outputs):
         assert out.outputs[0].token_ids == references[model][i], f"prompt {i} diverged from HF"
     stats = llm.get_stats()
@@ -151,12 +164,12 @@ def test_greedy_matches_hf_through_the_triton_kernels(
 
 
 def test_second_batch_hits_the_prefix_cache(
-    tiny_llama_dir: Path, references: dict[str, list[list[int]]]
+    tiny_llama_dir: Path, references: dict[str, list[list[int]]], engines: SharedEngines
 ) -> None:
-    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32")
+    llm = engines.get(tiny_llama_dir, dtype=DTYPE)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
     prompts = [{"prompt_token_ids": p} for p in PROMPTS]
-    llm.generate(prompts, params, use_tqdm=False)
+    first = llm.generate(prompts, params, use_tqdm=False)
     hits_before = llm.get_stats().prefix_cache_hits
     again = llm.generate(prompts, params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in again] == references["tiny_llama"]
@@ -165,13 +178,16 @@ def test_second_batch_hits_the_prefix_cache(
     for out in again:
         n = len(out.prompt_token_ids)
         assert out.num_cached_tokens == (n - 1) // 16 * 16
-    assert [int(o.request_id) for o in again] == list(range(len(PROMPTS), 2 * len(PROMPTS)))
+    # Ids count on from the first batch's, in input order (the engine is shared: not from 0).
+    first_ids = [int(o.request_id) for o in first]
+    assert first_ids == list(range(first_ids[0], first_ids[0] + len(PROMPTS)))
+    assert [int(o.request_id) for o in again] == [i + len(PROMPTS) for i in first_ids]
 
 
 def test_stop_tokens_and_max_tokens(
-    tiny_llama_dir: Path, references: dict[str, list[list[int]]]
+    tiny_llama_dir: Path, references: dict[str, list[list[int]]], engines: SharedEngines
 ) -> None:
-    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=128)
+    llm = engines.get(tiny_llama_dir, dtype=DTYPE)
     ref = references["tiny_llama"][0]
     stop = ref[5]
     first = ref.index(stop)
@@ -189,7 +205,7 @@ def test_stop_tokens_and_max_tokens(
 
 
 def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
-    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, engines: SharedEngines
 ) -> None:
     """Async scheduling launches each step before the previous one's tokens are known. Requests
     that stop on a token (not on their length) were then launched once more, and that step's
@@ -223,15 +239,8 @@ def test_async_and_sync_scheduling_agree_on_stops_seeds_and_lengths(
     ]
     results = {}
     for mode in (False, True):
-        # An explicit budget: on a GPU the first engine still holds its cache when the second
-        # one starts.
-        llm = LLM(
-            str(tiny_llama_dir),
-            skip_tokenizer_init=True,
-            dtype="float32",
-            async_scheduling=mode,
-            kv_cache_memory_bytes=8 * 2**20,
-        )
+        # The parity tests' "sync_scheduling" and "default" engines (the patch is on the class).
+        llm = engines.get(tiny_llama_dir, dtype=DTYPE, async_scheduling=mode)
         outputs = llm.generate(prompts, params, use_tqdm=False)
         results[mode] = [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in outputs]
     assert results[True] == results[False]
@@ -259,13 +268,14 @@ def test_async_request_stopping_on_eos_while_preempted(
         config["eos_token_id"] = eos
         (path / name).write_text(json.dumps(config))
 
+    # Its own engine: no other test uses this checkpoint, and the 3-block cache is the point.
     llm = LLM(
         str(path),
         skip_tokenizer_init=True,
-        dtype="float32",
+        dtype=DTYPE,
         block_size=4,
         max_model_len=8,
-        kv_cache_memory_bytes=3 * _block_bytes(hf_tiny_llama, block_size=4),
+        kv_cache_memory_bytes=3 * kv_block_bytes(hf_tiny_llama.config, DTYPE, block_size=4),
     )
     engine = llm.llm_engine
     assert engine.args.async_scheduling and engine.num_gpu_blocks == 3
@@ -281,13 +291,19 @@ def test_async_request_stopping_on_eos_while_preempted(
     assert engine.kv_cache_manager.block_pool.get_num_free_blocks() == 2
 
 
-def test_warm_up_step_writes_nothing_to_the_cache(tiny_llama_dir: Path) -> None:
+def test_warm_up_step_writes_nothing_to_the_cache(
+    tiny_llama_dir: Path, engines: SharedEngines
+) -> None:
     """The dummy step run at startup (it compiles the kernels before the first request needs
     them) must leave every cache slot as it was: its tokens go to slot -1."""
-    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=64)
+    llm = engines.get(tiny_llama_dir, dtype=DTYPE)
     runner = llm.llm_engine.model_runner
     assert runner.kv_cache is not None
-    runner.kv_cache.normal_()
-    before = runner.kv_cache.clone()
-    runner.warm_up_model()
-    assert torch.equal(runner.kv_cache, before), "the warm-up step wrote into the KV cache"
+    saved = runner.kv_cache.clone()  # the engine is shared: its cache is put back afterwards
+    try:
+        runner.kv_cache.normal_()
+        before = runner.kv_cache.clone()
+        runner.warm_up_model()
+        assert torch.equal(runner.kv_cache, before), "the warm-up step wrote into the KV cache"
+    finally:
+        runner.kv_cache.copy_(saved)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mini_vllm.worker import kv_sizing
+
+from .conftest import GPU_KV_CACHE_BYTES, ON_CUDA, kv_block_bytes
 
 
 def test_smollm2_numbers() -> None:
@@ -58,19 +61,25 @@ def test_sizing_module_needs_no_torch() -> None:
 
 
 def test_engine_agrees_with_formula(tiny_llama_dir: Path) -> None:
+    import torch
+
     from mini_vllm.llm import LLM
 
     budget = 3 * 2**20 + 123
     llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, kv_cache_memory_bytes=budget)
     engine = llm.llm_engine
-    # tiny_llama: 2 layers, 2 KV heads of 16, float32
-    block_bytes = kv_sizing.bytes_per_block(16, 2, 2, 16, 4)
+    # dtype "auto": float32 on CPU, bfloat16 on a GPU (tiny_llama's config names no dtype).
+    assert engine.dtype == (torch.bfloat16 if ON_CUDA else torch.float32)
+    # tiny_llama: 2 layers, 2 KV heads of 16, in the dtype in use
+    block_bytes = kv_sizing.bytes_per_block(16, 2, 2, 16, engine.dtype.itemsize)
+    assert block_bytes == (4096 if ON_CUDA else 8192)
     assert engine.model_runner.kv_cache_block_bytes == block_bytes
     assert engine.num_gpu_blocks == budget // block_bytes
     assert engine.kv_cache_manager.block_pool.num_gpu_blocks == engine.num_gpu_blocks
     kv_cache = engine.model_runner.kv_cache
     assert kv_cache is not None
     assert kv_cache.numel() * kv_cache.element_size() == engine.num_gpu_blocks * block_bytes
+    assert kv_cache.dtype == engine.dtype and kv_cache.device.type == engine.device.type
 
 
 def test_estimate_and_auto_fit_max_model_len() -> None:
@@ -107,16 +116,17 @@ def test_num_gpu_blocks_override() -> None:
         kv_sizing.may_override_num_blocks(100, 0)
 
 
-def test_engine_auto_fits_max_model_len(tiny_llama_dir: Path) -> None:
+def test_engine_auto_fits_max_model_len(tiny_llama_dir: Path, hf_tiny_llama: Any) -> None:
     from mini_vllm.llm import LLM
     from mini_vllm.sampling_params import SamplingParams
 
-    # tiny_llama: 8 KiB per block of 16 tokens, max_position_embeddings=256. Three blocks:
-    # the null block and two for a request, so max_model_len=-1 becomes 32.
+    # tiny_llama: max_position_embeddings=256; a block of 16 tokens is 8 KiB in float32 (CPU),
+    # 4 KiB in bfloat16 (GPU). Three blocks: the null block and two for a request, so
+    # max_model_len=-1 becomes 32.
     llm = LLM(
         str(tiny_llama_dir),
         skip_tokenizer_init=True,
-        kv_cache_memory_bytes=3 * 8192,
+        kv_cache_memory_bytes=3 * kv_block_bytes(hf_tiny_llama.config),
         max_model_len=-1,
     )
     engine = llm.llm_engine
@@ -134,8 +144,11 @@ def test_engine_auto_fits_max_model_len(tiny_llama_dir: Path) -> None:
         max_model_len=-1,
     )
     assert llm.llm_engine.num_gpu_blocks == 5 and llm.llm_engine.max_model_len == 64
-    # Enough blocks: the checkpoint's whole length is kept.
-    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, max_model_len=-1)
+    # Enough blocks: the checkpoint's whole length is kept. On a GPU an explicit budget: 90 %
+    # of the device is millions of tiny_llama blocks, seconds of block bookkeeping to build
+    # (test_real_model.py checks the measured budget, on a model with larger blocks).
+    budget = {"kv_cache_memory_bytes": GPU_KV_CACHE_BYTES} if ON_CUDA else {}
+    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, max_model_len=-1, **budget)
     assert llm.llm_engine.max_model_len == 256
     with pytest.raises(ValueError, match="null block"):
         LLM(

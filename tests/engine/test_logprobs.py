@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from mini_vllm.llm import LLM
 from mini_vllm.logprobs import Logprob, LogprobsLists, LogprobsTensors
 from mini_vllm.sample.sampler import Sampler, SamplingMetadata
 from mini_vllm.sampling_params import SamplingParams
 
-from .conftest import random_prompts
+from .conftest import SharedEngines, random_prompts
 
 MAX_NEW = 12
 
@@ -54,11 +53,10 @@ def _check_against_hf(hf: Any, prompt: list[int], completion: Any, num_logprobs:
 
 @pytest.mark.parametrize("async_scheduling", [True, False], ids=["async", "sync"])
 def test_logprobs_match_hf_in_a_mixed_batch(
-    tiny_llama_dir: Path, hf_tiny_llama: Any, async_scheduling: bool
+    tiny_llama_dir: Path, hf_tiny_llama: Any, async_scheduling: bool, engines: SharedEngines
 ) -> None:
-    llm = LLM(
-        str(tiny_llama_dir),
-        skip_tokenizer_init=True,
+    llm = engines.get(
+        tiny_llama_dir,
         dtype="float32",
         async_scheduling=async_scheduling,
         max_num_batched_tokens=32,  # chunked prefills in the same steps as decodes
@@ -84,9 +82,9 @@ def test_logprobs_match_hf_in_a_mixed_batch(
         _check_against_hf(hf_tiny_llama, prompt, completion, k)
 
 
-def test_logprobs_do_not_change_the_tokens(tiny_llama_dir: Path) -> None:
+def test_logprobs_do_not_change_the_tokens(tiny_llama_dir: Path, engines: SharedEngines) -> None:
     """Computing logprobs reads the logits; it must not touch what is sampled from them."""
-    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32")
+    llm = engines.get(tiny_llama_dir, dtype="float32")
     prompts = [{"prompt_token_ids": p} for p in random_prompts(4, seed=12)]
 
     def run(logprobs: int | None) -> list[list[int]]:
@@ -96,8 +94,10 @@ def test_logprobs_do_not_change_the_tokens(tiny_llama_dir: Path) -> None:
     assert run(None) == run(4)
 
 
-def test_logprobs_beyond_max_logprobs_are_refused(tiny_llama_dir: Path) -> None:
-    llm = LLM(str(tiny_llama_dir), skip_tokenizer_init=True, dtype="float32", max_logprobs=3)
+def test_logprobs_beyond_max_logprobs_are_refused(
+    tiny_llama_dir: Path, engines: SharedEngines
+) -> None:
+    llm = engines.get(tiny_llama_dir, dtype="float32", max_logprobs=3)
     prompt = {"prompt_token_ids": [1, 2, 3]}
     with pytest.raises(ValueError, match="greater than max allowed: 3"):
         llm.generate(prompt, SamplingParams(logprobs=4), use_tqdm=False)

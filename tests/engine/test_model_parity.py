@@ -1,9 +1,13 @@
-"""Our Llama against Hugging Face's, logit for logit, in float32 on CPU.
+"""Our Llama against Hugging Face's, logit for logit, in float32 on CPU (and on a GPU).
 
 Two paths are checked: the dense path (no cache, used by the memory-profiling run) and the paged
 path the engine uses, where sequences arrive in chunks of a flattened batch, prefill chunks and
 decodes mixed, their K/V scattered over non-contiguous blocks. Every token's logits must match
-Hugging Face's full-sequence forward at the same position to 1e-4.
+Hugging Face's full-sequence forward at the same position to 1e-4 (2e-4 on a GPU, below).
+
+With a CUDA device the same checks also run with our model on it (Hugging Face's stays on the
+CPU): the fused Triton layer kernels then replace the torch layers, and the paged path runs both
+through the torch attention and through the Triton attention kernels.
 """
 
 from __future__ import annotations
@@ -18,31 +22,62 @@ from mini_vllm.model.layers import default_inv_freq, llama3_inv_freq, rope_param
 from mini_vllm.model.loader import get_model, resolve_model
 from mini_vllm.worker.model_runner import prepare_inputs
 
+from .conftest import ON_CUDA
+
 ATOL = 1e-4
+# On a GPU our float32 sums in other orders than Hugging Face's on the CPU (cuBLAS tiles, the
+# fused Triton kernels). Float32 rounding alone moves these logits by up to 1.5e-5 (measured
+# against float64), so two float32 computations may differ by twice that; a real error (a wrong
+# position, mask or head) moves them by 1e-2 and more.
+ATOL_CUDA = 2e-4
+
+# (model, device): ids stay the model's name on the CPU, as they always were.
+VARIANTS = [pytest.param((name, "cpu"), id=name) for name in ("tiny_llama", "tiny_llama3")]
+if ON_CUDA:
+    VARIANTS += [
+        pytest.param((name, "cuda"), id=f"{name}-cuda") for name in ("tiny_llama", "tiny_llama3")
+    ]
 
 
-@pytest.fixture(scope="module", params=["tiny_llama", "tiny_llama3"])
+@pytest.fixture(scope="module", params=VARIANTS)
 def model_pair(request: pytest.FixtureRequest) -> tuple[Any, Any]:
-    path = request.getfixturevalue(f"{request.param}_dir")
-    hf = request.getfixturevalue(f"hf_{request.param}")
-    ours, _ = get_model(resolve_model(str(path)), torch.device("cpu"), torch.float32)
+    name, device = request.param
+    path = request.getfixturevalue(f"{name}_dir")
+    hf = request.getfixturevalue(f"hf_{name}")
+    ours, _ = get_model(resolve_model(str(path)), torch.device(device), torch.float32)
     return ours, hf
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
 
 
 def test_dense_forward_matches_hf(model_pair: tuple[Any, Any]) -> None:
     ours, hf = model_pair
+    device = _device(ours)
     ids = torch.randint(
         0, hf.config.vocab_size, (1, 200), generator=torch.Generator().manual_seed(0)
     )
     with torch.no_grad():
         ref = hf(ids).logits[0]
-        got = ours.compute_logits(ours(ids[0], torch.arange(200)))
-    torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
+        got = ours.compute_logits(ours(ids[0].to(device), torch.arange(200, device=device)))
+    atol = ATOL_CUDA if device.type == "cuda" else ATOL
+    torch.testing.assert_close(got.cpu(), ref, atol=atol, rtol=0)
 
 
 def test_paged_chunked_mixed_batches_match_hf(model_pair: tuple[Any, Any]) -> None:
-    """Three sequences through three steps: chunks, whole prompts and decodes in one batch."""
+    """Three sequences through three steps: chunks, whole prompts and decodes in one batch.
+
+    On a GPU twice, through the torch attention and through the Triton kernels (on a CPU those
+    run only in Triton's interpreter, which the engine-level test_generate_tiny.py covers).
+    """
     ours, hf = model_pair
+    device = _device(ours)
+    for use_triton in [False, True] if device.type == "cuda" else [False]:
+        _run_paged_steps(ours, hf, device, use_triton)
+
+
+def _run_paged_steps(ours: Any, hf: Any, device: torch.device, use_triton: bool) -> None:
     block_size = 4
     gen = torch.Generator().manual_seed(1)
     seqs = [
@@ -56,7 +91,7 @@ def test_paged_chunked_mixed_batches_match_hf(model_pair: tuple[Any, Any]) -> No
     perm = (torch.randperm(num_blocks - 1, generator=gen) + 1).tolist()
     tables = [perm[0:10], perm[10:12], perm[12:18]]
     kv_cache = torch.zeros(
-        ours.num_layers, 2, num_blocks, block_size, ours.num_kv_heads, ours.head_dim
+        ours.num_layers, 2, num_blocks, block_size, ours.num_kv_heads, ours.head_dim, device=device
     )
     kv_caches = list(kv_cache.unbind(0))
 
@@ -76,21 +111,28 @@ def test_paged_chunked_mixed_batches_match_hf(model_pair: tuple[Any, Any]) -> No
             block_size,
         )
         metadata = AttentionMetadata(
-            slot_mapping=inputs.slot_mapping,
-            block_tables=inputs.block_tables,
-            query_start_loc=inputs.query_start_loc,
-            seq_lens=inputs.seq_lens,
+            slot_mapping=inputs.slot_mapping.to(device),
+            block_tables=inputs.block_tables.to(device),
+            query_start_loc=inputs.query_start_loc.to(device),
+            seq_lens=inputs.seq_lens.to(device),
             max_query_len=inputs.max_query_len,
             max_seq_len=inputs.max_seq_len,
+            use_triton=use_triton,
         )
         with torch.no_grad():
             logits = ours.compute_logits(
-                ours(inputs.input_ids, inputs.positions, kv_caches, metadata)
-            )
+                ours(inputs.input_ids.to(device), inputs.positions.to(device), kv_caches, metadata)
+            ).cpu()
         start = 0
         for seq, computed, n in step:
             expected = refs[seq][computed : computed + n]
-            torch.testing.assert_close(logits[start : start + n], expected, atol=ATOL, rtol=0)
+            torch.testing.assert_close(
+                logits[start : start + n],
+                expected,
+                atol=ATOL_CUDA if device.type == "cuda" else ATOL,
+                rtol=0,
+                msg=lambda m: f"{'Triton' if use_triton else 'torch'} attention: {m}",
+            )
             start += n
 
 
@@ -99,7 +141,7 @@ def test_tied_and_untied_heads(model_pair: tuple[Any, Any]) -> None:
     tied = bool(hf.config.tie_word_embeddings)
     shares = ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()
     assert shares == tied
-    torch.testing.assert_close(ours.lm_head.weight, hf.lm_head.weight, atol=0, rtol=0)
+    torch.testing.assert_close(ours.lm_head.weight.cpu(), hf.lm_head.weight, atol=0, rtol=0)
 
 
 def test_llama3_inv_freq_matches_transformers(hf_tiny_llama3: Any) -> None:

@@ -4,10 +4,16 @@ Greedy decoding must reproduce Hugging Face's ``generate(do_sample=False)`` toke
 every prompt, batched together through the paged cache, as well as answer the course's canary
 question. One load of each model for the whole module keeps it within a few minutes on 2 cores.
 Not marked slow on purpose: this is the test that says the engine is right.
+
+On a GPU the engine is pinned to float32 (``"auto"`` would pick bfloat16 there, which no
+float32 reference matches token for token), and one more engine runs as a GPU's defaults have it:
+bfloat16, Triton kernels, CUDA graphs, a KV budget measured by the profiling run. It must still
+answer the canary.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -17,6 +23,8 @@ import torch
 from mini_vllm.llm import LLM
 from mini_vllm.model.loader import default_model_path, resolve_model
 from mini_vllm.sampling_params import SamplingParams
+
+from .conftest import ON_CUDA, requires_cuda
 
 MAX_NEW = 32
 PROMPTS = [
@@ -40,8 +48,7 @@ def hf_real() -> Any:
     return model.eval()  # already float32: GGUF is dequantized on load
 
 
-@pytest.fixture(scope="module")
-def real_llm(hf_real: Any) -> LLM:
+def _engine_on(hf_real: Any, **kwargs: Any) -> LLM:
     """The engine on the default model, built from the reference model's already loaded weights.
 
     Parsing and dequantizing the GGUF file is the slowest part of the module (and is
@@ -55,32 +62,53 @@ def real_llm(hf_real: Any) -> LLM:
     source = resolve_model(default_model_path())
     calls = []
 
-    def from_pretrained(path: str, **kwargs: Any) -> Any:
-        calls.append((path, kwargs))
+    def from_pretrained(path: str, **options: Any) -> Any:
+        calls.append((path, options))
         return hf_real
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(AutoModelForCausalLM, "from_pretrained", from_pretrained)
-        llm = LLM(max_model_len=1024)
+        llm = LLM(max_model_len=1024, **kwargs)
     assert calls == [(source.path, {"local_files_only": True, "gguf_file": source.gguf_file})]
     return llm
 
 
-def test_default_model_is_smollm2(real_llm: LLM) -> None:
+@pytest.fixture(scope="module")
+def real_llm(hf_real: Any) -> LLM:
+    if not ON_CUDA:
+        return _engine_on(hf_real)  # "auto" is float32 on a CPU (checked below)
+    # A GPU's "auto" would be bfloat16. An explicit KV budget, as this engine lives for the
+    # module: 256 MiB is 364 float32 blocks of SmolLM2, 5x what a 1024-token request needs.
+    return _engine_on(hf_real, dtype="float32", kv_cache_memory_bytes=256 * 2**20)
+
+
+def test_default_model_is_smollm2(real_llm: LLM, hf_real: Any) -> None:
+    from mini_vllm.model.loader import resolve_dtype
+
     assert os.path.basename(default_model_path()) == "SmolLM2-135M-Instruct.Q4_1.gguf"
     engine = real_llm.llm_engine
     assert engine.model.num_layers == 30 and engine.model.num_kv_heads == 3
     assert engine.dtype == torch.float32
+    # "auto": float32 on a CPU; bfloat16 on a GPU, as the GGUF config names no half dtype.
+    assert resolve_dtype("auto", hf_real.config, torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", hf_real.config, torch.device("cuda")) == torch.bfloat16
 
 
 def test_logits_match_hf(real_llm: LLM, hf_real: Any) -> None:
     tokenizer = real_llm.get_tokenizer()
     ids = tokenizer(PROMPTS[4] + " " + PROMPTS[6]).input_ids
     model = real_llm.llm_engine.model
+    device = real_llm.llm_engine.device
     with torch.no_grad():
         ref = hf_real(torch.tensor([ids])).logits[0]
-        got = model.compute_logits(model(torch.tensor(ids), torch.arange(len(ids))))
-    torch.testing.assert_close(got, ref, atol=1e-4, rtol=0)
+        got = model.compute_logits(
+            model(torch.tensor(ids, device=device), torch.arange(len(ids), device=device))
+        )
+    # On a GPU the sums run in other orders (cuBLAS, fused Triton kernels): float32 rounding
+    # alone moves SmolLM2's logits (up to ~30) by ~6e-5 over its 30 layers (measured against
+    # float64), so two float32 computations may differ by twice that. On a CPU they agree.
+    atol = 1e-3 if device.type == "cuda" else 1e-4
+    torch.testing.assert_close(got.cpu(), ref, atol=atol, rtol=0)
 
 
 def test_greedy_batch_matches_hf_generate(real_llm: LLM, hf_real: Any) -> None:
@@ -125,3 +153,41 @@ def test_cli_prints_answer_blocks_and_hit_rate(
     out = capsys.readouterr().out
     assert "Paris" in out
     assert "KV blocks used:" in out and "prefix cache hit rate:" in out
+
+
+@requires_cuda
+def test_gpu_defaults_answer_the_canary(hf_real: Any, real_llm: LLM) -> None:
+    """The engine as a GPU's defaults build it: bfloat16 weights and cache, Triton kernels,
+    decode graphs, and a KV budget measured by the profiling run (``gpu_memory_utilization`` of
+    the device, less the peak it measured and everything else alive on the device)."""
+    from mini_vllm.worker import kv_sizing
+
+    utilization = 0.3
+    gc.collect()  # engines of earlier tests, unreachable but not yet collected, hold memory
+    torch.cuda.empty_cache()
+    free_before, total = torch.cuda.mem_get_info()
+    # Alive on the device: the float32 engine, the session's shared engines, the CUDA context.
+    allocated_before, in_use_before = torch.cuda.memory_allocated(), total - free_before
+    llm = _engine_on(hf_real, gpu_memory_utilization=utilization)
+    engine = llm.llm_engine
+    runner = engine.model_runner
+    assert engine.device.type == "cuda" and engine.dtype == torch.bfloat16
+    assert runner.use_triton and runner.cudagraph_batch_sizes
+    assert runner.kv_cache is not None and runner.kv_cache.dtype == torch.bfloat16
+    # SmolLM2: 30 layers, 3 KV heads of 64, 2 bytes each: half the float32 block.
+    block_bytes = kv_sizing.bytes_per_block(16, 30, 3, 64, 2)
+    assert runner.kv_cache_block_bytes == block_bytes == 368_640
+    cache_bytes = engine.num_gpu_blocks * block_bytes
+    assert runner.kv_cache.numel() * runner.kv_cache.element_size() == cache_bytes
+    # Within the share, after the tensors alive before; and most of what the device had left
+    # of it (SmolLM2's weights and profiling peak are far below half of 30 % of a GPU).
+    assert cache_bytes <= total * utilization - allocated_before
+    assert cache_bytes >= (total * utilization - in_use_before) / 2
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    outputs = llm.generate(PROMPTS, greedy, use_tqdm=False)
+    assert all(o.outputs[0].token_ids for o in outputs)  # some may stop early, on EOS
+    assert "Paris" in outputs[0].outputs[0].text
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    chat = llm.chat(messages, SamplingParams(temperature=0.0, max_tokens=24), use_tqdm=False)
+    assert "Paris" in chat[0].outputs[0].text

@@ -126,13 +126,18 @@ class RequestStatus(enum.IntEnum):
     @staticmethod
     def is_finished(status: RequestStatus) -> bool:
         """True for the terminal statuses (those after PREEMPTED)."""
-        return status > RequestStatus.PREEMPTED
+        return status > _LAST_UNFINISHED_STATUS
 
     @staticmethod
     def get_finished_reason(status: RequestStatus) -> FinishReason | None:
         """The client-facing reason for a terminal status, None otherwise."""
         return _FINISHED_REASON_MAP.get(status)
 
+
+# Every status after this one is finished. Bound once because the check runs for every request
+# of every step, and before Python 3.12 reading a member off an Enum class costs ~0.1 µs (the
+# class's metaclass defines __getattr__, which slows every attribute read on it).
+_LAST_UNFINISHED_STATUS = RequestStatus.PREEMPTED
 
 # An ignored request had a prompt too long for the model: like upstream (and the
 # OpenAI API), that is reported as "length".
@@ -284,7 +289,7 @@ class Request:
 
     def is_finished(self) -> bool:
         """True once the request reached a terminal status."""
-        return RequestStatus.is_finished(self.status)
+        return self.status > _LAST_UNFINISHED_STATUS
 
     def get_finished_reason(self) -> FinishReason | None:
         """The client-facing finish reason, None while unfinished."""

@@ -74,7 +74,7 @@ class KVCacheBlocks:
         With ``allow_none``, an all-empty set gives None: the scheduler output
         uses None for "no new blocks this step" to keep decode steps cheap.
         """
-        if allow_none and all(len(group) == 0 for group in self.blocks):
+        if allow_none and not any(self.blocks):
             return None
         return tuple([blk.block_id for blk in group] for group in self.blocks)
 

@@ -77,7 +77,7 @@ class KVCacheBlocks:
         With ``allow_none``, an all-empty set gives None: the scheduler output
         uses None for "no new blocks this step" to keep decode steps cheap.
         """
-        if allow_none and all(len(group) == 0 for group in self.blocks):
+        if allow_none and not any(self.blocks):
             return None
         return tuple([blk.block_id for blk in group] for group in self.blocks)
 
@@ -359,12 +359,16 @@ class KVCacheManager:
         """
         num_required_blocks = cdiv(num_tokens, self.block_size)
         num_req_blocks = len(self.req_to_blocks.get(request_id, ()))
-        if num_req_blocks and new_computed_blocks:
-            raise ValueError(
-                f"request {request_id!r} already holds blocks; prefix-cache hits apply "
-                f"only to a request's first allocation"
-            )
-        num_new_blocks = max(num_required_blocks - num_req_blocks - len(new_computed_blocks), 0)
+        if num_req_blocks:
+            # Fast path, as upstream's: a request that holds blocks (every running request,
+            # every step) has no new prefix hits, so nothing it needs can be in the free queue.
+            if new_computed_blocks:
+                raise ValueError(
+                    f"request {request_id!r} already holds blocks; prefix-cache hits apply "
+                    f"only to a request's first allocation"
+                )
+            return max(num_required_blocks - num_req_blocks, 0)
+        num_new_blocks = max(num_required_blocks - len(new_computed_blocks), 0)
         num_evictable_blocks = sum(
             blk.ref_cnt == 0 and not blk.is_null for blk in new_computed_blocks
         )
@@ -418,7 +422,10 @@ class KVCacheManager:
             return
         request_id = request.request_id
         num_cached_blocks = self.num_cached_block.get(request_id, 0)
-        num_full_blocks = min(num_computed_tokens // self.block_size, len(request.block_hashes))
+        num_full_blocks = num_computed_tokens // self.block_size
+        if num_cached_blocks >= num_full_blocks:
+            return  # the common case, checked first: no block was filled since the last call
+        num_full_blocks = min(num_full_blocks, len(request.block_hashes))
         if num_cached_blocks >= num_full_blocks:
             return
         self.block_pool.cache_full_blocks(

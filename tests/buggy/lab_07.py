@@ -157,9 +157,8 @@ MUTANTS = [
     Mutant(
         name="caches_partial_blocks",
         file=FILE,
-        find="num_full_blocks = min(num_computed_tokens // self.block_size, len(request.block_hashes))",
-        replace="num_full_blocks = min(cdiv(num_computed_tokens, self.block_size), "
-                "len(request.block_hashes))",
+        find="num_full_blocks = num_computed_tokens // self.block_size",
+        replace="num_full_blocks = cdiv(num_computed_tokens, self.block_size)",
         why="rounds up in cache_blocks: a block only partly computed (mid-prefill chunk) is "
             "published and can be hit before its KV is written",
     ),
@@ -203,16 +202,16 @@ MUTANTS = [
     Mutant(
         name="hits_not_subtracted_from_fresh",
         file=FILE,
-        find="num_new_blocks = max(num_required_blocks - num_req_blocks - len(new_computed_blocks), 0)",
-        replace="num_new_blocks = max(num_required_blocks - num_req_blocks, 0)",
+        find="num_new_blocks = max(num_required_blocks - len(new_computed_blocks), 0)",
+        replace="num_new_blocks = max(num_required_blocks, 0)",
         why="counts the hit blocks as fresh ones (and the free hits once more): every hit costs "
             "capacity, in-use hits included, so fitting admissions are refused",
     ),
     Mutant(
         name="capacity_ignores_the_table",
         file=FILE,
-        find="num_new_blocks = max(num_required_blocks - num_req_blocks - len(new_computed_blocks), 0)",
-        replace="num_new_blocks = max(num_required_blocks - len(new_computed_blocks), 0)",
+        find="return max(num_required_blocks - num_req_blocks, 0)",
+        replace="return max(num_required_blocks, 0)",
         why="counts the blocks a running request already holds as blocks to allocate: a decode "
             "step that needs one block (or none) is refused when fewer blocks than its whole "
             "table are free",

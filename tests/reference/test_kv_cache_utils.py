@@ -573,3 +573,23 @@ FreeQueueMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=30, deadline=None, database=None
 )
 TestFreeQueueMachine = FreeQueueMachine.TestCase
+
+
+# Digests of the canonical encoding, pinned: a prefix-cache hash must not change with the Python
+# version, the platform or a rewrite of the encoder (processes sharing a cache must agree), so
+# any change to these is a format change, to be made on purpose and documented.
+PINNED_SHA256 = [
+    ((b"\x00" * 32, tuple(range(16)), None),
+     "90dc92bff6494ed310f6e7f17c6418eb2a06c4eea2dc62a163fe799f924c4ce8"),
+    ((b"\x01" * 32, (0, 1, 2**40, -5), ("lora", 3)),
+     "cff7c0483d0dcd276a180b2e670bc6a2c89d45d31f54f653c5a640ca2f9799da"),
+    ("seed-0", "c89768f391c2f49bc29179437b1f4776ba0f7cc5bfe6d0ab5e6c2aed832dce4b"),
+    ((None, (), None), "7d76cac2f0cf7273af4fcee6ed6676206006ec80474bc29feb1407d897a99be6"),
+    ((b"ab", [1, True, "x", b"y", 2**70], None),
+     "8e1796b1e2d14405562e9162a32f4c440dabfba93ab89edd00116a233fe2ccb7"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("value, digest", PINNED_SHA256)
+def test_sha256_digests_are_pinned(value, digest):
+    assert kv_cache_utils.sha256(value).hex() == digest

@@ -25,6 +25,7 @@ Usage (script, never a test)::
 
     python bench/bench_paged_decode.py --out docs/perf/paged_decode.md      # full sweep
     python bench/bench_paged_decode.py --quick                              # a subset
+    python bench/bench_paged_decode.py --targets                            # the 54 target cases
     python bench/bench_paged_decode.py --sweep                              # tuning grid
 """
 
@@ -60,6 +61,12 @@ SMOKE = {  # checks the script's logic in seconds, e.g. on CPU; its numbers mean
     "context": [64],
     "heads": [(4, 2)],
     "block_size": [16],
+}
+TARGETS = {  # the 54 configurations the targets are stated on (batch >= 32, context >= 2k)
+    "batch": [32, 64, 128],
+    "context": [2048, 8192, 16384],
+    "heads": [(32, 8), (64, 8)],
+    "block_size": [16, 32, 128],
 }
 QUICK = {
     "batch": [1, 32, 128],
@@ -561,6 +568,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the markdown table here")
     ap.add_argument("--quick", action="store_true", help="a subset of the sweep")
+    ap.add_argument(
+        "--targets", action="store_true", help="only the 54 configurations the targets cover"
+    )
     ap.add_argument("--sweep", action="store_true", help="tuning grid for the kernel, then exit")
     ap.add_argument("--smoke", action="store_true", help="a tiny grid, on CPU if there is no GPU")
     ap.add_argument("--no-flex", dest="flex", action="store_false", help="skip FlexAttention")
@@ -574,8 +584,8 @@ def main() -> None:
     opts.start = time.perf_counter()
     opts.flex_broken = None
     opts.flex_failures = []
-    opts.max_context = max((SMOKE if opts.smoke else QUICK if opts.quick else FULL)["context"])
-    grid = SMOKE if opts.smoke else QUICK if opts.quick else FULL
+    grid = SMOKE if opts.smoke else QUICK if opts.quick else TARGETS if opts.targets else FULL
+    opts.max_context = max(grid["context"])
     env = environment()
     print(env)
     command = "python " + " ".join(sys.argv)

@@ -368,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         "--server-args", nargs=argparse.REMAINDER, default=[], help="passed to `serve`"
     )
     args = parser.parse_args(argv)
+    # A SIGTERM (e.g. from `timeout`) must unwind the `with` blocks that stop the servers: they
+    # run in their own sessions, and an orphaned GPU server keeps its memory.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.random_model:
         path = Path(f"build/serving-random-{args.random_model}")
         args.model = str(write_random_model(args.random_model, path, args.tokenizer))

@@ -90,9 +90,11 @@ stubs: $(VENV)/.stamp-core
 
 lint: $(VENV)/.stamp-full
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: $(VENV)/.stamp-full
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q tests
 
 upstream:

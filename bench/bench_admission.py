@@ -88,16 +88,20 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [(name, run(args, policy, gate)) for name, policy, gate in CONFIGS]
     base = rows[0][1]
-    print(f"# {args.workloads} workloads of {args.requests} requests; {args.blocks} blocks of "
-          f"{args.block_size} tokens, budget {args.budget}, max_model_len {args.max_model_len}; "
-          f"{platform.python_implementation()} on {platform.machine()} (simulated: device-free)")
+    print(
+        f"# {args.workloads} workloads of {args.requests} requests; {args.blocks} blocks of "
+        f"{args.block_size} tokens, budget {args.budget}, max_model_len {args.max_model_len}; "
+        f"{platform.python_implementation()} on {platform.machine()} (simulated: device-free)"
+    )
     print("| configuration | preemptions | requests preempted | tokens computed | steps |")
     print("|---|---|---|---|---|")
     for name, t in rows:
-        print(f"| {name} | {t.preemptions} ({t.preemptions / base.preemptions:.2f}x) | "
-              f"{t.preempted_requests} | {t.computed_tokens} "
-              f"({t.computed_tokens / base.computed_tokens:.3f}x) | {t.steps} "
-              f"({t.steps / base.steps:.3f}x) |")
+        print(
+            f"| {name} | {t.preemptions} ({t.preemptions / base.preemptions:.2f}x) | "
+            f"{t.preempted_requests} | {t.computed_tokens} "
+            f"({t.computed_tokens / base.computed_tokens:.3f}x) | {t.steps} "
+            f"({t.steps / base.steps:.3f}x) |"
+        )
     return 0
 
 

@@ -70,8 +70,12 @@ from engine_report import environment, model_section, write_report  # noqa: E402
 from engine_systems import SYSTEMS, stage_hf_cb, stage_hf_static, stage_mini  # noqa: E402
 from engine_workload import RANDOM_MODELS, SCALES, make_workload, stage_prepare  # noqa: E402
 
-STAGES = {"prepare": stage_prepare, "mini": stage_mini, "hf-static": stage_hf_static,
-          "hf-cb": stage_hf_cb}
+STAGES = {
+    "prepare": stage_prepare,
+    "mini": stage_mini,
+    "hf-static": stage_hf_static,
+    "hf-cb": stage_hf_cb,
+}
 
 
 def child_main(args: argparse.Namespace) -> int:
@@ -86,13 +90,24 @@ def child_main(args: argparse.Namespace) -> int:
     os._exit(0)
 
 
-def run_child(stage: str, args: argparse.Namespace, extra: list[str], timeout: float,
-              workdir: Path) -> dict[str, Any]:
+def run_child(
+    stage: str, args: argparse.Namespace, extra: list[str], timeout: float, workdir: Path
+) -> dict[str, Any]:
     result_json = workdir / f"{stage}-{time.monotonic_ns()}.json"
     stop_at = time.time() + max(timeout - args.child_margin, 1)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", stage,
-           "--result-json", str(result_json), "--stop-at", str(stop_at),
-           "--threads", str(args.threads), *extra]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        stage,
+        "--result-json",
+        str(result_json),
+        "--stop-at",
+        str(stop_at),
+        "--threads",
+        str(args.threads),
+        *extra,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     t0 = time.perf_counter()
     try:
@@ -102,8 +117,11 @@ def run_child(stage: str, args: argparse.Namespace, extra: list[str], timeout: f
             result = json.loads(result_json.read_text())
             result["wall_s"] = time.perf_counter() - t0
             return result
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (
-            exc.stderr or "")
+        err = (
+            exc.stderr.decode(errors="replace")
+            if isinstance(exc.stderr, bytes)
+            else (exc.stderr or "")
+        )
         return {"error": f"timed out after {timeout:.0f} s", "log": err[-1500:]}
     wall = time.perf_counter() - t0
     if proc.returncode != 0 or not result_json.exists():
@@ -120,31 +138,59 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="checkpoint dir or .gguf (default: SmolLM2)")
-    p.add_argument("--random-model", action="append", choices=list(RANDOM_MODELS),
-                   help="random weights of this shape (repeatable)")
+    p.add_argument(
+        "--random-model",
+        action="append",
+        choices=list(RANDOM_MODELS),
+        help="random weights of this shape (repeatable)",
+    )
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads on CPU, for every system (default 1, see torch_setup)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads on CPU, for every system (default 1, see torch_setup)",
+    )
     p.add_argument("--dtype", default="auto")
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.5,
-                   help="mini-vLLM's share of the GPU (leaves room for the HF children)")
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.5,
+        help="mini-vLLM's share of the GPU (leaves room for the HF children)",
+    )
     p.add_argument("--kv-cache-memory-bytes", type=int, default=None)
     p.add_argument("--enforce-eager", action="store_true")
-    p.add_argument("--tensor-parallel-size", type=int, default=1,
-                   help="mini-vLLM's ranks (one worker process each; KV figures are per rank)")
+    p.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="mini-vLLM's ranks (one worker process each; KV figures are per rank)",
+    )
     p.add_argument("--hf-batch-size", type=int, default=None, help="default: all requests")
-    p.add_argument("--request-rate", type=float, default=None,
-                   help="Poisson rate (req/s); default: half of mini-vLLM's offline rate")
-    p.add_argument("--poisson-requests", type=int, default=None,
-                   help="requests in the Poisson run (default: half the workload, 0 = skip)")
+    p.add_argument(
+        "--request-rate",
+        type=float,
+        default=None,
+        help="Poisson rate (req/s); default: half of mini-vLLM's offline rate",
+    )
+    p.add_argument(
+        "--poisson-requests",
+        type=int,
+        default=None,
+        help="requests in the Poisson run (default: half the workload, 0 = skip)",
+    )
     p.add_argument("--time-budget", type=float, default=1200.0, help="seconds for everything")
     p.add_argument("--hf-time-limit", type=float, default=300.0, help="seconds per HF stage")
     p.add_argument("--mini-time-limit", type=float, default=400.0)
-    p.add_argument("--child-margin", type=float, default=12.0,
-                   help="seconds a child keeps to report after its measurement stops")
+    p.add_argument(
+        "--child-margin",
+        type=float,
+        default=12.0,
+        help="seconds a child keeps to report after its measurement stops",
+    )
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", type=Path, default=None, help="markdown report (and .json beside it)")
     # child mode
@@ -177,30 +223,56 @@ def main(argv: list[str] | None = None) -> int:
     for shape in args.random_model or []:
         models.append((f"random {shape}", ["--random-model", shape]))
     if not models:
-        models.append(("SmolLM2-135M-Instruct" if args.model is None else args.model,
-                       ["--model", args.model] if args.model else []))
-    command = "python bench/bench_engine.py " + " ".join(argv if argv is not None
-                                                         else sys.argv[1:])
-    workload = (f"{args.num_requests} requests, input lengths uniform in [{args.min_input}, "
-                f"{args.max_input}], output lengths uniform in [{args.min_output}, "
-                f"{args.max_output}], random token ids, seed {args.seed}, greedy, EOS ignored")
+        models.append(
+            (
+                "SmolLM2-135M-Instruct" if args.model is None else args.model,
+                ["--model", args.model] if args.model else [],
+            )
+        )
+    command = "python bench/bench_engine.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    workload = (
+        f"{args.num_requests} requests, input lengths uniform in [{args.min_input}, "
+        f"{args.max_input}], output lengths uniform in [{args.min_output}, "
+        f"{args.max_output}], random token ids, seed {args.seed}, greedy, EOS ignored"
+    )
     header = [
-        "## Engine benchmark", "",
-        f"Command: `{command}`", "",
-        "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), "",
+        "## Engine benchmark",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()),
+        "",
         f"Workload: {workload}. All requests arrive at once (offline), except in the Poisson "
         "run. TTFT counts from a request's arrival; TPOT is (finish - first token) / (output "
-        "tokens - 1) per request. 'mini-vLLM is' = mini-vLLM's output tok/s / that system's.", "",
+        "tokens - 1) per request. 'mini-vLLM is' = mini-vLLM's output tok/s / that system's.",
+        "",
     ]
     sections: list[list[str]] = []
-    data: dict[str, Any] = {"env": env, "args": {k: str(v) for k, v in vars(args).items()},
-                            "models": {}}
-    common = ["--device", args.device, "--dtype", args.dtype, "--seed", str(args.seed),
-              "--max-num-seqs", str(args.max_num_seqs),
-              "--gpu-memory-utilization", str(args.gpu_memory_utilization),
-              "--poisson-requests", str(args.poisson_requests)]
-    for flag in ("max_num_batched_tokens", "kv_cache_memory_bytes", "hf_batch_size",
-                 "request_rate"):
+    data: dict[str, Any] = {
+        "env": env,
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "models": {},
+    }
+    common = [
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--seed",
+        str(args.seed),
+        "--max-num-seqs",
+        str(args.max_num_seqs),
+        "--gpu-memory-utilization",
+        str(args.gpu_memory_utilization),
+        "--poisson-requests",
+        str(args.poisson_requests),
+    ]
+    for flag in (
+        "max_num_batched_tokens",
+        "kv_cache_memory_bytes",
+        "hf_batch_size",
+        "request_rate",
+    ):
         if getattr(args, flag):
             common += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.enforce_eager:
@@ -212,14 +284,27 @@ def main(argv: list[str] | None = None) -> int:
         for index, (name, model_flags) in enumerate(models):
             model_dir = workdir / f"model{index}"
             left = deadline - time.time()
-            prep = run_child("prepare", args, [*model_flags, "--model-dir", str(model_dir)],
-                             max(min(left, 600), 30), workdir)
+            prep = run_child(
+                "prepare",
+                args,
+                [*model_flags, "--model-dir", str(model_dir)],
+                max(min(left, 600), 30),
+                workdir,
+            )
             results: dict[str, dict[str, Any]] = {}
             data["models"][name] = {"prepare": prep, "results": results}
             if "error" not in prep:
-                work = {"requests": make_workload(
-                    args.num_requests, args.min_input, args.max_input, args.min_output,
-                    args.max_output, args.seed, prep["vocab_size"])}
+                work = {
+                    "requests": make_workload(
+                        args.num_requests,
+                        args.min_input,
+                        args.max_input,
+                        args.min_output,
+                        args.max_output,
+                        args.seed,
+                        prep["vocab_size"],
+                    )
+                }
                 work_json = workdir / f"work{index}.json"
                 work_json.write_text(json.dumps(work))
                 flags = [*common, "--model-dir", str(model_dir), "--work-json", str(work_json)]
@@ -227,15 +312,22 @@ def main(argv: list[str] | None = None) -> int:
                 weights = {"mini": 0.5, "hf-static": 0.25, "hf-cb": 0.25}
                 for i, system in enumerate(systems):
                     left = model_end - time.time()
-                    share = left * weights.get(system, 0.3) / sum(
-                        weights.get(s, 0.3) for s in systems[i:])
+                    share = (
+                        left
+                        * weights.get(system, 0.3)
+                        / sum(weights.get(s, 0.3) for s in systems[i:])
+                    )
                     limit = args.mini_time_limit if system == "mini" else args.hf_time_limit
                     timeout = min(limit, share)
                     if timeout < 30:
                         results[system] = {"error": "skipped: the time budget is spent"}
                         continue
-                    print(f"[{time.time() - started:6.0f} s] {name}: {system} "
-                          f"(limit {timeout:.0f} s)", file=sys.stderr, flush=True)
+                    print(
+                        f"[{time.time() - started:6.0f} s] {name}: {system} "
+                        f"(limit {timeout:.0f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     results[system] = run_child(system, args, flags, timeout, workdir)
                     section = model_section(name, prep, results, args)
                     write_report(args.out, header, [*sections, section], data)

@@ -142,8 +142,10 @@ class Harness:
             repr(
                 (
                     sorted(out.num_scheduled_tokens.items()),
-                    [(n.req_id, n.block_ids, n.num_computed_tokens)
-                     for n in out.scheduled_new_reqs],
+                    [
+                        (n.req_id, n.block_ids, n.num_computed_tokens)
+                        for n in out.scheduled_new_reqs
+                    ],
                     cached.req_ids,
                     cached.new_block_ids,
                     cached.num_computed_tokens,
@@ -293,16 +295,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--steps", type=int, default=200, help="timed decode steps per configuration")
     p.add_argument("--warmup", type=int, default=20, help="untimed decode steps first")
-    p.add_argument("--configs", default=",".join(CONFIGS),
-                   help=f"comma-separated, from {', '.join(CONFIGS)}")
-    p.add_argument("--clock", choices=list(CLOCKS), default="cpu",
-                   help="cpu (default): the process's CPU time, which leaves out the time the OS "
-                        "gave the core to other processes (stable on a shared machine); wall: "
-                        "elapsed time")
-    p.add_argument("--gc", choices=["on", "freeze", "off"], default="on",
-                   help="the garbage collector during the timed steps (default: on, as the engine)")
-    p.add_argument("--profile", metavar="CONFIG", choices=list(CONFIGS),
-                   help="print a cProfile of one configuration instead of the table")
+    p.add_argument(
+        "--configs", default=",".join(CONFIGS), help=f"comma-separated, from {', '.join(CONFIGS)}"
+    )
+    p.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="cpu",
+        help="cpu (default): the process's CPU time, which leaves out the time the OS "
+        "gave the core to other processes (stable on a shared machine); wall: "
+        "elapsed time",
+    )
+    p.add_argument(
+        "--gc",
+        choices=["on", "freeze", "off"],
+        default="on",
+        help="the garbage collector during the timed steps (default: on, as the engine)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="CONFIG",
+        choices=list(CONFIGS),
+        help="print a cProfile of one configuration instead of the table",
+    )
     args = p.parse_args(argv)
     global clock
     clock = CLOCKS[args.clock]
@@ -310,17 +325,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command: python {' '.join(sys.argv)}")
     print(f"machine: {machine()}")
     print(f"mini_vllm: {Path(mini_vllm.__file__).parent}")
-    print(f"batch {args.batch}, prompts {args.prompt_len}..{args.prompt_len + args.block_size - 1}"
-          f" tokens, block size {args.block_size}, {args.steps} decode steps, gc {args.gc}, "
-          f"clock {args.clock}")
+    print(
+        f"batch {args.batch}, prompts {args.prompt_len}..{args.prompt_len + args.block_size - 1}"
+        f" tokens, block size {args.block_size}, {args.steps} decode steps, gc {args.gc}, "
+        f"clock {args.clock}"
+    )
     if args.profile:
         profile_config(args, args.profile)
         return 0
 
     ms = 1e3
     us_per_req = 1e6 / args.batch
-    header = (f"{'config':<12} {'schedule ms':>11} {'update ms':>10} {'total ms':>9} "
-              f"{'µs/req':>7} {'mean ms':>8} {'alloc ms':>9} {'alloc %':>8}  digest")
+    header = (
+        f"{'config':<12} {'schedule ms':>11} {'update ms':>10} {'total ms':>9} "
+        f"{'µs/req':>7} {'mean ms':>8} {'alloc ms':>9} {'alloc %':>8}  digest"
+    )
     print(header)
     print("-" * len(header))
     for name in args.configs.split(","):
@@ -331,13 +350,17 @@ def main(argv: list[str] | None = None) -> int:
         total = statistics.median(totals)
         mean = statistics.fmean(totals)
         a = statistics.median(r.allocate)
-        print(f"{name:<12} {s * ms:>11.3f} {u * ms:>10.3f} {total * ms:>9.3f} "
-              f"{total * us_per_req:>7.2f} {mean * ms:>8.3f} {a * ms:>9.3f} {a / s:>8.0%}  "
-              f"{r.digest}")
-    print("medians over the steps; µs/req: total per request; mean ms: the mean total (garbage "
-          "collections included; with --clock wall also any time the OS gave the core to another "
-          "process); alloc: time inside allocate_slots (second pass, wrapped), as a share of "
-          "schedule()")
+        print(
+            f"{name:<12} {s * ms:>11.3f} {u * ms:>10.3f} {total * ms:>9.3f} "
+            f"{total * us_per_req:>7.2f} {mean * ms:>8.3f} {a * ms:>9.3f} {a / s:>8.0%}  "
+            f"{r.digest}"
+        )
+    print(
+        "medians over the steps; µs/req: total per request; mean ms: the mean total (garbage "
+        "collections included; with --clock wall also any time the OS gave the core to another "
+        "process); alloc: time inside allocate_slots (second pass, wrapped), as a share of "
+        "schedule()"
+    )
     return 0
 
 

@@ -23,8 +23,12 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 def latency_summary(ttft: list[float], tpot: list[float]) -> dict[str, float | None]:
-    return {"ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99),
-            "tpot_p50": pct(tpot, 50), "tpot_p99": pct(tpot, 99)}
+    return {
+        "ttft_p50": pct(ttft, 50),
+        "ttft_p99": pct(ttft, 99),
+        "tpot_p50": pct(tpot, 50),
+        "tpot_p99": pct(tpot, 99),
+    }
 
 
 def torch_setup(device: str, threads: int | None = None) -> Any:

@@ -39,8 +39,11 @@ def _mini_engine(args: argparse.Namespace, device: str, max_model_len: int) -> A
     from mini_vllm.llm import LLM
 
     kwargs: dict[str, Any] = dict(
-        skip_tokenizer_init=True, device=device, dtype=args.dtype,
-        max_model_len=max_model_len, max_num_seqs=args.max_num_seqs,
+        skip_tokenizer_init=True,
+        device=device,
+        dtype=args.dtype,
+        max_model_len=max_model_len,
+        max_num_seqs=args.max_num_seqs,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
     )
@@ -53,8 +56,9 @@ def _mini_engine(args: argparse.Namespace, device: str, max_model_len: int) -> A
     return LLM(args.model_dir, **kwargs)
 
 
-def _drive(engine: Any, requests: list[dict[str, Any]], arrivals: list[float],
-           stop_at: float) -> dict[str, Any]:
+def _drive(
+    engine: Any, requests: list[dict[str, Any]], arrivals: list[float], stop_at: float
+) -> dict[str, Any]:
     """Feed requests at their arrival times and step the engine until all are done.
 
     Records, per request, the times of its first token and of its finish (relative to its
@@ -79,8 +83,9 @@ def _drive(engine: Any, requests: list[dict[str, Any]], arrivals: list[float],
         while nxt < len(order) and arrivals[order[nxt]] <= now:
             i = order[nxt]
             rid = f"r{i}"
-            params = SamplingParams(temperature=0.0, max_tokens=requests[i]["output_len"],
-                                    ignore_eos=True)
+            params = SamplingParams(
+                temperature=0.0, max_tokens=requests[i]["output_len"], ignore_eos=True
+            )
             engine.add_request(rid, {"prompt_token_ids": requests[i]["prompt"]}, params)
             arrival_of[rid] = arrivals[i]
             nxt += 1
@@ -100,10 +105,16 @@ def _drive(engine: Any, requests: list[dict[str, Any]], arrivals: list[float],
     ttft = [first[r] - arrival_of[r] for r in finish]
     tpot = [(finish[r] - first[r]) / (n_out[r] - 1) for r in finish if n_out[r] > 1]
     generated = engine.stats.num_generation_tokens - gen_before
-    return {"elapsed": elapsed, "output_tokens": generated, "finished": len(finish),
-            "requests": len(requests), "partial": partial,
-            "tok_per_s": generated / elapsed, "req_per_s": len(finish) / elapsed,
-            **latency_summary(ttft, tpot)}
+    return {
+        "elapsed": elapsed,
+        "output_tokens": generated,
+        "finished": len(finish),
+        "requests": len(requests),
+        "partial": partial,
+        "tok_per_s": generated / elapsed,
+        "req_per_s": len(finish) / elapsed,
+        **latency_summary(ttft, tpot),
+    }
 
 
 def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]:
@@ -123,8 +134,9 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
     from mini_vllm.sampling_params import SamplingParams
 
     warm = [{"prompt_token_ids": r["prompt"][:32]} for r in requests[:4]]
-    llm.generate(warm, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True),
-                 use_tqdm=False)
+    llm.generate(
+        warm, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), use_tqdm=False
+    )
     engine.kv_cache_manager.reset_prefix_cache()
     engine.stats = EngineStats(num_gpu_blocks=engine.num_gpu_blocks, block_size=engine.block_size)
 
@@ -154,9 +166,12 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         period = t0 - last_launch[0] if last_launch[0] else 0.0
         last_launch[0] = t0
         in_flight[id(pending)] = {
-            "reqs": len(prepared.req_ids), "tokens": int(inputs.query_start_loc[-1]),
-            "context": int(inputs.seq_lens.sum()), "decode_only": inputs.max_query_len == 1,
-            "period": period, "launch_s": time.perf_counter() - t0,
+            "reqs": len(prepared.req_ids),
+            "tokens": int(inputs.query_start_loc[-1]),
+            "context": int(inputs.seq_lens.sum()),
+            "decode_only": inputs.max_query_len == 1,
+            "period": period,
+            "launch_s": time.perf_counter() - t0,
             "events": (start, end) if cuda else None,
         }
         return pending
@@ -170,8 +185,9 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
             wait = time.perf_counter() - t0
             if events:
                 events[1].synchronize()  # get_output waited for the tokens, not for this event
-            step["s"] = (events[0].elapsed_time(events[1]) / 1e3 if events
-                         else step["launch_s"] + wait)
+            step["s"] = (
+                events[0].elapsed_time(events[1]) / 1e3 if events else step["launch_s"] + wait
+            )
             steps.append(step)
         return out
 
@@ -198,8 +214,9 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         "max_num_seqs": engine.max_num_seqs,
     }
     if device == "cuda" and not tp:
-        result["mem_beyond_weights"] = int(torch.cuda.max_memory_allocated()
-                                           - weight_bytes(engine.model))
+        result["mem_beyond_weights"] = int(
+            torch.cuda.max_memory_allocated() - weight_bytes(engine.model)
+        )
         result["mem_note"] = "includes the whole preallocated KV cache"
     if not tp:
         runner.launch_step, runner.get_output = original_launch, original_collect
@@ -210,24 +227,33 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         top = max(s["reqs"] for s in decode)
         at_top = [s for s in decode if s["reqs"] == top]
         w = weight_bytes(engine.model)
-        per_token = kv_bytes_per_token(engine.hf_config, torch.tensor([], dtype=engine.dtype)
-                                       .element_size())
+        per_token = kv_bytes_per_token(
+            engine.hf_config, torch.tensor([], dtype=engine.dtype).element_size()
+        )
         kv_read = statistics.median(s["context"] for s in at_top) * per_token
         timed_steps = at_top[1:] or at_top  # the first one's period spans the start-up
         step_s = statistics.median(s["s"] for s in timed_steps)
         periods = [s["period"] for s in timed_steps if s["period"]]
         engine_s = statistics.median(periods) if periods else step_s
-        result["decode"] = {"batch": top, "steps": len(at_top), "step_s": step_s,
-                            "engine_step_s": engine_s,
-                            "mean_context": statistics.mean(s["context"] / top for s in at_top),
-                            "weight_bytes": w, "kv_read_bytes": kv_read}
+        result["decode"] = {
+            "batch": top,
+            "steps": len(at_top),
+            "step_s": step_s,
+            "engine_step_s": engine_s,
+            "mean_context": statistics.mean(s["context"] / top for s in at_top),
+            "weight_bytes": w,
+            "kv_read_bytes": kv_read,
+        }
         if device == "cuda":
             rate = copy_rate(torch, device)
             floor = (w + kv_read) / rate
             result["decode"].update(copy_rate=rate, floor_s=floor, ratio=step_s / floor)
-    result["steps"] = {"total": len(steps), "decode_only": len(decode),
-                       "model_s": sum(s["s"] for s in steps),
-                       "mixed_s": sum(s["s"] for s in steps if not s["decode_only"])}
+    result["steps"] = {
+        "total": len(steps),
+        "decode_only": len(decode),
+        "model_s": sum(s["s"] for s in steps),
+        "mixed_s": sum(s["s"] for s in steps if not s["decode_only"]),
+    }
 
     # Latency under Poisson arrivals: the first requests of the workload, prefix cache emptied.
     if args.poisson_requests and time.time() < args.stop_at - 5:
@@ -256,8 +282,9 @@ def _step_recorder(torch: Any, device: str, stop_at: float) -> Any:
             self.times.append(time.perf_counter())
             done = time.time() > stop_at
             self.stopped = self.stopped or done
-            return torch.full((input_ids.shape[0],), done, dtype=torch.bool,
-                              device=input_ids.device)
+            return torch.full(
+                (input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device
+            )
 
     return StepRecorder()
 
@@ -267,7 +294,8 @@ def _load_hf(args: argparse.Namespace, device: str, **kwargs: Any) -> Any:
 
     dtype = model_dtype(device, args.dtype)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        args.model_dir, dtype=dtype, local_files_only=True, **kwargs)
+        args.model_dir, dtype=dtype, local_files_only=True, **kwargs
+    )
     return model.to(device).eval()
 
 
@@ -289,13 +317,19 @@ def stage_hf_static(args: argparse.Namespace, work: dict[str, Any]) -> dict[str,
         mask = torch.zeros((len(batch), width), dtype=torch.long)
         for row, r in enumerate(batch):
             n = len(r["prompt"])
-            ids[row, width - n:] = torch.tensor(r["prompt"])
-            mask[row, width - n:] = 1
+            ids[row, width - n :] = torch.tensor(r["prompt"])
+            mask[row, width - n :] = 1
         max_new = max(r["output_len"] for r in batch)
         with torch.no_grad():
-            model.generate(ids.to(device), attention_mask=mask.to(device),
-                           max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False,
-                           pad_token_id=pad, stopping_criteria=StoppingCriteriaList([recorder]))
+            model.generate(
+                ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max_new,
+                min_new_tokens=max_new,
+                do_sample=False,
+                pad_token_id=pad,
+                stopping_criteria=StoppingCriteriaList([recorder]),
+            )
 
     # Warm-up, untimed: two short requests (CUDA context, kernels, allocator). Never the
     # workload's own lengths: at batch 2, a thousand decoding steps would eat the time limit.
@@ -312,7 +346,7 @@ def stage_hf_static(args: argparse.Namespace, work: dict[str, Any]) -> dict[str,
     total_useful = sum(r["output_len"] for r in requests)
     t0 = time.perf_counter()
     for k in range(n_batches):
-        batch = requests[k * batch_size:(k + 1) * batch_size]
+        batch = requests[k * batch_size : (k + 1) * batch_size]
         if time.time() > args.stop_at:  # between batches: later ones as long as the done ones
             if k == 0:
                 return {"error": "the time limit was spent before the first batch started"}
@@ -346,9 +380,14 @@ def stage_hf_static(args: argparse.Namespace, work: dict[str, Any]) -> dict[str,
     if stopped_at:
         useful = total_useful
     return {
-        "tok_per_s": useful / total_s, "output_tokens": useful, "elapsed": elapsed,
-        "estimated": bool(stopped_at), "stopped_at": stopped_at, "batch_size": batch_size,
-        "kv_peak_bytes": kv_peak, "mem_beyond_weights": peak_memory_beyond(torch, device, weights),
+        "tok_per_s": useful / total_s,
+        "output_tokens": useful,
+        "elapsed": elapsed,
+        "estimated": bool(stopped_at),
+        "stopped_at": stopped_at,
+        "batch_size": batch_size,
+        "kv_peak_bytes": kv_peak,
+        "mem_beyond_weights": peak_memory_beyond(torch, device, weights),
         **latency_summary(ttft, tpot),
     }
 
@@ -367,8 +406,9 @@ def stage_hf_cb(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any
         return {"skipped": f"transformers {transformers.__version__} has no continuous batching"}
     weights = weight_bytes(model)
     max_out = max(r["output_len"] for r in requests)
-    gen_cfg = GenerationConfig(do_sample=False, max_new_tokens=max_out, eos_token_id=-1,
-                               pad_token_id=0)
+    gen_cfg = GenerationConfig(
+        do_sample=False, max_new_tokens=max_out, eos_token_id=-1, pad_token_id=0
+    )
     kwargs: dict[str, Any] = {"generation_config": gen_cfg}
     if "workload_hints" in inspect.signature(model.init_continuous_batching).parameters:
         try:
@@ -376,7 +416,9 @@ def stage_hf_cb(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any
 
             kwargs["workload_hints"] = WorkloadHints(
                 max_prompt_length=max(len(r["prompt"]) for r in requests),
-                max_generated_length=max_out, num_requests=len(requests))
+                max_generated_length=max_out,
+                num_requests=len(requests),
+            )
         except Exception:  # an older layout: the hints are optional
             pass
     manager = model.init_continuous_batching(**kwargs)
@@ -436,8 +478,9 @@ def stage_hf_cb(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any
     if len(finished) < len(requests):
         try:  # tokens of the requests still running (internal API; best effort)
             active = manager.batch_processor.scheduler.active_requests
-            in_flight = sum(state.generated_len() for rid, state in list(active.items())
-                            if rid in added_at)
+            in_flight = sum(
+                state.generated_len() for rid, state in list(active.items()) if rid in added_at
+            )
             note = "stopped at the time limit; in-flight tokens counted"
         except Exception:
             note = "stopped at the time limit; only finished requests counted (a lower bound)"
@@ -458,10 +501,16 @@ def stage_hf_cb(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any
         elif n:
             ttft.append(done_t - added_at[rid])
     return {
-        "tok_per_s": (tokens + in_flight) / elapsed, "output_tokens": tokens + in_flight,
-        "elapsed": elapsed, "finished": len(finished), "requests": len(requests),
-        "estimated": len(finished) < len(requests), "note": note, "errors": errors,
+        "tok_per_s": (tokens + in_flight) / elapsed,
+        "output_tokens": tokens + in_flight,
+        "elapsed": elapsed,
+        "finished": len(finished),
+        "requests": len(requests),
+        "estimated": len(finished) < len(requests),
+        "note": note,
+        "errors": errors,
         "attn": getattr(model.config, "_attn_implementation", None),
-        "kv_peak_bytes": None, "mem_beyond_weights": peak_memory_beyond(torch, device, weights),
+        "kv_peak_bytes": None,
+        "mem_beyond_weights": peak_memory_beyond(torch, device, weights),
         **latency_summary(ttft, tpot),
     }

@@ -25,40 +25,86 @@ SCALES: dict[str, dict[str, int]] = {
 # Shapes of the random-weight models (the published configs of the models they imitate).
 RANDOM_MODELS: dict[str, dict[str, Any]] = {
     "smollm2-135m": dict(
-        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-        rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=8192,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
     ),
     "llama-1b": dict(  # Llama-3.2-1B
-        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-        num_attention_heads=32, num_key_value_heads=8, head_dim=64,
-        max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
         tie_word_embeddings=True,
-        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
     ),
     "llama-8b": dict(  # Llama-3.1-8B: the 8B-class shape of the tensor-parallel runs
-        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
-        rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
     ),
     "tiny": dict(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-        rms_norm_eps=1e-5, tie_word_embeddings=True,
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
     ),
 }
 
 
-def make_workload(num_requests: int, min_input: int, max_input: int, min_output: int,
-                  max_output: int, seed: int, vocab_size: int) -> list[dict[str, Any]]:
+def make_workload(
+    num_requests: int,
+    min_input: int,
+    max_input: int,
+    min_output: int,
+    max_output: int,
+    seed: int,
+    vocab_size: int,
+) -> list[dict[str, Any]]:
     """nano-vllm's benchmark: random token ids, input and output lengths uniform, one seed."""
     rng = random.Random(seed)
     top = min(vocab_size, 10_000)
-    prompts = [[rng.randrange(top) for _ in range(rng.randint(min_input, max_input))]
-               for _ in range(num_requests)]
+    prompts = [
+        [rng.randrange(top) for _ in range(rng.randint(min_input, max_input))]
+        for _ in range(num_requests)
+    ]
     outputs = [rng.randint(min_output, max_output) for _ in range(num_requests)]
     return [{"prompt": p, "output_len": n} for p, n in zip(prompts, outputs)]
 
@@ -80,8 +126,9 @@ def stage_prepare(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.model_dir)
     if args.random_model:
         shape = dict(RANDOM_MODELS[args.random_model])
-        config = transformers.LlamaConfig(**shape, bos_token_id=None, eos_token_id=None,
-                                          pad_token_id=None)
+        config = transformers.LlamaConfig(
+            **shape, bos_token_id=None, eos_token_id=None, pad_token_id=None
+        )
         torch.manual_seed(0)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         with torch.device(device):
@@ -94,7 +141,8 @@ def stage_prepare(args: argparse.Namespace) -> dict[str, Any]:
 
         src = resolve_model(args.model)
         loaded = transformers.AutoModelForCausalLM.from_pretrained(
-            src.path, **src.from_pretrained_kwargs())
+            src.path, **src.from_pretrained_kwargs()
+        )
         if src.gguf_file is not None:
             # transformers will not save a model it loaded from GGUF; its weights are already
             # dequantized, so a plain model of the same config takes them as they are.

@@ -59,22 +59,29 @@ class PhaseTimer:
 def build_engine(args: argparse.Namespace, model_dir: Path) -> Any:
     from mini_vllm.llm import LLM
 
-    prep_args = argparse.Namespace(random_model=args.random_model, model_dir=str(model_dir),
-                                   threads=1, model=None)
+    prep_args = argparse.Namespace(
+        random_model=args.random_model, model_dir=str(model_dir), threads=1, model=None
+    )
     bench_engine.stage_prepare(prep_args)
     cuda = args.device == "cuda"
-    llm = LLM(str(model_dir), skip_tokenizer_init=True, device=args.device,
-              dtype="bfloat16" if cuda else "float32",
-              max_model_len=args.context + args.steps + 64 + args.prefill_tokens,
-              max_num_seqs=args.batch + 1, gpu_memory_utilization=args.gpu_memory_utilization,
-              async_scheduling=False)
+    llm = LLM(
+        str(model_dir),
+        skip_tokenizer_init=True,
+        device=args.device,
+        dtype="bfloat16" if cuda else "float32",
+        max_model_len=args.context + args.steps + 64 + args.prefill_tokens,
+        max_num_seqs=args.batch + 1,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        async_scheduling=False,
+    )
     return llm.llm_engine
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--random-model", default="smollm2-135m",
-                   choices=list(bench_engine.RANDOM_MODELS))
+    p.add_argument(
+        "--random-model", default="smollm2-135m", choices=list(bench_engine.RANDOM_MODELS)
+    )
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--context", type=int, default=600)
     p.add_argument("--steps", type=int, default=50)
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Device: {device}, torch {torch.__version__}\n")
     print("| phase | median (ms) |\n|---|---:|")
     for name, values in timer.times.items():
-        print(f"| {name} | {statistics.median(values[-args.steps:]) * 1e3:.3f} |")
+        print(f"| {name} | {statistics.median(values[-args.steps :]) * 1e3:.3f} |")
     if gpu_ms:
         print(f"| GPU (events around execute_model) | {statistics.median(gpu_ms):.3f} |")
     print(f"| **whole engine step** | **{statistics.median(step_s) * 1e3:.3f}** |\n")
@@ -157,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     engine.step()
     sync()
-    print(f"Step with a {args.prefill_tokens}-token prefill beside {batch} decodes: "
-          f"{(time.perf_counter() - t0) * 1e3:.1f} ms (first call of its shapes)")
+    print(
+        f"Step with a {args.prefill_tokens}-token prefill beside {batch} decodes: "
+        f"{(time.perf_counter() - t0) * 1e3:.1f} ms (first call of its shapes)"
+    )
     engine.abort_request(["prefill"])
     engine.add_request("prefill2", {"prompt_token_ids": prompt[::-1]}, params)
     t0 = time.perf_counter()

@@ -51,35 +51,53 @@ def main(argv: list[str] | None = None) -> int:
         next_block += n
     tables, seq_lens = tables.cuda(), lens.cuda()
     lines = [
-        "## Decode attention tiles at batch 256 (64-wide heads)", "",
-        f"Command: `python bench/sweep_decode_tiles.py --out {args.out}`", "",
+        "## Decode attention tiles at batch 256 (64-wide heads)",
+        "",
+        f"Command: `python bench/sweep_decode_tiles.py --out {args.out}`",
+        "",
         f"Device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
         f"{triton.__version__}. Lengths: the engine benchmark's prompts + {GENERATED} "
         f"(mean {float(lens.float().mean()):.0f}, max {int(lens.max())}), blocks of "
-        f"{BLOCK_SIZE} tokens, bf16. Time: `triton.testing.do_bench` median.", "",
+        f"{BLOCK_SIZE} tokens, bf16. Time: `triton.testing.do_bench` median.",
+        "",
     ]
     grid = list(itertools.product((1, 2, 4), (32, 64), (2, 4), (2, 3)))
     torch.manual_seed(0)
     for name, (num_heads, num_kv_heads) in SHAPES.items():
-        cache = torch.randn(2, next_block, BLOCK_SIZE, num_kv_heads, HEAD_DIM,
-                            dtype=torch.bfloat16, device="cuda")
+        cache = torch.randn(
+            2, next_block, BLOCK_SIZE, num_kv_heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda"
+        )
         query = torch.randn(len(lens), num_heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
         kv_bytes = 2 * int(lens.sum()) * num_kv_heads * HEAD_DIM * 2
         results = []
         for splits, block_n, warps, stages in grid:
             call = functools.partial(
-                paged_attention_decode, query, cache[0], cache[1], tables, seq_lens, 0.125,
-                num_splits=splits, block_n=block_n, num_warps=warps, num_stages=stages)
+                paged_attention_decode,
+                query,
+                cache[0],
+                cache[1],
+                tables,
+                seq_lens,
+                0.125,
+                num_splits=splits,
+                block_n=block_n,
+                num_warps=warps,
+                num_stages=stages,
+            )
             ms = triton.testing.do_bench(call, warmup=25, rep=200)
             results.append((ms, splits, block_n, warps, stages))
         default = next(r[0] for r in results if r[1:] == (1, 32, 4, 2))
-        lines += [f"### {name} ({num_heads} query / {num_kv_heads} KV heads)", "",
-                  "| splits | tokens per tile | warps | stages | time (us) | GB/s "
-                  "| vs lab-04 defaults |",
-                  "|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"### {name} ({num_heads} query / {num_kv_heads} KV heads)",
+            "",
+            "| splits | tokens per tile | warps | stages | time (us) | GB/s | vs lab-04 defaults |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for ms, splits, block_n, warps, stages in sorted(results):
-            lines.append(f"| {splits} | {block_n} | {warps} | {stages} | {ms * 1e3:.1f} | "
-                         f"{kv_bytes / ms / 1e6:,.0f} | {default / ms:.2f}x |")
+            lines.append(
+                f"| {splits} | {block_n} | {warps} | {stages} | {ms * 1e3:.1f} | "
+                f"{kv_bytes / ms / 1e6:,.0f} | {default / ms:.2f}x |"
+            )
         lines.append("")
     text = "\n".join(lines)
     print(text)

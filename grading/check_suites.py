@@ -40,20 +40,33 @@ def check_mutant(lab: Lab, mutant: Mutant) -> Verdict:
         folder = mutant.materialize(lab, Path(tmp) / lab.dirname)
         score, total, results = grade_folder(lab, folder, fail_fast=True)
     failed = [r.info.name for r in results if r.outcome not in ("passed", "skipped")]
-    return Verdict(f"bug: {mutant.name}", score, total, "< full", score < total,
-                   ", ".join(failed[:4]) + (" …" if len(failed) > 4 else ""))
+    return Verdict(
+        f"bug: {mutant.name}",
+        score,
+        total,
+        "< full",
+        score < total,
+        ", ".join(failed[:4]) + (" …" if len(failed) > 4 else ""),
+    )
 
 
 def check_lab(lab: Lab, workers: int = 2) -> list[Verdict]:
     verdicts = []
     score, total, results = grade_folder(lab, lab.stub_dir)
     bad = [r.outcome for r in results if r.outcome not in ("not_started",)]
-    verdicts.append(Verdict("stub", score, total, "0, all NOT STARTED", score == 0 and not bad,
-                            f"{len(bad)} tests not NOT STARTED" if bad else ""))
+    verdicts.append(
+        Verdict(
+            "stub",
+            score,
+            total,
+            "0, all NOT STARTED",
+            score == 0 and not bad,
+            f"{len(bad)} tests not NOT STARTED" if bad else "",
+        )
+    )
     score, total, results = grade_folder(lab, lab.solution_dir)
     failed = [r.info.name for r in results if r.outcome != "passed"]
-    verdicts.append(Verdict("solution", score, total, "full", score == total,
-                            ", ".join(failed)))
+    verdicts.append(Verdict("solution", score, total, "full", score == total, ", ".join(failed)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         verdicts.extend(pool.map(lambda m: check_mutant(lab, m), mutants_for(lab)))
     return verdicts
@@ -74,5 +87,7 @@ def print_verdicts(lab: Lab, verdicts: list[Verdict]) -> None:
     bugs = [v for v in verdicts if v.subject.startswith("bug:")]
     caught = sum(v.ok for v in bugs)
     if bugs:
-        console.print(f"{lab.id}: {caught}/{len(bugs)} buggy implementations caught "
-                      f"({100 * caught / len(bugs):.0f} %)")
+        console.print(
+            f"{lab.id}: {caught}/{len(bugs)} buggy implementations caught "
+            f"({100 * caught / len(bugs):.0f} %)"
+        )

@@ -142,8 +142,9 @@ class Reporter:
         # A stub's NotImplementedError leaves the learner process as sound as a pass does.
         SESSION.end_test(passed=outcome in ("passed", "not_started"))
         duration = time.perf_counter() - self._started.get(nodeid, time.perf_counter())
-        self.channel.send("result", nodeid=nodeid, outcome=outcome, message=message,
-                          duration=round(duration, 3))
+        self.channel.send(
+            "result", nodeid=nodeid, outcome=outcome, message=message, duration=round(duration, 3)
+        )
 
 
 class Collector:
@@ -168,12 +169,14 @@ class Collector:
             if meta.get("gpu") and not self.has_gpu:
                 continue
             doc = (getattr(item, "function", None).__doc__ or "").strip().splitlines()
-            tests.append({
-                "nodeid": item.nodeid,
-                "name": item.name.removeprefix("test_"),
-                "description": doc[0] if doc else "",
-                **meta,
-            })
+            tests.append(
+                {
+                    "nodeid": item.nodeid,
+                    "name": item.name.removeprefix("test_"),
+                    "description": doc[0] if doc else "",
+                    **meta,
+                }
+            )
         self.channel.send("collected", tests=tests, ungraded=ungraded, errors=self.errors)
 
 
@@ -190,11 +193,18 @@ def _pytest_args(suite: str, nodeids: list[str]) -> list[str]:
     return [
         *([str(repo / n) for n in nodeids] or [suite]),
         f"--rootdir={repo}",
-        "-c", str(repo / "grading" / "suite.ini"),
+        "-c",
+        str(repo / "grading" / "suite.ini"),
         f"--confcutdir={suite}",
-        "-p", "no:cacheprovider",
-        "-p", "no:randomly",
-        "-q", "-s", "--no-header", "-p", "no:warnings",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-q",
+        "-s",
+        "--no-header",
+        "-p",
+        "no:warnings",
         "--import-mode=importlib",
     ]
 
@@ -212,13 +222,18 @@ def _undefined_symbols(lab_id: str, modules: list[str]) -> str | None:
             tree = ast.parse(path.read_text(errors="replace"))
         except (OSError, SyntaxError, ValueError):
             return None  # the import reports it, with the learner's line number
-        defined = {n.name for n in tree.body
-                   if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)}
+        defined = {
+            n.name
+            for n in tree.body
+            if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        }
         wanted = {q.split(".")[0] for q in lab.tasks.get(f"{module}.py", {})}
         missing = sorted(wanted - defined)
         if missing:
-            return (f"{module}.py must define {', '.join(missing)} itself (with `class` or "
-                    "`def`), not import or assign it: the grader grades the code you wrote")
+            return (
+                f"{module}.py must define {', '.join(missing)} itself (with `class` or "
+                "`def`), not import or assign it: the grader grades the code you wrote"
+            )
     return None
 
 
@@ -241,10 +256,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.mode == "collect":
         has_gpu = args.needs_torch and _has_gpu()
-        return pytest.main(
-            [*_pytest_args(args.suite, []), "--collect-only"],
-            plugins=[Collector(channel, has_gpu)],
-        ) and 0
+        return (
+            pytest.main(
+                [*_pytest_args(args.suite, []), "--collect-only"],
+                plugins=[Collector(channel, has_gpu)],
+            )
+            and 0
+        )
 
     SESSION.staging = Staging.load(Path(args.staging), load_lab(args.lab))
     SESSION.gpu = args.needs_torch and _has_gpu()

@@ -129,8 +129,9 @@ def order_key(lab: Lab, nodeid: str) -> int:
     filename = path.rsplit("/", 1)[-1]
     for i, entry in enumerate(lab.order):
         file_part, _, test_part = entry.partition("::")
-        if file_part == filename and (not test_part or name == test_part
-                                      or name.startswith(test_part + "[")):
+        if file_part == filename and (
+            not test_part or name == test_part or name.startswith(test_part + "[")
+        ):
             return i
     return len(lab.order)
 

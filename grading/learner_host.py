@@ -29,8 +29,11 @@ from typing import Any
 
 import wire  # the sandbox's copy of grading/wire.py, next to this file
 
-_BUILTIN_EXCEPTIONS = {name for name, obj in vars(builtins).items()
-                       if isinstance(obj, type) and issubclass(obj, BaseException)}
+_BUILTIN_EXCEPTIONS = {
+    name
+    for name, obj in vars(builtins).items()
+    if isinstance(obj, type) and issubclass(obj, BaseException)
+}
 CLONE_NEWNS = 0x00020000
 MS_BIND, MS_REC, MS_PRIVATE, MS_RDONLY, MS_NOSUID, MS_NODEV = 4096, 16384, 1 << 18, 1, 2, 4
 PR_SET_NO_NEW_PRIVS = 38
@@ -43,8 +46,13 @@ def _libc() -> Any:
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
     libc = _libc()
-    rc = libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
-                    ctypes.c_ulong(flags), data.encode() if data else None)
+    rc = libc.mount(
+        source.encode(),
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {fstype or 'bind'} on {target}: {os.strerror(err)}")
@@ -128,8 +136,11 @@ def _drop_capabilities() -> None:
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
+        _fields_ = [
+            ("effective", ctypes.c_uint32),
+            ("permitted", ctypes.c_uint32),
+            ("inheritable", ctypes.c_uint32),
+        ]
 
     header, data = Header(0x20080522, 0), (Data * 2)()
     if libc.capset(ctypes.byref(header), data) != 0:
@@ -139,9 +150,13 @@ def _drop_capabilities() -> None:
 
 def _limit(config: dict[str, Any]) -> None:
     limits = config["limits"]
-    wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, limits["fsize"]),
-              (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_AS, limits.get("address_space")),
-              (resource.RLIMIT_NPROC, limits.get("nproc"))]
+    wanted = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, limits["fsize"]),
+        (resource.RLIMIT_NOFILE, 256),
+        (resource.RLIMIT_AS, limits.get("address_space")),
+        (resource.RLIMIT_NPROC, limits.get("nproc")),
+    ]
     for which, value in wanted:
         if value is None:
             continue
@@ -180,8 +195,11 @@ def enter_sandbox(config: dict[str, Any]) -> Path:
     os.environ.clear()
     os.environ.update(config["env"])
     os.environ["HOME"] = os.environ["TMPDIR"] = str(work)
-    sys.path[:] = [str(root / "impl"), str(root / "lib"),
-                   *[p for p in config["site"] if os.path.isdir(p)]]
+    sys.path[:] = [
+        str(root / "impl"),
+        str(root / "lib"),
+        *[p for p in config["site"] if os.path.isdir(p)],
+    ]
     return work
 
 
@@ -287,8 +305,11 @@ class Host:
         else:
             raise wire.WireError(f"unknown request {op!r}")
         encode = self._to_handle
-        return ["ok", wire.encode_value(result, encode),
-                None if copyback is None else wire.encode_value(copyback, encode)]
+        return [
+            "ok",
+            wire.encode_value(result, encode),
+            None if copyback is None else wire.encode_value(copyback, encode),
+        ]
 
     def _import(self, name: str) -> Any:
         self._apply_chain()
@@ -313,16 +334,22 @@ class Host:
 
     def describe(self, exc: BaseException) -> list[Any]:
         """An exception as data: builtin base names, type name, message, where in the impl."""
-        types = [c.__name__ for c in type(exc).__mro__
-                 if c.__name__ in _BUILTIN_EXCEPTIONS and getattr(builtins, c.__name__) is c]
+        types = [
+            c.__name__
+            for c in type(exc).__mro__
+            if c.__name__ in _BUILTIN_EXCEPTIONS and getattr(builtins, c.__name__) is c
+        ]
         try:
             message = _short(str(exc), 4000)
         except BaseException:
             message = "<the exception's message could not be read>"
         where = ""
         try:
-            frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                      if f.filename.startswith(self.impl)]
+            frames = [
+                f
+                for f in traceback.extract_tb(exc.__traceback__)
+                if f.filename.startswith(self.impl)
+            ]
             if frames:
                 where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}"
         except BaseException:
@@ -333,7 +360,8 @@ class Host:
 def _is_array(value: Any) -> bool:
     kind = type(value)
     return (kind.__module__ == "numpy" and kind.__name__ == "ndarray") or (
-        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter"))
+        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter")
+    )
 
 
 def _type_name(cls: type) -> str:
@@ -378,7 +406,7 @@ def serve(host: Host, fd_in: int, fd_out: int) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def main() -> None:

@@ -26,9 +26,12 @@ MAX_STEPS = 12
 
 _BLOCK_REPR = re.compile(
     r"KVCacheBlock\(block_id=(-?\d+), ref_cnt=(-?\d+)(?:, _block_hash=(None|b?'[^']*'|[^,()]*))?"
-    r"[^()]*?\)")
-_DRAW = re.compile(r"^Draw \d+(?: \((?P<label>[^)]*)\))?: (?P<value>.*?)(?:\s+# or any other "
-                   r"generated value)?$")  # the comment is gone by then; kept for notes read raw
+    r"[^()]*?\)"
+)
+_DRAW = re.compile(
+    r"^Draw \d+(?: \((?P<label>[^)]*)\))?: (?P<value>.*?)(?:\s+# or any other "
+    r"generated value)?$"
+)  # the comment is gone by then; kept for notes read raw
 _STEP = re.compile(r"^state\.(?P<rule>\w+)\((?P<args>.*)\)$")
 _COMMENT = re.compile(r"\s+# or any other generated value$")
 _EXAMPLE = re.compile(r"^\s*(?:Falsifying example|Failing test case): (?!<state machine>)")
@@ -63,8 +66,13 @@ def clean_assertion(message: str, statement: str | None = None) -> str:
     kept = [lines[0]]
     for line in lines[1:]:
         stripped = line.strip()
-        if stripped.startswith("+  where") or stripped.startswith("+    where") \
-                or stripped in _NOISE or stripped.startswith("+  and ") or not stripped:
+        if (
+            stripped.startswith("+  where")
+            or stripped.startswith("+    where")
+            or stripped in _NOISE
+            or stripped.startswith("+  and ")
+            or not stripped
+        ):
             continue
         kept.append(line)
     text = "\n".join(kept[:5] + (["  …"] if len(kept) > 5 else []))
@@ -89,8 +97,13 @@ def compact_steps(notes: list[str]) -> list[str]:
     for line in lines:
         if line.startswith("Explanation:") or line.startswith("These lines were"):
             break  # where the failing runs went in the suite: not the learner's business
-        if not line or line.startswith("# ") or line == "Failing test case: <state machine>" \
-                or line.startswith("state = ") or line == "state.teardown()":
+        if (
+            not line
+            or line.startswith("# ")
+            or line == "Failing test case: <state machine>"
+            or line.startswith("state = ")
+            or line == "state.teardown()"
+        ):
             continue
         draw = _DRAW.match(line)
         if draw:
@@ -104,16 +117,20 @@ def compact_steps(notes: list[str]) -> list[str]:
             steps.append(f"{step.group('rule')}({', '.join(args + draws)})")
             draws = []
             continue
-        if line.startswith("You can reproduce") or line.startswith("@reproduce_failure") \
-                or line.startswith("Highest target score"):
+        if (
+            line.startswith("You can reproduce")
+            or line.startswith("@reproduce_failure")
+            or line.startswith("Highest target score")
+        ):
             continue
         other.append(line)
     if draws:  # values drawn by the last step before it failed (it never printed itself)
         steps.append(f"… ({', '.join(draws)})")
     if not steps and other:  # a @given test: "Failing test case: test_x(", "a=1,", ")"
         text = " ".join(other)
-        text = re.sub(r"^(?:Falsifying example|Failing test case): \w+\(\s*(.*?),?\s*\)$",
-                      r"\1", text)
+        text = re.sub(
+            r"^(?:Falsifying example|Failing test case): \w+\(\s*(.*?),?\s*\)$", r"\1", text
+        )
         text = re.sub(r"([(\[{])\s+", r"\1", text)
         text = re.sub(r",?\s+([)\]}])", r"\1", text)
         return [short_reprs(text)]
@@ -156,8 +173,11 @@ def steps_block(exc: BaseException, others: int) -> str:
     steps = compact_steps(notes)
     if not steps:
         return ""
-    more = f" ({others} other distinct failure{'s' if others > 1 else ''} too: fix this one " \
-        "first)" if others else ""
+    more = (
+        f" ({others} other distinct failure{'s' if others > 1 else ''} too: fix this one first)"
+        if others
+        else ""
+    )
     if any(_EXAMPLE.match(n) for n in notes):
         return f"failing example{more}: {steps[0]}"
     body = "\n".join(f"  {i + 1}. {s}" for i, s in enumerate(steps))

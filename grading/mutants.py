@@ -53,11 +53,13 @@ class Mutant:
                 line_indent = line[: len(line) - len(line.lstrip(" "))]
                 head, *rest = replace.splitlines() or [""]
                 replacement = "\n".join([head, *[line_indent + r if r else r for r in rest]])
-            text = text[:i] + replacement + text[i + len(candidate):]
+            text = text[:i] + replacement + text[i + len(candidate) :]
             break
         else:
-            raise ValueError(f"mutant {self.name}: {first.strip()!r}… does not occur exactly "
-                             f"once in {lab.solution_dir / self.file}")
+            raise ValueError(
+                f"mutant {self.name}: {first.strip()!r}… does not occur exactly "
+                f"once in {lab.solution_dir / self.file}"
+            )
         path.write_text(text)
         return dest
 

@@ -154,7 +154,7 @@ class Connection:
             _, ready, _ = select.select([], [fd], [], timeout)
             if ready:
                 try:
-                    view = view[os.write(fd, view[:65536]):]
+                    view = view[os.write(fd, view[:65536]) :]
                 except OSError:
                     raise self._crashed() from None
 
@@ -174,8 +174,9 @@ class Connection:
         except (EOFError, OSError):
             raise self._crashed() from None
         except wire.WireError as exc:
-            raise self._fail(LearnerFault(f"the learner process broke the protocol: {exc}")) \
-                from None
+            raise self._fail(
+                LearnerFault(f"the learner process broke the protocol: {exc}")
+            ) from None
         try:
             return self.decoder.decode(body)
         except wire.WireError as exc:
@@ -217,8 +218,10 @@ class Connection:
             text += f"\n  at {where}"
         if not (isinstance(base, type) and issubclass(base, Exception)):
             self.tainted = True
-            return LearnerAborted(f"your code raised {text} (it ends a program, not an "
-                                  "operation; raise an Exception subclass)")
+            return LearnerAborted(
+                f"your code raised {text} (it ends a program, not an "
+                "operation; raise an Exception subclass)"
+            )
         exc = _exception_class(first)(message)
         exc.learner_type, exc.where = name, where
         exc.args = (message,)
@@ -240,13 +243,16 @@ class Connection:
             self.proxies[hid] = proxy
         return proxy
 
+
 def _to_wire(obj: Any) -> list[Any]:
     if isinstance(obj, Remote):
         return [object.__getattribute__(obj, "_hid"), 0, "", None]
     if isinstance(obj, _RemoteMethod):
         raise wire.WireError("pass the object, not one of its methods")
-    raise wire.WireError(f"a judge-side {type(obj).__name__}: build it in the learner process "
-                         "(learner_module(...)) and pass that")
+    raise wire.WireError(
+        f"a judge-side {type(obj).__name__}: build it in the learner process "
+        "(learner_module(...)) and pass that"
+    )
 
 
 def _judge_enum(module: str, qualname: str, name: str) -> Any:
@@ -263,7 +269,8 @@ def _judge_enum(module: str, qualname: str, name: str) -> Any:
 def _array_like(value: Any) -> bool:
     kind = type(value)
     return (kind.__module__ == "numpy" and kind.__name__ == "ndarray") or (
-        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter"))
+        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter")
+    )
 
 
 def _copy_into(dest: Any, src: Any) -> None:
@@ -275,8 +282,9 @@ def _copy_into(dest: Any, src: Any) -> None:
             dest.copy_(src.to(dest.device))
 
 
-def _call(conn: Connection, op: str, head: list[Any], args: tuple[Any, ...],
-          kwargs: dict[str, Any]) -> Any:
+def _call(
+    conn: Connection, op: str, head: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     arrays = any(_array_like(a) for a in args) or any(_array_like(v) for v in kwargs.values())
     value, copyback = conn.request_with_copyback(op, *head, list(args), dict(kwargs), arrays)
     if arrays and isinstance(copyback, list):
@@ -312,8 +320,10 @@ def _compared(obj: Remote, other: object) -> TypeError:
     """Data compared with a learner object: the learner returned an object where a value (an
     int, a list…) was expected. Saying so beats ``==`` quietly being False (or ``!=`` True)."""
     name = object.__getattribute__(obj, "_type").name
-    return TypeError(f"your code gave a {name} object where a value was expected (it was "
-                     f"compared with {type(other).__name__} {str(other)[:60]})")
+    return TypeError(
+        f"your code gave a {name} object where a value was expected (it was "
+        f"compared with {type(other).__name__} {str(other)[:60]})"
+    )
 
 
 class Remote:

@@ -76,8 +76,10 @@ def print_not_started(lab: Lab, results: list[TestResult]) -> None:
         out.append(f"Edit the files in labs/{lab.dirname}/\n")
     out.append(f"\nRead first: {first.info.doc}\n")
     out.append(f"Guide:      labs/{lab.dirname}/README.md\n")
-    out.append(f"Each function you write turns rows into PASS or FAIL; `python -m grading "
-               f"{lab.id} --verbose` shows every test now.\n")
+    out.append(
+        f"Each function you write turns rows into PASS or FAIL; `python -m grading "
+        f"{lab.id} --verbose` shows every test now.\n"
+    )
     console.print(out)
     console.print(f"[bold]score: 0 / {total}[/]")
 
@@ -119,9 +121,11 @@ def cascade_line(results: list[TestResult]) -> str | None:
         # one message for every row (an import error, reported once per test): no test is
         # the cause, the message is
         return f"fix first: {shown} (all {len(group)} failing rows report it)"
-    return (f"fix first: {first.info.name} (the earliest failing test in the order the guide "
-            f"teaches). {len(group)} rows fail the same way ({shown}): one bug usually "
-            "causes them all.")
+    return (
+        f"fix first: {first.info.name} (the earliest failing test in the order the guide "
+        f"teaches). {len(group)} rows fail the same way ({shown}): one bug usually "
+        "causes them all."
+    )
 
 
 def _clip_middle(message: str) -> str:
@@ -130,8 +134,9 @@ def _clip_middle(message: str) -> str:
     if len(lines) <= HEAD_LINES + TAIL_LINES + 1:
         return message
     cut = len(lines) - HEAD_LINES - TAIL_LINES
-    return "\n".join([*lines[:HEAD_LINES], f"… ({cut} lines cut: -v shows them)",
-                      *lines[-TAIL_LINES:]])
+    return "\n".join(
+        [*lines[:HEAD_LINES], f"… ({cut} lines cut: -v shows them)", *lines[-TAIL_LINES:]]
+    )
 
 
 def shown_text(result: TestResult, verbose: bool) -> str:
@@ -158,10 +163,17 @@ def _wrap(text: str, width: int, indent: str) -> list[str]:
             out.append(indent + line)
             continue
         lead = line[: len(line) - len(line.lstrip(" "))]
-        out.extend(textwrap.wrap(line, width=max(20, width - len(indent)),
-                                 initial_indent=indent, subsequent_indent=indent + lead + "  ",
-                                 break_long_words=False, break_on_hyphens=False)
-                   or [indent])
+        out.extend(
+            textwrap.wrap(
+                line,
+                width=max(20, width - len(indent)),
+                initial_indent=indent,
+                subsequent_indent=indent + lead + "  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            or [indent]
+        )
     return out
 
 
@@ -170,8 +182,9 @@ def summary_line(results: list[TestResult]) -> str:
     return ", ".join(f"{n} {LABELS[k][0].lower()}" for k, n in counts.items() if n)
 
 
-def print_plain(lab: Lab, results: list[TestResult], verbose: bool = False,
-                width: int = 80) -> None:
+def print_plain(
+    lab: Lab, results: list[TestResult], verbose: bool = False, width: int = 80
+) -> None:
     """The plain layout: one line per test, its explanation indented below it.
 
     For narrow terminals and for output that is not a terminal (a log, a pipe, CI): nothing
@@ -205,8 +218,7 @@ def _layout_width(results: list[TestResult]) -> int | None:
         return None
     width = shutil.get_terminal_size((80, 24)).columns
     names = max((len(r.info.name) for r in results), default=10)
-    links = max((len(f"read: {r.info.doc}") for r in results if r.outcome != "passed"),
-                default=40)
+    links = max((len(f"read: {r.info.doc}") for r in results if r.outcome != "passed"), default=40)
     needed = min(names, 38) + len("NOT STARTED") + len("points") + 13 + min(links, 90)
     return width if width >= max(MIN_TABLE_WIDTH, needed) else None
 
@@ -220,9 +232,12 @@ def print_table(lab: Lab, results: list[TestResult], verbose: bool = False) -> N
         return
     width = _layout_width(results)
     if width is None:
-        print_plain(lab, results, verbose,
-                    width=shutil.get_terminal_size((80, 24)).columns
-                    if sys.stdout.isatty() else 100)
+        print_plain(
+            lab,
+            results,
+            verbose,
+            width=shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 100,
+        )
         return
     console = Console(highlight=False, width=width)
     score, total = totals(results)
@@ -233,8 +248,12 @@ def print_table(lab: Lab, results: list[TestResult], verbose: bool = False) -> N
     table.add_column("what to look at", overflow="fold", max_width=90)
     for r in results:
         label, style = LABELS.get(r.outcome, (r.outcome.upper(), "red"))
-        table.add_row(_cell(r.info.name), f"[{style}]{label}[/]", f"{r.score}/{r.info.points}",
-                      _cell(shown_text(r, verbose)))
+        table.add_row(
+            _cell(r.info.name),
+            f"[{style}]{label}[/]",
+            f"{r.score}/{r.info.points}",
+            _cell(shown_text(r, verbose)),
+        )
     console.print(table)
     cascade = cascade_line(results)
     if cascade:
@@ -243,24 +262,27 @@ def print_table(lab: Lab, results: list[TestResult], verbose: bool = False) -> N
     console.print(f"[bold]score: {score} / {total}[/]")
 
 
-def write_results_json(lab: Lab, results: list[TestResult], path: Path,
-                       elapsed: float | None = None) -> None:
+def write_results_json(
+    lab: Lab, results: list[TestResult], path: Path, elapsed: float | None = None
+) -> None:
     """Gradescope's results format: https://gradescope-autograders.readthedocs.io/."""
     score, _ = totals(results)
     tests = []
     for r in results:
         label = LABELS.get(r.outcome, (r.outcome,))[0]
-        tests.append({
-            "name": f"{r.info.name}",
-            "name_format": "text",
-            "number": str(len(tests) + 1),
-            "score": r.score,
-            "max_score": r.info.points,
-            "status": "passed" if r.outcome == "passed" else "failed",
-            "output": f"{label}\n{explanation(r)}".strip(),
-            "output_format": "text",
-            "visibility": r.info.visibility,
-        })
+        tests.append(
+            {
+                "name": f"{r.info.name}",
+                "name_format": "text",
+                "number": str(len(tests) + 1),
+                "score": r.score,
+                "max_score": r.info.points,
+                "status": "passed" if r.outcome == "passed" else "failed",
+                "output": f"{label}\n{explanation(r)}".strip(),
+                "output_format": "text",
+                "visibility": r.info.visibility,
+            }
+        )
     visible = [r for r in results if r.info.visibility == "visible"]
     v_score, v_total = totals(visible)
     summary = f"{lab.id}: {v_score} / {v_total}"

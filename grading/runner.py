@@ -79,11 +79,17 @@ def _tail(path: Path, limit: int = 2000) -> str:
 class SuiteRunner:
     """Grades one implementation folder against one lab's suite."""
 
-    def __init__(self, lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = None,
-                 timeout: float | None = None,
-                 on_result: Callable[[TestResult], None] | None = None,
-                 preflight_timeout: float = PREFLIGHT_TIMEOUT,
-                 fail_fast: bool = False, preflight: bool = True) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        impl: Path,
+        chain: list[tuple[Path, str, dict]] | None = None,
+        timeout: float | None = None,
+        on_result: Callable[[TestResult], None] | None = None,
+        preflight_timeout: float = PREFLIGHT_TIMEOUT,
+        fail_fast: bool = False,
+        preflight: bool = True,
+    ) -> None:
         self.lab = lab
         self.impl = impl.resolve()
         self.chain = chain or []
@@ -106,14 +112,20 @@ class SuiteRunner:
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(
-            os.pathsep)
+            os.pathsep
+        )
         env[IMPL_ENV] = str(self.staging.root / "impl")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def _spawn(self, args: Sequence[str], per_test: float | None, overall: float,
-               started: Callable[[str], None] | None = None) -> ChildExit:
+    def _spawn(
+        self,
+        args: Sequence[str],
+        per_test: float | None,
+        overall: float,
+        started: Callable[[str], None] | None = None,
+    ) -> ChildExit:
         """Run one judge; stop it when a test outlives ``per_test`` or the judge ``overall``."""
         args = list(args)
         if self.lab.requires in ("torch", "model") and "--needs-torch" not in args:
@@ -123,11 +135,27 @@ class SuiteRunner:
         isolated = ["-P"] if sys.version_info >= (3, 11) else []
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, *isolated, "-m", "grading.child", *args,
-                 "--report-fd", str(write_fd), "--lab", self.lab.id,
-                 "--staging", str(self.staging.root), "--timeout", str(self.timeout)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.workdir, env=self._env(), pass_fds=(write_fd,),
+                [
+                    sys.executable,
+                    *isolated,
+                    "-m",
+                    "grading.child",
+                    *args,
+                    "--report-fd",
+                    str(write_fd),
+                    "--lab",
+                    self.lab.id,
+                    "--staging",
+                    str(self.staging.root),
+                    "--timeout",
+                    str(self.timeout),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=self._env(),
+                pass_fds=(write_fd,),
                 preexec_fn=_limit_child,
             )
         os.close(write_fd)
@@ -165,8 +193,7 @@ class SuiteRunner:
                 events.append(event)
                 if event["event"] == "start":
                     current = event["nodeid"]
-                    deadline_test = time.monotonic() + per_test + JUDGE_GRACE if per_test \
-                        else None
+                    deadline_test = time.monotonic() + per_test + JUDGE_GRACE if per_test else None
                     if started:
                         started(current)
                 elif event["event"] == "result":
@@ -193,8 +220,10 @@ class SuiteRunner:
             raise GraderError(f"could not collect the suite {self.lab.suite_dir}:\n{out.log_tail}")
         event = collected[0]
         if event["errors"]:
-            raise GraderError("the suite itself does not import (a bug in the course, not in "
-                              "your code):\n" + "\n".join(map(str, event["errors"]))[:4000])
+            raise GraderError(
+                "the suite itself does not import (a bug in the course, not in "
+                "your code):\n" + "\n".join(map(str, event["errors"]))[:4000]
+            )
         if event["ungraded"]:
             raise GraderError(f"tests without a @graded marker: {event['ungraded']}")
         keys = TestInfo.__dataclass_fields__
@@ -205,8 +234,11 @@ class SuiteRunner:
 
     def preflight(self) -> tuple[str, str]:
         modules = [f.removesuffix(".py") for f in self.lab.files]
-        out = self._spawn(["preflight", "--suite", str(self.lab.suite_dir), "--modules", *modules],
-                          None, self.preflight_timeout)
+        out = self._spawn(
+            ["preflight", "--suite", str(self.lab.suite_dir), "--modules", *modules],
+            None,
+            self.preflight_timeout,
+        )
         for event in out.events:
             if event["event"] == "preflight":
                 return event["status"], event["message"]
@@ -234,8 +266,11 @@ class SuiteRunner:
 
         status, message = self.preflight() if self.run_preflight else ("ok", "")
         if status != "ok":
-            outcome = {"not_started": "not_started", "timeout": "timeout",
-                       "crashed": "crashed"}.get(status, "error")
+            outcome = {
+                "not_started": "not_started",
+                "timeout": "timeout",
+                "crashed": "crashed",
+            }.get(status, "error")
             for info in tests:
                 record(TestResult(info, outcome, message))
             return [results[t.nodeid] for t in tests]
@@ -252,8 +287,14 @@ class SuiteRunner:
             left = budget_end - time.monotonic()
             if left <= 0:
                 for info in remaining:
-                    record(TestResult(info, "timeout", "not run: the suite's time budget was "
-                                      "spent (earlier tests hung or were slow)"))
+                    record(
+                        TestResult(
+                            info,
+                            "timeout",
+                            "not run: the suite's time budget was "
+                            "spent (earlier tests hung or were slow)",
+                        )
+                    )
                 break
             list_file = self.workdir / "tests.txt"
             list_file.write_text("\n".join(t.nodeid for t in remaining))
@@ -264,12 +305,23 @@ class SuiteRunner:
             for event in out.events:
                 nodeid = event.get("nodeid")
                 if event["event"] == "result" and nodeid in by_id and nodeid not in results:
-                    record(TestResult(by_id[nodeid], event["outcome"], event.get("message", ""),
-                                      float(event.get("duration", 0.0))))
+                    record(
+                        TestResult(
+                            by_id[nodeid],
+                            event["outcome"],
+                            event.get("message", ""),
+                            float(event.get("duration", 0.0)),
+                        )
+                    )
             if out.timed_out_on in by_id and out.timed_out_on not in results:
-                record(TestResult(by_id[out.timed_out_on], "timeout",
-                                  f"did not finish in {self.timeout:g} s: an infinite loop, or "
-                                  "an operation that is not O(1)?"))
+                record(
+                    TestResult(
+                        by_id[out.timed_out_on],
+                        "timeout",
+                        f"did not finish in {self.timeout:g} s: an infinite loop, or "
+                        "an operation that is not O(1)?",
+                    )
+                )
                 continue
             if any(e["event"] == "done" for e in out.events):
                 if self.fail_fast:
@@ -283,9 +335,14 @@ class SuiteRunner:
             if victim is None:
                 victim = next(t.nodeid for t in tests if t.nodeid not in results)
             tail = protocol.clip(out.log_tail, 600)
-            record(TestResult(by_id[victim], "crashed",
-                              f"the test process died ({_exit_text(out.returncode)})"
-                              + (f"; last output:\n{tail}" if tail else "")))
+            record(
+                TestResult(
+                    by_id[victim],
+                    "crashed",
+                    f"the test process died ({_exit_text(out.returncode)})"
+                    + (f"; last output:\n{tail}" if tail else ""),
+                )
+            )
         return [results[t.nodeid] for t in tests]
 
 
@@ -353,12 +410,18 @@ def plan_chain(lab: Lab) -> tuple[list[tuple[Path, str, dict]], list[str]]:
                 continue
             todo = unfinished_tasks(earlier, earlier.stub_dir, filename)
             if todo:
-                shown = ", ".join(todo[:3]) + (f" and {len(todo) - 3} more" if len(todo) > 3
-                                                else "")
-                state = "NOT STARTED" if len(todo) == len(earlier.tasks.get(filename, {})) \
+                shown = ", ".join(todo[:3]) + (
+                    f" and {len(todo) - 3} more" if len(todo) > 3 else ""
+                )
+                state = (
+                    "NOT STARTED"
+                    if len(todo) == len(earlier.tasks.get(filename, {}))
                     else "unfinished"
-                notes.append(f"--chain: {earlier.id} is {state} in labs/{earlier.dirname}/"
-                             f"{filename} ({shown}): {lab.id} uses the reference for it instead")
+                )
+                notes.append(
+                    f"--chain: {earlier.id} is {state} in labs/{earlier.dirname}/"
+                    f"{filename} ({shown}): {lab.id} uses the reference for it instead"
+                )
                 continue
             chain.append((earlier.stub_dir, filename, provides))
     return chain, notes
@@ -369,9 +432,14 @@ def chain_for(lab: Lab) -> list[tuple[Path, str, dict]]:
     return plan_chain(lab)[0]
 
 
-def grade(lab_name: str, impl: Path | None = None, *, chain: bool = False,
-          on_result: Callable[[TestResult], None] | None = None,
-          notes: list[str] | None = None) -> tuple[Lab, list[TestResult]]:
+def grade(
+    lab_name: str,
+    impl: Path | None = None,
+    *,
+    chain: bool = False,
+    on_result: Callable[[TestResult], None] | None = None,
+    notes: list[str] | None = None,
+) -> tuple[Lab, list[TestResult]]:
     """Grade ``impl`` (default: the lab's folder in ``labs/``). With ``chain``, the learner's
     finished earlier labs stand in for the reference; ``notes`` receives what the learner
     should know first (an earlier lab left out of the chain)."""

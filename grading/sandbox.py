@@ -41,8 +41,17 @@ from grading.labs import REPO_ROOT, Lab
 MODE_ENV = "MINI_VLLM_SANDBOX"
 HOST_FILES = ("learner_host.py", "wire.py")
 #: Variables the learner process may see; everything else (tokens, keys, paths) stays out.
-ENV_ALLOW = ("LANG", "LC_ALL", "TZ", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
-             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "TRITON_CACHE_DIR")
+ENV_ALLOW = (
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TRITON_INTERPRET",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NVIDIA_VISIBLE_DEVICES",
+    "TRITON_CACHE_DIR",
+)
 LOG_CAP = 8 * 1024 * 1024
 
 
@@ -95,8 +104,13 @@ def _stub_source(source: str, qualnames: list[str], lab_id: str) -> str:
         first = found.body[0]
         indent = " " * first.col_offset
         message = f"{lab_id}: {qualname} is yours to write (the reference is not available here)"
-        edits.append((first.lineno - 1, found.end_lineno or found.lineno,
-                      [f"{indent}raise NotImplementedError({message!r})"]))
+        edits.append(
+            (
+                first.lineno - 1,
+                found.end_lineno or found.lineno,
+                [f"{indent}raise NotImplementedError({message!r})"],
+            )
+        )
     for start, end, replacement in sorted(edits, reverse=True):
         lines[start:end] = replacement
     return "\n".join(lines) + "\n"
@@ -110,8 +124,12 @@ def graded_modules(lab: Lab) -> list[str]:
     return modules
 
 
-def stage(lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = None,
-          parent: Path | None = None) -> Staging:
+def stage(
+    lab: Lab,
+    impl: Path,
+    chain: list[tuple[Path, str, dict]] | None = None,
+    parent: Path | None = None,
+) -> Staging:
     """Copy what the learner process may read into a fresh folder."""
     root = Path(tempfile.mkdtemp(prefix="mini-vllm-learner-", dir=parent))
     (root / "impl").mkdir()
@@ -125,8 +143,11 @@ def stage(lab: Lab, impl: Path, chain: list[tuple[Path, str, dict]] | None = Non
     for name in HOST_FILES:
         shutil.copyfile(Path(__file__).with_name(name), host / name)
     lib = root / "lib"
-    shutil.copytree(REPO_ROOT / "mini_vllm", lib / "mini_vllm",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        REPO_ROOT / "mini_vllm",
+        lib / "mini_vllm",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
     qualnames = [q for tasks in lab.tasks.values() for q in tasks]
     for module in graded_modules(lab):
         path = lib.joinpath(*module.split(".")).with_suffix(".py")
@@ -156,8 +177,9 @@ def _can_unshare(extra: list[str]) -> bool:
     if shutil.which("unshare") is None:
         return False
     try:
-        done = subprocess.run(["unshare", *extra, *UNSHARE, "true"], capture_output=True,
-                              timeout=10)
+        done = subprocess.run(
+            ["unshare", *extra, *UNSHARE, "true"], capture_output=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -178,8 +200,11 @@ def sandbox_mode() -> str:
         else:
             _MODE = "namespace" if _can_unshare([]) else "uid"
         if _MODE == "uid" and _python_unreadable():
-            print("grading: Python is installed where an unprivileged user cannot read it; "
-                  "graded code runs without a separate user", file=sys.stderr)
+            print(
+                "grading: Python is installed where an unprivileged user cannot read it; "
+                "graded code runs without a separate user",
+                file=sys.stderr,
+            )
             _MODE = "none"
     return _MODE
 
@@ -281,8 +306,14 @@ def _learner_uid() -> int:
     return 200_000 + secrets.randbelow(700_000)
 
 
-def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
-           uid: int | None = None, preload: tuple[str, ...] = ()) -> Launched:
+def launch(
+    staging: Staging,
+    *,
+    gpu: bool = False,
+    limits: Limits | None = None,
+    uid: int | None = None,
+    preload: tuple[str, ...] = (),
+) -> Launched:
     """Start a learner process for ``staging``; it answers ``ready`` once confined."""
     limits = limits or Limits()
     mode = sandbox_mode()
@@ -301,33 +332,57 @@ def launch(staging: Staging, *, gpu: bool = False, limits: Limits | None = None,
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
     # USER/LOGNAME: the learner's uid has no passwd entry, and getpass.getuser() (torch's
     # compile caches call it) would otherwise fail.
-    env.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0", "USER": "learner",
-                "LOGNAME": "learner"})
+    env.update(
+        {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONHASHSEED": "0",
+            "USER": "learner",
+            "LOGNAME": "learner",
+        }
+    )
     env.setdefault("LANG", "C.UTF-8")
     config = {
-        "fd_in": to_r, "fd_out": from_w,
-        "staging": str(staging.root), "root": root, "namespace": namespaced,
+        "fd_in": to_r,
+        "fd_out": from_w,
+        "staging": str(staging.root),
+        "root": root,
+        "namespace": namespaced,
         "new_root": str(staging.root / "newroot"),
         "python": sorted({*_python_folders(), *_package_folders()}),
-        "tmp_mib": limits.tmp_mib, "uid": learner_uid, "env": env,
-        "site": _package_folders(), "preload": list(preload),
+        "tmp_mib": limits.tmp_mib,
+        "uid": learner_uid,
+        "env": env,
+        "site": _package_folders(),
+        "preload": list(preload),
         "chain": [[f"{root}/chain/{d}", f, p] for d, f, p in staging.chain_dirs],
-        "limits": {"fsize": limits.fsize,
-                   "nproc": limits.nproc if learner_uid is not None else None,
-                   "address_space": None if gpu else limits.address_space},
+        "limits": {
+            "fsize": limits.fsize,
+            "nproc": limits.nproc if learner_uid is not None else None,
+            "address_space": None if gpu else limits.address_space,
+        },
     }
     # -I drops PYTHONPATH: the host (msgspec) must find the packages the judge finds.
     paths = [str(staging.root / "host"), *_package_folders()]
-    bootstrap = (f"import sys; sys.path[:0] = [p for p in {paths!r} if p not in sys.path]; "
-                 "import learner_host; learner_host.main()")
+    bootstrap = (
+        f"import sys; sys.path[:0] = [p for p in {paths!r} if p not in sys.path]; "
+        "import learner_host; learner_host.main()"
+    )
     argv = [sys.executable, "-I", "-c", bootstrap, json.dumps(config)]
     if namespaced:
         argv = ["unshare", *(USERNS if mode == "userns" else []), *UNSHARE, *argv]
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
-                                pass_fds=(to_r, from_w), start_new_session=True,
-                                cwd=staging.root, env=env)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            pass_fds=(to_r, from_w),
+            start_new_session=True,
+            cwd=staging.root,
+            env=env,
+        )
     finally:
         os.close(to_r)
         os.close(from_w)

@@ -28,8 +28,11 @@ def _find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef:
     for i, part in enumerate(parts):
         for node in scope:
             is_last = i == len(parts) - 1
-            if is_last and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and \
-                    node.name == part:
+            if (
+                is_last
+                and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                and node.name == part
+            ):
                 return node  # type: ignore[return-value]
             if not is_last and isinstance(node, ast.ClassDef) and node.name == part:
                 scope = node.body
@@ -61,8 +64,11 @@ def make_stub(lab: Lab, filename: str, solution_source: str) -> str:
     for qualname, task in tasks.items():
         fn = _find_function(tree, qualname)
         body = fn.body
-        has_doc = (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                   and isinstance(body[0].value.value, str))
+        has_doc = (
+            isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        )
         if has_doc and len(body) == 1:
             raise StubError(f"{qualname} has only a docstring: nothing to stub")
         first = body[1] if has_doc else body[0]
@@ -71,14 +77,18 @@ def make_stub(lab: Lab, filename: str, solution_source: str) -> str:
         start = (body[0].end_lineno or body[0].lineno) if has_doc else first.lineno - 1
         indent = " " * first.col_offset
         message = f"{lab.id}: {qualname} — {task}"
-        raise_lines = [f"{indent}raise NotImplementedError(",
-                       *[f'{indent}    "{part}"' for part in _wrap(message, 90 - len(indent))],
-                       f"{indent})"]
+        raise_lines = [
+            f"{indent}raise NotImplementedError(",
+            *[f'{indent}    "{part}"' for part in _wrap(message, 90 - len(indent))],
+            f"{indent})",
+        ]
         edits.append((start, fn.end_lineno or fn.lineno, raise_lines))
     for start, end, replacement in sorted(edits, reverse=True):
         lines[start:end] = replacement
-    header = (f"# {lab.id}: write the functions below that raise NotImplementedError.\n"
-              f"# Grade your work: make {lab.id}   Guide: labs/{lab.stub_dir.name}/README.md\n")
+    header = (
+        f"# {lab.id}: write the functions below that raise NotImplementedError.\n"
+        f"# Grade your work: make {lab.id}   Guide: labs/{lab.stub_dir.name}/README.md\n"
+    )
     return header + "\n".join(lines) + "\n"
 
 
@@ -108,8 +118,11 @@ def reset_lab(lab: Lab, force: bool = False) -> int:
             print(f"{rel}: already the original stub")
             continue
         if path.exists() and not force:
-            changed = sum(1 for d in difflib.ndiff(text.splitlines(), path.read_text().splitlines())
-                          if d[:1] in "+-")
+            changed = sum(
+                1
+                for d in difflib.ndiff(text.splitlines(), path.read_text().splitlines())
+                if d[:1] in "+-"
+            )
             refused.append(rel)
             print(f"{rel}: you edited this file ({changed} lines differ); not touched")
             continue
@@ -119,8 +132,10 @@ def reset_lab(lab: Lab, force: bool = False) -> int:
         path.write_text(text)
         print(f"{rel}: reset to the original stub")
     if refused:
-        print(f"Nothing of yours was overwritten. To replace them anyway (each is backed up "
-              f"first): make reset-{lab.id} FORCE=1")
+        print(
+            f"Nothing of yours was overwritten. To replace them anyway (each is backed up "
+            f"first): make reset-{lab.id} FORCE=1"
+        )
         return 1
     return 0
 

@@ -24,7 +24,6 @@ CHAIN_ENV = "MINI_VLLM_CHAIN"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-
 def graded(
     points: int,
     hint: str,

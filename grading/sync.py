@@ -48,8 +48,10 @@ def solution_drift(lab: Lab) -> list[str]:
                 refs = ", ".join(lab.reference)
                 problems.append(f"{path}: {name} is not in the reference ({refs})")
             elif ast.dump(node) != ast.dump(reference[name][1]):
-                problems.append(f"{path}: {name} differs from the reference "
-                                f"(run `python -m grading sync --write`)")
+                problems.append(
+                    f"{path}: {name} differs from the reference "
+                    f"(run `python -m grading sync --write`)"
+                )
     return problems
 
 
@@ -61,8 +63,7 @@ def update_solution(lab: Lab) -> list[Path]:
         path = lab.solution_dir / filename
         text = path.read_text()
         lines = text.splitlines()
-        for name, node in sorted(_symbols(ast.parse(text)).items(),
-                                 key=lambda kv: -kv[1].lineno):
+        for name, node in sorted(_symbols(ast.parse(text)).items(), key=lambda kv: -kv[1].lineno):
             if name not in reference:
                 continue
             ref_source, ref_node = reference[name]

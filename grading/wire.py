@@ -42,8 +42,7 @@ def _ext(code: int, payload: Any) -> msgspec.msgpack.Ext:
     return msgspec.msgpack.Ext(code, _packer.encode(payload))
 
 
-def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None,
-                 depth: int = 0) -> Any:
+def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None, depth: int = 0) -> Any:
     """``value`` as msgpack-ready data; other objects become handles through ``to_handle``."""
     if depth > MAX_DEPTH:
         raise WireError(f"a value nested more than {MAX_DEPTH} levels deep")
@@ -60,16 +59,25 @@ def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None,
     if kind is tuple:
         return _ext(TUPLE, [encode_value(v, to_handle, depth + 1) for v in value])
     if kind is dict:
-        return _ext(DICT, [[encode_value(k, to_handle, depth + 1),
-                            encode_value(v, to_handle, depth + 1)] for k, v in value.items()])
+        return _ext(
+            DICT,
+            [
+                [encode_value(k, to_handle, depth + 1), encode_value(v, to_handle, depth + 1)]
+                for k, v in value.items()
+            ],
+        )
     if kind in (set, frozenset):
-        return _ext(SET if kind is set else FROZENSET,
-                    [encode_value(v, to_handle, depth + 1) for v in value])
+        return _ext(
+            SET if kind is set else FROZENSET,
+            [encode_value(v, to_handle, depth + 1) for v in value],
+        )
     if kind is bytearray:
         return bytes(value)
     if kind is slice:
-        return _ext(SLICE, [encode_value(v, to_handle, depth + 1)
-                            for v in (value.start, value.stop, value.step)])
+        return _ext(
+            SLICE,
+            [encode_value(v, to_handle, depth + 1) for v in (value.start, value.stop, value.step)],
+        )
     module = kind.__module__
     if module == "numpy" and kind.__name__ == "ndarray":
         if value.dtype.hasobject:
@@ -124,8 +132,9 @@ def _decode_tensor(payload: list[Any]) -> Any:
 class Decoder:
     """msgpack bytes to values; ``on_handle`` and ``on_enum`` say what handles and enums become."""
 
-    def __init__(self, on_handle: Callable[[list[Any]], Any],
-                 on_enum: Callable[[str, str, str], Any]) -> None:
+    def __init__(
+        self, on_handle: Callable[[list[Any]], Any], on_enum: Callable[[str, str, str], Any]
+    ) -> None:
         self._on_handle = on_handle
         self._on_enum = on_enum
         self._depth = 0
@@ -205,7 +214,7 @@ def pack(message: Any) -> bytes:
 def write_frame(fd: int, message: Any) -> None:
     data = memoryview(pack(message))
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def read_exact(fd: int, n: int, wait: Callable[[], None] | None = None) -> bytes:

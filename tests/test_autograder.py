@@ -34,16 +34,26 @@ def run_submission(bundle: Path, root: Path, files: dict[str, Path]) -> dict:
     for name, src in files.items():
         shutil.copy(src, submission / name)
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable}
-    out = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, text=True,
-                         capture_output=True, timeout=600)
+    out = subprocess.run(
+        ["bash", str(root / "source" / "run_autograder")],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads((root / "results" / "results.json").read_text())
 
 
 def test_bundle_layout(bundle):
     names = zipfile.ZipFile(bundle).namelist()
-    assert {"setup.sh", "run_autograder", "course/pyproject.toml",
-            "course/grading/__main__.py", "course/tests/labs/lab_01/lab.json"} <= set(names)
+    assert {
+        "setup.sh",
+        "run_autograder",
+        "course/pyproject.toml",
+        "course/grading/__main__.py",
+        "course/tests/labs/lab_01/lab.json",
+    } <= set(names)
     assert not any(n.startswith("course/solutions") for n in names), "never ship solutions"
     setup = zipfile.ZipFile(bundle).read("setup.sh").decode()
     assert "pip install" in setup and "-e" in setup
@@ -57,15 +67,17 @@ def test_stub_scores_zero(bundle, tmp_path):
 
 def test_solution_full_marks(bundle, tmp_path):
     lab = load_lab("lab-01")
-    data = run_submission(bundle, tmp_path,
-                          {"block_pool.py": lab.solution_dir / "block_pool.py"})
+    data = run_submission(bundle, tmp_path, {"block_pool.py": lab.solution_dir / "block_pool.py"})
     assert data["score"] == sum(t["max_score"] for t in data["tests"]) > 0
 
 
 #: loop_in_method is left to tests/test_grader_hostile.py, which grades it with a short per-test
 #: timeout: through the bundle every one of its tests would wait out the lab's full timeout.
-CASES = sorted(p.stem for p in (Path(__file__).resolve().parent / "hostile").glob("*.py")
-               if p.stem != "loop_in_method")
+CASES = sorted(
+    p.stem
+    for p in (Path(__file__).resolve().parent / "hostile").glob("*.py")
+    if p.stem != "loop_in_method"
+)
 #: Reading or writing the course, signalling and late writers need the learner to run as another
 #: user (the grader as root, as on Gradescope).
 NEEDS_ISOLATION = {"read_the_solution", "late_writers", "write_to_the_course", "signal_the_grader"}

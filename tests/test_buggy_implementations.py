@@ -49,7 +49,8 @@ def test_lab_keeps_enough_mutants(lab: Lab):
     least = MIN_MUTANTS.get(lab.kind, MIN_MUTANTS["lab"])
     assert len(mutants) >= least, (
         f"{lab.id} has {len(mutants)} buggy implementations in {path}; keep at least {least} "
-        "(realistic learner mistakes the suite must catch)")
+        "(realistic learner mistakes the suite must catch)"
+    )
     names = [m.name for m in mutants]
     assert len(set(names)) == len(names), f"{lab.id}: mutant names must be unique: {names}"
     for mutant in mutants:
@@ -98,4 +99,5 @@ def test_every_mutant_loses_points(lab: Lab, tmp_path: Path):
     suite = lab.suite_dir.relative_to(REPO_ROOT)
     assert not missed, (
         f"the {lab.id} suite misses {len(missed)} of {len(mutants)} buggy implementations "
-        f"(strengthen {suite}/):\n" + "\n".join(missed))
+        f"(strengthen {suite}/):\n" + "\n".join(missed)
+    )

@@ -16,8 +16,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_grader(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grading", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "grading", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.parametrize("name", ["lab-01", "lab01", "01", "1", "lab-01-block-allocator"])

@@ -31,7 +31,8 @@ CASES = sorted(p.stem for p in HOSTILE.glob("*.py"))
 #: another user (the grader as root: CI, Gradescope); an ordinary user's own checkout cannot.
 needs_isolation = pytest.mark.skipif(
     sandbox_mode() == "none",
-    reason="graded code runs as your own user here (the grader is not root): see docs/grader.md")
+    reason="graded code runs as your own user here (the grader is not root): see docs/grader.md",
+)
 
 
 def header(name: str) -> dict[str, str]:
@@ -64,8 +65,10 @@ def grade(folder: Path, timeout: float | None = 4.0, first: int | None = 6) -> l
 
 def assert_sound(results: list[TestResult]) -> None:
     """Every test has exactly one result with a known outcome, and the report renders."""
-    assert results and all(r.outcome in ("passed", "failed", "not_started", "error", "timeout",
-                                         "crashed", "skipped") for r in results)
+    assert results and all(
+        r.outcome in ("passed", "failed", "not_started", "error", "timeout", "crashed", "skipped")
+        for r in results
+    )
     print_table(LAB, results, verbose=True)
 
 
@@ -80,11 +83,16 @@ def digest(paths: list[Path]) -> str:
 @pytest.mark.parametrize("name", [c for c in CASES if header(c).get("base") != "solution"])
 def test_attack_on_the_stub_scores_zero(name, tmp_path, monkeypatch):
     monkeypatch.setenv("MINI_VLLM_TEST_SECRET", "s3cr3t-token-value")
-    if name in ("write_to_the_course", "read_the_solution", "signal_the_grader",
-                "late_writers") and sandbox_mode() == "none":
+    if (
+        name in ("write_to_the_course", "read_the_solution", "signal_the_grader", "late_writers")
+        and sandbox_mode() == "none"
+    ):
         pytest.skip("graded code runs as your own user here: see docs/grader.md")
-    guarded = [*(REPO_ROOT / "tests" / "labs" / "lab_01").glob("*.py"),
-               *(REPO_ROOT / "grading").glob("*.py"), *LAB.solution_dir.glob("*.py")]
+    guarded = [
+        *(REPO_ROOT / "tests" / "labs" / "lab_01").glob("*.py"),
+        *(REPO_ROOT / "grading").glob("*.py"),
+        *LAB.solution_dir.glob("*.py"),
+    ]
     before = digest(guarded)
     results_path = tmp_path / "results" / "results.json"
     started = time.monotonic()
@@ -146,9 +154,14 @@ def test_the_learner_runs_as_another_user_in_its_own_namespace(tmp_path):
     """The sandbox itself: another uid, no course folder, a private /tmp, no way out."""
     (tmp_path / "impl").mkdir()
     probe = tmp_path / "impl" / "block_pool.py"
-    paths = (f"SOLUTION = {str(LAB.solution_dir / 'block_pool.py')!r}\n"
-             f"GRADER = {str(REPO_ROOT / 'grading' / 'child.py')!r}\n")
-    probe.write_text((LAB.stub_dir / "block_pool.py").read_text() + paths + '''
+    paths = (
+        f"SOLUTION = {str(LAB.solution_dir / 'block_pool.py')!r}\n"
+        f"GRADER = {str(REPO_ROOT / 'grading' / 'child.py')!r}\n"
+    )
+    probe.write_text(
+        (LAB.stub_dir / "block_pool.py").read_text()
+        + paths
+        + """
 import os as _os
 def _probe():
     seen = {"uid": _os.getuid(), "groups": _os.getgroups(),
@@ -156,8 +169,8 @@ def _probe():
             "env": sorted(_os.environ)}
     raise NotImplementedError("PROBE " + repr(seen))
 FreeKVCacheBlockQueue.__init__ = lambda self, blocks: _probe()
-'''
-)
+"""
+    )
     results = grade(tmp_path / "impl", first=None)
     probe_text = next(r.message for r in results if "PROBE" in r.message)
     seen = eval(probe_text.split("PROBE ", 1)[1].splitlines()[0])  # our own probe's repr
@@ -165,10 +178,25 @@ FreeKVCacheBlockQueue.__init__ = lambda self, blocks: _probe()
     if sandbox_mode() == "namespace":
         assert not seen["repo"] and not seen["tests"], f"the course folder is visible: {seen}"
     assert "MINI_VLLM_TEST_SECRET" not in seen["env"]
-    assert set(seen["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME",
-                                "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONHASHSEED",
-                                "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-                                "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "TRITON_CACHE_DIR"}
+    assert set(seen["env"]) <= {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "USER",
+        "LOGNAME",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+        "PYTHONHASHSEED",
+        "TRITON_INTERPRET",
+        "CUDA_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NVIDIA_VISIBLE_DEVICES",
+        "TRITON_CACHE_DIR",
+    }
 
 
 def test_a_results_file_left_before_grading_never_counts(tmp_path):
@@ -179,27 +207,51 @@ def test_a_results_file_left_before_grading_never_counts(tmp_path):
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"score": 999, "tests": []}))
     impl = compose("exit_on_import", tmp_path / "impl")
-    done = subprocess.run([sys.executable, "-m", "grading", "lab-01", "--impl", str(impl),
-                           "--json", str(out), "--quiet"], capture_output=True, text=True,
-                          timeout=300, cwd=REPO_ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grading",
+            "lab-01",
+            "--impl",
+            str(impl),
+            "--json",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     assert data["score"] == 0 and data["tests"]
     assert not list(tmp_path.glob(".results-*")), "no temporary file is left behind"
 
 
-USERNS_CASES = ["read_the_solution", "write_to_the_course", "late_writers", "signal_the_grader",
-                "reexport_reference"]
+USERNS_CASES = [
+    "read_the_solution",
+    "write_to_the_course",
+    "late_writers",
+    "signal_the_grader",
+    "reexport_reference",
+]
 
 
-@pytest.mark.skipif(not sandbox._can_unshare(sandbox.USERNS),
-                    reason="no unprivileged user namespaces on this machine")
+@pytest.mark.skipif(
+    not sandbox._can_unshare(sandbox.USERNS),
+    reason="no unprivileged user namespaces on this machine",
+)
 @pytest.mark.parametrize("name", USERNS_CASES)
 def test_user_namespace_mode_confines_too(name, tmp_path, monkeypatch):
     """The mode an ordinary user gets where user namespaces are allowed: same honest score."""
     monkeypatch.setenv(sandbox.MODE_ENV, "userns")
-    guarded = [*(REPO_ROOT / "tests" / "labs" / "lab_01").glob("*.py"),
-               *(REPO_ROOT / "grading").glob("*.py"), *LAB.solution_dir.glob("*.py")]
+    guarded = [
+        *(REPO_ROOT / "tests" / "labs" / "lab_01").glob("*.py"),
+        *(REPO_ROOT / "grading").glob("*.py"),
+        *LAB.solution_dir.glob("*.py"),
+    ]
     before = digest(guarded)
     results = grade(compose(name, tmp_path / "impl"), first=6)
     assert_sound(results)

@@ -13,19 +13,25 @@ from grading.messages import clean_assertion, compact_steps, first_failure, shor
 from grading.protocol import TestInfo, TestResult
 from grading.runner import plan_chain, unfinished_tasks
 
-BLOCK = ("KVCacheBlock(block_id=0, ref_cnt=0, _block_hash=None, prev_free_block=-1, "
-         "next_free_block=1, is_null=False)")
+BLOCK = (
+    "KVCacheBlock(block_id=0, ref_cnt=0, _block_hash=None, prev_free_block=-1, "
+    "next_free_block=1, is_null=False)"
+)
 
 
 def test_a_message_of_the_test_replaces_pytests_explanation():
-    raw = (f"I2: a popped block must not keep links into the queue\nassert ({BLOCK} is None)\n"
-           f" +  where {BLOCK} = x.prev_free_block")
+    raw = (
+        f"I2: a popped block must not keep links into the queue\nassert ({BLOCK} is None)\n"
+        f" +  where {BLOCK} = x.prev_free_block"
+    )
     assert clean_assertion(raw) == "I2: a popped block must not keep links into the queue"
 
 
 def test_a_bare_assert_says_what_was_compared():
-    raw = ("assert set() == {'a', 'c'}\n  Extra items in the right set:\n  'a'\n  'c'\n"
-           "  Use -v to get more diff")
+    raw = (
+        "assert set() == {'a', 'c'}\n  Extra items in the right set:\n  'a'\n  'c'\n"
+        "  Use -v to get more diff"
+    )
     text = clean_assertion(raw, "assert seen_keys == {'a', 'c'}")
     assert text.startswith("check failed: seen_keys == {'a', 'c'}\nassert set() == {'a', 'c'}")
     assert "Use -v" not in text and "where" not in text
@@ -39,24 +45,36 @@ def test_block_reprs_are_short():
 
 
 def test_state_machine_notes_become_one_step_a_line():
-    notes = ["Failing test case: <state machine>", "state = PoolMachine()",
-             "Draw 1 (n): 1  # or any other generated value", "state.allocate(data=data(...))",
-             "state.popleft()", "Draw 2 (block): 3", "state.remove(data=data(...))",
-             "state.teardown()", "Explanation:", "    These lines were always and only run",
-             "        /repo/tests/labs/lab_01/test_free_queue.py:99"]
+    notes = [
+        "Failing test case: <state machine>",
+        "state = PoolMachine()",
+        "Draw 1 (n): 1  # or any other generated value",
+        "state.allocate(data=data(...))",
+        "state.popleft()",
+        "Draw 2 (block): 3",
+        "state.remove(data=data(...))",
+        "state.teardown()",
+        "Explanation:",
+        "    These lines were always and only run",
+        "        /repo/tests/labs/lab_01/test_free_queue.py:99",
+    ]
     assert compact_steps(notes) == ["allocate(n=1)", "popleft()", "remove(block=3)"]
 
 
 def test_a_given_example_is_one_line():
-    notes = ["Falsifying example: test_scatter(\n    case=(2, 2, [0, 1]),\n)",
-             "Explanation:\n    These lines were always and only run by failing test cases:\n"
-             "        /repo/tests/labs/lab_06/test_cache_write.py:110"]
+    notes = [
+        "Falsifying example: test_scatter(\n    case=(2, 2, [0, 1]),\n)",
+        "Explanation:\n    These lines were always and only run by failing test cases:\n"
+        "        /repo/tests/labs/lab_06/test_cache_write.py:110",
+    ]
     exc = AssertionError("wrong row")
     exc.__notes__ = notes
     assert steps_block(exc, 0) == "failing example: case=(2, 2, [0, 1])"
-    exc.__notes__ = ["Failing test case: test_x(\n    # The test always failed when commented "
-                     "parts were varied together.\n    case=(\n        2,\n        [],  # or any "
-                     "other generated value\n    ),\n)"]  # Hypothesis >= 6.1xx
+    exc.__notes__ = [
+        "Failing test case: test_x(\n    # The test always failed when commented "
+        "parts were varied together.\n    case=(\n        2,\n        [],  # or any "
+        "other generated value\n    ),\n)"
+    ]  # Hypothesis >= 6.1xx
     assert steps_block(exc, 0) == "failing example: case=(2, [])"
 
 
@@ -75,15 +93,25 @@ def test_the_first_of_several_hypothesis_failures_is_shown():
 
 
 def _result(name: str, outcome: str, message: str = "", nodeid: str | None = None) -> TestResult:
-    info = TestInfo(nodeid or f"tests/labs/lab_01/test_x.py::test_{name}", name, 2,
-                    "I2: the hint", "phases/02-paged-attention/README.md#the-free-block-queue")
+    info = TestInfo(
+        nodeid or f"tests/labs/lab_01/test_x.py::test_{name}",
+        name,
+        2,
+        "I2: the hint",
+        "phases/02-paged-attention/README.md#the-free-block-queue",
+    )
     return TestResult(info, outcome, message)
 
 
 def test_cascade_names_the_earliest_failing_test():
-    rows = [_result("queue_ok", "passed"), _result("popleft", "failed", "I2: links kept"),
-            *[_result(f"pool_{i}", "failed", f"RuntimeError: block {i} is already in it")
-              for i in range(3)]]
+    rows = [
+        _result("queue_ok", "passed"),
+        _result("popleft", "failed", "I2: links kept"),
+        *[
+            _result(f"pool_{i}", "failed", f"RuntimeError: block {i} is already in it")
+            for i in range(3)
+        ],
+    ]
     line = report.cascade_line(rows)
     assert line and line.startswith("fix first: popleft ") and "3 rows fail the same way" in line
     assert report.cascade_line(rows[:3]) is None, "two different failures are no cascade"
@@ -139,8 +167,9 @@ def test_chain_leaves_out_unfinished_earlier_labs(monkeypatch, tmp_path: Path):
     untouched = {n.split()[1] for n in notes}
     chained = {Path(folder).name for folder, _, _ in chain}
     for earlier in ("lab-01", "lab-05"):
-        finished = not unfinished_tasks(load_lab(earlier), load_lab(earlier).stub_dir,
-                                        "block_pool.py")
+        finished = not unfinished_tasks(
+            load_lab(earlier), load_lab(earlier).stub_dir, "block_pool.py"
+        )
         assert (earlier in untouched) != finished
         assert (load_lab(earlier).dirname in chained) == finished
     assert all("uses the reference for it instead" in n for n in notes)
@@ -152,8 +181,9 @@ def test_narrow_terminals_get_the_plain_layout(monkeypatch, columns, plain):
     import sys
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr(report.shutil, "get_terminal_size",
-                        lambda fallback=None: os.terminal_size((columns, 24)))
+    monkeypatch.setattr(
+        report.shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((columns, 24))
+    )
     monkeypatch.delenv("MINI_VLLM_PLAIN", raising=False)
     rows = [_result("x", "failed", "m")]
     assert (report._layout_width(rows) is None) == plain

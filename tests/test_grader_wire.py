@@ -23,18 +23,25 @@ from mini_vllm.request import RequestStatus
 
 
 def roundtrip(value, to_handle=None, on_handle=None):
-    decoder = wire.Decoder(on_handle or (lambda p: ("handle", tuple(p))),
-                           lambda m, q, n: (m, q, n))
+    decoder = wire.Decoder(on_handle or (lambda p: ("handle", tuple(p))), lambda m, q, n: (m, q, n))
     return decoder.decode(wire.pack(wire.encode_value(value, to_handle))[4:])
 
 
 data = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text()
     | st.binary(),
-    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
-    | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=4)
-    | st.frozensets(st.integers(), max_size=4),
-    max_leaves=20)
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=4)
+        | st.frozensets(st.integers(), max_size=4)
+    ),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -72,7 +79,8 @@ def test_other_objects_need_a_handle():
     with pytest.raises(wire.WireError):
         wire.encode_value(Thing(), None)
     assert roundtrip([Thing()], to_handle=lambda obj: [5, 1, "Thing", []]) == [
-        ("handle", (5, 1, "Thing", []))]
+        ("handle", (5, 1, "Thing", []))
+    ]
     with pytest.raises(wire.WireError):
         wire.encode_value(np.array([object()]), None)
 
@@ -100,9 +108,11 @@ def test_any_bytes_decode_to_data_or_a_wire_error(raw):
 
 def test_object_arrays_and_unknown_extensions_are_refused():
     decoder = wire.Decoder(lambda p: p, lambda *a: a)
-    bad = [msgspec.msgpack.Ext(wire.NDARRAY, msgspec.msgpack.encode(["|O", [1], b"\0" * 8])),
-           msgspec.msgpack.Ext(99, b"\xc0"),
-           msgspec.msgpack.Ext(wire.DICT, msgspec.msgpack.encode([[[1], 2]]))]
+    bad = [
+        msgspec.msgpack.Ext(wire.NDARRAY, msgspec.msgpack.encode(["|O", [1], b"\0" * 8])),
+        msgspec.msgpack.Ext(99, b"\xc0"),
+        msgspec.msgpack.Ext(wire.DICT, msgspec.msgpack.encode([[[1], 2]])),
+    ]
     for value in bad:
         with pytest.raises(wire.WireError):
             decoder.decode(msgspec.msgpack.encode(value))
@@ -121,19 +131,28 @@ def test_frames_are_length_prefixed_and_bounded():
     os.close(read_fd)
 
 
-@pytest.mark.parametrize("line", [
-    b"", b"not json", b"[1, 2]", b'{"event": "result"}', b'{"event": "nope"}',
-    b'{"event": "result", "nodeid": 3, "outcome": "passed", "message": "", "duration": 0}',
-    b'{"event": "result", "nodeid": "a", "outcome": "passed", "message": "", "duration": true}',
-    b"[" * 100_000 + b"]" * 100_000, b'{"event": "start", "nodeid": "' + b"x" * (5 << 20) + b'"}',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"",
+        b"not json",
+        b"[1, 2]",
+        b'{"event": "result"}',
+        b'{"event": "nope"}',
+        b'{"event": "result", "nodeid": 3, "outcome": "passed", "message": "", "duration": 0}',
+        b'{"event": "result", "nodeid": "a", "outcome": "passed", "message": "", "duration": true}',
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"event": "start", "nodeid": "' + b"x" * (5 << 20) + b'"}',
+    ],
+)
 def test_the_grader_drops_malformed_lines(line):
     assert protocol.decode(line) is None
 
 
 def test_the_grader_accepts_well_formed_lines():
-    line = json.dumps({"event": "result", "nodeid": "t", "outcome": "passed", "message": "",
-                       "duration": 0.5}).encode()
+    line = json.dumps(
+        {"event": "result", "nodeid": "t", "outcome": "passed", "message": "", "duration": 0.5}
+    ).encode()
     assert protocol.decode(line)["nodeid"] == "t"
     assert protocol.decode(protocol.encode("done").strip()) == {"event": "done"}
 

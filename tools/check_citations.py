@@ -291,7 +291,6 @@ class Checker:
             f"{head} for {name}, which spans :{main.first}-{main.last}",
         )
 
-
     def _check_native(self, citation: Citation, target: Path, head: str) -> Citation:
         """A C++/CUDA citation: the cited lines must hold the nearest backticked text."""
         lines = target.read_text(encoding="utf-8", errors="replace").splitlines()

@@ -44,7 +44,12 @@ __all__ = [
 
 #: How a walk along the free-list links ended (a snapshot's ``forward_end``/``backward_end``).
 REACHED, HIT_NONE, TOO_LONG, NOT_A_BLOCK, NO_SENTINEL = (
-    "sentinel", "none", "limit", "not-a-block", "no-sentinel")
+    "sentinel",
+    "none",
+    "limit",
+    "not-a-block",
+    "no-sentinel",
+)
 _MISSING = object()
 
 
@@ -68,8 +73,9 @@ def walk_links(start: Any, stop: Any, link: str, limit: int) -> tuple[list[Any],
     return nodes, REACHED
 
 
-def queue_snapshot(queue: Any, limit: int = 100_000,
-                   hold: list[Any] | None = None) -> dict[str, Any]:
+def queue_snapshot(
+    queue: Any, limit: int = 100_000, hold: list[Any] | None = None
+) -> dict[str, Any]:
     """A free queue's links as data.
 
     Block ids and identity keys (``id``) walking forward from the head sentinel and backward from
@@ -117,8 +123,9 @@ def _cache_entries(pool: Any, hold: list[Any] | None) -> list[list[Any]] | None:
     return entries
 
 
-def pool_snapshot(pool: Any, hashes: bool = False, cache_map: bool = False,
-                  hold: list[Any] | None = None) -> dict[str, Any]:
+def pool_snapshot(
+    pool: Any, hashes: bool = False, cache_map: bool = False, hold: list[Any] | None = None
+) -> dict[str, Any]:
     """A block pool as data: every block of ``pool.blocks`` (id, identity key, ref_cnt, is_null,
     whether it keeps a free-list link, its hash if ``hashes``), ``num_gpu_blocks``, the null
     block's key, the free queue (:func:`queue_snapshot`) and, if ``cache_map``, the cache map's
@@ -132,8 +139,11 @@ def pool_snapshot(pool: Any, hashes: bool = False, cache_map: bool = False,
         "keys": [id(b) for b in blocks],
         "ref_cnts": [getattr(b, "ref_cnt", None) for b in blocks],
         "is_null": [getattr(b, "is_null", None) for b in blocks],
-        "linked": [getattr(b, "prev_free_block", None) is not None
-                   or getattr(b, "next_free_block", None) is not None for b in blocks],
+        "linked": [
+            getattr(b, "prev_free_block", None) is not None
+            or getattr(b, "next_free_block", None) is not None
+            for b in blocks
+        ],
         "hashes": [getattr(b, "block_hash", None) for b in blocks] if hashes else None,
         "num_gpu_blocks": getattr(pool, "num_gpu_blocks", None),
         "null_key": id(null),
@@ -187,7 +197,8 @@ def int_list(values: Any, what: str) -> list[int]:
     for i, value in enumerate(values):
         if type(value) is not int:
             raise AssertionError(
-                f"every item of {what} must be a plain int; item {i} is {describe(value)}")
+                f"every item of {what} must be a plain int; item {i} is {describe(value)}"
+            )
     return values
 
 
@@ -213,18 +224,25 @@ def _hash(key: Any) -> str:
 # -- judging: plain data to a verdict --------------------------------------------------------------
 def _walk_failure(end: Any, forward: bool, limit: int, last: Any) -> str | None:
     """What a walk's end says is wrong, or None. ``last`` is the id of the last block reached."""
-    way, start, stop, link = (("forward", "head", "tail", "next_free_block") if forward else
-                              ("backward", "tail", "head", "prev_free_block"))
+    way, start, stop, link = (
+        ("forward", "head", "tail", "next_free_block")
+        if forward
+        else ("backward", "tail", "head", "prev_free_block")
+    )
     if end == REACHED:
         return None
     if end == HIT_NONE:
         where = f"the {start} sentinel" if last is _MISSING else f"block {describe(last)}"
-        return (f"I2 violated: walking {way} from the {start} sentinel hit None before the {stop} "
-                f"sentinel (a block's {link} was not linked: the walk reached {where}, whose "
-                f"{link} is None)")
+        return (
+            f"I2 violated: walking {way} from the {start} sentinel hit None before the {stop} "
+            f"sentinel (a block's {link} was not linked: the walk reached {where}, whose "
+            f"{link} is None)"
+        )
     if end == TOO_LONG:
-        return (f"I2 violated: walking {way} visited more than {limit} blocks without reaching "
-                f"the {stop} sentinel: the list has a cycle")
+        return (
+            f"I2 violated: walking {way} visited more than {limit} blocks without reaching "
+            f"the {stop} sentinel: the list has a cycle"
+        )
     if end == NO_SENTINEL:
         return f"I2 violated: the queue has no {start} sentinel (fake_free_list_{start} is None)"
     if end == NOT_A_BLOCK:
@@ -232,8 +250,9 @@ def _walk_failure(end: Any, forward: bool, limit: int, last: Any) -> str | None:
     return f"the queue snapshot ended its {way} walk oddly ({describe(end)})"
 
 
-def _first_broken_pair(ids_f: list[int], keys_f: list[int], ids_b: list[int],
-                       keys_b: list[int]) -> str:
+def _first_broken_pair(
+    ids_f: list[int], keys_f: list[int], ids_b: list[int], keys_b: list[int]
+) -> str:
     """Where the two walks part, told as the one link that does not point back.
 
     Both lists run front to back; walking the backward one from its end retraces the forward
@@ -249,17 +268,24 @@ def _first_broken_pair(ids_f: list[int], keys_f: list[int], ids_b: list[int],
         return "the same blocks gave different block_ids on two reads"
     after = "the tail sentinel" if j == 0 else f"block {f_ids[j - 1]}"
     if j < len(b_keys) and j < len(f_keys):
-        return (f"{after}'s prev_free_block is block {b_ids[j]}, but walking forward block "
-                f"{f_ids[j]} comes before it")
+        return (
+            f"{after}'s prev_free_block is block {b_ids[j]}, but walking forward block "
+            f"{f_ids[j]} comes before it"
+        )
     if j < len(f_keys):
-        return (f"{after}'s prev_free_block is the head sentinel, but walking forward block "
-                f"{f_ids[j]} comes before it")
-    return (f"{after}'s prev_free_block is block {b_ids[j]}, but walking forward it comes first "
-            "(the head sentinel's next_free_block)")
+        return (
+            f"{after}'s prev_free_block is the head sentinel, but walking forward block "
+            f"{f_ids[j]} comes before it"
+        )
+    return (
+        f"{after}'s prev_free_block is block {b_ids[j]}, but walking forward it comes first "
+        "(the head sentinel's next_free_block)"
+    )
 
 
-def check_queue_snapshot(snap: dict[str, Any], limit: int = 100_000,
-                         forward_only: bool = False) -> list[int]:
+def check_queue_snapshot(
+    snap: dict[str, Any], limit: int = 100_000, forward_only: bool = False
+) -> list[int]:
     """I2 on a queue snapshot: a consistent doubly linked list between two sentinels, walking
     forward and backward visits the same blocks, each once, and their number is
     ``num_free_blocks``. Returns the free block ids, front to back (walking forward only, without
@@ -276,8 +302,7 @@ def check_queue_snapshot(snap: dict[str, Any], limit: int = 100_000,
     if forward_only:
         return ids_f
     ids_b = int_list(snap.get("backward"), "the queued blocks' block_ids")
-    problem = _walk_failure(snap.get("backward_end"), False, limit,
-                            ids_b[0] if ids_b else _MISSING)
+    problem = _walk_failure(snap.get("backward_end"), False, limit, ids_b[0] if ids_b else _MISSING)
     if problem:
         raise AssertionError(problem)
     keys_b = int_list(snap.get("backward_keys"), "the snapshot's keys")
@@ -285,17 +310,21 @@ def check_queue_snapshot(snap: dict[str, Any], limit: int = 100_000,
         raise AssertionError(
             f"I2 violated: walking forward gives {ids_f[:12]} but walking backward gives "
             f"{ids_b[:12]}: some prev_free_block / next_free_block pair disagrees "
-            f"({_first_broken_pair(ids_f, keys_f, ids_b, keys_b)})")
+            f"({_first_broken_pair(ids_f, keys_f, ids_b, keys_b)})"
+        )
     if snap.get("head_prev") is True:
-        raise AssertionError("I2 violated: the head sentinel has a prev_free_block; nothing comes "
-                             "before the head")
+        raise AssertionError(
+            "I2 violated: the head sentinel has a prev_free_block; nothing comes before the head"
+        )
     if snap.get("tail_next") is True:
-        raise AssertionError("I2 violated: the tail sentinel has a next_free_block; nothing comes "
-                             "after the tail")
+        raise AssertionError(
+            "I2 violated: the tail sentinel has a next_free_block; nothing comes after the tail"
+        )
     count = as_int(snap.get("num_free_blocks"), "num_free_blocks")
     if count != len(ids_f):
         raise AssertionError(
-            f"I2 violated: num_free_blocks is {count} but the queue links {len(ids_f)} blocks")
+            f"I2 violated: num_free_blocks is {count} but the queue links {len(ids_f)} blocks"
+        )
     return ids_f
 
 
@@ -321,25 +350,32 @@ def check_pool_snapshot(
     keys = int_list(snap.get("keys"), "the snapshot's keys")
     refs, linked = snap.get("ref_cnts"), snap.get("linked")
     is_null, hashes = snap.get("is_null"), snap.get("hashes")
-    if type(refs) is not list or type(linked) is not list or type(is_null) is not list or not (
-            len(ids) == len(keys) == len(refs) == len(linked) == len(is_null)) or (
-            hashes is not None and (type(hashes) is not list or len(hashes) != len(ids))):
+    if (
+        type(refs) is not list
+        or type(linked) is not list
+        or type(is_null) is not list
+        or not (len(ids) == len(keys) == len(refs) == len(linked) == len(is_null))
+        or (hashes is not None and (type(hashes) is not list or len(hashes) != len(ids)))
+    ):
         raise AssertionError("the pool snapshot is malformed (one entry per block expected)")
     count = as_int(snap.get("num_gpu_blocks"), "num_gpu_blocks")
     if count != len(ids):
         raise AssertionError(
-            f"I1 violated: the pool has {len(ids)} blocks but num_gpu_blocks is {count}")
+            f"I1 violated: the pool has {len(ids)} blocks but num_gpu_blocks is {count}"
+        )
 
     # I1: the null block is block 0, marked, never linked, never cached; no other is marked.
     null_key = snap.get("null_key")
     if not ids or null_key != keys[0] or snap.get("null_is_null") is not True:
-        raise AssertionError("I1 violated: the null block must be block 0 (pool.blocks[0]) with "
-                             "is_null set")
+        raise AssertionError(
+            "I1 violated: the null block must be block 0 (pool.blocks[0]) with is_null set"
+        )
     if linked[0] is not False:
         raise AssertionError("I1 violated: the null block (block 0) is linked into the free queue")
     if hashes is not None and hashes[0] is not None:
-        raise AssertionError("I1 violated: the null block (block 0) has a hash; it must never be "
-                             "cached")
+        raise AssertionError(
+            "I1 violated: the null block (block 0) has a hash; it must never be cached"
+        )
 
     # I2: the free queue's structure.
     queue = snap.get("queue")
@@ -354,15 +390,18 @@ def check_pool_snapshot(
     if foreign:
         raise AssertionError(
             f"I1 violated: the free queue holds block(s) {foreign[:8]} that are not objects of "
-            "pool.blocks (a copy, or a block made elsewhere)")
+            "pool.blocks (a copy, or a block made elsewhere)"
+        )
     if null_key in in_queue:
         raise AssertionError("I1 violated: the null block (block 0) is in the free queue")
     for i, (block_id, key, ref, links, null) in enumerate(zip(ids, keys, refs, linked, is_null)):
         if key == null_key:
             continue
         if null is not False:
-            raise AssertionError(f"I1 violated: block {block_id} has is_null {describe(null)}; "
-                                 "only block 0 may be the null block")
+            raise AssertionError(
+                f"I1 violated: block {block_id} has is_null {describe(null)}; "
+                "only block 0 may be the null block"
+            )
         ref = as_int(ref, f"block {block_id}'s ref_cnt")
         if ref < 0:
             raise AssertionError(f"I1 violated: block {block_id} has ref_cnt {ref}")
@@ -371,19 +410,23 @@ def check_pool_snapshot(
             where = "is" if queued else "is not"
             raise AssertionError(
                 f"I1 violated: block {block_id} has ref_cnt {ref} and {where} in the free queue "
-                "(free blocks, and only they, belong in the queue)")
+                "(free blocks, and only they, belong in the queue)"
+            )
         if not queued and links is not False:
             raise AssertionError(
                 f"I2 violated: block {block_id} is not in the free queue but keeps a "
                 "prev_free_block / next_free_block link into it (set both to None when a block "
-                "leaves the queue)")
+                "leaves the queue)"
+            )
         if block_id != i:
             raise AssertionError(
-                f"pool.blocks[{i}] has block_id {block_id}: blocks are kept in id order")
+                f"pool.blocks[{i}] has block_id {block_id}: blocks are kept in id order"
+            )
     for block_id, ref in (expected_ref_cnts or {}).items():
         if refs[block_id] != ref:
-            raise AssertionError(f"I1 violated: block {block_id} has ref_cnt {refs[block_id]}, "
-                                 f"expected {ref}")
+            raise AssertionError(
+                f"I1 violated: block {block_id} has ref_cnt {refs[block_id]}, expected {ref}"
+            )
 
     # I3: the cache map and the blocks' hashes agree.
     entries = snap.get("cache_map")
@@ -400,17 +443,21 @@ def check_pool_snapshot(
         if actual is None:
             raise AssertionError(
                 f"I4 violated: block {block_id} (ref_cnt={refs[block_id]}) lost its cached hash "
-                f"{_hash(expected)} although it was neither reused nor evicted")
+                f"{_hash(expected)} although it was neither reused nor evicted"
+            )
         if expected is None:
             raise AssertionError(
                 f"I4 violated: block {block_id} (ref_cnt={refs[block_id]}) still carries hash "
-                f"{_hash(actual)}, which should have left the cache (stale hash)")
-        raise AssertionError(f"I3 violated: block {block_id} has hash {_hash(actual)}, expected "
-                             f"{_hash(expected)}")
+                f"{_hash(actual)}, which should have left the cache (stale hash)"
+            )
+        raise AssertionError(
+            f"I3 violated: block {block_id} has hash {_hash(actual)}, expected {_hash(expected)}"
+        )
     if expected_free_order is not None and free != list(expected_free_order):
         raise AssertionError(
             f"I4 violated: the free queue is {free} but the eviction order (LRU, tail of a "
-            f"request first) is {list(expected_free_order)}")
+            f"request first) is {list(expected_free_order)}"
+        )
     return free
 
 
@@ -430,22 +477,30 @@ def _check_cache_map(entries: Any, keys: list[int], hashes: list[Any], null_key:
             raise AssertionError("I3 violated: the null block (block 0) is in the cache map")
         if block_key not in position:
             what = "an object" if block_id is None else f"block {describe(block_id)}"
-            raise AssertionError(f"I3 violated: the cache map files {what} under {_hash(key)}, "
-                                 "not one of the pool's blocks")
+            raise AssertionError(
+                f"I3 violated: the cache map files {what} under {_hash(key)}, "
+                "not one of the pool's blocks"
+            )
         i = position[block_key]
         if filed_under is not None and not same_data(filed_under, i):
-            raise AssertionError(f"I3 violated: block {i} is filed under block id "
-                                 f"{describe(filed_under)} for cache key {_hash(key)}")
+            raise AssertionError(
+                f"I3 violated: block {i} is filed under block id "
+                f"{describe(filed_under)} for cache key {_hash(key)}"
+            )
         if not (type(key) is bytes and same_data(hashes[i], key)):
-            raise AssertionError(f"I3 violated: block {i} is in the cache map under {_hash(key)} "
-                                 f"but its block_hash is {_hash(hashes[i])}")
+            raise AssertionError(
+                f"I3 violated: block {i} is in the cache map under {_hash(key)} "
+                f"but its block_hash is {_hash(hashes[i])}"
+            )
         if i in filed:
             raise AssertionError(f"I3 violated: block {i} is in the cache map twice")
         filed.add(i)
     for i, block_hash in enumerate(hashes):
         if block_hash is not None and i not in filed:
-            raise AssertionError(f"I3 violated: block {i} has block_hash {_hash(block_hash)} but "
-                                 "is not in the cache map")
+            raise AssertionError(
+                f"I3 violated: block {i} has block_hash {_hash(block_hash)} but "
+                "is not in the cache map"
+            )
 
 
 # -- both at once, for objects in this process -----------------------------------------------------
@@ -466,9 +521,15 @@ def check_block_pool(
     Besides the snapshot, the pool's own counter ``get_num_free_blocks()`` must agree with its
     queue (the graded suites check that counter where they call it).
     """
-    free = check_pool_snapshot(pool_snapshot(pool, hashes=True, cache_map=True),
-                               expected_free_order, expected_block_hashes, expected_ref_cnts)
+    free = check_pool_snapshot(
+        pool_snapshot(pool, hashes=True, cache_map=True),
+        expected_free_order,
+        expected_block_hashes,
+        expected_ref_cnts,
+    )
     if pool.get_num_free_blocks() != len(free):
-        raise AssertionError(f"I2 violated: get_num_free_blocks() is {pool.get_num_free_blocks()} "
-                             f"but the free queue holds {len(free)} blocks")
+        raise AssertionError(
+            f"I2 violated: get_num_free_blocks() is {pool.get_num_free_blocks()} "
+            f"but the free queue holds {len(free)} blocks"
+        )
     return free

@@ -738,9 +738,7 @@ class ModelRunner:
         params = [s.sampling_params for s in states]
         vocab_size = logits.shape[-1]
         asked = [p.logprobs for p in params if p.logprobs is not None]
-        max_num_logprobs = (
-            max(vocab_size if k == -1 else k for k in asked) if asked else None
-        )
+        max_num_logprobs = max(vocab_size if k == -1 else k for k in asked) if asked else None
         stop_token_masks = {
             row: sorted(p.all_stop_token_ids)
             for row, (p, n) in enumerate(zip(params, num_output_tokens))

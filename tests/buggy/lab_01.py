@@ -24,7 +24,7 @@ MUTANTS = [
             self.fake_free_list_tail.prev_free_block = prev
         """,
         why="the constructor links the tail sentinel back to the last block but leaves the last "
-            "block's next_free_block None: walking forward falls off the list (I2)",
+        "block's next_free_block None: walking forward falls off the list (I2)",
     ),
     Mutant(
         name="popleft_keeps_links",
@@ -41,7 +41,7 @@ MUTANTS = [
             return first
         """,
         why="popleft relinks the neighbours but leaves the popped block's prev/next set, so the "
-            "block still looks queued (append refuses it, remove corrupts the list)",
+        "block still looks queued (append refuses it, remove corrupts the list)",
     ),
     Mutant(
         name="popleft_n_refuses_the_last_block",
@@ -49,7 +49,7 @@ MUTANTS = [
         find="if n > self.num_free_blocks:",
         replace="if n >= self.num_free_blocks:",
         why="off-by-one in popleft_n's bound: popping exactly the number of free blocks is "
-            "refused, so the pool can never be drained",
+        "refused, so the pool can never be drained",
     ),
     Mutant(
         name="popleft_n_keeps_links",
@@ -66,7 +66,7 @@ MUTANTS = [
         assert block is not None
         """,
         why="popleft_n relinks the head sentinel past the popped run but never clears the "
-            "popped blocks' own links",
+        "popped blocks' own links",
     ),
     Mutant(
         name="popleft_n_front_not_linked_back",
@@ -81,7 +81,7 @@ MUTANTS = [
             self.num_free_blocks -= n
         """,
         why="popleft_n moves the head sentinel's next pointer but the new front block still "
-            "points back at a popped block: walking backward breaks (I2)",
+        "points back at a popped block: walking backward breaks (I2)",
     ),
     Mutant(
         name="remove_does_not_relink_prev",
@@ -98,7 +98,7 @@ MUTANTS = [
             self.num_free_blocks -= 1
         """,
         why="remove fixes the forward link only: the next block's prev_free_block still points "
-            "at the removed block, so forward and backward walks disagree (I2)",
+        "at the removed block, so forward and backward walks disagree (I2)",
     ),
     Mutant(
         name="remove_does_not_decrement_count",
@@ -113,7 +113,7 @@ MUTANTS = [
             block.prev_free_block = block.next_free_block = None
         """,
         why="remove unlinks the block but forgets num_free_blocks, so the counter overstates "
-            "the free blocks (I2) and the pool hands out blocks it does not have",
+        "the free blocks (I2) and the pool hands out blocks it does not have",
     ),
     Mutant(
         name="remove_walks_the_list",
@@ -131,7 +131,7 @@ MUTANTS = [
             if node is not block or prev is None or following is None:
         """,
         why="remove searches the list for the block before unlinking it: O(n) per removal, "
-            "which makes every prefix-cache hit cost a walk of the free queue",
+        "which makes every prefix-cache hit cost a walk of the free queue",
     ),
     Mutant(
         name="remove_not_in_queue_unchecked",
@@ -148,7 +148,7 @@ MUTANTS = [
             prev.next_free_block = following
         """,
         why="remove trusts its caller: removing a block that is not queued dereferences None "
-            "instead of raising a clear error",
+        "instead of raising a clear error",
     ),
     Mutant(
         name="append_to_the_front",
@@ -174,7 +174,7 @@ MUTANTS = [
             self.num_free_blocks += 1
         """,
         why="append links the block in right after the head sentinel: a freed block becomes "
-            "the next to be reused, the opposite of LRU",
+        "the next to be reused, the opposite of LRU",
     ),
     Mutant(
         name="append_n_reverses_order",
@@ -190,7 +190,7 @@ MUTANTS = [
                     self._unlink_after(anchor, count)
         """,
         why="append_n appends its blocks last to first, so a request's blocks are evicted in "
-            "the wrong order",
+        "the wrong order",
     ),
     Mutant(
         name="append_n_count_not_updated",
@@ -203,7 +203,7 @@ MUTANTS = [
             tail.prev_free_block = last
         """,
         why="append_n links the blocks in but forgets num_free_blocks (append does it, append_n "
-            "does not)",
+        "does not)",
     ),
     # -- BlockPool ------------------------------------------------------------------------------
     Mutant(
@@ -212,7 +212,7 @@ MUTANTS = [
         find="self.null_block = self.free_block_queue.popleft()",
         replace="self.null_block = self.blocks[0]",
         why="the null block is marked but left in the free queue, so get_new_blocks hands out "
-            "block 0 like any other (I1)",
+        "block 0 like any other (I1)",
     ),
     Mutant(
         name="get_new_blocks_pops_from_the_back",
@@ -230,7 +230,7 @@ MUTANTS = [
             for block in blocks:
         """,
         why="get_new_blocks takes the most recently freed blocks (the back of the queue) "
-            "instead of the least recently used ones at the front",
+        "instead of the least recently used ones at the front",
     ),
     Mutant(
         name="partial_allocation",
@@ -248,7 +248,7 @@ MUTANTS = [
             blocks = self.free_block_queue.popleft_n(min(num_blocks, num_free))
         """,
         why="asking for more blocks than are free returns what is there instead of raising: "
-            "the caller believes it got every block it asked for",
+        "the caller believes it got every block it asked for",
     ),
     Mutant(
         name="stale_hash_not_evicted",
@@ -259,7 +259,7 @@ MUTANTS = [
         """,
         replace="",
         why="get_new_blocks reuses a free cached block without evicting its hash: the cache map "
-            "still points new requests at a page that is about to be overwritten (I4)",
+        "still points new requests at a page that is about to be overwritten (I4)",
     ),
     Mutant(
         name="free_appends_shared_blocks",
@@ -274,7 +274,7 @@ MUTANTS = [
             newly_free.append(block)
         """,
         why="free_blocks appends every block it is given, even one another request still holds "
-            "(ref_cnt > 0): a block in use can be handed out again (I1)",
+        "(ref_cnt > 0): a block in use can be handed out again (I1)",
     ),
     Mutant(
         name="free_zeroes_ref_cnt",
@@ -289,8 +289,8 @@ MUTANTS = [
             newly_free.append(block)
         """,
         why="free_blocks sets ref_cnt to 0 instead of dropping one reference: a block that "
-            "another request still holds (a shared prefix, ref_cnt 2) is queued again and can "
-            "be handed out while in use (I1)",
+        "another request still holds (a shared prefix, ref_cnt 2) is queued again and can "
+        "be handed out while in use (I1)",
     ),
     Mutant(
         name="free_appends_in_reverse",
@@ -298,7 +298,7 @@ MUTANTS = [
         find="self.free_block_queue.append_n(newly_free)",
         replace="self.free_block_queue.append_n(reversed(newly_free))",
         why="free_blocks reverses the order it was given, so a request's head blocks are "
-            "evicted before its tail (I4 eviction order)",
+        "evicted before its tail (I4 eviction order)",
     ),
     Mutant(
         name="double_free_unchecked",
@@ -312,7 +312,7 @@ MUTANTS = [
         """,
         replace="",
         why="free_blocks decrements without checking: a double free drives ref_cnt negative "
-            "instead of raising ValueError",
+        "instead of raising ValueError",
     ),
     Mutant(
         name="failed_free_not_rolled_back",
@@ -328,7 +328,7 @@ MUTANTS = [
                 raise ValueError(error)
         """,
         why="free_blocks raises on a double free in the middle of its list but keeps the "
-            "decrements it already made: the refused call half-happened",
+        "decrements it already made: the refused call half-happened",
     ),
     Mutant(
         name="usage_counts_the_null_block",
@@ -336,7 +336,7 @@ MUTANTS = [
         find="total = self.num_gpu_blocks - 1",
         replace="total = self.num_gpu_blocks",
         why="get_usage divides by num_gpu_blocks, counting the null block as usable memory: "
-            "a full pool never reaches 100 %",
+        "a full pool never reaches 100 %",
     ),
     Mutant(
         name="num_free_blocks_by_walking",
@@ -344,7 +344,7 @@ MUTANTS = [
         find="return self.free_block_queue.num_free_blocks",
         replace="return len(self.free_block_queue.get_all_free_blocks())",
         why="get_num_free_blocks counts the queue by walking it: O(n) on every call, and the "
-            "scheduler calls it every step",
+        "scheduler calls it every step",
     ),
     # -- added with the judge/learner split (issue #20): bugs no earlier test reached ---------------
     Mutant(
@@ -361,7 +361,7 @@ MUTANTS = [
             tail = self.fake_free_list_tail
         """,
         why="append trusts its caller: appending a block that is still queued links it in a "
-            "second time and the list loops (the misuse table says RuntimeError)",
+        "second time and the list loops (the misuse table says RuntimeError)",
     ),
     Mutant(
         name="failed_free_rollback_resets_to_one",
@@ -369,8 +369,8 @@ MUTANTS = [
         find="done.ref_cnt += 1",
         replace="done.ref_cnt = 1",
         why="a refused free_blocks 'rolls back' by setting ref_cnt = 1 on the blocks it had "
-            "already decremented: right for a block with one holder, but a shared block "
-            "(ref_cnt 2) loses a reference and is later freed while still in use (I1)",
+        "already decremented: right for a block with one holder, but a shared block "
+        "(ref_cnt 2) loses a reference and is later freed while still in use (I1)",
     ),
     Mutant(
         name="usage_of_a_null_only_pool_divides_by_zero",
@@ -384,6 +384,6 @@ MUTANTS = [
             total = self.num_gpu_blocks - 1
         """,
         why="get_usage divides by num_gpu_blocks - 1 without the guard: a pool of one block "
-            "(only the null block) raises ZeroDivisionError instead of reporting 0.0",
+        "(only the null block) raises ZeroDivisionError instead of reporting 0.0",
     ),
 ]

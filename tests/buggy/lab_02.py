@@ -28,7 +28,7 @@ MUTANTS = [
                 if size >= max_len:
         """,
         why="ensure picks the smallest free range that fits (best fit) instead of the lowest "
-            "one (first fit)",
+        "one (first fit)",
     ),
     Mutant(
         name="reserves_length_not_max_len",
@@ -54,7 +54,7 @@ MUTANTS = [
                     return True
         """,
         why="the contiguous allocator reserves the current length instead of max_len, as if "
-            "the request could never grow (the premise of contiguous allocation)",
+        "the request could never grow (the premise of contiguous allocation)",
     ),
     Mutant(
         name="exact_fit_leaves_empty_range",
@@ -79,7 +79,7 @@ MUTANTS = [
         """,
         replace="",
         why="free merges a returned range with the free range before it but not with the one "
-            "after it: memory stays cut into pieces that could be one",
+        "after it: memory stays cut into pieces that could be one",
     ),
     Mutant(
         name="free_does_not_merge_with_previous",
@@ -92,7 +92,7 @@ MUTANTS = [
         """,
         replace="",
         why="free merges a returned range with the free range after it but not with the one "
-            "before it",
+        "before it",
     ),
     # -- PagedAllocator -----------------------------------------------------------------------
     Mutant(
@@ -101,7 +101,7 @@ MUTANTS = [
         find="needed = -(-length // self.block_size) - len(table)",
         replace="needed = length // self.block_size - len(table)",
         why="ensure rounds the number of blocks down (length // block_size): the tokens of a "
-            "partly filled last block have nowhere to go",
+        "partly filled last block have nowhere to go",
     ),
     Mutant(
         name="paged_partial_allocation",
@@ -123,7 +123,7 @@ MUTANTS = [
             return True
         """,
         why="ensure takes blocks one by one and gives up when they run out, keeping the blocks "
-            "it took: not all or nothing",
+        "it took: not all or nothing",
     ),
     Mutant(
         name="paged_free_to_the_front",
@@ -139,7 +139,7 @@ MUTANTS = [
         find="return current_len, will_fill - current_len, held - will_fill",
         replace="return current_len, 0, held - current_len",
         why="every held slot without a token counts as internal fragmentation, even the slots "
-            "the request will fill before it finishes",
+        "the request will fill before it finishes",
     ),
     Mutant(
         name="split_ignores_final_len",
@@ -147,7 +147,7 @@ MUTANTS = [
         find="will_fill = min(final_len, held)",
         replace="will_fill = held",
         why="split_held assumes the request fills everything it holds: no internal "
-            "fragmentation ever",
+        "fragmentation ever",
     ),
     # -- simulate -------------------------------------------------------------------------------
     Mutant(
@@ -163,7 +163,7 @@ MUTANTS = [
         find="victim = running.pop()",
         replace="victim = running.pop(0)",
         why="preemption takes the first admitted running request instead of the most recently "
-            "admitted one",
+        "admitted one",
     ),
     Mutant(
         name="preempted_to_the_back",
@@ -171,7 +171,7 @@ MUTANTS = [
         find="waiting.appendleft(victim)",
         replace="waiting.append(victim)",
         why="a preempted request goes to the back of the waiting queue, behind requests that "
-            "arrived after it",
+        "arrived after it",
     ),
     Mutant(
         name="preemption_restarts_from_scratch",
@@ -215,7 +215,7 @@ MUTANTS = [
                     continue
         """,
         why="admission lets later requests that fit overtake the request at the head of the "
-            "queue (not first come, first served)",
+        "queue (not first come, first served)",
     ),
     Mutant(
         name="blocked_even_without_enough_free",
@@ -242,9 +242,9 @@ MUTANTS = [
         file=FILE,
         find="token_share=share(sum(s.used_tokens for s in steps), held),",
         replace="token_share=share(sum(share(s.used_tokens, s.held_tokens) for s in steps "
-                "if s.held_tokens), sum(1 for s in steps if s.held_tokens)),",
+        "if s.held_tokens), sum(1 for s in steps if s.held_tokens)),",
         why="token_share averages the per-step ratios instead of dividing the sums: a step "
-            "holding little memory weighs as much as a full one",
+        "holding little memory weighs as much as a full one",
     ),
     Mutant(
         name="peak_is_most_used",
@@ -278,7 +278,7 @@ MUTANTS = [
             external_fragmentation=share(sum(s.external_tokens for s in steps), held),
         """,
         why="external fragmentation is divided by the held memory; it is free memory, a share "
-            "of the whole capacity",
+        "of the whole capacity",
     ),
     Mutant(
         name="delayed_counts_steps",
@@ -293,7 +293,7 @@ MUTANTS = [
         find="pending = deque(sorted(trace, key=lambda r: r.arrival_step))",
         replace="pending = deque(trace)",
         why="takes the trace in its own order instead of by arrival_step: a request listed "
-            "after a later arrival waits for it, although it arrived first",
+        "after a later arrival waits for it, although it arrived first",
     ),
     Mutant(
         name="self_preemption_keeps_growing",
@@ -304,14 +304,14 @@ MUTANTS = [
         """,
         replace="",
         why="a request that preempts itself (it is the newest) goes on asking for blocks: it "
-            "gets memory back while it waits, outside the running set",
+        "gets memory back while it waits, outside the running set",
     ),
     Mutant(
         name="waiting_counts_future_arrivals",
         file=FILE,
         find="largest_free_range=allocator.largest_free_range(), waiting=len(waiting),",
         replace="largest_free_range=allocator.largest_free_range(),\n"
-                "            waiting=len(waiting) + len(pending),",
+        "            waiting=len(waiting) + len(pending),",
         why="counts the requests of the trace that have not arrived yet as waiting",
     ),
 ]

@@ -18,7 +18,7 @@ MUTANTS = [
         find="return 2 * num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)",
         replace="return num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)",
         why="counts only keys (or only values): every size is half the truth, so the engine "
-            "would allocate twice the blocks its memory holds",
+        "would allocate twice the blocks its memory holds",
     ),
     Mutant(
         name="query_heads_instead_of_kv_heads",
@@ -26,7 +26,7 @@ MUTANTS = [
         find='num_kv_heads = int(getattr(config, "num_key_value_heads", None) or num_heads)',
         replace="num_kv_heads = num_heads",
         why="sizes the cache by query heads: GQA models (Llama-3: 32 query, 8 KV heads) look 4x "
-            "bigger than they are",
+        "bigger than they are",
     ),
     Mutant(
         name="head_dim_always_hidden_over_heads",
@@ -41,7 +41,7 @@ MUTANTS = [
         find="return 2 * num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)",
         replace="return 2 * num_layers * num_kv_heads * head_dim * 2",
         why="assumes a 16-bit cache: the float32 cache of the CPU engine (and an fp8 one) is "
-            "sized wrong",
+        "sized wrong",
     ),
     Mutant(
         name="dtype_torch_prefix_not_stripped",
@@ -63,7 +63,7 @@ MUTANTS = [
         find="return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
         replace="return math.ceil((total_memory - int(non_kv_cache_memory)) * gpu_memory_utilization)",
         why="takes the utilization share of the memory left after the model instead of the whole "
-            "device: 0.5 of 80 GiB with a 10 GiB model gives 35 GiB instead of 30",
+        "device: 0.5 of 80 GiB with a 10 GiB model gives 35 GiB instead of 30",
     ),
     Mutant(
         name="budget_rounded_down",
@@ -109,7 +109,7 @@ MUTANTS = [
         find="return num_requests * blocks_per_request(max_model_len, block_size) + 1",
         replace="return num_requests * blocks_per_request(max_model_len, block_size)",
         why="forgets block 0, the null block: a cache of exactly that size cannot hold the "
-            "full-length request it was sized for",
+        "full-length request it was sized for",
     ),
     Mutant(
         name="null_block_per_request",
@@ -138,7 +138,7 @@ MUTANTS = [
         find="return num_gpu_blocks / blocks_per_request(max_model_len, block_size)",
         replace="return num_gpu_blocks * block_size / max_model_len",
         why="divides the cache's tokens by max_model_len: a request's partly filled last block "
-            "still takes a whole block, so 10 blocks of 16 hold 5 requests of 17 tokens, not 9.4",
+        "still takes a whole block, so 10 blocks of 16 hold 5 requests of 17 tokens, not 9.4",
     ),
     Mutant(
         name="full_utilization_refused",
@@ -157,6 +157,6 @@ MUTANTS = [
             return np.ceil(num_tokens / block_size)
         """,
         why="np.ceil returns a numpy float: 2.0 blocks equals 2, but a block count that is a "
-            "float cannot size the engine's tensors (and every count built on it is a float)",
+        "float cannot size the engine's tensors (and every count built on it is a float)",
     ),
 ]

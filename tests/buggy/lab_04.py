@@ -23,7 +23,7 @@ MUTANTS = [
         """,
         replace="",
         why="no early return for padding: slot -1 is block -1 // 16 == 0, row -1 % 16 == -1 in "
-            "Triton's C-style arithmetic, so a padding token is stored just before the cache",
+        "Triton's C-style arithmetic, so a padding token is stored just before the cache",
     ),
     Mutant(
         name="cache_block_and_row_swapped",
@@ -37,7 +37,7 @@ MUTANTS = [
             offset = slot // BLOCK_SIZE
         """,
         why="slot // block_size and slot % block_size swapped: rows land in the wrong block at "
-            "the wrong offset",
+        "the wrong offset",
     ),
     Mutant(
         name="cache_write_ignores_the_tile_axis",
@@ -45,7 +45,7 @@ MUTANTS = [
         find="idx = tl.program_id(1) * TILE + tl.arange(0, TILE)",
         replace="idx = tl.arange(0, TILE)",
         why="every program along grid axis 1 copies the first tile: rows wider than one tile "
-            "(many KV heads x a large head_dim) are written only in part",
+        "(many KV heads x a large head_dim) are written only in part",
     ),
     Mutant(
         name="slot_zero_taken_for_padding",
@@ -59,7 +59,7 @@ MUTANTS = [
                 return  # padding token: leave the cache untouched
         """,
         why="off-by-one in the padding test: slot 0 (block 0, row 0) is a real slot, but its "
-            "token is skipped and the cache keeps what was there",
+        "token is skipped and the cache keeps what was there",
     ),
     Mutant(
         name="key_read_as_contiguous",
@@ -67,8 +67,8 @@ MUTANTS = [
         find="k = tl.load(key_ptr + token * stride_key_tok + head * stride_key_head + dim, mask=mask)",
         replace="k = tl.load(key_ptr + token * NUM_KV_HEADS * HEAD_DIM + idx, mask=mask)",
         why="addresses the key as a contiguous [tokens, kv_heads, head_dim] tensor instead of "
-            "through its strides: keys sliced out of a fused QKV projection are read from the "
-            "wrong columns (the launcher keeps such views as they are)",
+        "through its strides: keys sliced out of a fused QKV projection are read from the "
+        "wrong columns (the launcher keeps such views as they are)",
     ),
     Mutant(
         name="key_stored_into_value_cache",
@@ -84,7 +84,7 @@ MUTANTS = [
         find="heads = kv_head * QUERIES_PER_KV + offs_g",
         replace="heads = offs_g * tl.num_programs(1) + kv_head",
         why="the program of KV head j serves query heads j, j + num_kv_heads, ...: query head h "
-            "reads KV head h % num_kv_heads instead of h // group",
+        "reads KV head h % num_kv_heads instead of h // group",
     ),
     Mutant(
         name="block_table_row_stride_ignored",
@@ -92,7 +92,7 @@ MUTANTS = [
         find="table = block_tables_ptr + seq.to(tl.int64) * stride_bt_seq",
         replace="table = block_tables_ptr + seq.to(tl.int64)",
         why="forgets the table's row stride: sequence i reads its block ids from row 0, "
-            "starting i entries in, i.e. another sequence's blocks",
+        "starting i entries in, i.e. another sequence's blocks",
     ),
     Mutant(
         name="tile_row_off_by_one",
@@ -100,7 +100,7 @@ MUTANTS = [
         find="in_block = start % BLOCK_SIZE + offs_t",
         replace="in_block = start % BLOCK_SIZE + offs_t + 1",
         why="off-by-one in the block offset when a tile lies inside one block: every token reads "
-            "the next token's K/V row",
+        "the next token's K/V row",
     ),
     Mutant(
         name="token_row_off_by_one",
@@ -115,7 +115,7 @@ MUTANTS = [
         find="if BLOCK_SIZE >= BLOCK_N:",
         replace="if True:",
         why="always one table entry per tile: with blocks smaller than the tile, the tile's "
-            "later tokens are read from whatever physical blocks follow the first one",
+        "later tokens are read from whatever physical blocks follow the first one",
     ),
     Mutant(
         name="no_mask_past_seq_len",
@@ -123,7 +123,7 @@ MUTANTS = [
         find='s = tl.where(n_mask[None, :], s * qk_scale, float("-inf"))',
         replace="s = s * qk_scale",
         why="positions past seq_len keep score 0 (their K loads are masked to 0) instead of -inf: "
-            "they take softmax weight and dilute the output",
+        "they take softmax weight and dilute the output",
     ),
     # -- _paged_decode_kernel: split boundaries ----------------------------------------------------
     Mutant(
@@ -132,7 +132,7 @@ MUTANTS = [
         find="tiles_per_split = tl.cdiv(num_tiles, num_splits)",
         replace="tiles_per_split = num_tiles // num_splits",
         why="each split's share is rounded down: the last num_tiles % num_splits tiles belong to "
-            "no split (and with more splits than tiles nothing is read)",
+        "no split (and with more splits than tiles nothing is read)",
     ),
     Mutant(
         name="split_end_off_by_one",
@@ -148,7 +148,7 @@ MUTANTS = [
         find="m_new = tl.maximum(m_i, tl.max(s, 1))",
         replace="m_new = tl.zeros([GROUP_PAD], dtype=tl.float32)",
         why="exp2 of raw scores: scores of a few hundred (log2 units above 128) overflow float32 "
-            "to inf, and inf / inf = nan",
+        "to inf, and inf / inf = nan",
     ),
     Mutant(
         name="exp_instead_of_exp2",
@@ -156,7 +156,7 @@ MUTANTS = [
         find="p = tl.exp2(s - m_new[:, None])",
         replace="p = tl.exp(s - m_new[:, None])",
         why="qk_scale already holds log2(e): using exp on base-2 scores applies the wrong "
-            "temperature (and disagrees with the exp2 rescaling of acc and l)",
+        "temperature (and disagrees with the exp2 rescaling of acc and l)",
     ),
     Mutant(
         name="accumulator_not_rescaled",
@@ -164,7 +164,7 @@ MUTANTS = [
         find="acc = acc * alpha[:, None] + pv",
         replace="acc = acc + pv",
         why="when a tile raises the running max, the old accumulator keeps its old scale: earlier "
-            "tiles are overweighted",
+        "tiles are overweighted",
     ),
     Mutant(
         name="sum_not_rescaled",
@@ -179,7 +179,7 @@ MUTANTS = [
         find="out = acc / l_safe[:, None]",
         replace="out = acc / l_i[:, None]",
         why="an empty split (more splits than tiles) computes 0 / 0 = nan, which the merge "
-            "multiplies by weight 0 and still gets nan",
+        "multiplies by weight 0 and still gets nan",
     ),
     Mutant(
         name="lse_without_running_max",
@@ -187,7 +187,7 @@ MUTANTS = [
         find='lse = tl.where(nonempty, m_i + tl.log2(l_safe), float("-inf"))',
         replace='lse = tl.where(nonempty, tl.log2(l_safe), float("-inf"))',
         why="the split's log-sum-exp forgets the max its sum was shifted by: splits are weighted "
-            "as if all had the same maximum score",
+        "as if all had the same maximum score",
     ),
     # -- _merge_splits_kernel ------------------------------------------------------------------------
     Mutant(
@@ -196,7 +196,7 @@ MUTANTS = [
         find="weight = tl.exp2(lse - lse_max)",
         replace="weight = tl.exp2(lse)",
         why="merge weights 2**lse without subtracting the largest lse: overflows to inf when "
-            "scores are large (inf / inf = nan)",
+        "scores are large (inf / inf = nan)",
     ),
     Mutant(
         name="merge_plain_average",
@@ -204,6 +204,6 @@ MUTANTS = [
         find="weight = tl.exp2(lse - lse_max)",
         replace='weight = tl.where(lse > float("-inf"), 1.0, 0.0)',
         why="averages the non-empty splits' partial outputs: a split's weight must be its share "
-            "of the softmax sum, 2**lse_i / sum 2**lse_j",
+        "of the softmax sum, 2**lse_i / sum 2**lse_j",
     ),
 ]

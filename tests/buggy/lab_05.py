@@ -17,10 +17,10 @@ MUTANTS = [
         name="hash_not_chained",
         file=FILE,
         find="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), "
-             "extra_keys)))",
+        "extra_keys)))",
         replace="return BlockHash(hash_function((tuple(curr_block_token_ids), extra_keys)))",
         why="the block hash ignores the parent's hash: the same tokens after different prefixes "
-            "collide, and a hit would serve KV computed for another prefix (I3)",
+        "collide, and a hit would serve KV computed for another prefix (I3)",
     ),
     Mutant(
         name="parent_none_not_mapped_to_none_hash",
@@ -31,16 +31,16 @@ MUTANTS = [
         """,
         replace="",
         why="the first block hashes (None, tokens) instead of chaining from NONE_HASH, so it "
-            "disagrees with hashes seeded explicitly (I3)",
+        "disagrees with hashes seeded explicitly (I3)",
     ),
     Mutant(
         name="extra_keys_ignored",
         file=FILE,
         find="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), "
-             "extra_keys)))",
+        "extra_keys)))",
         replace="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids))))",
         why="extra keys (LoRA adapter, cache salt) are left out of the hash, so two adapters "
-            "share KV they did not compute (I3)",
+        "share KV they did not compute (I3)",
     ),
     Mutant(
         name="hash_ignores_hash_function",
@@ -58,7 +58,7 @@ MUTANTS = [
             return BlockHash(hashlib.sha256(repr(key).encode()).digest())
         """,
         why="hash_block_tokens hard-codes sha256 instead of the hash_function it is given, so the "
-            "engine cannot choose its hash",
+        "engine cannot choose its hash",
     ),
     # -- BlockHashToBlockMap --------------------------------------------------------------------
     Mutant(
@@ -77,7 +77,7 @@ MUTANTS = [
             self._cache[key] = block
         """,
         why="the cache map keeps one block per hash: inserting a duplicate forgets the first, "
-            "which keeps its hash while no longer being indexed (I3)",
+        "which keeps its hash while no longer being indexed (I3)",
     ),
     Mutant(
         name="map_pop_removes_whole_key",
@@ -94,7 +94,7 @@ MUTANTS = [
             return block
         """,
         why="popping one of several blocks cached under a hash drops the whole key, losing the "
-            "duplicates that still hold the content (I3)",
+        "duplicates that still hold the content (I3)",
     ),
     # -- BlockPool: caching and lookups ---------------------------------------------------------
     Mutant(
@@ -110,7 +110,7 @@ MUTANTS = [
             return cached_blocks
         """,
         why="get_cached_block claims the blocks it finds: a lookup that is not used leaks a "
-            "reference (and revives the block from the free queue)",
+        "reference (and revives the block from the free queue)",
     ),
     Mutant(
         name="get_cached_block_ignores_group",
@@ -118,7 +118,7 @@ MUTANTS = [
         find="key = make_block_hash_with_group_id(block_hash, group_id)",
         replace="key = make_block_hash_with_group_id(block_hash, 0)",
         why="the lookup always uses group 0, so a hash cached for one KV cache group hits for "
-            "every group",
+        "every group",
     ),
     Mutant(
         name="cache_from_zero",
@@ -130,7 +130,7 @@ MUTANTS = [
             new_full_blocks = blocks[:num_full_blocks]
         """,
         why="cache_full_blocks re-caches from block 0 instead of from num_cached_blocks: the "
-            "blocks and hashes no longer line up, and already cached blocks are hashed twice",
+        "blocks and hashes no longer line up, and already cached blocks are hashed twice",
     ),
     Mutant(
         name="cache_stops_one_block_short",
@@ -142,7 +142,7 @@ MUTANTS = [
             new_full_blocks = blocks[num_cached_blocks:num_full_blocks - 1]
         """,
         why="off-by-one: the last full block is never cached, so a request's final full block "
-            "never produces a hit",
+        "never produces a hit",
     ),
     Mutant(
         name="cache_ignores_block_mask",
@@ -157,7 +157,7 @@ MUTANTS = [
         find="if not block.is_null and (block_mask is None or block_mask[i])",
         replace="if block_mask is None or block_mask[i]",
         why="cache_full_blocks gives the null block a hash: a placeholder page then serves "
-            "prefix-cache hits",
+        "prefix-cache hits",
     ),
     # -- BlockPool: touch, eviction, reset --------------------------------------------------------
     Mutant(
@@ -172,7 +172,7 @@ MUTANTS = [
             block.ref_cnt += 1
         """,
         why="touch counts a reference but leaves a revived block in the free queue: it will be "
-            "evicted and overwritten while a request uses it (I1, I4)",
+        "evicted and overwritten while a request uses it (I1, I4)",
     ),
     Mutant(
         name="touch_does_not_count_the_reference",
@@ -187,7 +187,7 @@ MUTANTS = [
                 self.free_block_queue.remove(block)
         """,
         why="touch takes a revived block out of the queue but does not count the new user: the "
-            "block is neither free nor held (I1)",
+        "block is neither free nor held (I1)",
     ),
     Mutant(
         name="touch_sets_ref_cnt_to_one",
@@ -203,7 +203,7 @@ MUTANTS = [
             block.ref_cnt = 1
         """,
         why="touch sets ref_cnt = 1 instead of adding one, so a block shared by two running "
-            "requests is freed when the first one finishes",
+        "requests is freed when the first one finishes",
     ),
     Mutant(
         name="touch_rebuilds_the_queue",
@@ -221,7 +221,7 @@ MUTANTS = [
             block.ref_cnt += 1
         """,
         why="touch rebuilds the free queue without the block instead of unlinking it: correct "
-            "order, but O(n) per hit",
+        "order, but O(n) per hit",
     ),
     Mutant(
         name="touch_accepts_the_null_block",
@@ -252,7 +252,7 @@ MUTANTS = [
             return True
         """,
         why="_maybe_evict_cached_block removes the map entry but the block keeps its hash: the "
-            "reused block cannot be cached again and claims content it no longer holds (I3, I4)",
+        "reused block cannot be cached again and claims content it no longer holds (I3, I4)",
     ),
     Mutant(
         name="evict_forgets_the_map",
@@ -268,7 +268,7 @@ MUTANTS = [
             return True
         """,
         why="_maybe_evict_cached_block clears the block's hash but leaves its map entry: the "
-            "cache still serves the overwritten page (I3, I4)",
+        "cache still serves the overwritten page (I3, I4)",
     ),
     Mutant(
         name="evict_blocks_evicts_all",
@@ -295,7 +295,7 @@ MUTANTS = [
         """,
         replace="",
         why="reset_prefix_cache resets even while requests hold blocks, whose hashes are needed "
-            "when they free them",
+        "when they free them",
     ),
     Mutant(
         name="reset_keeps_block_hashes",
@@ -306,19 +306,19 @@ MUTANTS = [
         """,
         replace="",
         why="reset_prefix_cache empties the map but leaves every block's hash set: blocks can "
-            "never be cached again (I3)",
+        "never be cached again (I3)",
     ),
     # -- added with the judge/learner split (issue #20): bugs no earlier test reached ---------------
     Mutant(
         name="hash_parts_in_another_order",
         file=FILE,
         find="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), "
-             "extra_keys)))",
+        "extra_keys)))",
         replace="return BlockHash(hash_function((tuple(curr_block_token_ids), parent_block_hash, "
-                "extra_keys)))",
+        "extra_keys)))",
         why="the hash covers the right three things in another order: chained, deterministic, "
-            "but not the documented hash_function((parent, tokens, extra_keys)), so it agrees "
-            "with no other process (nor upstream) on any block's hash",
+        "but not the documented hash_function((parent, tokens, extra_keys)), so it agrees "
+        "with no other process (nor upstream) on any block's hash",
     ),
     Mutant(
         name="cache_full_blocks_half_caches_on_error",
@@ -337,8 +337,8 @@ MUTANTS = [
             for block, block_hash in selected:
         """,
         why="cache_full_blocks relies on the block_hash setter to refuse a block that already "
-            "has a hash: the blocks before it in the call are cached anyway, so a refused call "
-            "half-happened",
+        "has a hash: the blocks before it in the call are cached anyway, so a refused call "
+        "half-happened",
     ),
     Mutant(
         name="evict_blocks_unchecked_ids",
@@ -352,6 +352,6 @@ MUTANTS = [
         """,
         replace="",
         why="evict_blocks indexes self.blocks with whatever id it is given: -1 silently evicts "
-            "the last block, a too large id raises IndexError after evicting the ids before it",
+        "the last block, a too large id raises IndexError after evicting the ids before it",
     ),
 ]

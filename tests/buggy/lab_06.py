@@ -19,7 +19,7 @@ MUTANTS = [
         find="slots = block_ids * block_size + positions % block_size",
         replace="slots = block_ids * block_size + (positions + 1) % block_size",
         why="counts positions from 1 inside the block: every token lands one slot late, and the "
-            "last token of a block wraps onto the block's first slot",
+        "last token of a block wraps onto the block's first slot",
     ),
     Mutant(
         name="slot_div_mod_swapped",
@@ -37,7 +37,7 @@ MUTANTS = [
             slots = block_ids * block_size + positions // block_size
         """,
         why="p % block_size and p // block_size swapped: the offset picks the table entry and "
-            "the logical block number becomes the offset",
+        "the logical block number becomes the offset",
     ),
     # -- reshape_and_cache -----------------------------------------------------------------------
     Mutant(
@@ -53,7 +53,7 @@ MUTANTS = [
             value_cache[slots // block_size, slots % block_size] = value
         """,
         why="padding slots are not skipped: slot -1 is block -1, offset block_size - 1 in numpy, "
-            "so a padding token overwrites the last slot of the cache (someone else's token)",
+        "so a padding token overwrites the last slot of the cache (someone else's token)",
     ),
     Mutant(
         name="cache_write_into_a_copy",
@@ -69,7 +69,7 @@ MUTANTS = [
             flat_v[kept] = value[valid]
         """,
         why="writes through a flattened reshape: for a non-contiguous cache (K and V interleaved "
-            "in one buffer) reshape returns a copy and the write is silently lost",
+        "in one buffer) reshape returns a copy and the write is silently lost",
     ),
     # -- _gather_sequence --------------------------------------------------------------------------
     Mutant(
@@ -84,7 +84,7 @@ MUTANTS = [
             v = value_cache[ids].reshape(used * block_size, num_kv_heads, head_dim)
         """,
         why="attends to whole blocks: the slots of the last block past seq_len hold stale K/V of "
-            "another request and get softmax weight",
+        "another request and get softmax weight",
     ),
     Mutant(
         name="gather_blocks_in_id_order",
@@ -92,7 +92,7 @@ MUTANTS = [
         find="ids = block_table[:used].astype(np.int64)",
         replace="ids = np.unique(block_table[:used]).astype(np.int64)",
         why="collects the sequence's blocks as a set (sorted by id) instead of in table order: "
-            "with scattered blocks the tokens come back shuffled",
+        "with scattered blocks the tokens come back shuffled",
     ),
     # -- paged_attention_decode ------------------------------------------------------------------
     Mutant(
@@ -109,7 +109,7 @@ MUTANTS = [
             out[i] = dense_attention(query[i : i + 1], k, v, scale)[0]
         """,
         why="expands KV heads with np.tile (kv0, kv1, kv0, kv1, ...) instead of repeating each: "
-            "query head h reads KV head h % num_kv_heads instead of h // group",
+        "query head h reads KV head h % num_kv_heads instead of h // group",
     ),
     Mutant(
         name="decode_forgets_the_new_token",
@@ -117,7 +117,7 @@ MUTANTS = [
         find="block_tables[i], int(seq_lens[i]))",
         replace="block_tables[i], int(seq_lens[i]) - 1)",
         why="treats seq_lens as the tokens BEFORE the new one: the new token's own key, already "
-            "written, is left out",
+        "written, is left out",
     ),
     Mutant(
         name="decode_uses_the_first_table",
@@ -133,7 +133,7 @@ MUTANTS = [
         find="scores = scores - scores.max(axis=-1, keepdims=True)",
         replace="",
         why="exp of raw scores: scores of a few hundred overflow to inf and the row becomes "
-            "inf / inf = nan",
+        "inf / inf = nan",
     ),
     Mutant(
         name="scale_applied_twice",
@@ -141,7 +141,7 @@ MUTANTS = [
         find='scores = np.einsum("qhgd,shd->hgqs", q, k) * dtype.type(scale)',
         replace='scores = np.einsum("qhgd,shd->hgqs", q, k) * dtype.type(scale * scale)',
         why="multiplies by the scale twice (once on q, once on the scores): the softmax is too "
-            "flat",
+        "flat",
     ),
     Mutant(
         name="scale_not_applied",
@@ -156,7 +156,7 @@ MUTANTS = [
         find="q_pos = np.arange(query_len)[:, None] + (kv_len - query_len)",
         replace="q_pos = np.arange(query_len)[:, None]",
         why="aligns the causal mask top-left: after a cached prefix, query i sees only keys 0..i "
-            "instead of the whole prefix plus the chunk up to itself",
+        "instead of the whole prefix plus the chunk up to itself",
     ),
     # -- paged_attention_prefill -----------------------------------------------------------------
     Mutant(
@@ -179,7 +179,7 @@ MUTANTS = [
             return dense_attention(query, k, v, scale, causal=True)
         """,
         why="a chunk attends only to itself: the cached prefix (an earlier chunk, a prefix-cache "
-            "hit) is never read",
+        "hit) is never read",
     ),
     Mutant(
         name="decode_output_buffer_float64",
@@ -195,7 +195,7 @@ MUTANTS = [
                 k, v = _gather_sequence(
         """,
         why="decode's output buffer is made with np.zeros(shape), float64 whatever the query's "
-            "dtype: float32 (or float16) inputs come back in double precision",
+        "dtype: float32 (or float16) inputs come back in double precision",
     ),
     Mutant(
         name="prefill_output_buffer_float64",
@@ -211,7 +211,7 @@ MUTANTS = [
             return out
         """,
         why="prefill fills an output buffer made with np.zeros(shape): a float32 chunk comes "
-            "back as float64, unlike decode's output",
+        "back as float64, unlike decode's output",
     ),
     # -- part 3: split-K decode ---------------------------------------------------------------
     Mutant(
@@ -220,7 +220,7 @@ MUTANTS = [
         find="lse = (m + np.log(total))[..., 0]",
         replace="lse = np.log(total)[..., 0]",
         why="attend_split returns log(sum exp(s - m)), forgetting to add the max m back: every "
-            "split's lse is off by its own max, so the merge weighs the splits wrongly",
+        "split's lse is off by its own max, so the merge weighs the splits wrongly",
     ),
     Mutant(
         name="split_lse_of_unscaled_scores",
@@ -235,7 +235,7 @@ MUTANTS = [
             m = m / dtype.type(scale)
         """,
         why="the lse is taken of the raw dot products q . k, without the scale that the "
-            "softmax used: the partial output is right, the merge weights are not",
+        "softmax used: the partial output is right, the merge weights are not",
     ),
     Mutant(
         name="split_not_normalised",
@@ -243,7 +243,7 @@ MUTANTS = [
         find='partial = np.einsum("hgs,shd->hgd", p / total, value.astype(dtype, copy=False))',
         replace='partial = np.einsum("hgs,shd->hgd", p, value.astype(dtype, copy=False))',
         why="attend_split returns the unnormalised accumulator sum exp(s - m) v instead of "
-            "dividing by the piece's own sum, while the merge assumes normalised pieces",
+        "dividing by the piece's own sum, while the merge assumes normalised pieces",
     ),
     Mutant(
         name="empty_split_is_nan",
@@ -254,7 +254,7 @@ MUTANTS = [
         """,
         replace="",
         why="no special case for a piece without keys: its max is taken of nothing (an error) "
-            "or its sum is 0 and the output 0 / 0 = nan",
+        "or its sum is 0 and the output 0 / 0 = nan",
     ),
     Mutant(
         name="merge_without_subtracting_the_max",
@@ -262,7 +262,7 @@ MUTANTS = [
         find="weights = np.exp(lse - top)  # exp(-inf) = 0: an empty split has no weight",
         replace="weights = np.exp(lse)",
         why="the merge weighs the splits by exp(lse) directly: an lse of a few hundred overflows "
-            "to inf and the result is nan",
+        "to inf and the result is nan",
     ),
     Mutant(
         name="merge_averages_the_splits",
@@ -270,7 +270,7 @@ MUTANTS = [
         find="weights = np.exp(lse - top)  # exp(-inf) = 0: an empty split has no weight",
         replace="weights = np.isfinite(lse).astype(partial.dtype)",
         why="the merge averages the non-empty splits' outputs, as if each held the same share "
-            "of the softmax mass: right only when every split has the same lse",
+        "of the softmax mass: right only when every split has the same lse",
     ),
     Mutant(
         name="merge_trusts_empty_partials",
@@ -278,7 +278,7 @@ MUTANTS = [
         find="kept = np.where(np.isfinite(lse)[..., None], partial, 0.0)  # 0 * garbage must stay 0",
         replace="kept = partial",
         why="the merge multiplies an empty split's partial by its weight 0 without masking it: "
-            "garbage like 1e30 (or nan) in an unwritten partial poisons the result",
+        "garbage like 1e30 (or nan) in an unwritten partial poisons the result",
     ),
     Mutant(
         name="split_k_drops_the_remainder",
@@ -286,7 +286,7 @@ MUTANTS = [
         find="per_split = _cdiv(seq_len, num_splits)",
         replace="per_split = max(1, seq_len // num_splits)",
         why="ranges of seq_len // num_splits tokens: the last seq_len % num_splits tokens are "
-            "in no split, so the newest tokens are never attended to",
+        "in no split, so the newest tokens are never attended to",
     ),
     Mutant(
         name="gather_one_block_too_many",
@@ -294,7 +294,7 @@ MUTANTS = [
         find="used = _cdiv(seq_len, block_size)",
         replace="used = seq_len // block_size + 1",
         why="counts the blocks as seq_len // block_size + 1: a sequence that fills its last "
-            "block exactly reads one table entry more, which is padding (-1, or an id outside "
-            "the cache)",
+        "block exactly reads one table entry more, which is padding (-1, or an id outside "
+        "the cache)",
     ),
 ]

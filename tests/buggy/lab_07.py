@@ -19,7 +19,7 @@ MUTANTS = [
         find="max_cache_hit_length = request.num_tokens - 1",
         replace="max_cache_hit_length = request.num_tokens",
         why="no num_tokens - 1 cap: a fully cached block-aligned prompt is skipped entirely, so "
-            "the model never runs on its last token and has no logits to sample from",
+        "the model never runs on its last token and has no logits to sample from",
     ),
     Mutant(
         name="hit_skips_over_a_miss",
@@ -35,7 +35,7 @@ MUTANTS = [
             computed.append(cached[0])
         """,
         why="find_longest_cache_hit ignores the chain: it keeps looking after a miss, so a later "
-            "cached block is glued after a gap and the request reads another prefix's KV",
+        "cached block is glued after a gap and the request reads another prefix's KV",
     ),
     Mutant(
         name="hit_limit_in_tokens_not_blocks",
@@ -43,7 +43,7 @@ MUTANTS = [
         find="max_num_blocks = max(max_cache_hit_length, 0) // self.block_size",
         replace="max_num_blocks = cdiv(max(max_cache_hit_length, 0), self.block_size)",
         why="rounds the hit limit up to whole blocks: a hit can then cover the last token, "
-            "which must be recomputed",
+        "which must be recomputed",
     ),
     Mutant(
         name="stats_ignore_preemption",
@@ -51,7 +51,7 @@ MUTANTS = [
         find="preempted=request.num_preemptions > 0,",
         replace="preempted=False,",
         why="prefix-cache stats count resumed requests as new traffic: they mostly hit their "
-            "own freshly freed blocks, which flatters the hit rate",
+        "own freshly freed blocks, which flatters the hit rate",
     ),
     Mutant(
         name="stats_never_reset",
@@ -65,7 +65,7 @@ MUTANTS = [
             return self.prefix_cache_stats
         """,
         why="make_prefix_cache_stats hands out the live counters without starting afresh, so "
-            "every snapshot counts all lookups since startup (and the logger double counts)",
+        "every snapshot counts all lookups since startup (and the logger double counts)",
     ),
     # -- allocate_slots -----------------------------------------------------------------------
     Mutant(
@@ -87,7 +87,7 @@ MUTANTS = [
                 return None
         """,
         why="claims (touches) the prefix hits before checking capacity: a refused admission "
-            "leaves its hits referenced and a half-built block table behind",
+        "leaves its hits referenced and a half-built block table behind",
     ),
     Mutant(
         name="empty_table_left_on_none",
@@ -95,7 +95,7 @@ MUTANTS = [
         find="num_req_blocks = len(self.req_to_blocks.get(request_id, ()))",
         replace="num_req_blocks = len(self.req_to_blocks.setdefault(request_id, []))",
         why="the capacity count creates the request's table with setdefault, so a refused "
-            "request leaves an empty entry in req_to_blocks: None must change nothing",
+        "request leaves an empty entry in req_to_blocks: None must change nothing",
     ),
     Mutant(
         name="hits_not_touched",
@@ -109,7 +109,7 @@ MUTANTS = [
             if new_computed_blocks and not self.enable_caching:
         """,
         why="the hits are put in the table without touch: their ref_cnt does not count the new "
-            "user and a free hit stays in the free queue, ready to be evicted under the request",
+        "user and a free hit stays in the free queue, ready to be evicted under the request",
     ),
     Mutant(
         name="free_hits_not_counted",
@@ -117,7 +117,7 @@ MUTANTS = [
         find="return num_new_blocks + num_evictable_blocks",
         replace="return num_new_blocks",
         why="hits that sit free in the queue are not counted: claiming them consumes free "
-            "blocks, so the allocation runs out half-way instead of returning None",
+        "blocks, so the allocation runs out half-way instead of returning None",
     ),
     Mutant(
         name="returns_the_whole_table",
@@ -131,7 +131,7 @@ MUTANTS = [
         return self.get_blocks(request.request_id)
         """,
         why="allocate_slots returns the request's whole table instead of the blocks it added: "
-            "the runner would append blocks it already has",
+        "the runner would append blocks it already has",
     ),
     Mutant(
         name="hit_blocks_not_marked_cached",
@@ -144,7 +144,7 @@ MUTANTS = [
             req_blocks.extend(new_computed_blocks)
         """,
         why="the hits are not recorded as already published, so cache_blocks hashes them a "
-            "second time (a block is hashed once: RuntimeError)",
+        "second time (a block is hashed once: RuntimeError)",
     ),
     Mutant(
         name="caches_lookahead_slots",
@@ -152,7 +152,7 @@ MUTANTS = [
         find="num_tokens_to_cache = min(total_computed_tokens + num_new_tokens, request.num_tokens)",
         replace="num_tokens_to_cache = min(num_tokens_need_slot, request.num_tokens)",
         why="publishes the blocks of lookahead slots too: their tokens are not computed this "
-            "step, so another request could hit KV that was never written",
+        "step, so another request could hit KV that was never written",
     ),
     Mutant(
         name="caches_partial_blocks",
@@ -160,7 +160,7 @@ MUTANTS = [
         find="num_full_blocks = num_computed_tokens // self.block_size",
         replace="num_full_blocks = cdiv(num_computed_tokens, self.block_size)",
         why="rounds up in cache_blocks: a block only partly computed (mid-prefill chunk) is "
-            "published and can be hit before its KV is written",
+        "published and can be hit before its KV is written",
     ),
     Mutant(
         name="cache_blocks_rehashes",
@@ -173,7 +173,7 @@ MUTANTS = [
             )
         """,
         why="cache_blocks never records how far it got, so the next step hashes the same "
-            "blocks again (a block is hashed once: RuntimeError)",
+        "blocks again (a block is hashed once: RuntimeError)",
     ),
     Mutant(
         name="no_max_model_len_cap",
@@ -187,7 +187,7 @@ MUTANTS = [
             num_tokens_need_slot = total_computed_tokens + num_new_tokens + num_lookahead_tokens
         """,
         why="slots are not capped at max_model_len: lookahead slots beyond the model's length "
-            "take blocks no token can ever use",
+        "take blocks no token can ever use",
     ),
     # -- capacity accounting of prefix hits (in use: free of charge; free: one block each) --
     Mutant(
@@ -196,8 +196,8 @@ MUTANTS = [
         find="blk.ref_cnt == 0 and not blk.is_null for blk in new_computed_blocks",
         replace="not blk.is_null for blk in new_computed_blocks",
         why="counts every hit as a block taken from the free queue, also hits on blocks that "
-            "running requests hold: a request sharing a running request's prefix is refused "
-            "although its fresh blocks fit",
+        "running requests hold: a request sharing a running request's prefix is refused "
+        "although its fresh blocks fit",
     ),
     Mutant(
         name="hits_not_subtracted_from_fresh",
@@ -205,7 +205,7 @@ MUTANTS = [
         find="num_new_blocks = max(num_required_blocks - len(new_computed_blocks), 0)",
         replace="num_new_blocks = max(num_required_blocks, 0)",
         why="counts the hit blocks as fresh ones (and the free hits once more): every hit costs "
-            "capacity, in-use hits included, so fitting admissions are refused",
+        "capacity, in-use hits included, so fitting admissions are refused",
     ),
     Mutant(
         name="capacity_ignores_the_table",
@@ -213,8 +213,8 @@ MUTANTS = [
         find="return max(num_required_blocks - num_req_blocks, 0)",
         replace="return max(num_required_blocks, 0)",
         why="counts the blocks a running request already holds as blocks to allocate: a decode "
-            "step that needs one block (or none) is refused when fewer blocks than its whole "
-            "table are free",
+        "step that needs one block (or none) is refused when fewer blocks than its whole "
+        "table are free",
     ),
     Mutant(
         name="capacity_check_off_by_one",
@@ -222,7 +222,7 @@ MUTANTS = [
         find="if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():",
         replace="if num_blocks_to_allocate >= self.block_pool.get_num_free_blocks():",
         why="refuses an allocation that needs exactly the free blocks: the last free block is "
-            "never handed out",
+        "never handed out",
     ),
     Mutant(
         name="capacity_without_lookahead",
@@ -230,7 +230,7 @@ MUTANTS = [
         find="num_tokens=num_tokens_need_slot,",
         replace="num_tokens=min(total_computed_tokens + num_new_tokens, self.max_model_len),",
         why="the capacity check leaves out the lookahead slots the allocation then takes: the "
-            "check passes, and the allocation runs out of blocks half-way with the hits claimed",
+        "check passes, and the allocation runs out of blocks half-way with the hits claimed",
     ),
     Mutant(
         name="hits_touched_twice",
@@ -245,8 +245,8 @@ MUTANTS = [
                 self.allocate_new_computed_blocks(request.request_id, new_computed_block_list[0])
         """,
         why="allocate_slots touches the hits and allocate_new_computed_blocks touches them "
-            "again: each hit gains two references for one holder and never returns to the free "
-            "queue (a leak)",
+        "again: each hit gains two references for one holder and never returns to the free "
+        "queue (a leak)",
     ),
     Mutant(
         name="hit_capped_at_the_prompt",
@@ -254,7 +254,7 @@ MUTANTS = [
         find="max_cache_hit_length = request.num_tokens - 1",
         replace="max_cache_hit_length = request.num_prompt_tokens - 1",
         why="caps the hit at the prompt: a preempted request resumed with output tokens "
-            "recomputes its cached output blocks instead of hitting them",
+        "recomputes its cached output blocks instead of hitting them",
     ),
     Mutant(
         name="stats_count_the_capped_query",
@@ -262,7 +262,7 @@ MUTANTS = [
         find="num_tokens=request.num_tokens,",
         replace="num_tokens=max_cache_hit_length,",
         why="records num_tokens - 1 queried tokens per lookup instead of the request's "
-            "num_tokens: the hit rate is computed over the wrong total",
+        "num_tokens: the hit rate is computed over the wrong total",
     ),
     Mutant(
         name="free_keeps_num_cached_block",
@@ -270,7 +270,7 @@ MUTANTS = [
         find="self.num_cached_block.pop(request.request_id, None)",
         replace="pass",
         why="free forgets the table but not how many of its blocks were published: resumed "
-            "without a hit, the request skips publishing its first blocks again",
+        "without a hit, the request skips publishing its first blocks again",
     ),
     # -- free, ids, usage ---------------------------------------------------------------------
     Mutant(
@@ -279,7 +279,7 @@ MUTANTS = [
         find="self.block_pool.free_blocks(list(reversed(req_blocks)))",
         replace="self.block_pool.free_blocks(list(req_blocks))",
         why="frees head first: under LRU eviction the shared prefix is then evicted before the "
-            "request's private tail",
+        "request's private tail",
     ),
     Mutant(
         name="free_keeps_the_table",
@@ -287,7 +287,7 @@ MUTANTS = [
         find="req_blocks = self.req_to_blocks.pop(request.request_id, [])",
         replace="req_blocks = self.req_to_blocks.get(request.request_id, [])",
         why="free releases the blocks but leaves the request's table in req_to_blocks: a "
-            "preempted request readmitted later starts from a stale table of freed blocks",
+        "preempted request readmitted later starts from a stale table of freed blocks",
     ),
     Mutant(
         name="usage_counts_the_null_block",
@@ -295,7 +295,7 @@ MUTANTS = [
         find="return self.block_pool.get_usage()",
         replace="return 1.0 - self.block_pool.get_num_free_blocks() / self.num_gpu_blocks",
         why="usage divides by num_gpu_blocks, counting the null block as usable capacity, so "
-            "it never reaches 100 %",
+        "it never reaches 100 %",
     ),
     Mutant(
         name="get_block_ids_none_when_empty",
@@ -303,7 +303,7 @@ MUTANTS = [
         find="return self.get_blocks(request_id).get_block_ids()",
         replace="return self.get_blocks(request_id).get_block_ids(allow_none=True)",
         why="get_block_ids returns None for a request without blocks instead of ([],): callers "
-            "index the result per group",
+        "index the result per group",
     ),
     # -- the admission gate -----------------------------------------------------------------
     Mutant(
@@ -312,7 +312,7 @@ MUTANTS = [
         find="if full_sequence_must_fit:",
         replace="if False:",
         why="accepts full_sequence_must_fit but never checks it: the scheduler admits on the "
-            "first chunk, starts prompts the cache cannot finish, and preempts them mid-prefill",
+        "first chunk, starts prompts the cache cannot finish, and preempts them mid-prefill",
     ),
     Mutant(
         name="gate_counts_the_prompt_only",
@@ -320,7 +320,7 @@ MUTANTS = [
         find="full_num_tokens = min(request.num_tokens, self.max_model_len)",
         replace="full_num_tokens = min(request.num_prompt_tokens, self.max_model_len)",
         why="the gate sizes a resumed request by its prompt: the outputs it must recompute are "
-            "forgotten, so it is let in and preempted again",
+        "forgotten, so it is let in and preempted again",
     ),
     Mutant(
         name="gate_ignores_hits",
@@ -334,7 +334,7 @@ MUTANTS = [
                 new_computed_blocks=(),
         """,
         why="the gate counts every block of the sequence as fresh: a request whose prefix is "
-            "held by others (free of charge) is refused although it fits",
+        "held by others (free of charge) is refused although it fits",
     ),
     Mutant(
         name="gate_reserves_the_whole_sequence",
@@ -353,7 +353,7 @@ MUTANTS = [
                                                                  self.max_model_len))
         """,
         why="the gate allocates blocks for the whole sequence at admission instead of only "
-            "checking that they exist: a chunked prompt holds blocks it will not fill for "
-            "several steps, which is the waste paging exists to avoid",
+        "checking that they exist: a chunked prompt holds blocks it will not fill for "
+        "several steps, which is the waste paging exists to avoid",
     ),
 ]

@@ -23,16 +23,16 @@ MUTANTS = [
         """,
         replace="",
         why="check_stop never looks at EOS: requests run on to max_tokens after the model has "
-            "said it is done",
+        "said it is done",
     ),
     Mutant(
         name="ignore_eos_also_ignores_stop_tokens",
         file=FILE,
         find="if last_token_id in (sampling_params.stop_token_ids or ()):",
         replace="if not sampling_params.ignore_eos and last_token_id in "
-                "(sampling_params.stop_token_ids or ()):",
+        "(sampling_params.stop_token_ids or ()):",
         why="reads ignore_eos as 'ignore every stop condition': upstream ignores only EOS, a "
-            "stop token still ends the request",
+        "stop token still ends the request",
     ),
     Mutant(
         name="stops_on_all_stop_token_ids",
@@ -40,7 +40,7 @@ MUTANTS = [
         find="if last_token_id in (sampling_params.stop_token_ids or ()):",
         replace="if last_token_id in sampling_params.all_stop_token_ids:",
         why="checks all_stop_token_ids, which holds the model's EOS even under ignore_eos (it is "
-            "the set min_tokens masks): ignore_eos requests stop on EOS anyway",
+        "the set min_tokens masks): ignore_eos requests stop on EOS anyway",
     ),
     Mutant(
         name="max_tokens_off_by_one",
@@ -73,7 +73,7 @@ MUTANTS = [
         find="stopped_running_reqs.add(request)",
         replace="pass",
         why="a finished (and freed) request is never removed from running: the next step "
-            "schedules a request that has no blocks any more",
+        "schedules a request that has no blocks any more",
     ),
     Mutant(
         name="stopped_preempted_request_left_in_waiting",
@@ -84,9 +84,9 @@ MUTANTS = [
         """,
         replace="",
         why="only running is filtered: a request that stops while PREEMPTED (its token was in "
-            "flight when the next schedule() preempted it, as async scheduling does) stays in "
-            "the waiting queue, finished and freed; it is counted as unfinished, and the next "
-            "schedule() tries to admit it",
+        "flight when the next schedule() preempted it, as async scheduling does) stays in "
+        "the waiting queue, finished and freed; it is counted as unfinished, and the next "
+        "schedule() tries to admit it",
     ),
     Mutant(
         name="every_stopped_request_taken_for_running",
@@ -103,8 +103,8 @@ MUTANTS = [
             stopped_running_reqs.add(request)
         """,
         why="assumes a request that got a token is running: one preempted since its step was "
-            "scheduled is filtered out of running, where it is not, and stays in the waiting "
-            "queue although finished",
+        "scheduled is filtered out of running, where it is not, and stays in the waiting "
+        "queue although finished",
     ),
     Mutant(
         name="finished_blocks_leaked",
@@ -117,7 +117,7 @@ MUTANTS = [
             assert request.is_finished()
         """,
         why="_free_request forgets kv_cache_manager.free: every finished request leaks its "
-            "blocks until the pool is empty",
+        "blocks until the pool is empty",
     ),
     # -- schedule: the running loop ------------------------------------------------------------
     Mutant(
@@ -126,7 +126,7 @@ MUTANTS = [
         find="preempted_req = self.running.pop()",
         replace="preempted_req = self.running.pop(0)",
         why="preempts the oldest running request instead of the last admitted one: under FCFS "
-            "the latest arrival has the lowest priority",
+        "the latest arrival has the lowest priority",
     ),
     Mutant(
         name="running_tokens_not_subtracted",
@@ -141,7 +141,7 @@ MUTANTS = [
             req_index += 1
         """,
         why="the running loop does not charge its tokens to the budget: the step overruns "
-            "max_num_batched_tokens",
+        "max_num_batched_tokens",
     ),
     Mutant(
         name="threshold_ignored_for_running",
@@ -152,7 +152,7 @@ MUTANTS = [
         """,
         replace="",
         why="long_prefill_token_threshold caps only the first chunk: a running request "
-            "continuing its prefill takes the whole budget",
+        "continuing its prefill takes the whole budget",
     ),
     # -- schedule: the waiting loop ------------------------------------------------------------
     Mutant(
@@ -161,7 +161,7 @@ MUTANTS = [
         find="if not preempted_reqs:",
         replace="if True:",
         why="admits waiting requests in a step that had to preempt: memory is tight, so the "
-            "newcomer will only cause the next preemption",
+        "newcomer will only cause the next preemption",
     ),
     Mutant(
         name="separate_budget_for_waiting",
@@ -176,7 +176,7 @@ MUTANTS = [
                 while self.waiting and token_budget > 0:
         """,
         why="gives prefill (waiting requests) its own budget, as if there were separate prefill "
-            "and decode phases: the step overruns max_num_batched_tokens",
+        "and decode phases: the step overruns max_num_batched_tokens",
     ),
     Mutant(
         name="max_num_seqs_ignored",
@@ -187,7 +187,7 @@ MUTANTS = [
         """,
         replace="",
         why="admission never checks max_num_seqs: more requests run at once than the runner "
-            "has room for",
+        "has room for",
     ),
     Mutant(
         name="waiting_tokens_not_subtracted",
@@ -202,7 +202,7 @@ MUTANTS = [
             request.status = RequestStatus.RUNNING
         """,
         why="admissions do not charge their tokens to the budget: every waiting prompt gets "
-            "the full budget and the step overruns it",
+        "the full budget and the step overruns it",
     ),
     Mutant(
         name="threshold_ignored_for_waiting",
@@ -213,7 +213,7 @@ MUTANTS = [
         """,
         replace="",
         why="long_prefill_token_threshold is not applied on admission: a long new prompt takes "
-            "the whole budget in its first step",
+        "the whole budget in its first step",
     ),
     Mutant(
         name="prefix_hits_ignored",
@@ -237,7 +237,7 @@ MUTANTS = [
             )
         """,
         why="looks the prefix up but does not use the hit: the whole prompt is recomputed and "
-            "the cached blocks are not shared",
+        "the cached blocks are not shared",
     ),
     Mutant(
         name="no_chunked_prefill_check",
@@ -257,7 +257,7 @@ MUTANTS = [
         find="self.waiting.prepend_request(request)",
         replace="self.waiting.add_request(request)",
         why="the preempted request goes to the back of the waiting queue: requests that arrived "
-            "after it overtake it (not FCFS)",
+        "after it overtake it (not FCFS)",
     ),
     Mutant(
         name="num_computed_tokens_not_reset",
@@ -270,7 +270,7 @@ MUTANTS = [
             request.status = RequestStatus.PREEMPTED
         """,
         why="a preempted request keeps num_computed_tokens although its KV was freed: it claims "
-            "to have computed tokens it no longer holds",
+        "to have computed tokens it no longer holds",
     ),
     Mutant(
         name="preemption_not_counted",
@@ -278,7 +278,7 @@ MUTANTS = [
         find="request.num_preemptions += 1",
         replace="pass",
         why="num_preemptions is not incremented: the prefix-cache stats count a resumed request "
-            "as new traffic and the metrics never see preemptions",
+        "as new traffic and the metrics never see preemptions",
     ),
     Mutant(
         name="preempted_blocks_not_freed",
@@ -291,7 +291,7 @@ MUTANTS = [
             request.status = RequestStatus.PREEMPTED
         """,
         why="preemption forgets to free the victim's blocks, so it frees no memory: the retry "
-            "fails again and everyone gets preempted",
+        "fails again and everyone gets preempted",
     ),
     Mutant(
         name="chunk_not_resumed",
@@ -299,7 +299,7 @@ MUTANTS = [
         find="request.num_computed_tokens += num_tokens",
         replace="request.num_computed_tokens = num_tokens",
         why="_update_after_schedule sets num_computed_tokens to this step's tokens instead of "
-            "adding them: a chunked prompt restarts at the wrong place",
+        "adding them: a chunked prompt restarts at the wrong place",
     ),
     # -- finish_requests (aborts) --------------------------------------------------------------
     Mutant(
@@ -308,7 +308,7 @@ MUTANTS = [
         find="ids = dict.fromkeys(request_ids)  # dedupe, keep order",
         replace="ids = list(request_ids)",
         why="finish_requests(['a', 'a']) finds a unfinished twice (statuses change only after "
-            "the first pass), so it frees a twice and lists it twice",
+        "the first pass), so it frees a twice and lists it twice",
     ),
     Mutant(
         name="abort_str_iterated_per_character",
@@ -322,7 +322,7 @@ MUTANTS = [
             if request_ids is None:
         """,
         why="forgets that one id may come as a str: finish_requests('r1') iterates 'r' and '1', "
-            "finds no such requests and aborts nothing",
+        "finds no such requests and aborts nothing",
     ),
     Mutant(
         name="abort_of_preempted_left_in_waiting",
@@ -340,7 +340,7 @@ MUTANTS = [
                 waiting_to_remove.append(request)
         """,
         why="only WAITING requests are taken out of the waiting queue: an aborted PREEMPTED one "
-            "stays there, finished, and is scheduled again later",
+        "stays there, finished, and is scheduled again later",
     ),
     Mutant(
         name="abort_of_waiting_not_removed",
@@ -353,7 +353,7 @@ MUTANTS = [
             pass
         """,
         why="aborted waiting requests are freed but left in the waiting queue, where the "
-            "scheduler finds a finished request to admit",
+        "scheduler finds a finished request to admit",
     ),
     Mutant(
         name="abort_of_waiting_not_freed",
@@ -368,7 +368,7 @@ MUTANTS = [
                 self._free_request(request)
         """,
         why="'a waiting request holds no blocks, so there is nothing to free': but freeing also "
-            "forgets the request and reports it to the runner; it stays in requests forever",
+        "forgets the request and reports it to the runner; it stays in requests forever",
     ),
     # -- update_from_output: what the runner hands back ----------------------------------------
     Mutant(
@@ -384,7 +384,7 @@ MUTANTS = [
             request = self.requests[req_id]
         """,
         why="every request of the output is assumed to be still there: one aborted between "
-            "schedule() and update_from_output() raises KeyError",
+        "schedule() and update_from_output() raises KeyError",
     ),
     Mutant(
         name="update_applies_tokens_of_unscheduled_requests",
@@ -392,8 +392,8 @@ MUTANTS = [
         find="for req_id in scheduler_output.num_scheduled_tokens:",
         replace="for req_id in sampled_token_ids:",
         why="walks the runner's sampled tokens instead of the scheduled requests: tokens handed "
-            "back for a request that was not in the step (waiting, preempted, not reached) are "
-            "appended to it",
+        "back for a request that was not in the step (waiting, preempted, not reached) are "
+        "appended to it",
     ),
     Mutant(
         name="update_trusts_tokens_for_a_prefill_chunk",
@@ -411,7 +411,7 @@ MUTANTS = [
         """,
         replace="",
         why="no check of the runner's output: a token sampled from the logits of a non-final "
-            "prompt chunk is appended as if it were the model's next token",
+        "prompt chunk is appended as if it were the model's next token",
     ),
     Mutant(
         name="update_rejects_an_empty_list_for_a_prefill_chunk",
@@ -419,7 +419,7 @@ MUTANTS = [
         find="if tokens and request is not None and request.is_prefill_chunk:",
         replace="if request is not None and request.is_prefill_chunk:",
         why="any entry for a request mid-prefill is taken for a runner bug, even the empty list "
-            "a runner hands back for a partial prefill (no token): a correct step is refused",
+        "a runner hands back for a partial prefill (no token): a correct step is refused",
     ),
     Mutant(
         name="update_checks_the_runner_while_applying",
@@ -459,8 +459,8 @@ MUTANTS = [
                     raise ValueError(f"request {req_id!r} is mid-prefill but got tokens")
         """,
         why="checks the runner's tokens request by request while applying them: when a later "
-            "request of the batch turns out to be mid-prefill, the earlier ones already got "
-            "their tokens, and the step is half applied",
+        "request of the batch turns out to be mid-prefill, the earlier ones already got "
+        "their tokens, and the step is half applied",
     ),
     Mutant(
         name="finished_ids_reset_in_update",
@@ -468,8 +468,8 @@ MUTANTS = [
         find="outputs: list[EngineCoreOutput] = []",
         replace="self.finished_req_ids = set()\noutputs: list[EngineCoreOutput] = []",
         why="starts a fresh finished set when a step's results come in instead of when its "
-            "output is built: a request aborted while the step ran is never reported to the "
-            "runner, which keeps its state forever",
+        "output is built: a request aborted while the step ran is never reported to the "
+        "runner, which keeps its state forever",
     ),
     # -- the admission gate and the priority policy -------------------------------------------
     Mutant(
@@ -478,7 +478,7 @@ MUTANTS = [
         find="full_sequence_must_fit=self.scheduler_reserve_full_isl,",
         replace="",
         why="never asks allocate_slots for the admission gate: a prompt is admitted when its "
-            "first chunk fits, and one that cannot finish is later preempted mid-prefill",
+        "first chunk fits, and one that cannot finish is later preempted mid-prefill",
     ),
     Mutant(
         name="gate_always_on",
@@ -486,7 +486,7 @@ MUTANTS = [
         find="full_sequence_must_fit=self.scheduler_reserve_full_isl,",
         replace="full_sequence_must_fit=True,",
         why="ignores scheduler_reserve_full_isl=False: the engine option to admit on the first "
-            "chunk does nothing",
+        "chunk does nothing",
     ),
     Mutant(
         name="priority_victim_is_the_last",
@@ -494,7 +494,7 @@ MUTANTS = [
         find="if self.policy == SchedulingPolicy.PRIORITY:",
         replace="if False:",
         why="preempts the last admitted request under the priority policy too: a low-priority "
-            "request admitted early keeps running while an urgent one is thrown out",
+        "request admitted early keeps running while an urgent one is thrown out",
     ),
     Mutant(
         name="priority_victim_keeps_its_tokens",
@@ -502,7 +502,7 @@ MUTANTS = [
         find="if preempted_req in scheduled_running_reqs:",
         replace="if False:",
         why="a victim already scheduled this step stays in the batch: its tokens are not given "
-            "back to the budget and the runner is sent a preempted request whose blocks are gone",
+        "back to the budget and the runner is sent a preempted request whose blocks are gone",
     ),
     Mutant(
         name="priority_victim_index_not_adjusted",
@@ -510,7 +510,7 @@ MUTANTS = [
         find="req_index -= 1",
         replace="pass",
         why="removing an earlier running request shifts the list, but the index is not moved "
-            "back: the request after the current one is skipped this step",
+        "back: the request after the current one is skipped this step",
     ),
     Mutant(
         name="priority_victim_by_priority_only",
@@ -518,7 +518,7 @@ MUTANTS = [
         find="preempted_req = max(self.running, key=lambda r: (r.priority, r.arrival_time))",
         replace="preempted_req = max(self.running, key=lambda r: r.priority)",
         why="ties in priority are not broken by arrival: among equals the earliest arrival is "
-            "preempted instead of the latest",
+        "preempted instead of the latest",
     ),
     Mutant(
         name="repetition_before_length",
@@ -526,7 +526,7 @@ MUTANTS = [
         find="if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:",
         replace="if sampling_params.repetition_detection is not None and check_sequence_repetition(request.output_token_ids, sampling_params.repetition_detection):\n    request.status = RequestStatus.FINISHED_REPETITION\n    request.stop_reason = 'repetition_detected'\n    return True\nif request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:",
         why="checks the repetition before the length limits: a request whose last allowed token "
-            "completes a loop reports 'repetition' instead of 'length'",
+        "completes a loop reports 'repetition' instead of 'length'",
     ),
     Mutant(
         name="repetition_ignored",
@@ -541,6 +541,6 @@ MUTANTS = [
         find="self.finished_req_ids = set()",
         replace="self.finished_req_ids.clear()",
         why="clears the finished set in place right after the output took it: the runner never "
-            "hears that a request finished and keeps its state",
+        "hears that a request finished and keeps its state",
     ),
 ]

@@ -19,7 +19,7 @@ MUTANTS = [
         find="return cu_num_tokens, np.arange(total, dtype=np.int64) - request_starts",
         replace="return cu_num_tokens, np.arange(total, dtype=np.int64)",
         why="the offsets run on across requests ([0 1 2 3 ...] instead of [0 1 0 1 2 ...]): "
-            "every request after the first gets positions shifted by its neighbours' tokens",
+        "every request after the first gets positions shifted by its neighbours' tokens",
     ),
     Mutant(
         name="block_table_padded_with_a_real_block",
@@ -27,7 +27,7 @@ MUTANTS = [
         find="block_tables = np.zeros((len(block_ids), width), dtype=np.int32)",
         replace="block_tables = np.ones((len(block_ids), width), dtype=np.int32)",
         why="pads short rows with block 1, a real block that belongs to some request, instead "
-            "of the null block 0",
+        "of the null block 0",
     ),
     Mutant(
         name="block_table_padded_with_minus_one",
@@ -42,7 +42,7 @@ MUTANTS = [
         find="block_tables = np.zeros((len(block_ids), width), dtype=np.int32)",
         replace="block_tables = np.zeros((len(block_ids), width), dtype=np.int64)",
         why="int64 block tables: twice the bytes copied to the GPU each step, and not the dtype "
-            "the kernels are written for",
+        "the kernels are written for",
     ),
     Mutant(
         name="slot_block_index_and_offset_swapped",
@@ -57,7 +57,7 @@ MUTANTS = [
         find="return block_numbers * block_size + positions % block_size",
         replace="return block_numbers + positions % block_size",
         why="adds the block id and the offset without scaling the block id to its first slot: "
-            "blocks overlap",
+        "blocks overlap",
     ),
     # -- prepare_inputs --------------------------------------------------------------------------
     Mutant(
@@ -66,7 +66,7 @@ MUTANTS = [
         find="query_start_loc = np.concatenate(([0], cu_num_tokens))",
         replace="query_start_loc = np.concatenate(([0], scheduled))",
         why="stores each request's token count instead of the running total: request i's "
-            "tokens are not at qsl[i]:qsl[i+1]",
+        "tokens are not at qsl[i]:qsl[i+1]",
     ),
     Mutant(
         name="positions_off_by_one",
@@ -74,7 +74,7 @@ MUTANTS = [
         find="positions = computed[req_indices] + query_pos",
         replace="positions = computed[req_indices] + query_pos + 1",
         why="counts positions from 1: every key is rotated (RoPE) one step too far and written "
-            "one slot late",
+        "one slot late",
     ),
     Mutant(
         name="prefix_hits_not_skipped",
@@ -94,7 +94,7 @@ MUTANTS = [
             starts, ends = start.tolist(), (start + scheduled).tolist()
         """,
         why="treats every multi-token step as a fresh prompt from position 0: a prefix-cache "
-            "hit or an earlier chunk is recomputed over (and its tail never runs)",
+        "hit or an earlier chunk is recomputed over (and its tail never runs)",
     ),
     Mutant(
         name="decode_token_taken_from_the_prompt",
@@ -102,7 +102,7 @@ MUTANTS = [
         find="tokens[start:end] for tokens, start, end in zip(token_ids, starts, ends)",
         replace="tokens[: end - start] for tokens, start, end in zip(token_ids, starts, ends)",
         why="takes the first tokens of the sequence instead of those after the computed ones: "
-            "a decode feeds the prompt's first token instead of the one sampled last",
+        "a decode feeds the prompt's first token instead of the one sampled last",
     ),
     Mutant(
         name="slots_from_the_offset_in_the_step",
@@ -110,7 +110,7 @@ MUTANTS = [
         find="slot_mapping = compute_slot_mapping(block_tables, req_indices, positions, block_size)",
         replace="slot_mapping = compute_slot_mapping(block_tables, req_indices, query_pos, block_size)",
         why="uses the token's index inside this step instead of its position: a decode writes "
-            "its K/V over slot 0 of the request's first block",
+        "its K/V over slot 0 of the request's first block",
     ),
     Mutant(
         name="seq_lens_missing_the_context",
@@ -118,7 +118,7 @@ MUTANTS = [
         find="seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),",
         replace="seq_lens=torch.from_numpy(scheduled.astype(np.int32)),",
         why="reports only this step's tokens as the sequence length: attention never sees the "
-            "cached context",
+        "cached context",
     ),
     Mutant(
         name="logits_of_the_first_token",
@@ -133,7 +133,7 @@ MUTANTS = [
         find="block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)",
         replace="block_numbers = block_tables.ravel()[positions // block_size].astype(np.int64)",
         why="indexes the flattened table by the block index alone: every token looks its block "
-            "up in request 0's row, whatever request it belongs to",
+        "up in request 0's row, whatever request it belongs to",
     ),
     Mutant(
         name="max_query_len_is_the_step_total",
@@ -141,7 +141,7 @@ MUTANTS = [
         find="max_query_len=int(scheduled.max()),",
         replace="max_query_len=int(scheduled.sum()),",
         why="the longest query is the largest scheduled count, not the step's token total (which "
-            "is what query_start_loc[-1] already says)",
+        "is what query_start_loc[-1] already says)",
     ),
     Mutant(
         name="seq_lens_int64",
@@ -149,7 +149,7 @@ MUTANTS = [
         find="seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),",
         replace="seq_lens=torch.from_numpy(seq_lens),",
         why="seq_lens left int64 (the dtype of the arithmetic): the kernels and the CUDA-graph "
-            "buffers read int32",
+        "buffers read int32",
     ),
     Mutant(
         name="block_table_width_ignores_max_num_blocks",
@@ -164,6 +164,6 @@ MUTANTS = [
         find="too_few_blocks = blocks_needed > num_blocks",
         replace="too_few_blocks = np.zeros(num_reqs, dtype=bool)",
         why="a block table too short for the scheduled tokens goes through and fails later as "
-            "an index error, or writes a slot of the null block",
+        "an index error, or writes a slot of the null block",
     ),
 ]

@@ -25,7 +25,7 @@ MUTANTS = [
             new_text = self._decode(self.tokens[self.read_offset :])
         """,
         why="decodes only the new tokens: half a character becomes U+FFFD in the stream, and "
-            "the completing token decodes to another U+FFFD instead of the character",
+        "the completing token decodes to another U+FFFD instead of the character",
     ),
     Mutant(
         name="no_hold_back_on_replacement_char",
@@ -33,7 +33,7 @@ MUTANTS = [
         find="if len(new_text) > len(prefix_text) and (flush or not new_text.endswith(REPLACEMENT_CHAR)):",
         replace="if len(new_text) > len(prefix_text):",
         why="emits text that ends in U+FFFD: the head of a split character is streamed as '�' "
-            "and can never be taken back",
+        "and can never be taken back",
     ),
     Mutant(
         name="offsets_not_slid",
@@ -46,7 +46,7 @@ MUTANTS = [
             self.read_offset = len(self.tokens)
         """,
         why="never moves prefix_offset: the window grows with the whole output (quadratic "
-            "decode) and, worse, its leading text is decoded again each step",
+        "decode) and, worse, its leading text is decoded again each step",
     ),
     Mutant(
         name="no_flush_at_finish",
@@ -57,7 +57,7 @@ MUTANTS = [
         """,
         replace="",
         why="forgets the held-back tail when the request finishes: an output that ends inside "
-            "a character loses its last bytes instead of ending in U+FFFD",
+        "a character loses its last bytes instead of ending in U+FFFD",
     ),
     Mutant(
         name="stop_terminated_token_decoded",
@@ -65,7 +65,7 @@ MUTANTS = [
         find="if stop_terminated and new_token_ids and not self.include_stop_str_in_output:",
         replace="if False:",
         why="decodes the token the core stopped on: with skip_special_tokens=False the EOS "
-            "text ends up in the answer",
+        "text ends up in the answer",
     ),
     Mutant(
         name="deltas_resend_everything",
@@ -88,7 +88,7 @@ MUTANTS = [
             length = len(self.output_text)
         """,
         why="streams the characters that may begin a stop string: when the next token completes "
-            "it, the client has already received part of the stop string",
+        "it, the client has already received part of the stop string",
     ),
     # -- stop strings ---------------------------------------------------------------------------
     Mutant(
@@ -97,7 +97,7 @@ MUTANTS = [
         find="start = max(len(output_text) - new_char_count - len(stop_str) + 1, 0)",
         replace="start = max(len(output_text) - new_char_count, 0)",
         why="searches only the new characters: a stop string that began in an earlier step and "
-            "ends in this one is missed",
+        "ends in this one is missed",
     ),
     Mutant(
         name="stop_first_in_list_wins",
@@ -105,7 +105,7 @@ MUTANTS = [
         find="if index != -1 and (best is None or index < best[0]):",
         replace="if index != -1 and best is None:",
         why="takes the first stop string of the list that occurs, not the one that starts first "
-            "in the text",
+        "in the text",
     ),
     Mutant(
         name="stop_cut_after_string",
@@ -117,7 +117,7 @@ MUTANTS = [
             return stop_str, index + len(stop_str)
         """,
         why="cuts after the stop string although include_stop_str_in_output is off: the stop "
-            "string is part of the answer",
+        "string is part of the answer",
     ),
     # -- the output processor -------------------------------------------------------------------
     Mutant(
@@ -129,7 +129,7 @@ MUTANTS = [
         """,
         replace="",
         why="finishes the request in the front-end but never asks the core to abort it: it keeps "
-            "generating into its KV blocks until max_tokens",
+        "generating into its KV blocks until max_tokens",
     ),
     Mutant(
         name="abort_even_if_core_finished",
@@ -146,10 +146,10 @@ MUTANTS = [
     Mutant(
         name="stop_string_keeps_core_reason",
         file=FILE,
-        find="finish_reason, stop_reason = \"stop\", stop_str",
+        find='finish_reason, stop_reason = "stop", stop_str',
         replace="stop_reason = stop_str",
         why="records the stop string but leaves finish_reason None: the request never finishes "
-            "in the front-end",
+        "in the front-end",
     ),
     Mutant(
         name="state_kept_after_finish",
@@ -163,7 +163,7 @@ MUTANTS = [
                 pass
         """,
         why="never forgets finished requests: request_states grows forever and a late output "
-            "for a finished id produces a second finished output",
+        "for a finished id produces a second finished output",
     ),
     Mutant(
         name="abort_unknown_raises",
@@ -171,7 +171,7 @@ MUTANTS = [
         find="return [rid for rid in request_ids if self.request_states.pop(rid, None) is not None]",
         replace="return [rid for rid in request_ids if self.request_states.pop(rid)]",
         why="abort of an id already gone raises KeyError: a disconnect that crosses the last "
-            "output kills the output handler",
+        "output kills the output handler",
     ),
     Mutant(
         name="abort_returns_all_ids",
@@ -183,7 +183,7 @@ MUTANTS = [
             return list(request_ids)
         """,
         why="returns every id asked for, also unknown ones: the caller sends the core aborts "
-            "for requests that do not exist",
+        "for requests that do not exist",
     ),
     Mutant(
         name="unknown_output_raises",
@@ -197,7 +197,7 @@ MUTANTS = [
             state = self.request_states[out.request_id]
         """,
         why="a step's output for a request aborted meanwhile raises KeyError instead of being "
-            "ignored",
+        "ignored",
     ),
     # -- logprobs ------------------------------------------------------------------------------
     Mutant(
@@ -206,7 +206,7 @@ MUTANTS = [
         find="state.logprobs_processor.update_from_output(out.new_logprobs)",
         replace="pass",
         why="never hands the rows on: a request that asked for logprobs gets an empty list and "
-            "a cumulative logprob of 0",
+        "a cumulative logprob of 0",
     ),
     Mutant(
         name="logprobs_only_while_running",

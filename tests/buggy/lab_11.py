@@ -18,7 +18,7 @@ MUTANTS = [
         find="if denominator <= 0 or numerator % denominator != 0:",
         replace="if denominator <= 0:",
         why="floors instead of refusing: 9 heads over 2 ranks gives each rank 4 and head 8 "
-            "belongs to nobody, with no error",
+        "belongs to nobody, with no error",
     ),
     Mutant(
         name="shard_range_inclusive_end",
@@ -47,7 +47,7 @@ MUTANTS = [
         find="first = (rank // num_kv_head_replicas(total_num_kv_heads, tp_size)) * per_rank",
         replace="first = (rank % total_num_kv_heads) * per_rank",
         why="round-robin replication (rank % kv instead of rank // replicas): with 2 KV heads "
-            "on 4 ranks rank 1 holds KV head 1 but computes query heads of KV head 0",
+        "on 4 ranks rank 1 holds KV head 1 but computes query heads of KV head 0",
     ),
     Mutant(
         name="vocab_padding_rounds_down",
@@ -62,7 +62,7 @@ MUTANTS = [
         find="return shard_range(pad_vocab_size(vocab_size), rank, tp_size)",
         replace="return shard_range(vocab_size, rank, tp_size)",
         why="splits the real vocabulary: 50,257 ids over 2 ranks is refused, and the shards "
-            "no longer match the padded embedding's rows",
+        "no longer match the padded embedding's rows",
     ),
     Mutant(
         name="kv_replication_case_not_checked",
@@ -77,7 +77,7 @@ MUTANTS = [
             """,
         replace="# (more ranks than KV heads: nothing to check)",
         why="forgets the replicated case: 12 heads and 4 KV heads on 6 ranks is let through, "
-            "and two ranks would hold a KV head nobody assigned",
+        "and two ranks would hold a KV head nobody assigned",
     ),
     Mutant(
         name="divisors_not_listed",
@@ -99,7 +99,7 @@ MUTANTS = [
         find="return tensor.narrow(dim, start, end - start)",
         replace="return tensor.narrow(0, start, end - start)",
         why="ignores dim: a row-parallel weight is cut by output rows like a column-parallel "
-            "one, and the all-reduce adds partial sums of the wrong inputs",
+        "one, and the all-reduce adds partial sums of the wrong inputs",
     ),
     Mutant(
         name="shard_is_a_copy",
@@ -114,7 +114,7 @@ MUTANTS = [
         find="first, last = kv_head_range(total_num_kv_heads, rank, tp_size)",
         replace="first, last = shard_range(total_num_heads, rank, tp_size)",
         why="takes K and V rows by the rank's QUERY heads: rank 1 of 2 (8 heads, 4 KV) reads "
-            "rows of KV heads 4..7, which do not exist",
+        "rows of KV heads 4..7, which do not exist",
     ),
     Mutant(
         name="kv_split_never_replicated",
@@ -122,7 +122,7 @@ MUTANTS = [
         find="first, last = kv_head_range(total_num_kv_heads, rank, tp_size)",
         replace="first, last = shard_range(total_num_kv_heads, rank, tp_size)",
         why="splits K and V evenly like a column-parallel weight: refused as soon as the KV "
-            "heads are replicated (2 KV heads over 4 ranks)",
+        "heads are replicated (2 KV heads over 4 ranks)",
     ),
     Mutant(
         name="kv_block_not_sharded",

@@ -3,12 +3,22 @@
 from grading.mutants import Mutant
 
 MUTANTS = [
-    Mutant("seam_is_the_runner", "answers.py", '1: "C",', '1: "A",',
-           "believes the model runner picks the blocks"),
-    Mutant("full_prompt_hit", "answers.py", '3: "C",', '3: "A",',
-           "forgets that the last prompt token is always recomputed"),
-    Mutant("preempt_by_swap", "answers.py", '4: "B",', '4: "A",',
-           "thinks V1 swaps preempted KV to CPU"),
-    Mutant("lowercase_blank", "answers.py", '10: "B",', '10: "",',
-           "leaves a question unanswered"),
+    Mutant(
+        "seam_is_the_runner",
+        "answers.py",
+        '1: "C",',
+        '1: "A",',
+        "believes the model runner picks the blocks",
+    ),
+    Mutant(
+        "full_prompt_hit",
+        "answers.py",
+        '3: "C",',
+        '3: "A",',
+        "forgets that the last prompt token is always recomputed",
+    ),
+    Mutant(
+        "preempt_by_swap", "answers.py", '4: "B",', '4: "A",', "thinks V1 swaps preempted KV to CPU"
+    ),
+    Mutant("lowercase_blank", "answers.py", '10: "B",', '10: "",', "leaves a question unanswered"),
 ]

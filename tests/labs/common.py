@@ -39,10 +39,24 @@ from mini_vllm.teaching.invariants import (
 )
 
 __all__ = [  # what the suites import from here (the invariants' names included)
-    "GRADED_SETTINGS", "STATEFUL_SETTINGS", "as_int", "assert_constant_time", "best_time",
-    "block_ids", "check_pool", "check_pool_snapshot", "check_queue", "check_queue_snapshot",
-    "describe", "int_list", "learner_helper", "pool_snapshot", "queue_snapshot", "run_machine",
-    "same_data", "timed_call",
+    "GRADED_SETTINGS",
+    "STATEFUL_SETTINGS",
+    "as_int",
+    "assert_constant_time",
+    "best_time",
+    "block_ids",
+    "check_pool",
+    "check_pool_snapshot",
+    "check_queue",
+    "check_queue_snapshot",
+    "describe",
+    "int_list",
+    "learner_helper",
+    "pool_snapshot",
+    "queue_snapshot",
+    "run_machine",
+    "same_data",
+    "timed_call",
 ]
 
 #: Property tests are derandomized so a grade is reproducible, and unhurried on slow laptops.
@@ -88,7 +102,8 @@ def run_machine(machine: type, settings: Any = STATEFUL_SETTINGS, margin: float 
     if SESSION.deadline is not None:
         left = SESSION.deadline - time.monotonic()
         engine.MAX_SHRINKING_SECONDS = _ShrinkUntil(  # type: ignore[assignment]
-            time.perf_counter() + left - margin)
+            time.perf_counter() + left - margin
+        )
     quick = type(settings)(settings, phases=[p for p in settings.phases if p != Phase.explain])
     try:
         run_state_machine_as_test(machine, settings=quick)
@@ -103,8 +118,11 @@ def _invariant_names(machine: type) -> set[str]:
     """The machine's ``@invariant`` methods: checks that run after every step, not steps."""
     from hypothesis.stateful import INVARIANT_MARKER
 
-    return {name for name in dir(machine)
-            if getattr(getattr(machine, name, None), INVARIANT_MARKER, None) is not None}
+    return {
+        name
+        for name in dir(machine)
+        if getattr(getattr(machine, name, None), INVARIANT_MARKER, None) is not None
+    }
 
 
 def _drop_invariant_steps(exc: BaseException, names: set[str]) -> None:
@@ -114,9 +132,15 @@ def _drop_invariant_steps(exc: BaseException, names: set[str]) -> None:
     for inner in [exc, *(getattr(exc, "exceptions", None) or ())]:
         notes = getattr(inner, "__notes__", None)
         if isinstance(notes, list):
-            inner.__notes__ = [n for n in notes if not (
-                isinstance(n, str) and n.startswith("state.")
-                and n.removeprefix("state.").removesuffix("()") in names)]
+            inner.__notes__ = [
+                n
+                for n in notes
+                if not (
+                    isinstance(n, str)
+                    and n.startswith("state.")
+                    and n.removeprefix("state.").removesuffix("()") in names
+                )
+            ]
 
 
 # -- reading values ----------------------------------------------------------------------------
@@ -219,8 +243,13 @@ def best_time(step: Callable[[], float | None], repeat: int = 3, budget: float =
     return best
 
 
-def assert_constant_time(op_name: str, run_ops: Callable[[int], Callable[[], float | None]],
-                         small: int = 2_000, big: int = 200_000, max_ratio: float = 12.0) -> None:
+def assert_constant_time(
+    op_name: str,
+    run_ops: Callable[[int], Callable[[], float | None]],
+    small: int = 2_000,
+    big: int = 200_000,
+    max_ratio: float = 12.0,
+) -> None:
     """Time the same batch of operations on a small and a 100x larger structure.
 
     ``run_ops(n)`` returns a step for a structure of ``n`` blocks (see :func:`best_time`): it
@@ -235,4 +264,5 @@ def assert_constant_time(op_name: str, run_ops: Callable[[int], Callable[[], flo
         raise AssertionError(
             f"I2 (O(1) operations): {op_name} took {t_big * 1e3:.1f} ms on {big:,} blocks vs "
             f"{t_small * 1e3:.1f} ms on {small:,} blocks ({ratio:.0f}x for 100x more blocks): "
-            "it walks the list or copies it instead of relinking neighbours")
+            "it walks the list or copies it instead of relinking neighbours"
+        )

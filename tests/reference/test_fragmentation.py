@@ -37,8 +37,9 @@ from tests.labs.lab_02.worked_example import (
     step_row,
 )
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 
 
 def worked_trace() -> list[TraceRequest]:
@@ -46,6 +47,7 @@ def worked_trace() -> list[TraceRequest]:
 
 
 # -- the worked example -------------------------------------------------------------------------
+
 
 def test_worked_example_contiguous_steps_and_report():
     sim = simulate(worked_trace(), ContiguousAllocator(CAPACITY), MAX_MODEL_LEN)
@@ -73,10 +75,12 @@ def test_token_steps_depend_on_the_trace_only():
     """Σ used over all steps is Σ over requests of their lengths while running: the schedule
     changes where and when tokens sit, never how many token-steps there are."""
     trace = worked_trace()
-    want = sum(r.prompt_len * r.output_len + r.output_len * (r.output_len + 1) // 2
-               for r in trace)
-    for alloc in (ContiguousAllocator(CAPACITY), PagedAllocator(CAPACITY, BLOCK_SIZE),
-                  PagedAllocator(CAPACITY, 1)):
+    want = sum(r.prompt_len * r.output_len + r.output_len * (r.output_len + 1) // 2 for r in trace)
+    for alloc in (
+        ContiguousAllocator(CAPACITY),
+        PagedAllocator(CAPACITY, BLOCK_SIZE),
+        PagedAllocator(CAPACITY, 1),
+    ):
         sim = simulate(trace, alloc, MAX_MODEL_LEN)
         assert sum(s.used_tokens for s in sim.steps) == want == 52
 
@@ -85,7 +89,8 @@ def test_compare_runs_both_allocators():
     reports = compare(worked_trace(), CAPACITY, BLOCK_SIZE, MAX_MODEL_LEN)
     assert set(reports) == {"contiguous", "paged"}
     assert reports["paged"] == summarize(
-        simulate(worked_trace(), PagedAllocator(CAPACITY, BLOCK_SIZE), MAX_MODEL_LEN))
+        simulate(worked_trace(), PagedAllocator(CAPACITY, BLOCK_SIZE), MAX_MODEL_LEN)
+    )
 
 
 def test_block_size_one_has_no_waste():
@@ -95,6 +100,7 @@ def test_block_size_one_has_no_waste():
 
 
 # -- the allocators against slot-level models ---------------------------------------------------
+
 
 def _free_runs(slots: list[str | None]) -> list[tuple[int, int]]:
     runs, start = [], None
@@ -108,8 +114,7 @@ def _free_runs(slots: list[str | None]) -> list[tuple[int, int]]:
 
 
 @SETTINGS
-@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 12), st.integers(0, 30)),
-                    max_size=40))
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 12), st.integers(0, 30)), max_size=40))
 def test_contiguous_matches_a_slot_model(ops):
     """First fit over maximal free runs; free ranges are exactly the maximal runs (coalesced)."""
     alloc = ContiguousAllocator(32)
@@ -121,7 +126,7 @@ def test_contiguous_matches_a_slot_model(ops):
             fits = [start for start, length in _free_runs(slots) if length >= size]
             assert alloc.ensure(rid, 1, size) is bool(fits)
             if fits:
-                slots[fits[0]:fits[0] + size] = [rid] * size
+                slots[fits[0] : fits[0] + size] = [rid] * size
                 live.append(rid)
                 assert alloc.ranges[rid] == (fits[0], size)
         else:
@@ -134,8 +139,7 @@ def test_contiguous_matches_a_slot_model(ops):
 
 
 @SETTINGS
-@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 20), st.integers(0, 30)),
-                    max_size=40))
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 20), st.integers(0, 30)), max_size=40))
 def test_paged_matches_a_block_model(ops):
     """Blocks are disjoint, every block is free or owned, and a refused ensure takes nothing."""
     alloc = PagedAllocator(32, 4)
@@ -182,20 +186,24 @@ def test_allocator_misuse():
 
 trace_rows = st.lists(
     st.tuples(st.integers(0, 8), st.integers(1, 9), st.integers(1, 9), st.integers(0, 6)),
-    min_size=1, max_size=9)
+    min_size=1,
+    max_size=9,
+)
 
 
 @SETTINGS
 @given(rows=trace_rows, block_size=st.sampled_from([1, 2, 4, 8]), paged=st.booleans())
 def test_simulation_accounting(rows, block_size, paged):
-    trace = [TraceRequest(f"r{i}", a, p, o, p + o + extra)
-             for i, (a, p, o, extra) in enumerate(rows)]
+    trace = [
+        TraceRequest(f"r{i}", a, p, o, p + o + extra) for i, (a, p, o, extra) in enumerate(rows)
+    ]
     alloc = PagedAllocator(32, block_size) if paged else ContiguousAllocator(32)
     sim = simulate(trace, alloc)
     arrival = {r.request_id: r.arrival_step for r in trace}
     order = sorted(trace, key=lambda r: r.arrival_step)
-    first = sorted(sim.admitted, key=lambda rid: (sim.admitted[rid],
-                                                  [r.request_id for r in order].index(rid)))
+    first = sorted(
+        sim.admitted, key=lambda rid: (sim.admitted[rid], [r.request_id for r in order].index(rid))
+    )
     assert first == [r.request_id for r in order], "first admissions follow arrival order"
     for rid, step in sim.admitted.items():
         assert step >= arrival[rid]
@@ -221,8 +229,7 @@ def test_preemption_keeps_produced_tokens():
 
 def test_bad_traces_are_refused():
     with pytest.raises(ValueError, match="twice"):
-        simulate([TraceRequest("a", 0, 1, 1), TraceRequest("a", 0, 1, 1)],
-                 PagedAllocator(8, 4), 8)
+        simulate([TraceRequest("a", 0, 1, 1), TraceRequest("a", 0, 1, 1)], PagedAllocator(8, 4), 8)
     with pytest.raises(ValueError, match="no max_len"):
         simulate([TraceRequest("a", 0, 1, 1)], ContiguousAllocator(8))
     with pytest.raises(ValueError, match="maximum length"):
@@ -242,8 +249,11 @@ class LeakyAllocator(ContiguousAllocator):
 
 
 def test_a_lossy_allocator_is_an_error_not_a_hang():
-    trace = [TraceRequest("a", 0, 1, 1, 4), TraceRequest("b", 0, 1, 1, 4),
-             TraceRequest("c", 1, 1, 1, 8)]
+    trace = [
+        TraceRequest("a", 0, 1, 1, 4),
+        TraceRequest("b", 0, 1, 1, 4),
+        TraceRequest("c", 1, 1, 1, 8),
+    ]
     with pytest.raises(RuntimeError, match="lost memory"):
         simulate(trace, LeakyAllocator(8))
 
@@ -256,6 +266,7 @@ def test_summarize_edge_cases():
 
 
 # -- the headline claim -------------------------------------------------------------------------
+
 
 def chat_like_trace(n: int, seed: int, per_request_max: bool) -> list[TraceRequest]:
     """Heavy-tailed prompt and output lengths (log-normal), two arrivals per step."""
@@ -286,6 +297,8 @@ def test_per_request_limits_fragment_contiguous_memory():
 
 
 def test_importing_it_needs_neither_torch_nor_numpy():
-    code = ("import sys, mini_vllm.teaching.fragmentation; "
-            "assert 'torch' not in sys.modules and 'numpy' not in sys.modules")
+    code = (
+        "import sys, mini_vllm.teaching.fragmentation; "
+        "assert 'torch' not in sys.modules and 'numpy' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -145,13 +145,19 @@ def test_sentinels_and_the_pair_that_does_not_point_back() -> None:
     queue = FreeKVCacheBlockQueue(blocks)
     extra = KVCacheBlock(9)  # the backward walk goes on past the front block, to block 9
     blocks[0].prev_free_block, extra.prev_free_block = extra, queue.fake_free_list_head
-    with pytest.raises(AssertionError, match=r"block 0's prev_free_block is block 9, but walking "
-                                             r"forward it comes first"):
+    with pytest.raises(
+        AssertionError,
+        match=r"block 0's prev_free_block is block 9, but walking "
+        r"forward it comes first",
+    ):
         check_free_queue(queue)
     queue = FreeKVCacheBlockQueue(blocks)
     blocks[1].prev_free_block = queue.fake_free_list_head  # the backward walk stops early
-    with pytest.raises(AssertionError, match=r"block 1's prev_free_block is the head sentinel, "
-                                             r"but walking forward block 0 comes before it"):
+    with pytest.raises(
+        AssertionError,
+        match=r"block 1's prev_free_block is the head sentinel, "
+        r"but walking forward block 0 comes before it",
+    ):
         check_free_queue(queue)
 
 
@@ -198,11 +204,13 @@ def test_the_model_checks_need_what_they_compare() -> None:
     hashes = {1: blocks[0].block_hash, 2: blocks[1].block_hash, 3: None}
     assert check_pool_snapshot(pool_snapshot(pool, hashes=True), [3, 4, 5], hashes) == [3, 4, 5]
     with pytest.raises(AssertionError, match=r"I4 violated: block 3 \(ref_cnt=0\) lost its cac"):
-        check_pool_snapshot(pool_snapshot(pool, hashes=True),
-                            expected_block_hashes={3: blocks[0].block_hash})
+        check_pool_snapshot(
+            pool_snapshot(pool, hashes=True), expected_block_hashes={3: blocks[0].block_hash}
+        )
     with pytest.raises(AssertionError, match=r"I3 violated: block 1 has hash .*, expected"):
-        check_pool_snapshot(pool_snapshot(pool, hashes=True),
-                            expected_block_hashes={1: blocks[1].block_hash})
+        check_pool_snapshot(
+            pool_snapshot(pool, hashes=True), expected_block_hashes={1: blocks[1].block_hash}
+        )
     with pytest.raises(AssertionError, match="needs a snapshot taken with hashes=True"):
         check_pool_snapshot(pool_snapshot(pool), expected_block_hashes={1: None})
 
@@ -259,14 +267,20 @@ def test_lab07_states_are_checked_by_the_shared_statements() -> None:
     broken = [
         ({"ref_cnt": refs}, "I1 violated: block 5 has ref_cnt 1 and is in the free queue"),
         ({"null": 3}, "the null block must be block 0"),
-        ({"forward": state["forward"][:-1], "forward_end": "none"},
-         r"walking forward from the head sentinel hit None .* reached block 8, whose next_"),
+        (
+            {"forward": state["forward"][:-1], "forward_end": "none"},
+            r"walking forward from the head sentinel hit None .* reached block 8, whose next_",
+        ),
         ({"backward": [9, *state["backward"][1:]]}, "pair disagrees"),
-        ({"forward": [-1, *state["forward"][1:]], "backward": [-1, *state["backward"][1:]]},
-         r"the free queue holds block\(s\) \[-1\] that are not objects of pool.blocks"),
+        (
+            {"forward": [-1, *state["forward"][1:]], "backward": [-1, *state["backward"][1:]]},
+            r"the free queue holds block\(s\) \[-1\] that are not objects of pool.blocks",
+        ),
         ({"hash": [None] * 10}, "I3 violated: block 1 is in the cache map under"),
-        ({"cache_map": [[*state["cache_map"][0][:2], 0]]},
-         r"the null block \(block 0\) is in the cache map"),
+        (
+            {"cache_map": [[*state["cache_map"][0][:2], 0]]},
+            r"the null block \(block 0\) is in the cache map",
+        ),
         ({"get_num_free_blocks": 7}, "the free queue links 5 blocks but get_num_free_blocks"),
         ({"num_gpu_blocks": True}, "num_gpu_blocks must be a plain int, got True"),
     ]

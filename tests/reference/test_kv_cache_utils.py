@@ -396,8 +396,10 @@ def test_check_free_queue_reports_count_mismatch() -> None:
 def test_check_free_queue_reports_broken_back_link() -> None:
     blocks, queue = make_queue(4)
     blocks[2].prev_free_block = blocks[0]
-    message = (r"I2 violated: .* pair disagrees \(block 2's prev_free_block is block 0, but "
-               "walking forward block 1 comes before it")
+    message = (
+        r"I2 violated: .* pair disagrees \(block 2's prev_free_block is block 0, but "
+        "walking forward block 1 comes before it"
+    )
     with pytest.raises(AssertionError, match=message):
         check_free_queue(queue)
 
@@ -410,9 +412,11 @@ def test_check_free_queue_reports_cycle_and_break() -> None:
         check_free_queue(queue)
     blocks, queue = make_queue(3)
     blocks[1].next_free_block = None
-    message = (r"I2 violated: walking forward from the head sentinel hit None before the tail "
-               r"sentinel \(a block's next_free_block was not linked: the walk reached block 1, "
-               "whose next_free_block is None")
+    message = (
+        r"I2 violated: walking forward from the head sentinel hit None before the tail "
+        r"sentinel \(a block's next_free_block was not linked: the walk reached block 1, "
+        "whose next_free_block is None"
+    )
     with pytest.raises(AssertionError, match=message):
         check_free_queue(queue)
 

@@ -25,11 +25,21 @@ from mini_vllm.sampling_params import SamplingParams
 BS = 4
 
 
-def make_request(rid: str, num_prompt: int = 3, priority: int = 0, arrival: float = 0.0,
-                 max_tokens: int = 8, **sp_kwargs) -> Request:
-    return Request(rid, [hash(rid) % 50 + i for i in range(num_prompt)],
-                   SamplingParams(temperature=0.0, max_tokens=max_tokens, **sp_kwargs),
-                   arrival_time=arrival, priority=priority)
+def make_request(
+    rid: str,
+    num_prompt: int = 3,
+    priority: int = 0,
+    arrival: float = 0.0,
+    max_tokens: int = 8,
+    **sp_kwargs,
+) -> Request:
+    return Request(
+        rid,
+        [hash(rid) % 50 + i for i in range(num_prompt)],
+        SamplingParams(temperature=0.0, max_tokens=max_tokens, **sp_kwargs),
+        arrival_time=arrival,
+        priority=priority,
+    )
 
 
 def step(sched: Scheduler):
@@ -82,7 +92,7 @@ class PriorityQueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model)
     @rule(index=st.integers(0, 50), several=st.booleans())
     def remove(self, index: int, several: bool) -> None:
-        victims = self.model[index % len(self.model):][: 2 if several else 1]
+        victims = self.model[index % len(self.model) :][: 2 if several else 1]
         if several:
             self.queue.remove_requests(victims)
         else:

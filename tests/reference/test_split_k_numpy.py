@@ -22,16 +22,19 @@ def test_split_k_equals_decode(num_splits):
     seq_lens = np.array([1, 13, 36])
     query = rng.standard_normal((3, 6, 8))
     want = paged_attention_decode(query, key_cache, value_cache, tables, seq_lens, 0.3)
-    got = paged_attention_decode_split_k(query, key_cache, value_cache, tables, seq_lens, 0.3,
-                                         num_splits)
+    got = paged_attention_decode_split_k(
+        query, key_cache, value_cache, tables, seq_lens, 0.3, num_splits
+    )
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
 def test_empty_split_and_large_lse():
     partial, lse = attend_split(np.ones((2, 4)), np.zeros((0, 1, 4)), np.zeros((0, 1, 4)), 1.0)
     assert np.all(partial == 0) and np.all(lse == -np.inf)
-    merged = merge_splits(np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[np.nan, 1.0]]]),
-                          np.array([[900.0], [900.0 + np.log(3.0)], [-np.inf]]))
+    merged = merge_splits(
+        np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[np.nan, 1.0]]]),
+        np.array([[900.0], [900.0 + np.log(3.0)], [-np.inf]]),
+    )
     np.testing.assert_allclose(merged, [[0.25, 0.75]], atol=1e-12)
 
 
@@ -39,6 +42,12 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="finite lse"):
         merge_splits(np.zeros((1, 1, 2)), np.array([[-np.inf]]))
     with pytest.raises(ValueError, match="num_splits"):
-        paged_attention_decode_split_k(np.zeros((1, 1, 2)), np.zeros((2, 2, 1, 2)),
-                                       np.zeros((2, 2, 1, 2)), np.zeros((1, 1), int),
-                                       np.array([1]), 1.0, 0)
+        paged_attention_decode_split_k(
+            np.zeros((1, 1, 2)),
+            np.zeros((2, 2, 1, 2)),
+            np.zeros((2, 2, 1, 2)),
+            np.zeros((1, 1), int),
+            np.array([1]),
+            1.0,
+            0,
+        )

@@ -60,7 +60,11 @@ def test_streamed_completion_equals_non_streamed(client):
     # With include_usage, one last chunk without choices carries the same usage.
     chunks = list(
         client.completions.create(
-            model="tiny", prompt=PROMPT, max_tokens=16, temperature=0, stream=True,
+            model="tiny",
+            prompt=PROMPT,
+            max_tokens=16,
+            temperature=0,
+            stream=True,
             stream_options={"include_usage": True},
         )
     )
@@ -86,7 +90,11 @@ def test_chat_completion_stream_and_not(client, offline_llm):
     assert text == expected.text
     chunks = list(
         client.chat.completions.create(
-            model="tiny", messages=messages, max_tokens=10, temperature=0, stream=True,
+            model="tiny",
+            messages=messages,
+            max_tokens=10,
+            temperature=0,
+            stream=True,
             stream_options={"include_usage": True},
         )
     )

@@ -32,9 +32,13 @@ def make_queue(n: int) -> list[Any]:
 
 def make_request(request_id: str, token_ids: list[int], block_hashes: list[bytes]) -> Any:
     """What ``cache_full_blocks`` reads of a request, with the hashes the judge computed."""
-    return types.SimpleNamespace(request_id=request_id, block_hashes=list(block_hashes),
-                                 all_token_ids=list(token_ids), num_tokens=len(token_ids),
-                                 lora_request=None)
+    return types.SimpleNamespace(
+        request_id=request_id,
+        block_hashes=list(block_hashes),
+        all_token_ids=list(token_ids),
+        num_tokens=len(token_ids),
+        lora_request=None,
+    )
 
 
 def block_ids(blocks: Any) -> list[Any]:
@@ -83,8 +87,9 @@ def make_pool(n: int, enable_caching: bool = False, hash_block_size: int = 4) ->
     """The learner's ``BlockPool`` of ``n`` blocks."""
     import block_pool
 
-    return block_pool.BlockPool(num_gpu_blocks=n, enable_caching=enable_caching,
-                                hash_block_size=hash_block_size)
+    return block_pool.BlockPool(
+        num_gpu_blocks=n, enable_caching=enable_caching, hash_block_size=hash_block_size
+    )
 
 
 def run_pool_ops(pool: Any, ops: list[list[Any]]) -> list[Any]:
@@ -112,5 +117,3 @@ def run_pool_ops(pool: Any, ops: list[list[Any]]) -> list[Any]:
 
 
 # -- reading back ---------------------------------------------------------------------------------
-
-

@@ -57,22 +57,30 @@ def usage(pool) -> float:
     return value
 
 
-@graded(2, "I1: block 0 is the null block: taken out of the free queue at construction, "
-           "marked is_null, never handed out", f"{DOC}#the-null-block")
+@graded(
+    2,
+    "I1: block 0 is the null block: taken out of the free queue at construction, "
+    "marked is_null, never handed out",
+    f"{DOC}#the-null-block",
+)
 def test_null_block_is_reserved():
     """A new pool of n blocks offers n - 1: block 0 is the null block."""
     pool = make_pool(6)
     assert pool.null_block is pool.blocks[0], "null_block must be blocks[0], the block of id 0"
     assert pool.null_block.is_null is True, "the null block must have is_null = True"
     assert ids(pool.blocks) == list(range(6)), (
-        f"pool.blocks must hold blocks 0..5 in id order, got {ids(pool.blocks)}")
+        f"pool.blocks must hold blocks 0..5 in id order, got {ids(pool.blocks)}"
+    )
     free = as_int(pool.get_num_free_blocks(), "get_num_free_blocks()")
     assert free == 5, f"6 blocks minus the null block leaves 5 free, got {free}"
     assert check_pool(pool) == [1, 2, 3, 4, 5], "the free queue must hold blocks 1..5 in order"
 
 
-@graded(2, "I1: get_new_blocks pops from the front of the free queue and sets ref_cnt = 1",
-        f"{DOC}#allocating-blocks")
+@graded(
+    2,
+    "I1: get_new_blocks pops from the front of the free queue and sets ref_cnt = 1",
+    f"{DOC}#allocating-blocks",
+)
 def test_get_new_blocks_pops_from_the_front():
     """New blocks come from the front, in order, each with one reference."""
     pool = make_pool(8)
@@ -81,7 +89,8 @@ def test_get_new_blocks_pops_from_the_front():
     assert [ref(b) for b in got] == [1, 1, 1], "every new block must have ref_cnt == 1"
     free = check_pool(pool)
     assert free == [4, 5, 6, 7], (
-        f"after taking 3 blocks the free queue must be [4, 5, 6, 7], got {free}")
+        f"after taking 3 blocks the free queue must be [4, 5, 6, 7], got {free}"
+    )
     count = as_int(pool.get_num_free_blocks(), "get_num_free_blocks()")
     assert count == 4, f"get_num_free_blocks() after taking 3 of 7 usable blocks is 4, got {count}"
     assert ids(pool.get_new_blocks(0)) == [], "get_new_blocks(0) returns no block"
@@ -93,20 +102,28 @@ def test_get_new_blocks_pops_from_the_front():
     assert free == [], f"a drained pool's free queue is empty, got {free}"
 
 
-@graded(2, "I1: the null block is never handed out, even when every other block is taken",
-        f"{DOC}#the-null-block")
+@graded(
+    2,
+    "I1: the null block is never handed out, even when every other block is taken",
+    f"{DOC}#the-null-block",
+)
 def test_null_block_never_handed_out():
     """Draining the pool never yields block 0."""
     pool = make_pool(5)
     got = ids(pool.get_new_blocks(4))
     assert sorted(got) == [1, 2, 3, 4], (
-        f"draining a pool of 5 hands out blocks 1..4, never the null block (id 0): got {got}")
+        f"draining a pool of 5 hands out blocks 1..4, never the null block (id 0): got {got}"
+    )
     with pytest.raises(ValueError):
         pool.get_new_blocks(1)
 
 
-@graded(2, "Asking for more blocks than are free (or a negative count) raises ValueError and "
-           "changes nothing", f"{DOC}#misuse-errors")
+@graded(
+    2,
+    "Asking for more blocks than are free (or a negative count) raises ValueError and "
+    "changes nothing",
+    f"{DOC}#misuse-errors",
+)
 def test_too_many_blocks_is_an_error():
     """A request the pool cannot satisfy fails cleanly, all or nothing."""
     pool = make_pool(5)
@@ -115,29 +132,38 @@ def test_too_many_blocks_is_an_error():
         pool.get_new_blocks(3)
     assert str(excinfo.value), "the error must say how many blocks were asked and how many are free"
     assert as_int(pool.get_num_free_blocks(), "get_num_free_blocks()") == 2, (
-        "a refused allocation must not take any block")
+        "a refused allocation must not take any block"
+    )
     assert check_pool(pool) == [3, 4], "a refused allocation must leave the queue as it was"
     with pytest.raises(ValueError):
         pool.get_new_blocks(-1)
     assert check_pool(pool) == [3, 4], "get_new_blocks(-1) must be refused and take nothing"
 
 
-@graded(3, "I1: free_blocks decrements ref_cnt and appends the blocks that reach 0, in the "
-           "order given", f"{DOC}#freeing-blocks-and-the-eviction-order")
+@graded(
+    3,
+    "I1: free_blocks decrements ref_cnt and appends the blocks that reach 0, in the order given",
+    f"{DOC}#freeing-blocks-and-the-eviction-order",
+)
 def test_free_blocks_appends_in_given_order():
     """Freed blocks go to the back of the queue in the order they were passed."""
     pool = make_pool(7)
     a = pool.get_new_blocks(4)  # 1 2 3 4
     pool.free_blocks(list(reversed(a)))  # a request frees its blocks tail first
     assert check_pool(pool) == [5, 6, 4, 3, 2, 1], (
-        "freed blocks must go to the BACK of the queue in the order given (LRU eviction)")
+        "freed blocks must go to the BACK of the queue in the order given (LRU eviction)"
+    )
     again = pool.get_new_blocks(2)
     assert ids(again) == [5, 6], (
-        "the never-used blocks at the front are handed out before recently freed ones")
+        "the never-used blocks at the front are handed out before recently freed ones"
+    )
 
 
-@graded(3, "I1: a block shared by two holders (ref_cnt 2) stays allocated until both free it",
-        f"{DOC}#freeing-blocks-and-the-eviction-order")
+@graded(
+    3,
+    "I1: a block shared by two holders (ref_cnt 2) stays allocated until both free it",
+    f"{DOC}#freeing-blocks-and-the-eviction-order",
+)
 def test_shared_block_freed_only_at_zero():
     """Only blocks whose count reaches 0 return to the queue."""
     pool = make_pool(5)
@@ -145,18 +171,22 @@ def test_shared_block_freed_only_at_zero():
     a.ref_cnt = 2  # a second request shares block a (prefix caching does this through touch)
     pool.free_blocks([a, b])
     assert (ref(a), ref(b)) == (1, 0), (
-        f"freeing [a (ref_cnt 2), b (ref_cnt 1)] leaves ref_cnts 1 and 0, got {ref(a)} and "
-        f"{ref(b)}")
+        f"freeing [a (ref_cnt 2), b (ref_cnt 1)] leaves ref_cnts 1 and 0, got {ref(a)} and {ref(b)}"
+    )
     free = check_pool(pool)
     assert free == [3, 4, 2], f"only b (ref_cnt 0) may be appended: expected [3, 4, 2], got {free}"
     pool.free_blocks([a])
     free = check_pool(pool)
     assert free == [3, 4, 2, 1], (
-        f"the last holder's free queues a (block 1): expected [3, 4, 2, 1], got {free}")
+        f"the last holder's free queues a (block 1): expected [3, 4, 2, 1], got {free}"
+    )
 
 
-@graded(2, "Misuse: freeing a block whose ref_cnt is already 0 (double free) raises and "
-           "changes nothing", f"{DOC}#misuse-errors")
+@graded(
+    2,
+    "Misuse: freeing a block whose ref_cnt is already 0 (double free) raises and changes nothing",
+    f"{DOC}#misuse-errors",
+)
 def test_double_free_is_an_error():
     """A double free is reported, not silently corrupting ref counts or the queue."""
     pool = make_pool(5)
@@ -174,7 +204,8 @@ def test_double_free_is_an_error():
         pool.free_blocks([b, a])
     assert (ref(b), ref(a)) == (2, 0), (
         f"a refused free_blocks([b, a]) must change no ref_cnt: b has {ref(b)} (expected 2), "
-        f"a has {ref(a)} (expected 0)")
+        f"a has {ref(a)} (expected 0)"
+    )
     assert check_pool(pool) == [3, 4, 1], "a refused free must not queue any block"
 
 
@@ -188,8 +219,12 @@ def test_freeing_the_null_block_is_an_error():
     assert free == [1, 2, 3], f"a refused free of the null block changes nothing: got {free}"
 
 
-@graded(2, "get_usage is 1 - free / (num_gpu_blocks - 1): the null block is not usable memory "
-           "(and a pool of only the null block is 0.0 used)", f"{DOC}#allocating-blocks")
+@graded(
+    2,
+    "get_usage is 1 - free / (num_gpu_blocks - 1): the null block is not usable memory "
+    "(and a pool of only the null block is 0.0 used)",
+    f"{DOC}#allocating-blocks",
+)
 def test_usage():
     """Usage counts the blocks in use out of the usable ones."""
     pool = make_pool(11)
@@ -202,12 +237,16 @@ def test_usage():
     assert usage(pool) == pytest.approx(0.6), f"6 of 10 usable blocks: 0.6, got {usage(pool)}"
     only_null = make_pool(1)
     assert usage(only_null) == pytest.approx(0.0), (
-        f"a pool of 1 block (the null block) has nothing usable: 0.0, got {usage(only_null)}")
+        f"a pool of 1 block (the null block) has nothing usable: 0.0, got {usage(only_null)}"
+    )
 
 
-@graded(3, "I4: when caching is on, a block popped for reuse must drop its stale hash from the "
-           "cache map (its contents are about to be overwritten)",
-        f"{DOC}#allocating-blocks")
+@graded(
+    3,
+    "I4: when caching is on, a block popped for reuse must drop its stale hash from the "
+    "cache map (its contents are about to be overwritten)",
+    f"{DOC}#allocating-blocks",
+)
 def test_reused_block_loses_its_stale_hash():
     """get_new_blocks evicts the prefix-cache entry of a cached free block it hands out."""
     pool = make_pool(3, caching=True, block_size=2)
@@ -219,12 +258,14 @@ def test_reused_block_loses_its_stale_hash():
     pool.free_blocks([blk])
     found = pool.get_cached_block(block_hash, [0])
     assert type(found) is list and len(found) == 1 and found[0] is blk, (
-        "a freed cached block stays in the prefix cache until it is reused")
+        "a freed cached block stays in the prefix cache until it is reused"
+    )
     got = pool.get_new_blocks(2)  # drains the pool: block 2, then the cached block 1
     assert ids(got) == [2, 1], f"draining the pool must give blocks [2, 1], got {ids(got)}"
     assert blk.block_hash is None, "I4: a reused block must not keep its old hash"
     assert pool.get_cached_block(block_hash, [0]) is None, (
-        "I4: the cache map must forget a block that was handed out for new contents")
+        "I4: the cache map must forget a block that was handed out for new contents"
+    )
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -271,8 +312,9 @@ class PoolMachine(RuleBasedStateMachine):
         group = data.draw(st.sampled_from(self.holders), label="holder")
         if not group:
             return
-        chosen = data.draw(st.lists(st.sampled_from(group), min_size=1, unique=True),
-                           label="blocks")
+        chosen = data.draw(
+            st.lists(st.sampled_from(group), min_size=1, unique=True), label="blocks"
+        )
         for block_id in chosen:
             self.refs[block_id] += 1
         self.pool.touch([self.blocks[i] for i in chosen])
@@ -281,8 +323,9 @@ class PoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(i in self.blocks for i in self.model_free))
     @rule(data=st.data())
     def revive(self, data) -> None:
-        block_id = data.draw(st.sampled_from([i for i in self.model_free if i in self.blocks]),
-                             label="block")
+        block_id = data.draw(
+            st.sampled_from([i for i in self.model_free if i in self.blocks]), label="block"
+        )
         self.pool.touch([self.blocks[block_id]])
         self.model_free.remove(block_id)
         self.refs[block_id] = 1
@@ -306,8 +349,10 @@ class PoolMachine(RuleBasedStateMachine):
         bad = data.draw(st.sampled_from([0, *free_known]), label="bad_block")
         group = data.draw(st.sampled_from(self.holders), label="holder") if self.holders else []
         call = [self.blocks[i] for i in group]
-        call.insert(data.draw(st.integers(0, len(call)), label="position"),
-                    self.null if bad == 0 else self.blocks[bad])
+        call.insert(
+            data.draw(st.integers(0, len(call)), label="position"),
+            self.null if bad == 0 else self.blocks[bad],
+        )
         with pytest.raises(ValueError):
             self.pool.free_blocks(call)
 
@@ -317,19 +362,26 @@ class PoolMachine(RuleBasedStateMachine):
         free = check_pool_snapshot(snap)
         assert free == self.model_free, (
             f"I1: free queue is {free}, expected {self.model_free} (front pops, frees append "
-            "in the order given, only blocks whose last holder freed them)")
+            "in the order given, only blocks whose last holder freed them)"
+        )
         refs = snap["ref_cnts"][1:]
         assert refs == self.refs[1:], (
             f"I1: ref_cnts of blocks 1..{self.N - 1} are {refs}, expected {self.refs[1:]} "
-            "(one per holder; a refused free_blocks changes none)")
+            "(one per holder; a refused free_blocks changes none)"
+        )
         count = as_int(self.pool.get_num_free_blocks(), "get_num_free_blocks()")
         assert count == len(self.model_free), (
-            f"get_num_free_blocks() is {count}, but {len(self.model_free)} blocks are free")
+            f"get_num_free_blocks() is {count}, but {len(self.model_free)} blocks are free"
+        )
 
 
-@graded(4, "I1/I2: after any sequence of allocations, shared references and frees, every block "
-           "is either free (in the queue, ref_cnt 0) or held (ref_cnt = its holders), and the "
-           "queue order is the model's", f"{DOC}#invariants")
+@graded(
+    4,
+    "I1/I2: after any sequence of allocations, shared references and frees, every block "
+    "is either free (in the queue, ref_cnt 0) or held (ref_cnt = its holders), and the "
+    "queue order is the model's",
+    f"{DOC}#invariants",
+)
 def test_random_allocations_and_frees_keep_the_invariants():
     """Property test: the pool matches a model under random allocate / share / free sequences."""
     run_machine(PoolMachine)
@@ -349,10 +401,11 @@ class PoolBench:
         half = n // 2
         (got,) = self.run_ops(self.pool, [["get_new_blocks", half]])
         if not same_data(got, list(range(1, half + 1))):
-            raise AssertionError(f"get_new_blocks({half}) on a new pool of {n:,} blocks must give "
-                                 f"blocks 1..{half}")
+            raise AssertionError(
+                f"get_new_blocks({half}) on a new pool of {n:,} blocks must give blocks 1..{half}"
+            )
         self.free = list(range(half + 1, n))
-        self.chunk = list(range(1, half + 1))[n // 8: n // 8 + 500]
+        self.chunk = list(range(1, half + 1))[n // 8 : n // 8 + 500]
 
     def step(self) -> float:
         k, reads = len(self.chunk), 200
@@ -362,20 +415,25 @@ class PoolBench:
         popped, self.free = queue[:k], queue[k:]
         seconds, got = timed_call(self.run_ops, self.pool, ops)
         if type(got) is not list or len(got) != 1 + 2 * reads:
-            raise AssertionError(f"the batch on a pool of {self.n:,} blocks returned "
-                                 f"{describe(got)}")
+            raise AssertionError(
+                f"the batch on a pool of {self.n:,} blocks returned {describe(got)}"
+            )
         if not same_data(got[0], popped):
             raise AssertionError(
                 f"after free_blocks of {k} blocks, get_new_blocks({k}) on a pool of {self.n:,} "
-                "blocks must take the front of the free queue; it gave other blocks")
+                "blocks must take the front of the free queue; it gave other blocks"
+            )
         counts, usages = got[1::2], got[2::2]
         if not same_data(counts, [len(self.free)] * reads):
-            raise AssertionError(f"get_num_free_blocks() must stay {len(self.free)}: got "
-                                 f"{sorted(set(map(describe, counts)))[:3]}")
+            raise AssertionError(
+                f"get_num_free_blocks() must stay {len(self.free)}: got "
+                f"{sorted(set(map(describe, counts)))[:3]}"
+            )
         want = 1 - len(self.free) / (self.n - 1)
         if not all(type(u) is float and abs(u - want) < 1e-9 for u in usages):
-            raise AssertionError(f"get_usage() must stay {want:.4f}: got "
-                                 f"{sorted(set(map(describe, usages)))[:3]}")
+            raise AssertionError(
+                f"get_usage() must stay {want:.4f}: got {sorted(set(map(describe, usages)))[:3]}"
+            )
         self.chunk = popped
         return seconds
 
@@ -384,11 +442,16 @@ class PoolBench:
         if free != self.free:
             raise AssertionError(
                 f"after the timed batches the free queue of a pool of {self.n:,} blocks is not "
-                "in the expected order")
+                "in the expected order"
+            )
 
 
-@graded(2, "I2: freeing and allocating k blocks costs O(k), and get_num_free_blocks / "
-           "get_usage are O(1), whatever the pool size", f"{DOC}#why-a-hand-written-linked-list")
+@graded(
+    2,
+    "I2: freeing and allocating k blocks costs O(k), and get_num_free_blocks / "
+    "get_usage are O(1), whatever the pool size",
+    f"{DOC}#why-a-hand-written-linked-list",
+)
 def test_pool_operations_are_constant_time():
     """The same work costs the same on a small and on a 100x larger pool, and is right."""
     benches: dict[int, PoolBench] = {}
@@ -397,7 +460,6 @@ def test_pool_operations_are_constant_time():
         benches[n] = PoolBench(n)
         return benches[n].step
 
-    assert_constant_time("BlockPool.free_blocks / get_new_blocks / get_num_free_blocks",
-                         run_ops)
+    assert_constant_time("BlockPool.free_blocks / get_new_blocks / get_num_free_blocks", run_ops)
     for bench in benches.values():
         bench.verify()

@@ -41,57 +41,78 @@ def make_queue(n: int):
     return blocks, q
 
 
-@graded(2, "I2: a new queue links every block in id order between the two sentinels, and "
-           "num_free_blocks counts them", f"{DOC}#the-free-block-queue")
+@graded(
+    2,
+    "I2: a new queue links every block in id order between the two sentinels, and "
+    "num_free_blocks counts them",
+    f"{DOC}#the-free-block-queue",
+)
 def test_new_queue_links_blocks_in_order():
     """A fresh queue holds the blocks in the order given."""
     blocks, q = make_queue(5)
     assert check_queue(q) == [0, 1, 2, 3, 4], (
-        "I2: the queue must start in the order the blocks were given")
+        "I2: the queue must start in the order the blocks were given"
+    )
     assert blocks[0].prev_free_block is q.fake_free_list_head, (
-        "I2: the first block's prev_free_block must be the head sentinel, not None")
+        "I2: the first block's prev_free_block must be the head sentinel, not None"
+    )
     assert blocks[-1].next_free_block is q.fake_free_list_tail, (
-        "I2: the last block's next_free_block must be the tail sentinel, not None")
+        "I2: the last block's next_free_block must be the tail sentinel, not None"
+    )
     listed = block_ids(q.get_all_free_blocks())
     assert listed == [0, 1, 2, 3, 4], (
         f"get_all_free_blocks must list the free blocks front to back, without the sentinels: "
-        f"got {listed}")
+        f"got {listed}"
+    )
 
 
-@graded(1, "I2: an empty queue links the head sentinel straight to the tail sentinel",
-        f"{DOC}#the-free-block-queue")
+@graded(
+    1,
+    "I2: an empty queue links the head sentinel straight to the tail sentinel",
+    f"{DOC}#the-free-block-queue",
+)
 def test_empty_queue():
     """An empty queue is valid and popping from it is an error."""
     _, q = make_queue(0)
     count = as_int(q.num_free_blocks, "num_free_blocks")
     assert count == 0, f"a queue of no blocks has num_free_blocks 0, got {count}"
     assert q.fake_free_list_head.next_free_block is q.fake_free_list_tail, (
-        "I2: in an empty queue the head sentinel's next is the tail sentinel")
+        "I2: in an empty queue the head sentinel's next is the tail sentinel"
+    )
     assert q.fake_free_list_tail.prev_free_block is q.fake_free_list_head, (
-        "I2: in an empty queue the tail sentinel's prev is the head sentinel")
+        "I2: in an empty queue the tail sentinel's prev is the head sentinel"
+    )
     listed = q.get_all_free_blocks()
     assert listed == [], f"get_all_free_blocks of an empty queue must be [], got {listed!r}"
     with pytest.raises(ValueError):
         q.popleft()
 
 
-@graded(2, "I2: popleft returns the front block and unlinks it from both neighbours",
-        f"{DOC}#the-free-block-queue")
+@graded(
+    2,
+    "I2: popleft returns the front block and unlinks it from both neighbours",
+    f"{DOC}#the-free-block-queue",
+)
 def test_popleft_takes_the_front():
     """popleft pops in FIFO order and leaves the popped block unlinked."""
     blocks, q = make_queue(4)
     first = q.popleft()
     assert first is blocks[0], f"popleft must return the front block (0), got {first!r}"
     assert first.prev_free_block is None and first.next_free_block is None, (
-        "I2: a popped block must not keep links into the queue")
+        "I2: a popped block must not keep links into the queue"
+    )
     assert blocks[1].prev_free_block is q.fake_free_list_head, (
-        "I2: after popleft the new front block must point back at the head sentinel")
+        "I2: after popleft the new front block must point back at the head sentinel"
+    )
     assert q.popleft() is blocks[1], "the second popleft must return block 1"
     assert check_queue(q) == [2, 3], "after two poplefts the queue holds [2, 3]"
 
 
-@graded(2, "I2: popleft_n(n) pops the first n blocks in order; popleft_n(0) pops nothing",
-        f"{DOC}#the-free-block-queue")
+@graded(
+    2,
+    "I2: popleft_n(n) pops the first n blocks in order; popleft_n(0) pops nothing",
+    f"{DOC}#the-free-block-queue",
+)
 def test_popleft_n():
     """popleft_n pops a run of blocks from the front, in order."""
     _, q = make_queue(6)
@@ -100,17 +121,22 @@ def test_popleft_n():
     check_queue(q)
     got = q.popleft_n(4)
     assert block_ids(got) == [0, 1, 2, 3], (
-        f"popleft_n(4) must return blocks 0..3 in order, got {block_ids(got)}")
+        f"popleft_n(4) must return blocks 0..3 in order, got {block_ids(got)}"
+    )
     assert all(b.prev_free_block is None and b.next_free_block is None for b in got), (
-        "I2: every block popped by popleft_n must be unlinked")
+        "I2: every block popped by popleft_n must be unlinked"
+    )
     assert check_queue(q) == [4, 5], "after popleft_n(4) the queue holds [4, 5]"
     rest = q.popleft_n(2)
     assert block_ids(rest) == [4, 5], f"popleft_n(2) must return [4, 5], got {block_ids(rest)}"
     assert check_queue(q) == [], "popleft_n of every block empties the queue"
 
 
-@graded(1, "popleft_n must refuse to pop more blocks than are free, and leave the queue as it "
-           "was", f"{DOC}#misuse-errors")
+@graded(
+    1,
+    "popleft_n must refuse to pop more blocks than are free, and leave the queue as it was",
+    f"{DOC}#misuse-errors",
+)
 def test_popleft_n_too_many_is_an_error():
     """Asking for more blocks than the queue holds is a clear error."""
     _, q = make_queue(3)
@@ -119,24 +145,32 @@ def test_popleft_n_too_many_is_an_error():
     assert check_queue(q) == [0, 1, 2], "a refused popleft_n must not change the queue"
 
 
-@graded(3, "I2: remove unlinks a block from anywhere in the queue by relinking its neighbours",
-        f"{DOC}#the-free-block-queue")
+@graded(
+    3,
+    "I2: remove unlinks a block from anywhere in the queue by relinking its neighbours",
+    f"{DOC}#the-free-block-queue",
+)
 def test_remove_from_middle_head_and_tail():
     """remove works in the middle, at the front and at the back."""
     blocks, q = make_queue(6)
     q.remove(blocks[3])
     assert blocks[3].prev_free_block is None and blocks[3].next_free_block is None, (
-        "I2: a removed block must not keep links into the queue")
+        "I2: a removed block must not keep links into the queue"
+    )
     assert blocks[2].next_free_block is blocks[4] and blocks[4].prev_free_block is blocks[2], (
-        "I2: remove must link the removed block's neighbours to each other")
+        "I2: remove must link the removed block's neighbours to each other"
+    )
     assert check_queue(q) == [0, 1, 2, 4, 5], "remove(block 3) leaves [0, 1, 2, 4, 5]"
     q.remove(blocks[0])
     q.remove(blocks[5])
     assert check_queue(q) == [1, 2, 4], "removing the front and the back block leaves [1, 2, 4]"
 
 
-@graded(2, "I2/misuse: removing a block that is not in the queue must raise, not corrupt the "
-           "list", f"{DOC}#misuse-errors")
+@graded(
+    2,
+    "I2/misuse: removing a block that is not in the queue must raise, not corrupt the list",
+    f"{DOC}#misuse-errors",
+)
 def test_remove_block_not_in_queue_is_an_error():
     """remove of a popped block raises and leaves the queue intact."""
     _, q = make_queue(4)
@@ -144,12 +178,14 @@ def test_remove_block_not_in_queue_is_an_error():
     with pytest.raises((RuntimeError, ValueError)) as excinfo:
         q.remove(popped)
     assert str(excinfo.value), "the error must say what was wrong"
-    assert check_queue(q) == [1, 2, 3], (
-        "a refused remove must not change the queue or its count")
+    assert check_queue(q) == [1, 2, 3], "a refused remove must not change the queue or its count"
 
 
-@graded(2, "I2: append puts a block at the back (the tail sentinel's prev)",
-        f"{DOC}#the-free-block-queue")
+@graded(
+    2,
+    "I2: append puts a block at the back (the tail sentinel's prev)",
+    f"{DOC}#the-free-block-queue",
+)
 def test_append_goes_to_the_back():
     """append adds at the tail, also to an emptied queue."""
     _, q = make_queue(3)
@@ -161,11 +197,11 @@ def test_append_goes_to_the_back():
     q.append(c)
     assert check_queue(q) == [1, 0, 2], "append must add at the back, in call order"
     assert q.fake_free_list_tail.prev_free_block is c, (
-        "I2: the tail sentinel's prev_free_block must be the block appended last")
+        "I2: the tail sentinel's prev_free_block must be the block appended last"
+    )
 
 
-@graded(2, "I2: append_n adds blocks at the back in the order given",
-        f"{DOC}#the-free-block-queue")
+@graded(2, "I2: append_n adds blocks at the back in the order given", f"{DOC}#the-free-block-queue")
 def test_append_n_keeps_order():
     """append_n appends a run of blocks in order; append_n([]) changes nothing."""
     _, q = make_queue(5)
@@ -178,8 +214,12 @@ def test_append_n_keeps_order():
     assert check_queue(q) == [3, 1, 4, 0, 2], "append_n must keep the order of its argument"
 
 
-@graded(2, "Misuse: append / append_n of a block that is already in the queue (or listed twice) "
-           "raises RuntimeError and leaves the queue as it was", f"{DOC}#misuse-errors")
+@graded(
+    2,
+    "Misuse: append / append_n of a block that is already in the queue (or listed twice) "
+    "raises RuntimeError and leaves the queue as it was",
+    f"{DOC}#misuse-errors",
+)
 def test_appending_a_queued_block_is_an_error():
     """Linking a block in twice would corrupt the list: it is refused, all or nothing."""
     blocks, q = make_queue(4)
@@ -190,9 +230,11 @@ def test_appending_a_queued_block_is_an_error():
     with pytest.raises(RuntimeError):
         q.append_n([out, blocks[3]])
     assert check_queue(q) == [1, 2, 3], (
-        "a refused append_n must not change the queue, not even link the blocks before the bad one")
+        "a refused append_n must not change the queue, not even link the blocks before the bad one"
+    )
     assert out.prev_free_block is None and out.next_free_block is None, (
-        "I2: after a refused append_n, the blocks it had linked must be unlinked again")
+        "I2: after a refused append_n, the blocks it had linked must be unlinked again"
+    )
     with pytest.raises(RuntimeError):
         q.append_n([out, out])
     assert check_queue(q) == [1, 2, 3], "append_n of a block listed twice must be refused"
@@ -246,8 +288,9 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.out)
     @rule(data=st.data())
     def append_n(self, data) -> None:
-        chosen = data.draw(st.lists(st.sampled_from(self.out), min_size=1, unique=True),
-                           label="blocks")
+        chosen = data.draw(
+            st.lists(st.sampled_from(self.out), min_size=1, unique=True), label="blocks"
+        )
         for block_id in chosen:
             self.out.remove(block_id)
         self.q.append_n([self.blocks[i] for i in chosen])
@@ -257,14 +300,20 @@ class QueueMachine(RuleBasedStateMachine):
     def matches_model(self) -> None:
         queue = check_queue(self.q, limit=14)
         assert queue == self.model, f"I2: the queue holds {queue} but should hold {self.model}"
-        listed = int_list(self.side.block_ids(self.q.get_all_free_blocks()),
-                          "get_all_free_blocks' block ids")
+        listed = int_list(
+            self.side.block_ids(self.q.get_all_free_blocks()), "get_all_free_blocks' block ids"
+        )
         assert listed == self.model, (
-            f"get_all_free_blocks gives {listed}, but the links give {self.model}")
+            f"get_all_free_blocks gives {listed}, but the links give {self.model}"
+        )
 
 
-@graded(4, "I2: after any sequence of popleft / popleft_n / remove / append / append_n the "
-           "queue must equal a plain list doing the same", f"{DOC}#the-free-block-queue")
+@graded(
+    4,
+    "I2: after any sequence of popleft / popleft_n / remove / append / append_n the "
+    "queue must equal a plain list doing the same",
+    f"{DOC}#the-free-block-queue",
+)
 def test_random_operations_match_a_list():
     """Property test: the queue behaves like a list under random operation sequences."""
     run_machine(QueueMachine)
@@ -290,16 +339,17 @@ class QueueBench:
         k, model = self.BATCH, self.model
         if op == "remove":  # take a run out of the middle, then put it back at the end
             start = len(model) // 4
-            run = model[start:start + k]
-            self.model = model[:start] + model[start + k:] + run
+            run = model[start : start + k]
+            self.model = model[:start] + model[start + k :] + run
             return [["remove", i] for i in run] + [["append", i] for i in run], []
         front = model[:k]
         self.model = model[k:] + front
         if op == "popleft":
             return [["popleft"]] * k + [["append", i] for i in front], front
         if op == "popleft_n":  # one block at a time
-            return [x for i in front for x in (["popleft_n", 1], ["append_n", [i]])], \
-                [[i] for i in front]
+            return [x for i in front for x in (["popleft_n", 1], ["append_n", [i]])], [
+                [i] for i in front
+            ]
         if op == "append_n":  # the whole run at once
             return [["popleft_n", k], ["append_n", front]], [front]
         assert op == "num_free_blocks"
@@ -313,7 +363,8 @@ class QueueBench:
             raise AssertionError(
                 f"{op} on a queue of {self.n:,} blocks returned the wrong blocks or counts "
                 f"(first differences: {_first_difference(got, want)}); the timing only counts "
-                "for correct results")
+                "for correct results"
+            )
         return seconds
 
     def verify(self) -> None:
@@ -321,7 +372,8 @@ class QueueBench:
         if queue != self.model:
             raise AssertionError(
                 f"I2: after the timed batches the queue of {self.n:,} blocks is not in the "
-                f"expected order (first difference: {_first_difference(queue, self.model)})")
+                f"expected order (first difference: {_first_difference(queue, self.model)})"
+            )
 
 
 def _first_difference(got, want) -> str:
@@ -333,14 +385,18 @@ def _first_difference(got, want) -> str:
     return f"got {len(got)} results, expected {len(want)}"
 
 
-@graded(4, "I2: remove, popleft, popleft_n, append, append_n and num_free_blocks are O(1) "
-           "per block (relink neighbours; keep a counter; never walk or copy the list)",
-        f"{DOC}#why-a-hand-written-linked-list")
+@graded(
+    4,
+    "I2: remove, popleft, popleft_n, append, append_n and num_free_blocks are O(1) "
+    "per block (relink neighbours; keep a counter; never walk or copy the list)",
+    f"{DOC}#why-a-hand-written-linked-list",
+)
 def test_operations_are_constant_time():
     """The same 500 operations cost the same on 2,000 and on 200,000 blocks, and are right."""
     benches = {n: QueueBench(n) for n in (2_000, 200_000)}
     for op in ("remove", "popleft", "popleft_n", "append_n", "num_free_blocks"):
-        assert_constant_time(f"FreeKVCacheBlockQueue.{op}",
-                             lambda n, op=op: lambda: benches[n].step(op))
+        assert_constant_time(
+            f"FreeKVCacheBlockQueue.{op}", lambda n, op=op: lambda: benches[n].step(op)
+        )
     for bench in benches.values():
         bench.verify()

@@ -14,12 +14,32 @@ from __future__ import annotations
 
 from typing import Any
 
-STEP_FIELDS = ("step", "running", "used_tokens", "reserved_tokens", "internal_tokens",
-               "free_tokens", "largest_free_range", "waiting", "blocked", "external_tokens",
-               "preempted")
-REPORT_FIELDS = ("num_steps", "token_share", "token_share_at_peak", "reserved_share",
-                 "internal_fragmentation", "external_fragmentation", "max_running",
-                 "mean_running", "blocked_steps", "delayed_with_enough_free", "num_preemptions")
+STEP_FIELDS = (
+    "step",
+    "running",
+    "used_tokens",
+    "reserved_tokens",
+    "internal_tokens",
+    "free_tokens",
+    "largest_free_range",
+    "waiting",
+    "blocked",
+    "external_tokens",
+    "preempted",
+)
+REPORT_FIELDS = (
+    "num_steps",
+    "token_share",
+    "token_share_at_peak",
+    "reserved_share",
+    "internal_fragmentation",
+    "external_fragmentation",
+    "max_running",
+    "mean_running",
+    "blocked_steps",
+    "delayed_with_enough_free",
+    "num_preemptions",
+)
 
 
 def _allocator(spec: list[Any]) -> Any:
@@ -48,8 +68,9 @@ def _allocator_state(kind: str, alloc: Any) -> dict[str, Any]:
     return state
 
 
-def simulate(rows: list[list[Any]], allocator: list[Any],
-             max_model_len: int | None = None) -> dict[str, Any]:
+def simulate(
+    rows: list[list[Any]], allocator: list[Any], max_model_len: int | None = None
+) -> dict[str, Any]:
     """The learner's ``simulate`` of ``TraceRequest(*row)`` for each row on a fresh allocator.
 
     Returns ``{"steps": [{field: value}], "admitted": {...}, "finished": {...},
@@ -78,13 +99,19 @@ def report(sim: Any) -> dict[str, Any]:
     return {name: getattr(result, name) for name in REPORT_FIELDS}
 
 
-def summarize_steps(capacity: int, steps: list[dict[str, Any]],
-                    num_preemptions: int) -> dict[str, Any]:
+def summarize_steps(
+    capacity: int, steps: list[dict[str, Any]], num_preemptions: int
+) -> dict[str, Any]:
     """The learner's ``summarize`` of a ``Simulation`` holding ``StepStats(**fields)`` for each
     of ``steps`` (no simulation involved), field by field."""
     import fragmentation as yours
 
     built = [yours.StepStats(**fields) for fields in steps]
-    sim = yours.Simulation(capacity_tokens=capacity, steps=built, admitted={}, finished={},
-                           num_preemptions=num_preemptions)
+    sim = yours.Simulation(
+        capacity_tokens=capacity,
+        steps=built,
+        admitted={},
+        finished={},
+        num_preemptions=num_preemptions,
+    )
     return report(sim)

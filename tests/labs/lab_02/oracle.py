@@ -29,15 +29,22 @@ def step_fields(step: Any) -> dict[str, Any]:
     return row
 
 
-def reference_simulate(rows: list[list[Any]], allocator: list[Any],
-                       max_model_len: int | None = None) -> dict[str, Any]:
+def reference_simulate(
+    rows: list[list[Any]], allocator: list[Any], max_model_len: int | None = None
+) -> dict[str, Any]:
     """What ``learner_side.simulate`` returns, computed by the reference."""
     from mini_vllm.teaching import fragmentation as ref
 
-    sim = ref.simulate([ref.TraceRequest(*row) for row in rows], reference_allocator(allocator),
-                       max_model_len)
-    return {"steps": [step_fields(s) for s in sim.steps], "admitted": dict(sim.admitted),
-            "finished": dict(sim.finished), "num_preemptions": sim.num_preemptions, "sim": sim}
+    sim = ref.simulate(
+        [ref.TraceRequest(*row) for row in rows], reference_allocator(allocator), max_model_len
+    )
+    return {
+        "steps": [step_fields(s) for s in sim.steps],
+        "admitted": dict(sim.admitted),
+        "finished": dict(sim.finished),
+        "num_preemptions": sim.num_preemptions,
+        "sim": sim,
+    }
 
 
 def reference_report(sim: Any) -> dict[str, Any]:
@@ -47,12 +54,18 @@ def reference_report(sim: Any) -> dict[str, Any]:
     return {name: getattr(result, name) for name in REPORT_FIELDS}
 
 
-def reference_summarize_steps(capacity: int, steps: list[dict[str, Any]],
-                              num_preemptions: int) -> dict[str, Any]:
+def reference_summarize_steps(
+    capacity: int, steps: list[dict[str, Any]], num_preemptions: int
+) -> dict[str, Any]:
     from mini_vllm.teaching import fragmentation as ref
 
-    sim = ref.Simulation(capacity_tokens=capacity, steps=[ref.StepStats(**f) for f in steps],
-                         admitted={}, finished={}, num_preemptions=num_preemptions)
+    sim = ref.Simulation(
+        capacity_tokens=capacity,
+        steps=[ref.StepStats(**f) for f in steps],
+        admitted={},
+        finished={},
+        num_preemptions=num_preemptions,
+    )
     return reference_report(sim)
 
 
@@ -64,8 +77,11 @@ def first_step_difference(got: list[Any], want: list[dict[str, Any]]) -> str | N
         wrong = [name for name in STEP_FIELDS if g.get(name) != w[name]]
         if wrong:
             return f"step {i}: " + ", ".join(
-                f"{name} is {g.get(name)!r}, expected {w[name]!r}" for name in wrong)
+                f"{name} is {g.get(name)!r}, expected {w[name]!r}" for name in wrong
+            )
     if len(got) != len(want):
-        return (f"the simulation ran {len(got)} steps, expected {len(want)} (it ends with the "
-                "step in which the last request finishes)")
+        return (
+            f"the simulation ran {len(got)} steps, expected {len(want)} (it ends with the "
+            "step in which the last request finishes)"
+        )
     return None

@@ -16,67 +16,89 @@ def reserve(alloc, request_id: str, max_len: int, length: int = 1) -> bool:
     return alloc.ensure(request_id, length, max_len)
 
 
-@graded(2, "Contiguous: the first ensure of a request reserves max_len slots (not its length) "
-           "at the start of a free range; later calls keep that range",
-        f"{DOC}#task-1-contiguous-allocation-first-fit")
+@graded(
+    2,
+    "Contiguous: the first ensure of a request reserves max_len slots (not its length) "
+    "at the start of a free range; later calls keep that range",
+    f"{DOC}#task-1-contiguous-allocation-first-fit",
+)
 def test_contiguous_reserves_max_len_up_front():
     """A request's range is its whole maximum length, reserved once."""
     alloc = frag().ContiguousAllocator(24)
     assert reserve(alloc, "A", max_len=8, length=4) is True, (
-        "ensure('A', 4, max_len=8) on an empty memory of 24 slots must return True")
+        "ensure('A', 4, max_len=8) on an empty memory of 24 slots must return True"
+    )
     assert alloc.ranges == {"A": (0, 8)}, (
         f"A reserves max_len = 8 slots at offset 0, expected ranges {{'A': (0, 8)}}, got "
-        f"{alloc.ranges}")
+        f"{alloc.ranges}"
+    )
     assert alloc.free_ranges == [(8, 16)], f"the rest stays free: {alloc.free_ranges}"
     assert alloc.ensure("A", 8, 8) is True and alloc.ranges["A"] == (0, 8), (
-        "a request that already has its range keeps it as it grows")
+        "a request that already has its range keeps it as it grows"
+    )
     assert reserve(alloc, "B", max_len=16) is True, (
-        "ensure('B', 1, max_len=16) with exactly 16 slots free must return True")
+        "ensure('B', 1, max_len=16) with exactly 16 slots free must return True"
+    )
     assert alloc.ranges["B"] == (8, 16) and alloc.free_ranges == [], (
-        f"an exact fit uses the whole free range and leaves no empty range: {alloc.free_ranges}")
+        f"an exact fit uses the whole free range and leaves no empty range: {alloc.free_ranges}"
+    )
     assert reserve(alloc, "C", max_len=1) is False, "a full memory refuses"
     assert "C" not in alloc.ranges, f"a refused request gets no range: ranges {alloc.ranges}"
     with pytest.raises(ValueError):
         alloc.ensure("A", 9, 8)
 
 
-@graded(3, "Contiguous: first fit takes the free range with the LOWEST start that is long "
-           "enough (not the smallest, not the largest), and refuses when no single range is "
-           "long enough even if the free ranges together are",
-        f"{DOC}#task-1-contiguous-allocation-first-fit")
+@graded(
+    3,
+    "Contiguous: first fit takes the free range with the LOWEST start that is long "
+    "enough (not the smallest, not the largest), and refuses when no single range is "
+    "long enough even if the free ranges together are",
+    f"{DOC}#task-1-contiguous-allocation-first-fit",
+)
 def test_first_fit_and_refusal_despite_enough_free():
     """Holes of 8 and 4 slots: a 4-slot request goes into the first hole; 6 slots fit nowhere."""
     alloc = frag().ContiguousAllocator(24)
     for rid, size in (("A", 8), ("B", 4), ("C", 4), ("D", 8)):
         assert reserve(alloc, rid, max_len=size), (
-            f"ensure({rid!r}, 1, max_len={size}) must fit in the free memory")
+            f"ensure({rid!r}, 1, max_len={size}) must fit in the free memory"
+        )
     want = {"A": (0, 8), "B": (8, 4), "C": (12, 4), "D": (16, 8)}
     assert alloc.ranges == want, (
-        f"A, B, C, D placed one after the other: expected ranges {want}, got {alloc.ranges}")
+        f"A, B, C, D placed one after the other: expected ranges {want}, got {alloc.ranges}"
+    )
     alloc.free("A")
     alloc.free("C")
     assert alloc.free_ranges == [(0, 8), (12, 4)], (
-        f"after freeing A and C the free ranges are [(0, 8), (12, 4)], got {alloc.free_ranges}")
+        f"after freeing A and C the free ranges are [(0, 8), (12, 4)], got {alloc.free_ranges}"
+    )
     assert reserve(alloc, "E", max_len=4) is True, (
-        "ensure('E', 1, max_len=4) must fit in a free range of 8")
+        "ensure('E', 1, max_len=4) must fit in a free range of 8"
+    )
     assert alloc.ranges["E"] == (0, 4), (
         f"first fit puts E (4 slots) at the lowest free range long enough, offset 0, got "
-        f"{alloc.ranges['E']} (best fit would pick the 4-slot hole at 12)")
+        f"{alloc.ranges['E']} (best fit would pick the 4-slot hole at 12)"
+    )
     assert alloc.free_ranges == [(4, 4), (12, 4)], (
         f"E took the front of (0, 8): free ranges [(4, 4), (12, 4)] expected, got "
-        f"{alloc.free_ranges}")
+        f"{alloc.free_ranges}"
+    )
     free = alloc.num_free_tokens()
     assert free == 8, f"num_free_tokens() sums the free ranges, 4 + 4 = 8: got {free}"
     assert reserve(alloc, "F", max_len=6) is False, (
         "8 slots are free in total but in two ranges of 4: a 6-slot range cannot be placed "
-        "(external fragmentation)")
+        "(external fragmentation)"
+    )
     assert alloc.free_ranges == [(4, 4), (12, 4)] and "F" not in alloc.ranges, (
-        "a refused ensure changes nothing")
+        "a refused ensure changes nothing"
+    )
 
 
-@graded(3, "Contiguous: free gives the range back and merges it with the free ranges just "
-           "before and just after it, so free ranges never touch",
-        f"{DOC}#task-1-contiguous-allocation-first-fit")
+@graded(
+    3,
+    "Contiguous: free gives the range back and merges it with the free ranges just "
+    "before and just after it, so free ranges never touch",
+    f"{DOC}#task-1-contiguous-allocation-first-fit",
+)
 def test_free_coalesces_neighbours():
     """Freed ranges merge with both neighbours; memory ends as one range."""
     alloc = frag().ContiguousAllocator(24)
@@ -84,82 +106,110 @@ def test_free_coalesces_neighbours():
         assert reserve(alloc, rid, max_len=6), f"ensure({rid!r}, 1, max_len=6) must fit"
     alloc.free("B")
     assert alloc.free_ranges == [(6, 6)], (
-        f"freeing B (6..12) leaves the free ranges [(6, 6)], got {alloc.free_ranges}")
+        f"freeing B (6..12) leaves the free ranges [(6, 6)], got {alloc.free_ranges}"
+    )
     alloc.free("D")
     assert alloc.free_ranges == [(6, 6), (18, 6)], (
-        f"freeing D (18..24) leaves [(6, 6), (18, 6)], sorted by start: got {alloc.free_ranges}")
+        f"freeing D (18..24) leaves [(6, 6), (18, 6)], sorted by start: got {alloc.free_ranges}"
+    )
     alloc.free("C")
     assert alloc.free_ranges == [(6, 18)], (
         f"C (12..18) touches the free ranges on both sides: expected [(6, 18)], got "
-        f"{alloc.free_ranges}")
+        f"{alloc.free_ranges}"
+    )
     alloc.free("A")
     assert alloc.free_ranges == [(0, 24)] and alloc.ranges == {}, (
-        f"everything freed must be one free range again, got {alloc.free_ranges}")
+        f"everything freed must be one free range again, got {alloc.free_ranges}"
+    )
     assert reserve(alloc, "E", max_len=24), "after coalescing, the whole memory is one range"
     with pytest.raises(ValueError):
         alloc.free("A")
 
 
-@graded(2, "Paged: a request of n tokens holds ceil(n / block_size) whole blocks; ensure "
-           "grows its block table only when a new block is needed",
-        f"{DOC}#task-2-paged-allocation")
+@graded(
+    2,
+    "Paged: a request of n tokens holds ceil(n / block_size) whole blocks; ensure "
+    "grows its block table only when a new block is needed",
+    f"{DOC}#task-2-paged-allocation",
+)
 def test_paged_holds_whole_blocks_covering_the_tokens():
     """Blocks are taken from the free list in order as the request grows."""
     alloc = frag().PagedAllocator(16, 4)
     assert [alloc.tokens_to_hold(n, 100) for n in (1, 4, 5, 8, 9)] == [4, 4, 8, 8, 12], (
-        "tokens_to_hold rounds the length UP to whole blocks")
+        "tokens_to_hold rounds the length UP to whole blocks"
+    )
     assert alloc.ensure("A", 5, 100) is True, "ensure('A', 5 tokens) on 4 free blocks is True"
     assert alloc.block_tables["A"] == [0, 1], (
-        f"5 tokens need 2 blocks of 4, the first two free ones: {alloc.block_tables}")
+        f"5 tokens need 2 blocks of 4, the first two free ones: {alloc.block_tables}"
+    )
     assert alloc.ensure("A", 8, 100) is True and alloc.block_tables["A"] == [0, 1], (
-        "8 tokens still fit in 2 blocks: no new block")
+        "8 tokens still fit in 2 blocks: no new block"
+    )
     assert alloc.ensure("A", 9, 100) is True and alloc.block_tables["A"] == [0, 1, 2], (
-        f"9 tokens need a third block, block 2: block tables {alloc.block_tables}")
+        f"9 tokens need a third block, block 2: block tables {alloc.block_tables}"
+    )
     held, free = alloc.held("A"), alloc.num_free_tokens()
     assert (held, free) == (12, 4), (
-        f"3 blocks of 4: held('A') is 12 and num_free_tokens() 4, got {held} and {free}")
+        f"3 blocks of 4: held('A') is 12 and num_free_tokens() 4, got {held} and {free}"
+    )
     assert list(alloc.free_block_ids) == [3], (
-        f"block 3 is the only free block: free_block_ids {list(alloc.free_block_ids)}")
+        f"block 3 is the only free block: free_block_ids {list(alloc.free_block_ids)}"
+    )
 
 
-@graded(2, "Paged: ensure is all or nothing: when fewer blocks are free than needed the "
-           "request gets none of them",
-        f"{DOC}#task-2-paged-allocation")
+@graded(
+    2,
+    "Paged: ensure is all or nothing: when fewer blocks are free than needed the "
+    "request gets none of them",
+    f"{DOC}#task-2-paged-allocation",
+)
 def test_paged_ensure_is_all_or_nothing():
     """A refused request takes no block; a smaller one still fits."""
     alloc = frag().PagedAllocator(16, 4)
     assert alloc.ensure("A", 12, 100), "ensure('A', 12 tokens) on 4 free blocks of 4 is True"
     assert alloc.ensure("B", 5, 100) is False, (
-        "ensure('B', 5 tokens) needs 2 blocks and 1 is free: it must return False")
+        "ensure('B', 5 tokens) needs 2 blocks and 1 is free: it must return False"
+    )
     assert alloc.held("B") == 0 and list(alloc.free_block_ids) == [3], (
-        "a refused ensure must not take the one free block")
+        "a refused ensure must not take the one free block"
+    )
     assert alloc.ensure("B", 4, 100) is True and alloc.block_tables["B"] == [3], (
-        f"ensure('B', 4 tokens) takes the last free block, 3: block tables {alloc.block_tables}")
+        f"ensure('B', 4 tokens) takes the last free block, 3: block tables {alloc.block_tables}"
+    )
     assert alloc.ensure("A", 13, 100) is False and alloc.block_tables["A"] == [0, 1, 2], (
         f"no block is free: ensure('A', 13) is False and A keeps [0, 1, 2]: block tables "
-        f"{alloc.block_tables}")
+        f"{alloc.block_tables}"
+    )
 
 
-@graded(1, "Paged: free returns every block of the request to the back of the free list",
-        f"{DOC}#task-2-paged-allocation")
+@graded(
+    1,
+    "Paged: free returns every block of the request to the back of the free list",
+    f"{DOC}#task-2-paged-allocation",
+)
 def test_paged_free_returns_the_blocks():
     """Freed blocks are handed out again after the blocks that were already free."""
     alloc = frag().PagedAllocator(16, 4)
     assert alloc.ensure("A", 8, 100), "ensure('A', 8 tokens) on 4 free blocks is True"
     alloc.free("A")
     assert "A" not in alloc.block_tables, (
-        f"a freed request has no block table: {alloc.block_tables}")
+        f"a freed request has no block table: {alloc.block_tables}"
+    )
     assert list(alloc.free_block_ids) == [2, 3, 0, 1], (
-        f"free lists the blocks after those already free: {list(alloc.free_block_ids)}")
+        f"free lists the blocks after those already free: {list(alloc.free_block_ids)}"
+    )
     free = alloc.num_free_tokens()
     assert free == 16, f"after the free every slot is free again (16): got {free}"
     with pytest.raises(ValueError):
         alloc.free("A")
 
 
-@graded(2, "split_held: used = the tokens now; reserved = held slots the request will still "
-           "fill before it finishes; internal = held slots it will never fill",
-        f"{DOC}#task-3-where-the-held-memory-goes")
+@graded(
+    2,
+    "split_held: used = the tokens now; reserved = held slots the request will still "
+    "fill before it finishes; internal = held slots it will never fill",
+    f"{DOC}#task-3-where-the-held-memory-goes",
+)
 def test_split_held():
     """The three parts add up to what is held, whatever the allocator."""
     split = frag().split_held

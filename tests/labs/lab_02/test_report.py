@@ -23,9 +23,19 @@ def frag():
 
 
 def report_fields(report) -> dict:
-    names = ("num_steps", "token_share", "token_share_at_peak", "reserved_share",
-             "internal_fragmentation", "external_fragmentation", "max_running", "mean_running",
-             "blocked_steps", "delayed_with_enough_free", "num_preemptions")
+    names = (
+        "num_steps",
+        "token_share",
+        "token_share_at_peak",
+        "reserved_share",
+        "internal_fragmentation",
+        "external_fragmentation",
+        "max_running",
+        "mean_running",
+        "blocked_steps",
+        "delayed_with_enough_free",
+        "num_preemptions",
+    )
     return {name: getattr(report, name) for name in names}
 
 
@@ -33,86 +43,146 @@ def assert_report(report, expected: dict) -> None:
     got = report_fields(report)
     wrong = {k: (got[k], v) for k, v in expected.items() if got[k] != pytest.approx(v, abs=1e-12)}
     assert not wrong, "report fields (got, expected): " + ", ".join(
-        f"{k}: {g!r} vs {e!r}" for k, (g, e) in wrong.items())
+        f"{k}: {g!r} vs {e!r}" for k, (g, e) in wrong.items()
+    )
 
 
-@graded(3, "Report (contiguous): shares of held memory are ratios of sums over all steps "
-           "(52 token-steps of 100 held); external fragmentation is over capacity x steps",
-        f"{DOC}#task-5-the-report")
+@graded(
+    3,
+    "Report (contiguous): shares of held memory are ratios of sums over all steps "
+    "(52 token-steps of 100 held); external fragmentation is over capacity x steps",
+    f"{DOC}#task-5-the-report",
+)
 def test_report_worked_example_contiguous():
     """The worked example's contiguous numbers, as the README derives them."""
     mod = frag()
     sim = mod.simulate(make_trace(mod), mod.ContiguousAllocator(CAPACITY), MAX_MODEL_LEN)
-    assert_report(mod.summarize(sim), {
-        "num_steps": 7, "token_share": 52 / 100, "token_share_at_peak": 10 / 24,
-        "reserved_share": 11 / 100, "internal_fragmentation": 37 / 100,
-        "external_fragmentation": 32 / (24 * 7), "max_running": 3, "mean_running": 11 / 7,
-        "blocked_steps": 2, "delayed_with_enough_free": 1, "num_preemptions": 0,
-    })
+    assert_report(
+        mod.summarize(sim),
+        {
+            "num_steps": 7,
+            "token_share": 52 / 100,
+            "token_share_at_peak": 10 / 24,
+            "reserved_share": 11 / 100,
+            "internal_fragmentation": 37 / 100,
+            "external_fragmentation": 32 / (24 * 7),
+            "max_running": 3,
+            "mean_running": 11 / 7,
+            "blocked_steps": 2,
+            "delayed_with_enough_free": 1,
+            "num_preemptions": 0,
+        },
+    )
 
 
-@graded(2, "Report (paged): the same 52 token-steps now fill 52 of 68 held slot-steps, with "
-           "no external fragmentation", f"{DOC}#task-5-the-report")
+@graded(
+    2,
+    "Report (paged): the same 52 token-steps now fill 52 of 68 held slot-steps, with "
+    "no external fragmentation",
+    f"{DOC}#task-5-the-report",
+)
 def test_report_worked_example_paged():
     """The worked example's paged numbers."""
     mod = frag()
     sim = mod.simulate(make_trace(mod), mod.PagedAllocator(CAPACITY, BLOCK_SIZE), MAX_MODEL_LEN)
-    assert_report(mod.summarize(sim), {
-        "num_steps": 4, "token_share": 52 / 68, "token_share_at_peak": 18 / 24,
-        "reserved_share": 6 / 68, "internal_fragmentation": 10 / 68,
-        "external_fragmentation": 0.0, "max_running": 4, "mean_running": 11 / 4,
-        "blocked_steps": 0, "delayed_with_enough_free": 0, "num_preemptions": 0,
-    })
+    assert_report(
+        mod.summarize(sim),
+        {
+            "num_steps": 4,
+            "token_share": 52 / 68,
+            "token_share_at_peak": 18 / 24,
+            "reserved_share": 6 / 68,
+            "internal_fragmentation": 10 / 68,
+            "external_fragmentation": 0.0,
+            "max_running": 4,
+            "mean_running": 11 / 4,
+            "blocked_steps": 0,
+            "delayed_with_enough_free": 0,
+            "num_preemptions": 0,
+        },
+    )
 
 
 def _steps(mod, rows):
     """StepStats from (running, used, reserved, internal, free, blocked, preempted)."""
-    return [mod.StepStats(step=i, running=running, used_tokens=u, reserved_tokens=r,
-                          internal_tokens=n, free_tokens=f, largest_free_range=0, waiting=0,
-                          blocked=b, external_tokens=f if b else 0, preempted=p)
-            for i, (running, u, r, n, f, b, p) in enumerate(rows)]
+    return [
+        mod.StepStats(
+            step=i,
+            running=running,
+            used_tokens=u,
+            reserved_tokens=r,
+            internal_tokens=n,
+            free_tokens=f,
+            largest_free_range=0,
+            waiting=0,
+            blocked=b,
+            external_tokens=f if b else 0,
+            preempted=p,
+        )
+        for i, (running, u, r, n, f, b, p) in enumerate(rows)
+    ]
 
 
-@graded(3, "Report: time averages weigh each step by the memory it held (sum used / sum held, "
-           "not the mean of per-step ratios); the peak is the FIRST step holding the most; mean "
-           "concurrency counts only steps where something runs; a request blocked twice is one "
-           "delayed request", f"{DOC}#task-5-the-report")
+@graded(
+    3,
+    "Report: time averages weigh each step by the memory it held (sum used / sum held, "
+    "not the mean of per-step ratios); the peak is the FIRST step holding the most; mean "
+    "concurrency counts only steps where something runs; a request blocked twice is one "
+    "delayed request",
+    f"{DOC}#task-5-the-report",
+)
 def test_report_definitions_on_handmade_steps():
     """summarize alone, on steps built by hand (no simulation involved)."""
     mod = frag()
-    steps = _steps(mod, [
-        ((), 0, 0, 0, 40, None, ()),
-        (("a",), 5, 3, 2, 30, "x", ()),
-        (("a", "b", "c"), 27, 1, 2, 10, None, ("d",)),
-        (("a", "b"), 20, 6, 4, 10, "x", ()),
-        (("a",), 9, 0, 1, 30, "y", ()),
-    ])
-    sim = mod.Simulation(capacity_tokens=40, steps=steps, admitted={}, finished={},
-                         num_preemptions=1)
-    assert_report(mod.summarize(sim), {
-        "num_steps": 5,
-        "token_share": 61 / 80,            # not the mean of 5/10, 27/30, 20/30, 9/10
-        "token_share_at_peak": 27 / 30,    # steps 2 and 3 both hold 30: the first one
-        "reserved_share": 10 / 80,
-        "internal_fragmentation": 9 / 80,
-        "external_fragmentation": (30 + 10 + 30) / (40 * 5),
-        "max_running": 3,
-        "mean_running": 7 / 4,             # the idle step 0 does not count
-        "blocked_steps": 3,
-        "delayed_with_enough_free": 2,     # x (twice) and y
-        "num_preemptions": 1,
-    })
+    steps = _steps(
+        mod,
+        [
+            ((), 0, 0, 0, 40, None, ()),
+            (("a",), 5, 3, 2, 30, "x", ()),
+            (("a", "b", "c"), 27, 1, 2, 10, None, ("d",)),
+            (("a", "b"), 20, 6, 4, 10, "x", ()),
+            (("a",), 9, 0, 1, 30, "y", ()),
+        ],
+    )
+    sim = mod.Simulation(
+        capacity_tokens=40, steps=steps, admitted={}, finished={}, num_preemptions=1
+    )
+    assert_report(
+        mod.summarize(sim),
+        {
+            "num_steps": 5,
+            "token_share": 61 / 80,  # not the mean of 5/10, 27/30, 20/30, 9/10
+            "token_share_at_peak": 27 / 30,  # steps 2 and 3 both hold 30: the first one
+            "reserved_share": 10 / 80,
+            "internal_fragmentation": 9 / 80,
+            "external_fragmentation": (30 + 10 + 30) / (40 * 5),
+            "max_running": 3,
+            "mean_running": 7 / 4,  # the idle step 0 does not count
+            "blocked_steps": 3,
+            "delayed_with_enough_free": 2,  # x (twice) and y
+            "num_preemptions": 1,
+        },
+    )
 
 
-@graded(1, "Report: an empty simulation reports zeros instead of dividing by zero",
-        f"{DOC}#task-5-the-report")
+@graded(
+    1,
+    "Report: an empty simulation reports zeros instead of dividing by zero",
+    f"{DOC}#task-5-the-report",
+)
 def test_report_of_nothing():
     """No steps: every count and share is 0."""
     mod = frag()
     sim = mod.Simulation(capacity_tokens=16, steps=[], admitted={}, finished={})
     report = mod.summarize(sim)
-    for field in ("num_steps", "max_running", "token_share", "mean_running",
-                  "external_fragmentation", "token_share_at_peak"):
+    for field in (
+        "num_steps",
+        "max_running",
+        "token_share",
+        "mean_running",
+        "external_fragmentation",
+        "token_share_at_peak",
+    ):
         value = getattr(report, field)
         assert value == 0, f"the report of no steps has {field} 0, got {value!r}"
 
@@ -129,18 +199,31 @@ def step_lists(draw):
             used = reserved = internal = 0
         free = 40 - used - reserved - internal
         blocked = draw(st.sampled_from([None, None, "x", "y"]))
-        steps.append(dict(step=i, running=running, used_tokens=used, reserved_tokens=reserved,
-                          internal_tokens=internal, free_tokens=free,
-                          largest_free_range=draw(st.integers(0, free)),
-                          waiting=draw(st.integers(0, 3)), blocked=blocked,
-                          external_tokens=free if blocked else 0,
-                          preempted=draw(st.sampled_from([(), (), ("d",)]))))
+        steps.append(
+            dict(
+                step=i,
+                running=running,
+                used_tokens=used,
+                reserved_tokens=reserved,
+                internal_tokens=internal,
+                free_tokens=free,
+                largest_free_range=draw(st.integers(0, free)),
+                waiting=draw(st.integers(0, 3)),
+                blocked=blocked,
+                external_tokens=free if blocked else 0,
+                preempted=draw(st.sampled_from([(), (), ("d",)])),
+            )
+        )
     return steps, draw(st.integers(0, 3))
 
 
-@graded(2, "Report on random steps, as the reference computes it: sums before dividing, the "
-           "first peak, concurrency over busy steps, distinct delayed requests, zeros for "
-           "nothing", f"{DOC}#task-5-the-report")
+@graded(
+    2,
+    "Report on random steps, as the reference computes it: sums before dividing, the "
+    "first peak, concurrency over busy steps, distinct delayed requests, zeros for "
+    "nothing",
+    f"{DOC}#task-5-the-report",
+)
 @GRADED_SETTINGS
 @given(case=step_lists())
 def test_report_of_random_steps_matches_the_reference(case):
@@ -149,10 +232,20 @@ def test_report_of_random_steps_matches_the_reference(case):
     frag()
     got = learner_module("learner_side").summarize_steps(40, steps, num_preemptions)
     want = reference_summarize_steps(40, steps, num_preemptions)
-    rows = [(s["running"], s["used_tokens"], s["reserved_tokens"], s["internal_tokens"],
-             s["free_tokens"], s["blocked"]) for s in steps]
+    rows = [
+        (
+            s["running"],
+            s["used_tokens"],
+            s["reserved_tokens"],
+            s["internal_tokens"],
+            s["free_tokens"],
+            s["blocked"],
+        )
+        for s in steps
+    ]
     wrong = {k: (got[k], v) for k, v in want.items() if got[k] != pytest.approx(v, abs=1e-12)}
     assert not wrong, (
         f"steps (running, used, reserved, internal, free, blocked) {rows} with "
-        f"{num_preemptions} preemptions: report fields (got, expected): " + ", ".join(
-            f"{k}: {g!r} vs {e!r}" for k, (g, e) in wrong.items()))
+        f"{num_preemptions} preemptions: report fields (got, expected): "
+        + ", ".join(f"{k}: {g!r} vs {e!r}" for k, (g, e) in wrong.items())
+    )

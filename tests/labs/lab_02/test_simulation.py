@@ -38,30 +38,40 @@ def run(mod, rows, allocator, max_model_len=MAX_MODEL_LEN):
 def compare_steps(sim, expected) -> None:
     got = [step_row(s) for s in sim.steps]
     assert [s.step for s in sim.steps] == list(range(len(sim.steps))), (
-        "steps are numbered 0, 1, ... with none skipped")
+        "steps are numbered 0, 1, ... with none skipped"
+    )
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g == e, (
             f"step {i}: (running, used, reserved, internal, free, largest free range, blocked) "
-            f"is {g}, expected {e}")
+            f"is {g}, expected {e}"
+        )
     assert len(got) == len(expected), (
         f"the simulation ran {len(got)} steps, expected {len(expected)} (it ends with the step "
-        "in which the last request finishes)")
+        "in which the last request finishes)"
+    )
 
 
 def expect_runs(sim, admitted: dict, finished: dict, preemptions: int | None = None) -> None:
     """The step each request was admitted and finished in, and the number of preemptions."""
     assert sim.admitted == admitted, (
-        f"the step each request is admitted in: expected {admitted}, got {sim.admitted}")
+        f"the step each request is admitted in: expected {admitted}, got {sim.admitted}"
+    )
     assert sim.finished == finished, (
-        f"the step each request finishes in: expected {finished}, got {sim.finished}")
+        f"the step each request finishes in: expected {finished}, got {sim.finished}"
+    )
     if preemptions is not None:
         assert sim.num_preemptions == preemptions, (
-            f"num_preemptions: expected {preemptions}, got {sim.num_preemptions}")
+            f"num_preemptions: expected {preemptions}, got {sim.num_preemptions}"
+        )
 
 
-@graded(4, "Simulation (contiguous): each request reserves max_len at admission; finished "
-           "requests free their range for the NEXT step; D waits while 16 slots are free in two "
-           "holes of 8", f"{DOC}#worked-example")
+@graded(
+    4,
+    "Simulation (contiguous): each request reserves max_len at admission; finished "
+    "requests free their range for the NEXT step; D waits while 16 slots are free in two "
+    "holes of 8",
+    f"{DOC}#worked-example",
+)
 def test_worked_example_contiguous():
     """The README's worked example, step by step, on the contiguous allocator."""
     mod = frag()
@@ -70,9 +80,12 @@ def test_worked_example_contiguous():
     expect_runs(sim, {"A": 0, "B": 0, "C": 0, "D": 4}, {"A": 1, "C": 1, "B": 3, "D": 6}, 0)
 
 
-@graded(4, "Simulation (paged): requests hold whole blocks for the tokens they have; D is "
-           "admitted at step 1 because any free block serves any request",
-        f"{DOC}#worked-example")
+@graded(
+    4,
+    "Simulation (paged): requests hold whole blocks for the tokens they have; D is "
+    "admitted at step 1 because any free block serves any request",
+    f"{DOC}#worked-example",
+)
 def test_worked_example_paged():
     """The README's worked example, step by step, on the paged allocator."""
     mod = frag()
@@ -81,24 +94,30 @@ def test_worked_example_paged():
     expect_runs(sim, {"A": 0, "B": 0, "C": 0, "D": 1}, {"A": 1, "C": 1, "B": 3, "D": 3}, 0)
 
 
-@graded(2, "Admission is first come, first served: when the request at the head of the queue "
-           "does not fit, no later request is admitted in its place",
-        f"{DOC}#task-4-the-simulation-loop")
+@graded(
+    2,
+    "Admission is first come, first served: when the request at the head of the queue "
+    "does not fit, no later request is admitted in its place",
+    f"{DOC}#task-4-the-simulation-loop",
+)
 def test_fcfs_head_of_line_blocking():
     """C would fit, but B arrived first and does not: C waits behind B."""
     mod = frag()
     rows = (("A", 0, 2, 3, 8), ("B", 0, 2, 2, 12), ("C", 0, 1, 1, 4))
     sim = run(mod, rows, mod.ContiguousAllocator(16))
     assert sim.admitted == {"A": 0, "B": 3, "C": 3}, (
-        f"B must wait for A to finish (step 2) and C must wait behind B: admitted "
-        f"{sim.admitted}")
+        f"B must wait for A to finish (step 2) and C must wait behind B: admitted {sim.admitted}"
+    )
     waiting = [s.waiting for s in sim.steps[:3]]
     assert waiting == [2, 2, 2], f"B and C wait during steps 0-2: waiting per step {waiting}"
     assert sim.steps[0].blocked is None, "8 slots free < the 12 B reserves: not fragmentation"
 
 
-@graded(1, "A request is not admitted before its arrival_step; steps where nothing runs are "
-           "still steps", f"{DOC}#task-4-the-simulation-loop")
+@graded(
+    1,
+    "A request is not admitted before its arrival_step; steps where nothing runs are still steps",
+    f"{DOC}#task-4-the-simulation-loop",
+)
 def test_arrivals_and_idle_steps():
     """Nothing arrives before step 2, so steps 0 and 1 are idle."""
     mod = frag()
@@ -106,16 +125,22 @@ def test_arrivals_and_idle_steps():
     expect_runs(sim, {"A": 2, "B": 5}, {"A": 3, "B": 5})
     running = [tuple(s.running) for s in sim.steps]
     assert running == [(), (), ("A",), ("A",), (), ("B",)], (
-        f"steps 0, 1 and 4 are idle but still steps: running per step {running}")
+        f"steps 0, 1 and 4 are idle but still steps: running per step {running}"
+    )
     first = sim.steps[0]
     assert first.free_tokens == 16 and first.used_tokens == 0, (
         f"an idle step 0: 16 tokens free, 0 used; got {first.free_tokens} free, "
-        f"{first.used_tokens} used")
+        f"{first.used_tokens} used"
+    )
 
 
-@graded(3, "Paged preemption: a running request that cannot get a block preempts the most "
-           "recently admitted one (which keeps its tokens and goes back to the FRONT of the "
-           "queue); nothing is admitted in that step", f"{DOC}#preemption")
+@graded(
+    3,
+    "Paged preemption: a running request that cannot get a block preempts the most "
+    "recently admitted one (which keeps its tokens and goes back to the FRONT of the "
+    "queue); nothing is admitted in that step",
+    f"{DOC}#preemption",
+)
 def test_preemption_newest_first():
     """Memory for 8 tokens: A grows into B's blocks; B comes back when A is done."""
     mod = frag()
@@ -123,13 +148,14 @@ def test_preemption_newest_first():
     sim = run(mod, rows, mod.PagedAllocator(8, 2))
     assert [tuple(s.preempted) for s in sim.steps] == [(), ("B",), (), (), (), ()], (
         f"A needs a third block at step 1: B, the newest, is preempted: "
-        f"{[tuple(s.preempted) for s in sim.steps]}")
+        f"{[tuple(s.preempted) for s in sim.steps]}"
+    )
     assert sim.num_preemptions == 1, f"one preemption (B), got {sim.num_preemptions}"
     rows_seen = [(tuple(s.running), s.used_tokens, s.free_tokens, s.waiting) for s in sim.steps]
     assert rows_seen == [
         (("A", "B"), 8, 0, 0),
-        (("A",), 5, 2, 2),   # C arrived, but nothing is admitted in a step with a preemption
-        (("A",), 6, 2, 2),   # B (front of the queue) needs 3 blocks for 3 + 1 + 1 tokens
+        (("A",), 5, 2, 2),  # C arrived, but nothing is admitted in a step with a preemption
+        (("A",), 6, 2, 2),  # B (front of the queue) needs 3 blocks for 3 + 1 + 1 tokens
         (("A",), 7, 0, 2),
         (("B", "C"), 7, 0, 0),
         (("B",), 6, 2, 0),
@@ -137,9 +163,12 @@ def test_preemption_newest_first():
     expect_runs(sim, {"A": 0, "B": 0, "C": 4}, {"A": 3, "C": 4, "B": 5}, 1)
 
 
-@graded(1, "simulate rejects traces it cannot run: duplicate ids, a max_len below the final "
-           "length, no max_len without max_model_len, a request larger than the memory",
-        f"{DOC}#task-4-the-simulation-loop")
+@graded(
+    1,
+    "simulate rejects traces it cannot run: duplicate ids, a max_len below the final "
+    "length, no max_len without max_model_len, a request larger than the memory",
+    f"{DOC}#task-4-the-simulation-loop",
+)
 def test_bad_traces_are_errors():
     """Every one of these raises ValueError instead of looping forever."""
     mod = frag()
@@ -156,16 +185,22 @@ def test_bad_traces_are_errors():
 
 requests = st.lists(
     st.tuples(st.integers(0, 6), st.integers(1, 6), st.integers(1, 6), st.integers(0, 4)),
-    min_size=1, max_size=7)
+    min_size=1,
+    max_size=7,
+)
 
 
 def side():
     return learner_module("learner_side")
 
 
-@graded(3, "Accounting: at every step used + reserved + internal (the held slots) + free = "
-           "capacity; every request runs output_len steps (more only if preempted) and finishes "
-           "once; memory is all free at the end", f"{DOC}#invariants")
+@graded(
+    3,
+    "Accounting: at every step used + reserved + internal (the held slots) + free = "
+    "capacity; every request runs output_len steps (more only if preempted) and finishes "
+    "once; memory is all free at the end",
+    f"{DOC}#invariants",
+)
 @GRADED_SETTINGS
 @given(rows=requests, paged=st.booleans())
 def test_random_traces_keep_the_accounting(rows, paged):
@@ -176,21 +211,26 @@ def test_random_traces_keep_the_accounting(rows, paged):
     got = side().simulate(trace, spec)
     steps_running = {rid: 0 for rid, *_ in trace}
     for s in got["steps"]:
-        used, reserved, internal, free = (s[k] for k in (
-            "used_tokens", "reserved_tokens", "internal_tokens", "free_tokens"))
+        used, reserved, internal, free = (
+            s[k] for k in ("used_tokens", "reserved_tokens", "internal_tokens", "free_tokens")
+        )
         held = used + reserved + internal
         assert held + free == 24, (
             f"step {s['step']}: used + reserved + internal = {held} held, plus {free} "
-            "free, must be the capacity 24")
+            "free, must be the capacity 24"
+        )
         assert min(used, reserved, internal) >= 0, (
             f"step {s['step']}: negative counts (used, reserved, internal) = "
-            f"{(used, reserved, internal)}")
+            f"{(used, reserved, internal)}"
+        )
         assert s["largest_free_range"] <= free, (
             f"step {s['step']}: the largest free range {s['largest_free_range']} exceeds the "
-            f"{free} free slots")
+            f"{free} free slots"
+        )
         if paged:
             assert s["blocked"] is None and s["external_tokens"] == 0, (
-                "paging never refuses a request while enough blocks are free")
+                "paging never refuses a request while enough blocks are free"
+            )
         for rid in s["running"]:
             assert rid in steps_running, f"step {s['step']}: {rid!r} is not a request of the trace"
             steps_running[rid] += 1
@@ -198,11 +238,13 @@ def test_random_traces_keep_the_accounting(rows, paged):
         assert rid in got["finished"], f"{rid} never finished"
         if got["num_preemptions"] == 0:
             assert steps_running[rid] == output_len, (
-                f"{rid} ran {steps_running[rid]} steps for {output_len} tokens")
+                f"{rid} ran {steps_running[rid]} steps for {output_len} tokens"
+            )
     assert got["allocator"]["free_tokens"] == 24, "every request freed its memory at the end"
     if not paged:
         assert got["allocator"]["free_ranges"] == [(0, 24)], (
-            f"the free ranges must merge back into one: {got['allocator']['free_ranges']}")
+            f"the free ranges must merge back into one: {got['allocator']['free_ranges']}"
+        )
 
 
 @st.composite
@@ -225,10 +267,13 @@ def traces(draw):
     return rows, spec, max_model_len
 
 
-@graded(3, "Simulation on random traces, step by step as the reference runs them: the order "
-           "of events in a step (arrive, grow and preempt the newest, admit FCFS only if "
-           "nothing was preempted, measure, produce, finish and free)",
-        f"{DOC}#task-4-the-simulation-loop")
+@graded(
+    3,
+    "Simulation on random traces, step by step as the reference runs them: the order "
+    "of events in a step (arrive, grow and preempt the newest, admit FCFS only if "
+    "nothing was preempted, measure, produce, finish and free)",
+    f"{DOC}#task-4-the-simulation-loop",
+)
 @GRADED_SETTINGS
 @given(case=traces())
 def test_random_traces_match_the_reference(case):
@@ -242,5 +287,4 @@ def test_random_traces_match_the_reference(case):
     difference = first_step_difference(got["steps"], want["steps"])
     assert difference is None, f"{where}: {difference}"
     for name in ("admitted", "finished", "num_preemptions"):
-        assert got[name] == want[name], (
-            f"{where}: {name} is {got[name]!r}, expected {want[name]!r}")
+        assert got[name] == want[name], f"{where}: {name} is {got[name]!r}, expected {want[name]!r}"

@@ -40,5 +40,12 @@ def make_trace(mod, rows=TRACE):
 
 def step_row(step) -> tuple:
     """One step of the learner's simulation, as a row of the tables above."""
-    return (tuple(step.running), step.used_tokens, step.reserved_tokens, step.internal_tokens,
-            step.free_tokens, step.largest_free_range, step.blocked)
+    return (
+        tuple(step.running),
+        step.used_tokens,
+        step.reserved_tokens,
+        step.internal_tokens,
+        step.free_tokens,
+        step.largest_free_range,
+        step.blocked,
+    )

@@ -22,9 +22,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 #: The checkpoint's shape: GQA (4 query heads, 2 KV heads) and an explicit head_dim (24, not
 #: hidden_size / heads = 16), so that a config read the wrong way gives a wrong block size.
-TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=24,
-            max_position_embeddings=256)
+TINY = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=24,
+    max_position_embeddings=256,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -38,9 +45,15 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import transformers
 
     torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
-    config = transformers.LlamaConfig(**TINY, rms_norm_eps=1e-5, initializer_range=0.2,
-                                      tie_word_embeddings=True, bos_token_id=None,
-                                      eos_token_id=None, pad_token_id=None)
+    config = transformers.LlamaConfig(
+        **TINY,
+        rms_norm_eps=1e-5,
+        initializer_range=0.2,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("lab03_tiny_llama")
     transformers.LlamaForCausalLM(config).eval().save_pretrained(path)

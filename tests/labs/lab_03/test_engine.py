@@ -43,23 +43,31 @@ def hf_config(path: Path) -> Any:
 def your_block_bytes(m: Any, path: Path, dtype: str) -> int:
     """bytes_per_block of the checkpoint by the learner's formulas, checked to be an int."""
     size = whole(m.dtype_size(dtype), f"dtype_size({dtype!r})")  # before loading a config
-    layers, kv_heads, head_dim = dims_of(m.kv_cache_dims(hf_config(path)),
-                                         "the tiny checkpoint's config")
-    return whole(m.bytes_per_block(BLOCK_SIZE, layers, kv_heads, head_dim, size),
-                 "bytes_per_block")
+    layers, kv_heads, head_dim = dims_of(
+        m.kv_cache_dims(hf_config(path)), "the tiny checkpoint's config"
+    )
+    return whole(m.bytes_per_block(BLOCK_SIZE, layers, kv_heads, head_dim, size), "bytes_per_block")
 
 
 def start_engine(path: Path, **kwargs: Any) -> Any:
     from mini_vllm.llm import LLM
 
     kwargs.setdefault("device", "cpu")
-    return LLM(str(path), skip_tokenizer_init=True, block_size=BLOCK_SIZE,
-               max_model_len=MAX_MODEL_LEN, **kwargs)
+    return LLM(
+        str(path),
+        skip_tokenizer_init=True,
+        block_size=BLOCK_SIZE,
+        max_model_len=MAX_MODEL_LEN,
+        **kwargs,
+    )
 
 
-@graded(4, "the engine cuts an explicit kv_cache_memory_bytes budget into "
-           "budget // bytes_per_block blocks of the model's real shape (float32 on CPU)",
-        f"{DOC}#the-engine-agrees")
+@graded(
+    4,
+    "the engine cuts an explicit kv_cache_memory_bytes budget into "
+    "budget // bytes_per_block blocks of the model's real shape (float32 on CPU)",
+    f"{DOC}#the-engine-agrees",
+)
 def test_cpu_engine_block_count_matches_your_formula(tiny_checkpoint: Path):
     """A budget of 40.5 blocks and change: the engine allocates what your formula says."""
     m = kv()
@@ -70,22 +78,29 @@ def test_cpu_engine_block_count_matches_your_formula(tiny_checkpoint: Path):
     runner = engine.model_runner
     assert runner.kv_cache_block_bytes == block, (
         f"the engine's blocks are {runner.kv_cache_block_bytes:,} bytes; your formula gives "
-        f"{block:,} (2 layers, 2 KV heads, head_dim 24 from the config, float32)")
+        f"{block:,} (2 layers, 2 KV heads, head_dim 24 from the config, float32)"
+    )
     assert engine.num_gpu_blocks == expected, (
         f"with a {budget:,}-byte budget the engine allocated {engine.num_gpu_blocks} blocks; "
-        f"your num_gpu_blocks_from_budget says {expected}")
+        f"your num_gpu_blocks_from_budget says {expected}"
+    )
     cache = runner.kv_cache
     assert cache.numel() * cache.element_size() == expected * block, (
-        "the KV cache tensor should be exactly num_gpu_blocks x bytes_per_block")
+        "the KV cache tensor should be exactly num_gpu_blocks x bytes_per_block"
+    )
     free = engine.kv_cache_manager.block_pool.get_num_free_blocks()
     assert free == expected - 1, (
         f"{expected} blocks leave {expected - 1} for requests (block 0 is the null block), "
-        f"the pool has {free} free")
+        f"the pool has {free} free"
+    )
 
 
-@graded(4, "the null block: the engine starts only if the cache holds min_num_gpu_blocks("
-           "max_model_len, block_size) blocks, one full-length request plus block 0",
-        f"{DOC}#the-null-block")
+@graded(
+    4,
+    "the null block: the engine starts only if the cache holds min_num_gpu_blocks("
+    "max_model_len, block_size) blocks, one full-length request plus block 0",
+    f"{DOC}#the-null-block",
+)
 def test_engine_refuses_one_block_short_of_your_minimum(tiny_checkpoint: Path):
     """At exactly your minimum the engine starts and finishes a full-length request; one byte
     less and it refuses to start."""
@@ -99,19 +114,26 @@ def test_engine_refuses_one_block_short_of_your_minimum(tiny_checkpoint: Path):
     llm = start_engine(tiny_checkpoint, kv_cache_memory_bytes=minimum * block)
     got = llm.llm_engine.num_gpu_blocks
     assert got == minimum, (
-        f"a budget of exactly min_num_gpu_blocks ({minimum}) blocks gives {got} blocks")
+        f"a budget of exactly min_num_gpu_blocks ({minimum}) blocks gives {got} blocks"
+    )
     prompt = list(range(1, MAX_MODEL_LEN - 8))
-    out = llm.generate({"prompt_token_ids": prompt},
-                       SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
-                       use_tqdm=False)[0]
+    out = llm.generate(
+        {"prompt_token_ids": prompt},
+        SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
+        use_tqdm=False,
+    )[0]
     assert len(out.outputs[0].token_ids) == 8, "a max_model_len request must complete"
     assert llm.get_stats().num_preemptions == 0, (
-        "your minimum holds one full-length request: it must never be preempted")
+        "your minimum holds one full-length request: it must never be preempted"
+    )
 
 
-@graded(3, "without a budget on CPU the engine sizes the cache for max_num_seqs full-length "
-           "requests plus the null block (min_num_gpu_blocks with num_requests)",
-        f"{DOC}#the-null-block")
+@graded(
+    3,
+    "without a budget on CPU the engine sizes the cache for max_num_seqs full-length "
+    "requests plus the null block (min_num_gpu_blocks with num_requests)",
+    f"{DOC}#the-null-block",
+)
 def test_cpu_default_budget_is_your_minimum_for_max_num_seqs(tiny_checkpoint: Path):
     """max_num_seqs = 3 requests of 128 tokens in 16-token blocks: 3 x 8 + 1 blocks."""
     m = kv()
@@ -119,13 +141,20 @@ def test_cpu_default_budget_is_your_minimum_for_max_num_seqs(tiny_checkpoint: Pa
     expected = whole(m.min_num_gpu_blocks(MAX_MODEL_LEN, BLOCK_SIZE, 3), "min_num_gpu_blocks")
     assert engine.num_gpu_blocks == expected, (
         f"the engine allocated {engine.num_gpu_blocks} blocks for 3 requests of "
-        f"{MAX_MODEL_LEN} tokens; your min_num_gpu_blocks(128, 16, 3) says {expected}")
+        f"{MAX_MODEL_LEN} tokens; your min_num_gpu_blocks(128, 16, 3) says {expected}"
+    )
 
 
-@graded(4, "on a GPU the budget is ceil(total x gpu_memory_utilization) - the profiled peak, "
-           "then floor to blocks of the bf16 cache", f"{DOC}#the-engine-agrees", gpu=True)
-def test_gpu_engine_block_count_matches_your_formula(tiny_checkpoint: Path,
-                                                     monkeypatch: pytest.MonkeyPatch):
+@graded(
+    4,
+    "on a GPU the budget is ceil(total x gpu_memory_utilization) - the profiled peak, "
+    "then floor to blocks of the bf16 cache",
+    f"{DOC}#the-engine-agrees",
+    gpu=True,
+)
+def test_gpu_engine_block_count_matches_your_formula(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+):
     """Read the block count off an engine started on the GPU, and predict it from the memory
     figures it measured."""
     import torch
@@ -145,20 +174,24 @@ def test_gpu_engine_block_count_matches_your_formula(tiny_checkpoint: Path,
     # Ask for what is already in use plus about 1 GiB, so that the test allocates little
     # and works on a shared GPU.
     utilization = min(0.95, round((total - free + 2**30) / total + 0.005, 2))
-    engine = start_engine(tiny_checkpoint, device="cuda", gpu_memory_utilization=utilization,
-                          enforce_eager=True).llm_engine
+    engine = start_engine(
+        tiny_checkpoint, device="cuda", gpu_memory_utilization=utilization, enforce_eager=True
+    ).llm_engine
     assert measured, "the engine did not compute a GPU budget"
     seen_total, seen_util, non_kv = measured[-1]
     assert seen_total == total and seen_util == utilization, (
         f"the engine measured total {seen_total} at utilization {seen_util}; torch says "
-        f"{total} and the engine was started at {utilization}")
+        f"{total} and the engine was started at {utilization}"
+    )
     dtype = str(engine.dtype)  # "torch.bfloat16"
     block = your_block_bytes(m, tiny_checkpoint, dtype)
-    budget = whole(m.available_kv_cache_memory(seen_total, seen_util, non_kv),
-                   "available_kv_cache_memory")
+    budget = whole(
+        m.available_kv_cache_memory(seen_total, seen_util, non_kv), "available_kv_cache_memory"
+    )
     expected = whole(m.num_gpu_blocks_from_budget(budget, block), "num_gpu_blocks_from_budget")
     assert engine.num_gpu_blocks == expected, (
         f"on {total / 2**30:.1f} GiB x {utilization} with a measured non-KV peak of "
         f"{non_kv / 2**20:.0f} MiB the engine allocated {engine.num_gpu_blocks} blocks of "
         f"{engine.model_runner.kv_cache_block_bytes:,} B; your formulas give {expected} blocks "
-        f"of {block:,} B from a {budget:,}-byte budget")
+        f"of {block:,} B from a {budget:,}-byte budget"
+    )

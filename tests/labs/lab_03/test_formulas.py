@@ -27,8 +27,9 @@ def kv():
     return load_impl("kv_sizing")
 
 
-def config(layers: int, hidden: int, heads: int, kv_heads: int | None = None,
-           head_dim: int | None = None) -> dict[str, int]:
+def config(
+    layers: int, hidden: int, heads: int, kv_heads: int | None = None, head_dim: int | None = None
+) -> dict[str, int]:
     """A config's fields as transformers spells them; omitted ones stay absent, as in older
     files. :func:`learner_config` builds the object the learner's code reads."""
     fields = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads)
@@ -48,35 +49,59 @@ def learner_config(fields: dict[str, int]) -> Any:
 MODELS = {
     # name: (config, dtype, expected (layers, kv_heads, head_dim), expected bytes per token)
     "Llama-2-7B (fp16, MHA, no num_key_value_heads)": (
-        config(32, 4096, 32), "float16", (32, 32, 128), 512 * KiB),
-    "Llama-3-8B (bf16, GQA 32/8)": (
-        config(32, 4096, 32, 8), "bfloat16", (32, 8, 128), 128 * KiB),
-    "Llama-3-8B (fp8 cache)": (
-        config(32, 4096, 32, 8), "fp8", (32, 8, 128), 64 * KiB),
-    "Llama-3-70B (bf16, GQA 64/8)": (
-        config(80, 8192, 64, 8), "bfloat16", (80, 8, 128), 320 * KiB),
-    "Qwen2.5-7B (bf16, GQA 28/4)": (
-        config(28, 3584, 28, 4), "bfloat16", (28, 4, 128), 56 * KiB),
+        config(32, 4096, 32),
+        "float16",
+        (32, 32, 128),
+        512 * KiB,
+    ),
+    "Llama-3-8B (bf16, GQA 32/8)": (config(32, 4096, 32, 8), "bfloat16", (32, 8, 128), 128 * KiB),
+    "Llama-3-8B (fp8 cache)": (config(32, 4096, 32, 8), "fp8", (32, 8, 128), 64 * KiB),
+    "Llama-3-70B (bf16, GQA 64/8)": (config(80, 8192, 64, 8), "bfloat16", (80, 8, 128), 320 * KiB),
+    "Qwen2.5-7B (bf16, GQA 28/4)": (config(28, 3584, 28, 4), "bfloat16", (28, 4, 128), 56 * KiB),
     "Gemma-7B (bf16, head_dim 256 != 3072/16)": (
-        config(28, 3072, 16, 16, head_dim=256), "bfloat16", (28, 16, 256), 448 * KiB),
+        config(28, 3072, 16, 16, head_dim=256),
+        "bfloat16",
+        (28, 16, 256),
+        448 * KiB,
+    ),
     "Llama-3.2-1B (bf16, head_dim 64)": (
-        config(16, 2048, 32, 8, head_dim=64), "bfloat16", (16, 8, 64), 32 * KiB),
-    "SmolLM2-135M (fp32, as on our CPU)": (
-        config(30, 576, 9, 3), "float32", (30, 3, 64), 46_080),
+        config(16, 2048, 32, 8, head_dim=64),
+        "bfloat16",
+        (16, 8, 64),
+        32 * KiB,
+    ),
+    "SmolLM2-135M (fp32, as on our CPU)": (config(30, 576, 9, 3), "float32", (30, 3, 64), 46_080),
     "SmolLM2-135M (bf16, as on a GPU)": (
-        config(30, 576, 9, 3), "torch.bfloat16", (30, 3, 64), 23_040),
+        config(30, 576, 9, 3),
+        "torch.bfloat16",
+        (30, 3, 64),
+        23_040,
+    ),
 }
 
 
-@graded(2, "dtype_size: 4 bytes for float32, 2 for float16/bfloat16, 1 for fp8; accept "
-           "'torch.'-prefixed names and plain ints; ValueError for an unknown name",
-        f"{DOC}#bytes-per-token")
+@graded(
+    2,
+    "dtype_size: 4 bytes for float32, 2 for float16/bfloat16, 1 for fp8; accept "
+    "'torch.'-prefixed names and plain ints; ValueError for an unknown name",
+    f"{DOC}#bytes-per-token",
+)
 def test_dtype_size():
     """Element sizes of the cache dtypes, by name or as an int."""
     m = kv()
-    cases = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "fp8": 1,
-             "float8_e4m3fn": 1, "torch.float16": 2, "torch.bfloat16": 2, "torch.float32": 4,
-             2: 2, 4: 4}
+    cases = {
+        "float32": 4,
+        "float16": 2,
+        "bfloat16": 2,
+        "half": 2,
+        "fp8": 1,
+        "float8_e4m3fn": 1,
+        "torch.float16": 2,
+        "torch.bfloat16": 2,
+        "torch.float32": 4,
+        2: 2,
+        4: 4,
+    }
     for dtype, size in cases.items():
         got = whole(m.dtype_size(dtype), f"dtype_size({dtype!r})")
         assert got == size, f"dtype_size({dtype!r}) should be {size} bytes, got {got}"
@@ -84,9 +109,12 @@ def test_dtype_size():
         m.dtype_size("int3")
 
 
-@graded(4, "kv_cache_dims: the cache has one K and one V per *KV* head (num_key_value_heads, "
-           "which defaults to num_attention_heads); head_dim is the config's own when it has one",
-        f"{DOC}#bytes-per-token")
+@graded(
+    4,
+    "kv_cache_dims: the cache has one K and one V per *KV* head (num_key_value_heads, "
+    "which defaults to num_attention_heads); head_dim is the config's own when it has one",
+    f"{DOC}#bytes-per-token",
+)
 def test_kv_cache_dims_reads_real_configs():
     """(layers, KV heads, head_dim) of MHA, GQA and explicit-head_dim configs."""
     m = kv()
@@ -95,24 +123,36 @@ def test_kv_cache_dims_reads_real_configs():
         assert got == dims, f"{name}: kv_cache_dims should be {dims}, got {got}"
 
 
-@graded(6, "bytes_per_token = 2 (K and V) x layers x KV heads x head_dim x dtype bytes; query "
-           "heads do not appear", f"{DOC}#bytes-per-token")
+@graded(
+    6,
+    "bytes_per_token = 2 (K and V) x layers x KV heads x head_dim x dtype bytes; query "
+    "heads do not appear",
+    f"{DOC}#bytes-per-token",
+)
 def test_bytes_per_token_of_real_models():
     """Llama-2-7B is 512 KiB a token in fp16; GQA and small dtypes shrink it."""
     m = kv()
     for name, (_, dtype, (layers, kv_heads, head_dim), expected) in MODELS.items():
-        got = whole(m.bytes_per_token(layers, kv_heads, head_dim, m.dtype_size(dtype)),
-                    f"{name}: bytes_per_token")
+        got = whole(
+            m.bytes_per_token(layers, kv_heads, head_dim, m.dtype_size(dtype)),
+            f"{name}: bytes_per_token",
+        )
         assert got == expected, (
             f"{name}: {layers} layers x {kv_heads} KV heads x head_dim {head_dim} in {dtype} "
-            f"should take {expected:,} bytes per token, got {got:,}")
+            f"should take {expected:,} bytes per token, got {got:,}"
+        )
     # A dtype given by name works too.
     assert m.bytes_per_token(32, 32, 128, "float16") == 512 * KiB, (
-        "bytes_per_token(32, 32, 128, 'float16') should be 524,288 bytes (Llama-2-7B)")
+        "bytes_per_token(32, 32, 128, 'float16') should be 524,288 bytes (Llama-2-7B)"
+    )
 
 
-@graded(3, "bytes_per_block = block_size x bytes_per_token, all layers included: one block id "
-           "names the same slots in every layer", f"{DOC}#bytes-per-block")
+@graded(
+    3,
+    "bytes_per_block = block_size x bytes_per_token, all layers included: one block id "
+    "names the same slots in every layer",
+    f"{DOC}#bytes-per-block",
+)
 def test_bytes_per_block():
     """A 16-token block of Llama-2-7B is 8 MiB; of SmolLM2 in fp32, 720 KiB."""
     m = kv()
@@ -128,9 +168,13 @@ def test_bytes_per_block():
         assert got == expected, f"{name}: bytes_per_block{args} should be {expected:,}, got {got:,}"
 
 
-@graded(4, "the budget is ceil(total x gpu_memory_utilization) minus the measured non-KV peak "
-           "(weights + activations): utilization applies to the device's TOTAL memory, before "
-           "anything is subtracted", f"{DOC}#the-memory-budget")
+@graded(
+    4,
+    "the budget is ceil(total x gpu_memory_utilization) minus the measured non-KV peak "
+    "(weights + activations): utilization applies to the device's TOTAL memory, before "
+    "anything is subtracted",
+    f"{DOC}#the-memory-budget",
+)
 def test_available_kv_cache_memory():
     """80 GiB x 0.9 - 14 GiB = 58 GiB for Llama-2-7B; a model that does not fit gives < 0."""
     m = kv()
@@ -139,27 +183,35 @@ def test_available_kv_cache_memory():
     got = m.available_kv_cache_memory(80 * GiB, 0.5, 10 * GiB)
     assert got == 30 * GiB, (
         f"80 GiB x 0.5 - 10 GiB should be 30 GiB, got {got / GiB:.4f} GiB (is the utilization "
-        "applied after subtracting the model? It is a share of the whole device)")
+        "applied after subtracting the model? It is a share of the whole device)"
+    )
     got = m.available_kv_cache_memory(80 * GiB, 0.1, 10 * GiB)
     assert got == 8 * GiB - 10 * GiB, (
-        f"80 GiB x 0.1 - 10 GiB should be -2 GiB (the model does not fit the share), got {got}")
+        f"80 GiB x 0.1 - 10 GiB should be -2 GiB (the model does not fit the share), got {got}"
+    )
     got = m.available_kv_cache_memory(1000, 1.0, 0)
     assert got == 1000, f"all of 1,000 bytes with nothing else loaded is 1,000, got {got}"
 
 
-@graded(1, "upstream rounds the requested share UP to a whole byte (request_memory uses "
-           "math.ceil); the result is an int", f"{DOC}#the-memory-budget")
+@graded(
+    1,
+    "upstream rounds the requested share UP to a whole byte (request_memory uses "
+    "math.ceil); the result is an int",
+    f"{DOC}#the-memory-budget",
+)
 def test_available_kv_cache_memory_rounds_up():
     """ceil(1,000,000,001 x 0.5) = 500,000,001 bytes."""
     m = kv()
     got = m.available_kv_cache_memory(10**9 + 1, 0.5, 1)
     assert type(got) is int, (
-        f"the budget is a whole number of bytes, a plain int, got {describe(got)}")
+        f"the budget is a whole number of bytes, a plain int, got {describe(got)}"
+    )
     assert got == 500_000_000, f"ceil(1,000,000,001 x 0.5) - 1 should be 500,000,000, got {got}"
 
 
-@graded(1, "gpu_memory_utilization must be in (0, 1]: ValueError otherwise",
-        f"{DOC}#the-memory-budget")
+@graded(
+    1, "gpu_memory_utilization must be in (0, 1]: ValueError otherwise", f"{DOC}#the-memory-budget"
+)
 def test_available_kv_cache_memory_rejects_bad_utilization():
     """0, negative and > 1 utilizations are refused."""
     m = kv()
@@ -168,9 +220,12 @@ def test_available_kv_cache_memory_rejects_bad_utilization():
             m.available_kv_cache_memory(80 * GiB, bad, 0)
 
 
-@graded(4, "num_gpu_blocks = budget // bytes_per_block: whole blocks only (floor, never ceil: "
-           "a partial block would overrun the budget), and 0 for a negative budget",
-        f"{DOC}#blocks-from-the-budget")
+@graded(
+    4,
+    "num_gpu_blocks = budget // bytes_per_block: whole blocks only (floor, never ceil: "
+    "a partial block would overrun the budget), and 0 for a negative budget",
+    f"{DOC}#blocks-from-the-budget",
+)
 def test_num_gpu_blocks_from_budget_floors():
     """58 GiB of 8 MiB blocks is 7,424; one byte short of a block does not make a block."""
     m = kv()
@@ -185,67 +240,110 @@ def test_num_gpu_blocks_from_budget_floors():
     for args, expected, name in cases:
         got = whole(m.num_gpu_blocks_from_budget(*args), f"num_gpu_blocks_from_budget{args}")
         assert got == expected, (
-            f"{name}: num_gpu_blocks_from_budget{args} should be {expected}, got {got}")
+            f"{name}: num_gpu_blocks_from_budget{args} should be {expected}, got {got}"
+        )
 
 
-@graded(3, "blocks_per_request = ceil(num_tokens / block_size): the last block may be partly "
-           "empty, but it is a whole block", f"{DOC}#blocks-from-the-budget")
+@graded(
+    3,
+    "blocks_per_request = ceil(num_tokens / block_size): the last block may be partly "
+    "empty, but it is a whole block",
+    f"{DOC}#blocks-from-the-budget",
+)
 def test_blocks_per_request_ceils():
     """17 tokens in 16-token blocks take 2 blocks; 16 take 1."""
     m = kv()
-    for tokens, bs, expected in [(17, 16, 2), (16, 16, 1), (1, 16, 1), (4096, 16, 256),
-                                 (8192, 16, 512), (100, 7, 15), (5, 1, 5)]:
+    for tokens, bs, expected in [
+        (17, 16, 2),
+        (16, 16, 1),
+        (1, 16, 1),
+        (4096, 16, 256),
+        (8192, 16, 512),
+        (100, 7, 15),
+        (5, 1, 5),
+    ]:
         got = whole(m.blocks_per_request(tokens, bs), f"blocks_per_request({tokens}, {bs})")
         assert got == expected, (
-            f"blocks_per_request({tokens}, {bs}) should be {expected}, got {got}")
+            f"blocks_per_request({tokens}, {bs}) should be {expected}, got {got}"
+        )
 
 
-@graded(4, "the null block: block 0 is reserved (padding of block tables) and never given to a "
-           "request, so a cache must hold num_requests x ceil(max_model_len / block_size) + 1 "
-           "blocks, the +1 once, not per request", f"{DOC}#the-null-block")
+@graded(
+    4,
+    "the null block: block 0 is reserved (padding of block tables) and never given to a "
+    "request, so a cache must hold num_requests x ceil(max_model_len / block_size) + 1 "
+    "blocks, the +1 once, not per request",
+    f"{DOC}#the-null-block",
+)
 def test_min_num_gpu_blocks_counts_the_null_block_once():
     """One 2,048-token request needs 128 + 1 blocks; four need 4 x 128 + 1."""
     m = kv()
-    for args, expected in [((2048, 16), 129), ((2048, 16, 4), 513), ((17, 16), 3),
-                           ((16, 16, 1), 2), ((100, 7, 3), 46), ((8, 1, 2), 17)]:
+    for args, expected in [
+        ((2048, 16), 129),
+        ((2048, 16, 4), 513),
+        ((17, 16), 3),
+        ((16, 16, 1), 2),
+        ((100, 7, 3), 46),
+        ((8, 1, 2), 17),
+    ]:
         got = whole(m.min_num_gpu_blocks(*args), f"min_num_gpu_blocks{args}")
         assert got == expected, f"min_num_gpu_blocks{args} should be {expected}, got {got}"
 
 
-@graded(3, "max_concurrency = num_gpu_blocks / ceil(max_model_len / block_size), a float, over "
-           "all the cache's blocks as upstream logs it", f"{DOC}#maximum-concurrency")
+@graded(
+    3,
+    "max_concurrency = num_gpu_blocks / ceil(max_model_len / block_size), a float, over "
+    "all the cache's blocks as upstream logs it",
+    f"{DOC}#maximum-concurrency",
+)
 def test_max_concurrency():
     """7,424 blocks hold 29 Llama-2-7B requests of 4,096 tokens."""
     m = kv()
-    for args, expected in [((7424, 16, 4096), 29.0), ((27904, 16, 8192), 54.5),
-                           ((728, 16, 8192), 728 / 512), ((10, 16, 17), 5.0),
-                           ((3, 16, 16), 3.0)]:
+    for args, expected in [
+        ((7424, 16, 4096), 29.0),
+        ((27904, 16, 8192), 54.5),
+        ((728, 16, 8192), 728 / 512),
+        ((10, 16, 17), 5.0),
+        ((3, 16, 16), 3.0),
+    ]:
         got = m.max_concurrency(*args)
         assert isinstance(got, float), (
-            f"max_concurrency{args} should be a float, got {describe(got)}")
+            f"max_concurrency{args} should be a float, got {describe(got)}"
+        )
         assert got == pytest.approx(expected, rel=1e-12), (
-            f"max_concurrency{args} should be {expected}, got {got}")
+            f"max_concurrency{args} should be {expected}, got {got}"
+        )
 
 
-@graded(4, "the whole startup computation: dims from the config, bytes per block, the budget "
-           "from total x utilization - peak, floor to blocks, then the concurrency figure",
-        f"{DOC}#the-startup-log-line")
+@graded(
+    4,
+    "the whole startup computation: dims from the config, bytes per block, the budget "
+    "from total x utilization - peak, floor to blocks, then the concurrency figure",
+    f"{DOC}#the-startup-log-line",
+)
 def test_startup_log_line_of_llama3_8b():
     """Llama-3-8B in bf16 on an 80 GiB GPU at 0.9 with a 17.5 GiB peak: 27,904 blocks, 54.5x."""
     m = kv()
-    layers, kv_heads, head_dim = dims_of(m.kv_cache_dims(learner_config(config(32, 4096, 32, 8))),
-                                         "Llama-3-8B")
-    block = whole(m.bytes_per_block(16, layers, kv_heads, head_dim, m.dtype_size("bfloat16")),
-                  "bytes_per_block")
-    budget = whole(m.available_kv_cache_memory(80 * GiB, 0.9, 17 * GiB + 512 * MiB),
-                   "available_kv_cache_memory")
+    layers, kv_heads, head_dim = dims_of(
+        m.kv_cache_dims(learner_config(config(32, 4096, 32, 8))), "Llama-3-8B"
+    )
+    block = whole(
+        m.bytes_per_block(16, layers, kv_heads, head_dim, m.dtype_size("bfloat16")),
+        "bytes_per_block",
+    )
+    budget = whole(
+        m.available_kv_cache_memory(80 * GiB, 0.9, 17 * GiB + 512 * MiB),
+        "available_kv_cache_memory",
+    )
     blocks = whole(m.num_gpu_blocks_from_budget(budget, block), "num_gpu_blocks_from_budget")
     assert (block, budget, blocks) == (2 * MiB, 58_518_929_408, 27_904), (
         f"expected a 2 MiB block, a 54.5 GiB budget and 27,904 blocks; got block={block:,} B, "
-        f"budget={budget:,} B, blocks={blocks:,}")
+        f"budget={budget:,} B, blocks={blocks:,}"
+    )
     concurrency = m.max_concurrency(blocks, 16, 8192)
     assert isinstance(concurrency, float) and concurrency == pytest.approx(54.5), (
         f"27,904 blocks of 16 tokens hold 54.5 requests of 8,192 tokens, got "
-        f"{describe(concurrency)}")
+        f"{describe(concurrency)}"
+    )
     minimum = whole(m.min_num_gpu_blocks(8192, 16), "min_num_gpu_blocks(8192, 16)")
     assert minimum <= blocks, "one 8k request must fit"

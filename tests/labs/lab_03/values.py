@@ -19,8 +19,11 @@ def whole(value: Any, what: str) -> int:
     failure: a byte or block count that comes back as a float (``/`` instead of ``//``,
     ``np.ceil``) cannot size the engine's tensors, even when it equals the right number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        shown = f"{describe(value)} = {value!r}" if isinstance(value, numbers.Number) \
-            and type(value) not in (bool, int, float) else describe(value)
+        shown = (
+            f"{describe(value)} = {value!r}"
+            if isinstance(value, numbers.Number) and type(value) not in (bool, int, float)
+            else describe(value)
+        )
         raise AssertionError(f"{what} must be a whole number (an int), got {shown}")
     return int(value)
 
@@ -28,7 +31,8 @@ def whole(value: Any, what: str) -> int:
 def dims_of(got: Any, name: str) -> tuple[int, int, int]:
     """What ``kv_cache_dims`` returned, as three ints (a tuple or list of whole numbers)."""
     if not isinstance(got, tuple | list) or len(got) != 3:
-        raise AssertionError(f"{name}: kv_cache_dims returns (layers, kv_heads, head_dim), got "
-                             f"{describe(got)}")
+        raise AssertionError(
+            f"{name}: kv_cache_dims returns (layers, kv_heads, head_dim), got {describe(got)}"
+        )
     layers, kv_heads, head_dim = (whole(x, f"{name}: each of kv_cache_dims") for x in got)
     return layers, kv_heads, head_dim

@@ -32,25 +32,43 @@ def write_guarded(key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any) -> N
     _learner().reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1], slots)
 
 
-def write_from_fused(qkv: Any, buffer: Any, slots: Any, key_heads: list[int],
-                     value_heads: list[int]) -> None:
+def write_from_fused(
+    qkv: Any, buffer: Any, slots: Any, key_heads: list[int], value_heads: list[int]
+) -> None:
     """Keys and values as head slices of one ``[tokens, heads, dim]`` projection (strided views),
     written into ``buffer[0, 1:-1]`` and ``buffer[1, 1:-1]`` (``buffer`` is [k/v, blocks, ...])."""
-    key = qkv[:, key_heads[0]:key_heads[1]]
-    value = qkv[:, value_heads[0]:value_heads[1]]
+    key = qkv[:, key_heads[0] : key_heads[1]]
+    value = qkv[:, value_heads[0] : value_heads[1]]
     _learner().reshape_and_cache(key, value, buffer[0, 1:-1], buffer[1, 1:-1], slots)
 
 
 # -- the decode ----------------------------------------------------------------------------------
-def decode_guarded(query: Any, buf_k: Any, buf_v: Any, tables: Any, seq_lens: Any, scale: float,
-                   options: dict[str, Any]) -> Any:
+def decode_guarded(
+    query: Any,
+    buf_k: Any,
+    buf_v: Any,
+    tables: Any,
+    seq_lens: Any,
+    scale: float,
+    options: dict[str, Any],
+) -> Any:
     """``paged_attention_decode`` over the caches ``buf_k[1:-1]`` and ``buf_v[1:-1]``."""
-    return _learner().paged_attention_decode(query, buf_k[1:-1], buf_v[1:-1], tables, seq_lens,
-                                             scale, **options)
+    return _learner().paged_attention_decode(
+        query, buf_k[1:-1], buf_v[1:-1], tables, seq_lens, scale, **options
+    )
 
 
-def write_then_decode(key: Any, value: Any, key_cache: Any, value_cache: Any, table: Any,
-                      block_size: int, query: Any, scale: float, num_splits: int) -> Any:
+def write_then_decode(
+    key: Any,
+    value: Any,
+    key_cache: Any,
+    value_cache: Any,
+    table: Any,
+    block_size: int,
+    query: Any,
+    scale: float,
+    num_splits: int,
+) -> Any:
     """The slots of tokens 0 .. n-1 from ``table`` (the given ``compute_slot_mapping``), the
     learner's write of ``key`` and ``value`` there, then the learner's decode of ``query``."""
     import torch
@@ -59,15 +77,26 @@ def write_then_decode(key: Any, value: Any, key_cache: Any, value_cache: Any, ta
     n = key.shape[0]
     slots = mod.compute_slot_mapping(table, torch.arange(n), block_size)
     mod.reshape_and_cache(key, value, key_cache, value_cache, slots.to(key_cache.device))
-    return mod.paged_attention_decode(query, key_cache, value_cache,
-                                      table[None].to(key_cache.device),
-                                      torch.tensor([n], device=key_cache.device), scale,
-                                      num_splits=num_splits)
+    return mod.paged_attention_decode(
+        query,
+        key_cache,
+        value_cache,
+        table[None].to(key_cache.device),
+        torch.tensor([n], device=key_cache.device),
+        scale,
+        num_splits=num_splits,
+    )
 
 
 # -- GPU-sized cases, built from a seed on both sides ----------------------------------------------
-def gpu_case(seed: int, lens: list[int], block_size: int, num_heads: int, num_kv_heads: int,
-             head_dim: int = 128) -> tuple[Any, Any, Any, Any, Any]:
+def gpu_case(
+    seed: int,
+    lens: list[int],
+    block_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int = 128,
+) -> tuple[Any, Any, Any, Any, Any]:
     """bf16 ``(query, key_cache, value_cache, tables, seq_lens)`` on the GPU, from ``seed``.
 
     The same call gives the same tensors in any process on the same device (CUDA's generator is
@@ -81,24 +110,31 @@ def gpu_case(seed: int, lens: list[int], block_size: int, num_heads: int, num_kv
     tables = torch.zeros((len(lens), max(used)), dtype=torch.int32)
     start = 0
     for i, u in enumerate(used):
-        tables[i, :u] = perm[start:start + u]
+        tables[i, :u] = perm[start : start + u]
         start += u
     gen = torch.Generator(device="cuda").manual_seed(seed)
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     key_cache = torch.randn(shape, generator=gen, device="cuda").to(torch.bfloat16)
     value_cache = torch.randn(shape, generator=gen, device="cuda").to(torch.bfloat16)
     query = torch.randn((len(lens), num_heads, head_dim), generator=gen, device="cuda")
-    return (query.to(torch.bfloat16), key_cache, value_cache, tables.to("cuda"),
-            torch.tensor(lens, device="cuda"))
+    return (
+        query.to(torch.bfloat16),
+        key_cache,
+        value_cache,
+        tables.to("cuda"),
+        torch.tensor(lens, device="cuda"),
+    )
 
 
-def gpu_decode(seed: int, lens: list[int], block_size: int, num_heads: int, num_kv_heads: int,
-               scale: float) -> Any:
+def gpu_decode(
+    seed: int, lens: list[int], block_size: int, num_heads: int, num_kv_heads: int, scale: float
+) -> Any:
     """The learner's decode of :func:`gpu_case` ``(seed, ...)`` with the default split count."""
     import torch
 
-    query, key_cache, value_cache, tables, seq_lens = gpu_case(seed, lens, block_size,
-                                                               num_heads, num_kv_heads)
+    query, key_cache, value_cache, tables, seq_lens = gpu_case(
+        seed, lens, block_size, num_heads, num_kv_heads
+    )
     out = _learner().paged_attention_decode(query, key_cache, value_cache, tables, seq_lens, scale)
     torch.cuda.synchronize()
     return out

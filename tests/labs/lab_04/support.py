@@ -87,7 +87,8 @@ def load(*kernels: str) -> Remote:
         if node is None:
             raise AssertionError(
                 f"{MODULE}.py has no top-level `def {name}`: keep the kernels' names, the "
-                "launchers call them")
+                "launchers call them"
+            )
         message = _not_started_message(node, name)
         if message is not None:
             raise NotImplementedError(message)
@@ -122,9 +123,16 @@ class Case:
         return self.buffer_k.shape[1]
 
 
-def make_case(seed: int, seq_lens: list[int], block_size: int, num_heads: int,
-              num_kv_heads: int, head_dim: int = 16, pad_value: int = -1,
-              garbage: float = 3.0) -> Case:
+def make_case(
+    seed: int,
+    seq_lens: list[int],
+    block_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int = 16,
+    pad_value: int = -1,
+    garbage: float = 3.0,
+) -> Case:
     """Random queries and keys; tables a random permutation of the pool's blocks.
 
     Slots a sequence does not own (the tail of its last block included) hold values of size
@@ -140,7 +148,7 @@ def make_case(seed: int, seq_lens: list[int], block_size: int, num_heads: int,
     tables = np.full((len(seq_lens), max(used) + 1), pad_value, dtype=np.int32)
     start = 0
     for i, (n, u) in enumerate(zip(seq_lens, used)):
-        tables[i, :u] = perm[start:start + u]
+        tables[i, :u] = perm[start : start + u]
         start += u
         for p in range(n):
             block, offset = tables[i, p // block_size] + 1, p % block_size  # +1: the guard
@@ -150,8 +158,14 @@ def make_case(seed: int, seq_lens: list[int], block_size: int, num_heads: int,
     return Case(query, buffer_k, buffer_v, tables, np.array(seq_lens, dtype=np.int32))
 
 
-def oracle_decode(query: np.ndarray, key_cache: np.ndarray, value_cache: np.ndarray,
-                  tables: np.ndarray, seq_lens: np.ndarray, scale: float) -> np.ndarray:
+def oracle_decode(
+    query: np.ndarray,
+    key_cache: np.ndarray,
+    value_cache: np.ndarray,
+    tables: np.ndarray,
+    seq_lens: np.ndarray,
+    scale: float,
+) -> np.ndarray:
     """Float64 decode attention: gather each sequence's keys, softmax per query head."""
     num_seqs, num_heads, _ = query.shape
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
@@ -172,8 +186,9 @@ def oracle_decode(query: np.ndarray, key_cache: np.ndarray, value_cache: np.ndar
 TOLERANCE = {"float32": (2e-5, 0.0), "float16": (2e-3, 2e-3), "bfloat16": (1e-2, 1e-2)}
 
 
-def run_decode(mod: Remote, case: Case, dtype: str = "float32", scale: float = 0.25,
-               **kwargs: Any) -> tuple[np.ndarray, np.ndarray, float]:
+def run_decode(
+    mod: Remote, case: Case, dtype: str = "float32", scale: float = 0.25, **kwargs: Any
+) -> tuple[np.ndarray, np.ndarray, float]:
     """The learner's decode on ``dtype`` copies, the oracle on the same rounded values.
 
     The caches cross as whole buffers, guard blocks included; the learner process hands its
@@ -189,10 +204,23 @@ def run_decode(mod: Remote, case: Case, dtype: str = "float32", scale: float = 0
     buf_v = torch.from_numpy(case.buffer_v).to(device=dev, dtype=dt)
     q = torch.from_numpy(case.query).to(device=dev, dtype=dt)
     before = (buf_k.clone(), buf_v.clone(), q.clone())
-    want = oracle_decode(q.double().cpu().numpy(), buf_k[1:-1].double().cpu().numpy(),
-                         buf_v[1:-1].double().cpu().numpy(), case.tables, case.seq_lens, scale)
-    got = side().decode_guarded(q, buf_k, buf_v, torch.from_numpy(case.tables).to(dev),
-                                torch.from_numpy(case.seq_lens).to(dev), scale, kwargs)
+    want = oracle_decode(
+        q.double().cpu().numpy(),
+        buf_k[1:-1].double().cpu().numpy(),
+        buf_v[1:-1].double().cpu().numpy(),
+        case.tables,
+        case.seq_lens,
+        scale,
+    )
+    got = side().decode_guarded(
+        q,
+        buf_k,
+        buf_v,
+        torch.from_numpy(case.tables).to(dev),
+        torch.from_numpy(case.seq_lens).to(dev),
+        scale,
+        kwargs,
+    )
     expect_tensor(got, "paged_attention_decode")
     if tuple(got.shape) != tuple(q.shape):
         raise AssertionError(f"output shape {tuple(got.shape)}, expected {tuple(q.shape)}")
@@ -201,7 +229,8 @@ def run_decode(mod: Remote, case: Case, dtype: str = "float32", scale: float = 0
             raise AssertionError(
                 f"decode wrote to memory outside the KV cache (the guard block "
                 f"{'before' if not torch.equal(buf[0], old[0]) else 'after'} {name}): it must "
-                "only read the cache, through the block tables")
+                "only read the cache, through the block tables"
+            )
         if not torch.equal(buf, old):
             raise AssertionError(f"decode changed {name}: it must only read the cache")
     if not torch.equal(q, before[2]):
@@ -222,7 +251,8 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> No
         bad = np.argwhere(~np.isfinite(got))[0].tolist()
         raise AssertionError(
             f"{what}: the output holds inf/nan, first at [seq, head, dim] = {bad} (exp2 of an "
-            "unshifted score overflowed? a 0 / 0 in an empty split?)")
+            "unshifted score overflowed? a 0 / 0 in an empty split?)"
+        )
     err = np.abs(got - want)
     worst = float(err.max())
     if worst > tol:
@@ -230,4 +260,5 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> No
         raise AssertionError(
             f"{what}: max |got - expected| = {worst:.3g} > {tol:.2g}, at sequence {seq}, query "
             f"head {head}, dim {dim} (got {got[seq, head, dim]:.5g}, expected "
-            f"{want[seq, head, dim]:.5g})")
+            f"{want[seq, head, dim]:.5g})"
+        )

@@ -11,8 +11,16 @@ from tests.labs.lab_04.support import WRITE, device, load, side, torch_module
 DOC = "phases/04-attention-kernels/README.md"
 
 
-def write(slots: list[int], *, dtype: str = "float32", num_blocks: int = 6, block_size: int = 4,
-          kv_heads: int = 2, head_dim: int = 16, seed: int = 0):
+def write(
+    slots: list[int],
+    *,
+    dtype: str = "float32",
+    num_blocks: int = 6,
+    block_size: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 16,
+    seed: int = 0,
+):
     """Run the learner's write into a garbage-filled cache with a guard block on each side.
 
     Returns (buffer_k, buffer_v, expected_k, expected_v) as float64 numpy arrays; the cache is
@@ -32,8 +40,9 @@ def write(slots: list[int], *, dtype: str = "float32", num_blocks: int = 6, bloc
         if slot >= 0:
             want_k[1 + slot // block_size, slot % block_size] = key[i].double().cpu().numpy()
             want_v[1 + slot // block_size, slot % block_size] = value[i].double().cpu().numpy()
-    side().write_guarded(key, value, buf_k, buf_v,
-                         torch.tensor(slots, dtype=torch.int64, device=dev))
+    side().write_guarded(
+        key, value, buf_k, buf_v, torch.tensor(slots, dtype=torch.int64, device=dev)
+    )
     return buf_k.double().cpu().numpy(), buf_v.double().cpu().numpy(), want_k, want_v
 
 
@@ -50,8 +59,12 @@ def check(got: np.ndarray, want: np.ndarray, name: str, rule: str) -> None:
     raise AssertionError(f"{rule}: {len(rows)} rows differ, the first {where}")
 
 
-@graded(3, "token i's K and V rows go to block slot // block_size, row slot % block_size of "
-           "key_cache and value_cache; nothing else changes", f"{DOC}#the-cache-write-kernel")
+@graded(
+    3,
+    "token i's K and V rows go to block slot // block_size, row slot % block_size of "
+    "key_cache and value_cache; nothing else changes",
+    f"{DOC}#the-cache-write-kernel",
+)
 def test_cache_write_scatters_rows():
     """Seven tokens to scattered slots of a 6-block cache (blocks of 4)."""
     slots = [3, 17, 0, 23, 9, 12, 6]
@@ -60,9 +73,12 @@ def test_cache_write_scatters_rows():
     check(got_v, want_v, "value_cache", f"writing slots {slots}")
 
 
-@graded(2, "a slot < 0 is padding: the program returns before storing anything (in Triton "
-           "-1 // 4 == 0 and -1 % 4 == -1: a store would land just BEFORE the cache)",
-        f"{DOC}#padding-slots")
+@graded(
+    2,
+    "a slot < 0 is padding: the program returns before storing anything (in Triton "
+    "-1 // 4 == 0 and -1 % 4 == -1: a store would land just BEFORE the cache)",
+    f"{DOC}#padding-slots",
+)
 def test_padding_slots_write_nothing():
     """Slots -1 and -5 among real ones: only the real slots change."""
     slots = [-1, 5, -1, 14, -5]
@@ -71,8 +87,12 @@ def test_padding_slots_write_nothing():
     check(got_v, want_v, "value_cache", f"writing slots {slots} (negative = padding)")
 
 
-@graded(1, "the cache dtype is kept and strided inputs (K and V sliced out of a fused QKV "
-           "projection) are read through their strides", f"{DOC}#the-cache-write-kernel")
+@graded(
+    1,
+    "the cache dtype is kept and strided inputs (K and V sliced out of a fused QKV "
+    "projection) are read through their strides",
+    f"{DOC}#the-cache-write-kernel",
+)
 def test_cache_write_bf16_from_a_fused_projection():
     """bf16 keys and values taken as column slices of one [tokens, 8, 16] tensor."""
     torch = torch_module()
@@ -97,7 +117,8 @@ def test_cache_write_bf16_from_a_fused_projection():
                     f"{name}_cache slot {slot} != {name} row {i}: the {name}s are heads "
                     f"{'4:6' if name == 'key' else '6:8'} of a fused [5, 8, 16] projection, a "
                     "strided view (token stride 128, head stride 16): read them through the "
-                    "strides the launcher passes, and keep the cache's bf16")
+                    "strides the launcher passes, and keep the cache's bf16"
+                )
     untouched = [s for s in range(12) if s not in slots]
     if bool(flat_k[untouched].abs().sum() != 0) or bool(flat_v[untouched].abs().sum() != 0):
         raise AssertionError(f"slots {untouched} were never written to but changed")
@@ -105,12 +126,17 @@ def test_cache_write_bf16_from_a_fused_projection():
         raise AssertionError("a store landed OUTSIDE the cache (in a guard block beside it)")
 
 
-@graded(1, "the second grid axis tiles a token's num_kv_heads * head_dim elements: program "
-           "(token, t) copies elements t * TILE ..", f"{DOC}#the-cache-write-kernel")
+@graded(
+    1,
+    "the second grid axis tiles a token's num_kv_heads * head_dim elements: program "
+    "(token, t) copies elements t * TILE ..",
+    f"{DOC}#the-cache-write-kernel",
+)
 def test_cache_write_rows_wider_than_a_tile():
     """5 KV heads of 1024: 5120 elements per token, more than one tile of 4096."""
     slots = [1, -1, 2]
-    got_k, got_v, want_k, want_v = write(slots, num_blocks=2, block_size=2, kv_heads=5,
-                                         head_dim=1024, seed=3)
+    got_k, got_v, want_k, want_v = write(
+        slots, num_blocks=2, block_size=2, kv_heads=5, head_dim=1024, seed=3
+    )
     check(got_k, want_k, "key_cache", "rows of 5 x 1024 elements")
     check(got_v, want_v, "value_cache", "rows of 5 x 1024 elements")

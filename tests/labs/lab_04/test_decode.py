@@ -29,16 +29,24 @@ from tests.labs.lab_04.support import (
 DOC = "phases/04-attention-kernels/README.md"
 
 
-@graded(2, "decode: one program per (sequence, KV head) reads the sequence's blocks through "
-           "its table and equals dense attention", f"{DOC}#one-program-per-sequence-and-kv-head")
+@graded(
+    2,
+    "decode: one program per (sequence, KV head) reads the sequence's blocks through "
+    "its table and equals dense attention",
+    f"{DOC}#one-program-per-sequence-and-kv-head",
+)
 def test_decode_one_sequence():
     """One 21-token sequence in blocks of 8, 4 query heads over 2 KV heads, one split."""
     got, want, tol = run_decode(load(*DECODE), make_case(1, [21], 8, 4, 2), num_splits=1)
     assert_close(got, want, tol, "one sequence of 21 tokens, blocks of 8")
 
 
-@graded(2, "blocks smaller than a tile: each token t of a tile has its own table entry "
-           "t // block_size and row t % block_size", f"{DOC}#tiles-of-tokens")
+@graded(
+    2,
+    "blocks smaller than a tile: each token t of a tile has its own table entry "
+    "t // block_size and row t % block_size",
+    f"{DOC}#tiles-of-tokens",
+)
 def test_decode_blocks_smaller_than_a_tile():
     """Block sizes 1 and 4 (a 32-token tile spans many blocks), lengths 1 to 37."""
     mod = load(*DECODE)
@@ -48,8 +56,12 @@ def test_decode_blocks_smaller_than_a_tile():
         assert_close(got, want, tol, f"lengths [1, 5, 37] in blocks of {block_size}")
 
 
-@graded(2, "blocks larger than a tile: a tile starting at token s lies in block "
-           "table[s // block_size], rows s % block_size ..", f"{DOC}#tiles-of-tokens")
+@graded(
+    2,
+    "blocks larger than a tile: a tile starting at token s lies in block "
+    "table[s // block_size], rows s % block_size ..",
+    f"{DOC}#tiles-of-tokens",
+)
 def test_decode_blocks_larger_than_a_tile():
     """Blocks of 64 tokens, read a 32-token tile at a time: lengths 50, 100 and 130."""
     case = make_case(2, [50, 100, 130], 64, 2, 1)
@@ -57,8 +69,12 @@ def test_decode_blocks_larger_than_a_tile():
     assert_close(got, want, tol, "lengths [50, 100, 130] in blocks of 64")
 
 
-@graded(2, "tokens at positions >= seq_len get score -inf: the rest of the last block and of "
-           "the last tile is another request's data", f"{DOC}#masking-past-the-sequence-length")
+@graded(
+    2,
+    "tokens at positions >= seq_len get score -inf: the rest of the last block and of "
+    "the last tile is another request's data",
+    f"{DOC}#masking-past-the-sequence-length",
+)
 def test_decode_masks_past_seq_len():
     """Lengths that end mid-block and mid-tile; the slots after them hold large garbage."""
     case = make_case(3, [3, 19, 45], 16, 2, 2, garbage=20.0)
@@ -66,9 +82,12 @@ def test_decode_masks_past_seq_len():
     assert_close(got, want, tol, "lengths [3, 19, 45] in blocks of 16 (garbage after them)")
 
 
-@graded(2, "GQA: the program for KV head j serves query heads j * group .. j * group + group - 1 "
-           "(query head h reads KV head h // group, not h % num_kv_heads)",
-        f"{DOC}#one-program-per-sequence-and-kv-head")
+@graded(
+    2,
+    "GQA: the program for KV head j serves query heads j * group .. j * group + group - 1 "
+    "(query head h reads KV head h // group, not h % num_kv_heads)",
+    f"{DOC}#one-program-per-sequence-and-kv-head",
+)
 def test_decode_gqa_groups():
     """Groups of 1, 3 (not a power of two), 4 and 32 (more rows than the 16-row pad)."""
     mod = load(*DECODE)
@@ -79,8 +98,12 @@ def test_decode_gqa_groups():
         assert_close(got, want, tol, f"{num_heads} query heads over {num_kv_heads} KV heads")
 
 
-@graded(1, "online softmax: when a later tile raises the running max, acc and l are rescaled "
-           "by exp2(m_old - m_new)", f"{DOC}#the-online-softmax")
+@graded(
+    1,
+    "online softmax: when a later tile raises the running max, acc and l are rescaled "
+    "by exp2(m_old - m_new)",
+    f"{DOC}#the-online-softmax",
+)
 def test_decode_later_tiles_dominate():
     """Scores that grow along the sequence: every tile raises the running maximum."""
     case = make_case(4, [100], 16, 2, 1)
@@ -92,9 +115,13 @@ def test_decode_later_tiles_dominate():
     assert_close(got, want, tol, "a 100-token sequence whose scores grow along it")
 
 
-@graded(3, "split-K: split s walks tiles [s * per_split, min((s + 1) * per_split, num_tiles)) "
-           "with per_split = cdiv(num_tiles, num_splits); the merge weights each partial by "
-           "2**(lse_s - max lse)", f"{DOC}#split-k-and-the-log-sum-exp-merge")
+@graded(
+    3,
+    "split-K: split s walks tiles [s * per_split, min((s + 1) * per_split, num_tiles)) "
+    "with per_split = cdiv(num_tiles, num_splits); the merge weights each partial by "
+    "2**(lse_s - max lse)",
+    f"{DOC}#split-k-and-the-log-sum-exp-merge",
+)
 def test_decode_split_k_is_exact():
     """2 and 3 splits of sequences of 1-130 tokens (tiles of 16, uneven shares)."""
     mod = load(*DECODE_SPLIT)
@@ -104,8 +131,12 @@ def test_decode_split_k_is_exact():
         assert_close(got, want, tol, f"{num_splits} splits of lengths [1, 19, 130, 64]")
 
 
-@graded(1, "an empty split (more splits than tiles) stores a zero partial and lse = -inf, "
-           "and the merge gives it weight 0", f"{DOC}#split-k-and-the-log-sum-exp-merge")
+@graded(
+    1,
+    "an empty split (more splits than tiles) stores a zero partial and lse = -inf, "
+    "and the merge gives it weight 0",
+    f"{DOC}#split-k-and-the-log-sum-exp-merge",
+)
 def test_decode_more_splits_than_tiles():
     """7 splits of sequences that have only 1 to 3 tiles."""
     case = make_case(6, [5, 40], 8, 2, 1)
@@ -113,22 +144,30 @@ def test_decode_more_splits_than_tiles():
     assert_close(got, want, tol, "7 splits of lengths [5, 40] (most splits empty)")
 
 
-@graded(2, "numerics: subtract the running max before exp2 (and the max lse in the merge); "
-           "scores of several hundred overflow float32 and float16 otherwise",
-        f"{DOC}#numerics")
+@graded(
+    2,
+    "numerics: subtract the running max before exp2 (and the max lse in the merge); "
+    "scores of several hundred overflow float32 and float16 otherwise",
+    f"{DOC}#numerics",
+)
 def test_decode_large_logits_fp16():
     """fp16 caches and queries scaled by 30: scores in the hundreds, one split and three."""
     mod = load(*DECODE_SPLIT)
     case = make_case(7, [40, 9], 8, 4, 2)
     case.query *= 30.0
     for num_splits in (1, 3):
-        got, want, tol = run_decode(mod, case, "float16", scale=1.0, num_splits=num_splits,
-                                    block_n=16)
+        got, want, tol = run_decode(
+            mod, case, "float16", scale=1.0, num_splits=num_splits, block_n=16
+        )
         assert_close(got, want, tol, f"fp16, scores in the hundreds, {num_splits} split(s)")
 
 
-@graded(1, "fp16 and bf16 caches: the dots read the cache dtype, softmax and accumulator stay "
-           "float32, the output has the query's dtype", f"{DOC}#numerics")
+@graded(
+    1,
+    "fp16 and bf16 caches: the dots read the cache dtype, softmax and accumulator stay "
+    "float32, the output has the query's dtype",
+    f"{DOC}#numerics",
+)
 def test_decode_half_precision():
     """fp16 and bf16 caches, split and unsplit."""
     mod = load(*DECODE_SPLIT)
@@ -139,8 +178,11 @@ def test_decode_half_precision():
             assert_close(got, want, tol, f"{dtype}, {num_splits} split(s)")
 
 
-@graded(2, "any batch: variable lengths, any power-of-two block size, any split count",
-        f"{DOC}#reading-the-cache")
+@graded(
+    2,
+    "any batch: variable lengths, any power-of-two block size, any split count",
+    f"{DOC}#reading-the-cache",
+)
 def test_decode_random_batches():
     """Four seeded random configurations: block size, group, lengths, splits."""
     mod = load(*DECODE_SPLIT)
@@ -152,12 +194,21 @@ def test_decode_random_batches():
         num_splits = int(rng.integers(1, 4))
         case = make_case(100 + trial, lens, block_size, group * num_kv_heads, num_kv_heads)
         got, want, tol = run_decode(mod, case, num_splits=num_splits)
-        assert_close(got, want, tol, f"lengths {lens}, blocks of {block_size}, "
-                     f"{group * num_kv_heads}/{num_kv_heads} heads, {num_splits} split(s)")
+        assert_close(
+            got,
+            want,
+            tol,
+            f"lengths {lens}, blocks of {block_size}, "
+            f"{group * num_kv_heads}/{num_kv_heads} heads, {num_splits} split(s)",
+        )
 
 
-@graded(2, "the whole path: slots from the table, your cache write, your decode, equal to "
-           "dense attention over the keys written", f"{DOC}#where-attention-meets-the-block-table")
+@graded(
+    2,
+    "the whole path: slots from the table, your cache write, your decode, equal to "
+    "dense attention over the keys written",
+    f"{DOC}#where-attention-meets-the-block-table",
+)
 def test_write_then_decode():
     """23 tokens written with your cache-write kernel, then decoded in 2 splits."""
     torch = torch_module()
@@ -179,8 +230,17 @@ def test_write_then_decode():
     want = oracle_decode(query.double().numpy(), kc, vc, np.arange(6)[None], np.array([n]), 0.25)
     # One request: the learner process maps tokens 0..22 to slots through the table (the given
     # compute_slot_mapping), runs your write, then your decode, and returns the output.
-    out = side().write_then_decode(key.to(dev), value.to(dev), key_cache, value_cache, table,
-                                   block_size, query.to(dev), 0.25, 2)
+    out = side().write_then_decode(
+        key.to(dev),
+        value.to(dev),
+        key_cache,
+        value_cache,
+        table,
+        block_size,
+        query.to(dev),
+        0.25,
+        2,
+    )
     expect_tensor(out, "paged_attention_decode")
     assert_close(out.double().cpu().numpy(), want, 2e-5, "write 23 tokens, then decode them")
 
@@ -208,15 +268,21 @@ def check_gpu(got, want, what):
     torch = torch_module()
     expect_tensor(got, "paged_attention_decode")
     assert tuple(got.shape) == tuple(want.shape), (
-        f"{what}: output shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        f"{what}: output shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    )
     assert bool(torch.isfinite(got).all()), f"{what}: the output holds inf/nan"
     err = float((got.float() - want).abs().max())
     tol = 1e-2 * float(want.abs().max()) + 2e-3
     assert err <= tol, f"{what}: max |got - expected| = {err:.3g} > {tol:.2g}"
 
 
-@graded(3, "real shapes (bf16, head_dim 128, 32/8 heads, blocks of 16, thousands of tokens, "
-           "the default split count)", f"{DOC}#split-k-and-the-log-sum-exp-merge", gpu=True)
+@graded(
+    3,
+    "real shapes (bf16, head_dim 128, 32/8 heads, blocks of 16, thousands of tokens, "
+    "the default split count)",
+    f"{DOC}#split-k-and-the-log-sum-exp-merge",
+    gpu=True,
+)
 def test_gpu_decode_long_sequences_split():
     """A batch of 4 long, uneven sequences: the launcher chooses several splits."""
     load(*DECODE_SPLIT)
@@ -226,8 +292,12 @@ def test_gpu_decode_long_sequences_split():
     check_gpu(got, gpu_oracle(q, kc, vc, tables, lens, 128**-0.5), "4 long sequences, bf16")
 
 
-@graded(2, "real shapes, large batch (one split: the decode kernel writes the output itself)",
-        f"{DOC}#one-program-per-sequence-and-kv-head", gpu=True)
+@graded(
+    2,
+    "real shapes, large batch (one split: the decode kernel writes the output itself)",
+    f"{DOC}#one-program-per-sequence-and-kv-head",
+    gpu=True,
+)
 def test_gpu_decode_large_batch_single_split():
     """128 sequences of about 1000 tokens, 64/8 heads, blocks of 128."""
     load(*DECODE_SPLIT)
@@ -237,8 +307,12 @@ def test_gpu_decode_large_batch_single_split():
     check_gpu(got, gpu_oracle(q, kc, vc, tables, seq_lens, 128**-0.5), "128 sequences, bf16")
 
 
-@graded(1, "real shapes: 4096 tokens of 8 x 128 bf16 written in one launch, padding skipped",
-        f"{DOC}#the-cache-write-kernel", gpu=True)
+@graded(
+    1,
+    "real shapes: 4096 tokens of 8 x 128 bf16 written in one launch, padding skipped",
+    f"{DOC}#the-cache-write-kernel",
+    gpu=True,
+)
 def test_gpu_cache_write_real_shapes():
     """A prefill-sized write: 4096 tokens, every 10th one padding."""
     torch = torch_module()
@@ -259,4 +333,5 @@ def test_gpu_cache_write_real_shapes():
     written = torch.zeros(300 * 16, dtype=torch.bool, device="cuda")
     written[slots[keep]] = True
     assert flat_k[~written].abs().sum() == 0 and flat_v[~written].abs().sum() == 0, (
-        "slots no token maps to were written")
+        "slots no token maps to were written"
+    )

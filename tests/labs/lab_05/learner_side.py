@@ -25,9 +25,13 @@ from mini_vllm.teaching.invariants import pool_snapshot, queue_snapshot  # noqa:
 # -- building -----------------------------------------------------------------------------------
 def make_request(request_id: str, token_ids: list[int], block_hashes: list[bytes]) -> Any:
     """What ``cache_full_blocks`` reads of a request, with the hashes the judge computed."""
-    return types.SimpleNamespace(request_id=request_id, block_hashes=list(block_hashes),
-                                 all_token_ids=list(token_ids), num_tokens=len(token_ids),
-                                 lora_request=None)
+    return types.SimpleNamespace(
+        request_id=request_id,
+        block_hashes=list(block_hashes),
+        all_token_ids=list(token_ids),
+        num_tokens=len(token_ids),
+        lora_request=None,
+    )
 
 
 class RecordingHasher:
@@ -50,8 +54,9 @@ def make_pool(n: int, enable_caching: bool = True, hash_block_size: int = 2) -> 
     """The learner's ``BlockPool`` of ``n`` blocks."""
     import block_pool
 
-    return block_pool.BlockPool(num_gpu_blocks=n, enable_caching=enable_caching,
-                                hash_block_size=hash_block_size)
+    return block_pool.BlockPool(
+        num_gpu_blocks=n, enable_caching=enable_caching, hash_block_size=hash_block_size
+    )
 
 
 def block_ids(blocks: Any) -> list[Any]:
@@ -88,5 +93,3 @@ def run_pool_ops(pool: Any, ops: list[list[Any]], request: Any = None) -> list[A
 
 
 # -- reading back ---------------------------------------------------------------------------------
-
-

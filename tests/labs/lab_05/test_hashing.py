@@ -27,8 +27,9 @@ def learner_sha256():
 def a_hash(value, what: str = "hash_block_tokens") -> bytes:
     """``value`` if it is a ``bytes`` block hash."""
     if type(value) is not bytes:
-        raise AssertionError(f"{what} must return the hash as bytes (a BlockHash), got "
-                             f"{describe(value)}")
+        raise AssertionError(
+            f"{what} must return the hash as bytes (a BlockHash), got {describe(value)}"
+        )
     return value
 
 
@@ -40,8 +41,12 @@ def learner_none_hash(mod) -> bytes:
     return a_hash(seed, "NONE_HASH")
 
 
-@graded(3, "I3: a block's hash must chain its parent's hash: the same tokens after a different "
-           "prefix must hash differently", f"{DOC}#prefix-caching-with-chained-hashes")
+@graded(
+    3,
+    "I3: a block's hash must chain its parent's hash: the same tokens after a different "
+    "prefix must hash differently",
+    f"{DOC}#prefix-caching-with-chained-hashes",
+)
 def test_hash_is_chained():
     """hash_block_tokens depends on the parent hash, the tokens and their order."""
     h, fn = bp().hash_block_tokens, learner_sha256()
@@ -49,27 +54,36 @@ def test_hash_is_chained():
     second = a_hash(h(fn, first, [5, 6, 7, 8]))
     other_first = a_hash(h(fn, None, [9, 9, 9, 9]))
     assert a_hash(h(fn, other_first, [5, 6, 7, 8])) != second, (
-        "I3: same tokens after a different parent must give a different hash (chain the parent)")
+        "I3: same tokens after a different parent must give a different hash (chain the parent)"
+    )
     assert a_hash(h(fn, first, [5, 6, 7, 8])) == second, "hashing must be deterministic"
     assert a_hash(h(fn, first, [8, 7, 6, 5])) != second, "token order must matter"
     assert a_hash(h(fn, first, (5, 6, 7, 8))) == second, (
-        "a tuple and a list of the same ids must hash alike")
+        "a tuple and a list of the same ids must hash alike"
+    )
     assert first != second, "two different blocks must not hash alike"
 
 
-@graded(2, "I3: the first block of a request chains from NONE_HASH (parent None means NONE_HASH)",
-        f"{DOC}#prefix-caching-with-chained-hashes")
+@graded(
+    2,
+    "I3: the first block of a request chains from NONE_HASH (parent None means NONE_HASH)",
+    f"{DOC}#prefix-caching-with-chained-hashes",
+)
 def test_first_block_chains_from_none_hash():
     """A parent of None is the seed NONE_HASH, not nothing."""
     mod = bp()
     h, fn = mod.hash_block_tokens, learner_sha256()
     seed = learner_none_hash(mod)
     assert a_hash(h(fn, None, [1, 2])) == a_hash(h(fn, seed, [1, 2])), (
-        "I3: hash_block_tokens(fn, None, t) must equal hash_block_tokens(fn, NONE_HASH, t)")
+        "I3: hash_block_tokens(fn, None, t) must equal hash_block_tokens(fn, NONE_HASH, t)"
+    )
 
 
-@graded(1, "I3: extra keys (LoRA, salt...) are part of a block's identity",
-        f"{DOC}#prefix-caching-with-chained-hashes")
+@graded(
+    1,
+    "I3: extra keys (LoRA, salt...) are part of a block's identity",
+    f"{DOC}#prefix-caching-with-chained-hashes",
+)
 def test_extra_keys_change_the_hash():
     """Different extra keys give different hashes."""
     h, fn = bp().hash_block_tokens, learner_sha256()
@@ -77,11 +91,15 @@ def test_extra_keys_change_the_hash():
     lora_b = a_hash(h(fn, None, [1, 2], ("lora-b",)))
     assert lora_a != lora_b, "I3: two different extra keys must give two different hashes"
     assert a_hash(h(fn, None, [1, 2], ("salt",))) != a_hash(h(fn, None, [1, 2])), (
-        "I3: extra keys must change the hash compared with none")
+        "I3: extra keys must change the hash compared with none"
+    )
 
 
-@graded(1, "I3: hash_block_tokens must hash with the hash_function it is given",
-        f"{DOC}#prefix-caching-with-chained-hashes")
+@graded(
+    1,
+    "I3: hash_block_tokens must hash with the hash_function it is given",
+    f"{DOC}#prefix-caching-with-chained-hashes",
+)
 def test_uses_the_given_hash_function():
     """The hash function is a parameter: the engine chooses it."""
     recorder = learner_module("learner_side").RecordingHasher()
@@ -89,12 +107,16 @@ def test_uses_the_given_hash_function():
     outputs = recorder.outputs
     assert outputs, "hash_block_tokens never called the hash_function argument"
     assert got in outputs, (
-        "hash_block_tokens must return what the hash_function it was given returned")
+        "hash_block_tokens must return what the hash_function it was given returned"
+    )
 
 
-@graded(2, "I3: hash_block_tokens(fn, parent, tokens, extra_keys) returns exactly "
-           "fn((parent, tuple(tokens), extra_keys)), NONE_HASH standing in for a parent of None",
-        f"{DOC}#prefix-caching-with-chained-hashes")
+@graded(
+    2,
+    "I3: hash_block_tokens(fn, parent, tokens, extra_keys) returns exactly "
+    "fn((parent, tuple(tokens), extra_keys)), NONE_HASH standing in for a parent of None",
+    f"{DOC}#prefix-caching-with-chained-hashes",
+)
 def test_hash_is_the_documented_formula():
     """Every process (and upstream) must compute the same hash for the same block."""
     mod = bp()
@@ -106,16 +128,22 @@ def test_hash_is_the_documented_formula():
     want = (parent, (5, 6, 7), ("salt",))
     assert len(inputs) == 1 and same_data(_as_tuples(inputs[0]), want), (
         f"hash_block_tokens(fn, parent, [5, 6, 7], ('salt',)) must call fn once with "
-        f"(parent, (5, 6, 7), ('salt',)); it called it with {[describe(x) for x in inputs]}")
+        f"(parent, (5, 6, 7), ('salt',)); it called it with {[describe(x) for x in inputs]}"
+    )
     seed = learner_none_hash(mod)
-    cases = [(parent, [1, 2, 3, 4], None), (parent, (9, 8), ("lora-a", 3)),
-             (None, [1, 2], None), (None, [7], ("salt",))]
+    cases = [
+        (parent, [1, 2, 3, 4], None),
+        (parent, (9, 8), ("lora-a", 3)),
+        (None, [1, 2], None),
+        (None, [7], ("salt",)),
+    ]
     for block_parent, tokens, extra in cases:
         got = a_hash(h(fn, block_parent, tokens, extra))
         want_hash = hash_block_tokens(sha256, block_parent or seed, tokens, extra)
         assert got == want_hash, (
             f"hash_block_tokens(sha256, {'a parent' if block_parent else 'None'}, {tokens}, "
-            f"{extra}) is not sha256((parent, tuple(tokens), extra_keys))")
+            f"{extra}) is not sha256((parent, tuple(tokens), extra_keys))"
+        )
 
 
 def _as_tuples(value):
@@ -129,8 +157,12 @@ def _key(tag: bytes):
     return make_block_hash_with_group_id(sha256(tag), 0)
 
 
-@graded(2, "I3: the cache map keeps several blocks per hash, and pop(key, block_id) removes "
-           "exactly that block", f"{DOC}#the-cache-map")
+@graded(
+    2,
+    "I3: the cache map keeps several blocks per hash, and pop(key, block_id) removes "
+    "exactly that block",
+    f"{DOC}#the-cache-map",
+)
 def test_map_keeps_several_blocks_per_hash():
     """Two blocks with the same content are both cached; popping one keeps the other."""
     mod = bp()

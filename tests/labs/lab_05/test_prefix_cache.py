@@ -44,15 +44,16 @@ def side():
 
 
 def make_pool(n: int, caching: bool = True):
-    return load_impl("block_pool").BlockPool(num_gpu_blocks=n, enable_caching=caching,
-                                             hash_block_size=BS)
+    return load_impl("block_pool").BlockPool(
+        num_gpu_blocks=n, enable_caching=caching, hash_block_size=BS
+    )
 
 
 def chain_hashes(tokens: list[int]) -> list[bytes]:
     """The chained hashes of the full blocks of ``tokens``, computed here (the reference)."""
     hashes, parent = [], None
     for i in range(0, len(tokens) - len(tokens) % BS, BS):
-        parent = hash_block_tokens(sha256, parent, tokens[i:i + BS])
+        parent = hash_block_tokens(sha256, parent, tokens[i : i + BS])
         hashes.append(parent)
     return hashes
 
@@ -87,13 +88,19 @@ def hit(pool, block_hash):
     if found is None:
         return None
     if type(found) is not list or len(found) != 1:
-        raise AssertionError(f"get_cached_block(hash, [0]) must return a list of one block or "
-                             f"None, got {describe(found)}")
+        raise AssertionError(
+            f"get_cached_block(hash, [0]) must return a list of one block or "
+            f"None, got {describe(found)}"
+        )
     return found[0]
 
 
-@graded(3, "I3: cache_full_blocks hashes blocks[num_cached:num_full] with the request's "
-           "block_hashes and indexes them", f"{DOC}#caching-full-blocks")
+@graded(
+    3,
+    "I3: cache_full_blocks hashes blocks[num_cached:num_full] with the request's "
+    "block_hashes and indexes them",
+    f"{DOC}#caching-full-blocks",
+)
 def test_cache_full_blocks_indexes_new_full_blocks():
     """Only the newly full blocks are cached; earlier ones are left alone."""
     pool = make_pool(8)
@@ -103,7 +110,8 @@ def test_cache_full_blocks_indexes_new_full_blocks():
     assert hit(pool, req.block_hashes[0]) is blocks[0], "block 1 must be cached under h0"
     assert hit(pool, req.block_hashes[1]) is blocks[1], "block 2 must be cached under h1"
     assert blocks[0].block_hash == key(req.block_hashes[0]), (
-        "a cached block's block_hash is make_block_hash_with_group_id(its hash, group id)")
+        "a cached block's block_hash is make_block_hash_with_group_id(its hash, group id)"
+    )
     assert blocks[2].block_hash is None, "block 3 is beyond num_full_blocks: not cached yet"
     assert hit(pool, req.block_hashes[2]) is None, "h2 is not cached before its block is full"
     pool.cache_full_blocks(req.obj, blocks, 2, 3, BS, 0)
@@ -112,8 +120,12 @@ def test_cache_full_blocks_indexes_new_full_blocks():
     check_pool(pool)
 
 
-@graded(2, "I3: cache_full_blocks skips the null block and every block whose block_mask entry is "
-           "False: neither gets a hash nor a map entry", f"{DOC}#caching-full-blocks")
+@graded(
+    2,
+    "I3: cache_full_blocks skips the null block and every block whose block_mask entry is "
+    "False: neither gets a hash nor a map entry",
+    f"{DOC}#caching-full-blocks",
+)
 def test_cache_full_blocks_skips_null_and_masked_blocks():
     """Only real blocks the caller selected enter the prefix cache."""
     pool = make_pool(8)
@@ -122,19 +134,25 @@ def test_cache_full_blocks_skips_null_and_masked_blocks():
     pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0, block_mask=[True, False, True])
     assert hit(pool, req.block_hashes[0]) is blocks[0], "an unmasked block must be cached"
     assert blocks[1].block_hash is None and hit(pool, req.block_hashes[1]) is None, (
-        "I3: a block whose block_mask entry is False must not be cached")
+        "I3: a block whose block_mask entry is False must not be cached"
+    )
     assert hit(pool, req.block_hashes[2]) is blocks[2], "an unmasked block must be cached"
     other = make_request([7, 7, 8, 8])
     (blk,) = pool.get_new_blocks(1)
     pool.cache_full_blocks(other.obj, [pool.null_block, blk], 0, 2, BS, 0)
     assert pool.null_block.block_hash is None and hit(pool, other.block_hashes[0]) is None, (
-        "I3: the null block is a placeholder: it is never cached")
+        "I3: the null block is a placeholder: it is never cached"
+    )
     assert hit(pool, other.block_hashes[1]) is blk, "the real block after it must be cached"
     check_pool(pool)
 
 
-@graded(2, "Misuse: a block is hashed once; caching a block that already has a hash raises "
-           "RuntimeError and caches no block of the call", f"{DOC}#misuse-errors")
+@graded(
+    2,
+    "Misuse: a block is hashed once; caching a block that already has a hash raises "
+    "RuntimeError and caches no block of the call",
+    f"{DOC}#misuse-errors",
+)
 def test_hashing_a_block_twice_is_an_error():
     """Setting a hash on a block that has one is a bug in the caller; the call does nothing."""
     pool = make_pool(5)
@@ -150,14 +168,19 @@ def test_hashing_a_block_twice_is_an_error():
         pool.cache_full_blocks(req.obj, [blocks[0], blocks[1]], 0, 2, BS, 0)
     assert blocks[0].block_hash is None, (
         "a refused cache_full_blocks must cache no block: block 1, before the bad block 2, "
-        "got a hash (validate every block before caching any)")
+        "got a hash (validate every block before caching any)"
+    )
     assert hit(pool, req.block_hashes[0]) is blocks[1], (
-        "a refused cache_full_blocks must leave the map as it was")
+        "a refused cache_full_blocks must leave the map as it was"
+    )
     check_pool(pool)
 
 
-@graded(2, "get_cached_block returns the cached block without taking a reference, None on a "
-           "miss", f"{DOC}#caching-full-blocks")
+@graded(
+    2,
+    "get_cached_block returns the cached block without taking a reference, None on a miss",
+    f"{DOC}#caching-full-blocks",
+)
 def test_get_cached_block_hit_and_miss():
     """A lookup is side-effect free."""
     pool = make_pool(5)
@@ -169,13 +192,19 @@ def test_get_cached_block_hit_and_miss():
     assert hit(pool, req.block_hashes[1]) is blocks[1], "a freed cached block still hits"
     assert hit(pool, chain_hashes([9, 9])[0]) is None, "a hash never cached must miss"
     assert pool.get_cached_block(req.block_hashes[0], [1]) is None, (
-        "a hash cached for group 0 must not hit for group 1")
+        "a hash cached for group 0 must not hit for group 1"
+    )
     assert check_pool(pool) == before and ref(blocks[1]) == 0, (
-        "get_cached_block must not touch ref counts or the queue")
+        "get_cached_block must not touch ref counts or the queue"
+    )
 
 
-@graded(3, "I4: touch revives a free cached block by removing it from the middle of the free "
-           "queue, keeping everyone else's order", f"{DOC}#touch-and-revival")
+@graded(
+    3,
+    "I4: touch revives a free cached block by removing it from the middle of the free "
+    "queue, keeping everyone else's order",
+    f"{DOC}#touch-and-revival",
+)
 def test_touch_revives_from_the_middle():
     """A hit on a free cached block takes it out of the queue and gives it one reference."""
     pool = make_pool(8)
@@ -186,17 +215,23 @@ def test_touch_revives_from_the_middle():
     free = check_pool(pool)
     assert free == [4, 5, 6, 7, 3, 2, 1], (
         f"blocks 1 2 3 freed in reverse join the back as 3 2 1: expected [4, 5, 6, 7, 3, 2, 1], "
-        f"got {free}")
+        f"got {free}"
+    )
     pool.touch([blocks[0], blocks[1]])
     assert (ref(blocks[0]), ref(blocks[1])) == (1, 1), "a revived block has ref_cnt 1"
     assert check_pool(pool) == [4, 5, 6, 7, 3], (
-        "I4: touched blocks leave the queue; the other blocks keep their order")
+        "I4: touched blocks leave the queue; the other blocks keep their order"
+    )
     assert blocks[0].block_hash == key(req.block_hashes[0]), (
-        "touch must not drop the hash of a revived block")
+        "touch must not drop the hash of a revived block"
+    )
 
 
-@graded(2, "touch on a block in use only adds a reference (the block is not in the queue)",
-        f"{DOC}#touch-and-revival")
+@graded(
+    2,
+    "touch on a block in use only adds a reference (the block is not in the queue)",
+    f"{DOC}#touch-and-revival",
+)
 def test_touch_shared_block_in_use():
     """Sharing a running request's block counts one more user."""
     pool = make_pool(5)
@@ -209,13 +244,17 @@ def test_touch_shared_block_in_use():
     assert check_pool(pool) == before, "touching a block in use must not change the queue"
     pool.free_blocks([blk])
     assert ref(blk) == 1 and check_pool(pool) == before, (
-        "freeing one of two references keeps the block out of the queue")
+        "freeing one of two references keeps the block out of the queue"
+    )
     pool.free_blocks([blk])
     assert check_pool(pool) == [*before, 1], "the last free queues the block at the back"
 
 
-@graded(1, "Misuse: touch refuses the null block with ValueError and then touches no block",
-        f"{DOC}#misuse-errors")
+@graded(
+    1,
+    "Misuse: touch refuses the null block with ValueError and then touches no block",
+    f"{DOC}#misuse-errors",
+)
 def test_touch_null_block_is_an_error():
     """The null block is never shared, so a hit can never claim it."""
     pool = make_pool(5)
@@ -227,11 +266,16 @@ def test_touch_null_block_is_an_error():
     with pytest.raises(ValueError):
         pool.touch([blk, pool.null_block])
     assert ref(blk) == 0 and check_pool(pool) == before, (
-        "a refused touch must take no reference and leave the free queue as it was")
+        "a refused touch must take no reference and leave the free queue as it was"
+    )
 
 
-@graded(3, "I4: freed blocks are evicted LRU first and, within a request, tail first, so a "
-           "prefix's head outlives its tail", f"{DOC}#eviction-order")
+@graded(
+    3,
+    "I4: freed blocks are evicted LRU first and, within a request, tail first, so a "
+    "prefix's head outlives its tail",
+    f"{DOC}#eviction-order",
+)
 def test_eviction_is_lru_and_tail_first():
     """Reusing free blocks evicts the never-used ones, then the tail of the oldest request."""
     pool = make_pool(7)
@@ -241,14 +285,19 @@ def test_eviction_is_lru_and_tail_first():
     pool.free_blocks(list(reversed(blocks)))  # queue: 4 5 6 3 2 1
     assert ids(pool.get_new_blocks(4)) == [4, 5, 6, 3], "4 5 6, then the tail block 3"
     assert blocks[2].block_hash is None and hit(pool, req.block_hashes[2]) is None, (
-        "I4: the request's tail block (3) is evicted first")
+        "I4: the request's tail block (3) is evicted first"
+    )
     assert hit(pool, req.block_hashes[0]) is blocks[0], "the head of the prefix is still cached"
     assert hit(pool, req.block_hashes[1]) is blocks[1], "the middle of the prefix is still cached"
     check_pool(pool)
 
 
-@graded(2, "I4: _maybe_evict_cached_block drops a block's hash and its map entry; True only if "
-           "it was cached", f"{DOC}#eviction-order")
+@graded(
+    2,
+    "I4: _maybe_evict_cached_block drops a block's hash and its map entry; True only if "
+    "it was cached",
+    f"{DOC}#eviction-order",
+)
 def test_maybe_evict_cached_block():
     """Evicting a cached block forgets it; evicting an uncached one is a no-op."""
     pool = make_pool(5)
@@ -257,13 +306,18 @@ def test_maybe_evict_cached_block():
     pool.cache_full_blocks(req.obj, [a], 0, 1, BS, 0)
     assert pool._maybe_evict_cached_block(a) is True, "evicting a cached block returns True"
     assert a.block_hash is None and hit(pool, req.block_hashes[0]) is None, (
-        "I4: an evicted block loses its hash and its map entry")
+        "I4: an evicted block loses its hash and its map entry"
+    )
     assert pool._maybe_evict_cached_block(a) is False, "evicting it again returns False"
     assert pool._maybe_evict_cached_block(b) is False, "evicting a block never cached: False"
 
 
-@graded(2, "evict_blocks forgets the cached prefixes of the given block ids only, and refuses "
-           "(ValueError, nothing evicted) an id outside the pool", f"{DOC}#eviction-order")
+@graded(
+    2,
+    "evict_blocks forgets the cached prefixes of the given block ids only, and refuses "
+    "(ValueError, nothing evicted) an id outside the pool",
+    f"{DOC}#eviction-order",
+)
 def test_evict_blocks_by_id():
     """Evicting by id removes cache entries but does not free or move blocks."""
     pool = make_pool(6)
@@ -272,7 +326,8 @@ def test_evict_blocks_by_id():
     pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0)
     pool.evict_blocks({2})
     assert hit(pool, req.block_hashes[1]) is None and blocks[1].block_hash is None, (
-        "evict_blocks({2}) must forget block 2's hash and map entry")
+        "evict_blocks({2}) must forget block 2's hash and map entry"
+    )
     assert hit(pool, req.block_hashes[0]) is blocks[0], "block 1 must stay cached"
     assert hit(pool, req.block_hashes[2]) is blocks[2], "block 3 must stay cached"
     assert [ref(b) for b in blocks] == [1, 1, 1], "evict_blocks must not free blocks"
@@ -281,13 +336,19 @@ def test_evict_blocks_by_id():
         with pytest.raises(ValueError):
             pool.evict_blocks({1, bad})
         assert hit(pool, req.block_hashes[0]) is blocks[0], (
-            f"a refused evict_blocks({{1, {bad}}}) must evict nothing: block 1 lost its entry")
+            f"a refused evict_blocks({{1, {bad}}}) must evict nothing: block 1 lost its entry"
+        )
         assert hit(pool, req.block_hashes[2]) is blocks[2], (
-            f"a refused evict_blocks({{1, {bad}}}) must evict nothing: block 3 lost its entry")
+            f"a refused evict_blocks({{1, {bad}}}) must evict nothing: block 3 lost its entry"
+        )
 
 
-@graded(3, "reset_prefix_cache refuses (returns False) while any block is in use; otherwise it "
-           "empties the map and clears every hash", f"{DOC}#resetting-the-prefix-cache")
+@graded(
+    3,
+    "reset_prefix_cache refuses (returns False) while any block is in use; otherwise it "
+    "empties the map and clears every hash",
+    f"{DOC}#resetting-the-prefix-cache",
+)
 def test_reset_prefix_cache():
     """Resetting is all or nothing and keeps the free queue intact."""
     pool = make_pool(6)
@@ -300,14 +361,19 @@ def test_reset_prefix_cache():
     queue_before = check_pool(pool)
     assert pool.reset_prefix_cache() is True, "no block is in use: the reset must happen"
     assert hit(pool, req.block_hashes[0]) is None and hit(pool, req.block_hashes[1]) is None, (
-        "after a reset no prefix hits")
+        "after a reset no prefix hits"
+    )
     hashes = pool_snapshot(pool, hashes=True)["hashes"]
     assert hashes == [None] * 6, "after a reset no block keeps a hash"
     assert check_pool(pool) == queue_before, "a reset must leave the free queue as it was"
 
 
-@graded(2, "I3: two requests that computed the same block separately both stay cached; block ids "
-           "never change under a running request", f"{DOC}#the-cache-map")
+@graded(
+    2,
+    "I3: two requests that computed the same block separately both stay cached; block ids "
+    "never change under a running request",
+    f"{DOC}#the-cache-map",
+)
 def test_duplicate_blocks_both_cached():
     """The map holds duplicates; reusing one leaves the other reachable."""
     pool = make_pool(4)
@@ -317,7 +383,8 @@ def test_duplicate_blocks_both_cached():
     pool.cache_full_blocks(req.obj, [a], 0, 1, BS, 0)
     pool.cache_full_blocks(req.obj, [b], 0, 1, BS, 0)
     assert a.block_hash == key(req.block_hashes[0]) and b.block_hash == a.block_hash, (
-        "both blocks hold the content: both must carry the hash")
+        "both blocks hold the content: both must carry the hash"
+    )
     pool.free_blocks([a])
     pool.free_blocks([b])
     pool.get_new_blocks(2)  # pops block 3 then a: a is evicted
@@ -334,8 +401,12 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     N = 9
     PROMPTS: ClassVar[list[list[int]]] = [
-        [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 7, 8], [1, 2, 9, 9], [5, 5, 6, 6, 7, 7],
-        [1, 2, 3, 4, 5, 6, 1, 1]]
+        [1, 2, 3, 4, 5, 6],
+        [1, 2, 3, 4, 7, 8],
+        [1, 2, 9, 9],
+        [5, 5, 6, 6, 7, 7],
+        [1, 2, 3, 4, 5, 6, 1, 1],
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -358,7 +429,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 break
             block_id = as_int(blk.block_id, "a hit block's block_id")
             assert self.content.get(block_id) == h, (
-                f"I3: a hit returned block {block_id}, which does not hold that prefix")
+                f"I3: a hit returned block {block_id}, which does not hold that prefix"
+            )
             self.blocks[block_id] = blk
             hits.append(block_id)
         need = len(hashes) - len(hits)
@@ -379,8 +451,9 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             self.refs[block_id] = 1
         table = hits + want
         req = self.side.make_request(f"r{len(self.running)}", list(tokens), hashes)
-        self.pool.cache_full_blocks(req, [self.blocks[i] for i in table], len(hits), len(table),
-                                    BS, 0)
+        self.pool.cache_full_blocks(
+            req, [self.blocks[i] for i in table], len(hits), len(table), BS, 0
+        )
         for block_id, h in zip(table, hashes):
             self.content.setdefault(block_id, h)
         self.running.append(table)
@@ -400,7 +473,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         ok = self.pool.reset_prefix_cache()
         assert ok is (not self.running), (
             f"reset_prefix_cache must return True iff no block is in use: got {describe(ok)} "
-            f"with {len(self.running)} running requests")
+            f"with {len(self.running)} running requests"
+        )
         if ok:
             self.content.clear()
 
@@ -408,25 +482,33 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def consistent(self) -> None:
         snap = pool_snapshot(self.pool, hashes=True)
         free = check_pool_snapshot(snap)
-        assert free == self.queue, (
-            f"I4: free queue {free} is not in eviction order {self.queue}")
+        assert free == self.queue, f"I4: free queue {free} is not in eviction order {self.queue}"
         refs = snap["ref_cnts"][1:]
         assert refs == self.refs[1:], (
             f"I1: ref_cnts of blocks 1..{self.N - 1} are {refs}, expected {self.refs[1:]} "
-            "(one per running request holding the block)")
+            "(one per running request holding the block)"
+        )
         for block_id, block_hash in enumerate(snap["hashes"]):
             want = key(self.content[block_id]) if block_id in self.content else None
             if block_hash != want or type(block_hash) is not type(want):
-                what = "keeps a hash for content it no longer holds" if want is None else (
-                    "lost its hash" if block_hash is None else "has the wrong hash")
+                what = (
+                    "keeps a hash for content it no longer holds"
+                    if want is None
+                    else ("lost its hash" if block_hash is None else "has the wrong hash")
+                )
                 raise AssertionError(
                     f"I3: block {block_id} {what} (a cached block's block_hash is its prefix's "
-                    "hash with the group id; an evicted or reset block has none)")
+                    "hash with the group id; an evicted or reset block has none)"
+                )
 
 
-@graded(5, "I1-I4: under random shared-prefix workloads every hit holds exactly the requested "
-           "prefix, ref_cnts count the requests holding each block, and the free queue stays "
-           "in eviction order", f"{DOC}#invariants")
+@graded(
+    5,
+    "I1-I4: under random shared-prefix workloads every hit holds exactly the requested "
+    "prefix, ref_cnts count the requests holding each block, and the free queue stays "
+    "in eviction order",
+    f"{DOC}#invariants",
+)
 def test_random_prefix_sharing_workload():
     """Property test: hits are always correct and eviction follows LRU, tail first."""
     _call_every_method_once()
@@ -465,16 +547,22 @@ class TouchBench:
         self.pool = make_pool(n)
         self.run_ops = side().run_pool_ops
         everything = list(range(1, n))
-        self.middle = everything[n // 3: n // 3 + self.K]
+        self.middle = everything[n // 3 : n // 3 + self.K]
         self.hashes = chain_hashes(list(range(2 * self.K)))
         request = side().make_request("bench", list(range(2 * self.K)), self.hashes)
-        (got,) = self.run_ops(self.pool, [
-            ["get_new_blocks", n - 1],
-            ["cache_full_blocks", self.middle, 0, self.K, BS, 0],
-            ["free_blocks", everything]], request)
+        (got,) = self.run_ops(
+            self.pool,
+            [
+                ["get_new_blocks", n - 1],
+                ["cache_full_blocks", self.middle, 0, self.K, BS, 0],
+                ["free_blocks", everything],
+            ],
+            request,
+        )
         if not same_data(got, everything):
-            raise AssertionError(f"get_new_blocks({n - 1}) on a new pool of {n:,} blocks must "
-                                 f"give blocks 1..{n - 1}")
+            raise AssertionError(
+                f"get_new_blocks({n - 1}) on a new pool of {n:,} blocks must give blocks 1..{n - 1}"
+            )
         self.queue = everything
 
     def step(self) -> float:
@@ -483,8 +571,10 @@ class TouchBench:
         moved = set(self.middle)
         self.queue = [i for i in self.queue if i not in moved] + self.middle
         if not same_data(got, [self.n - 1]):
-            raise AssertionError(f"after touch and free_blocks of the same {self.K} blocks, all "
-                                 f"{self.n - 1:,} blocks must be free again: got {describe(got)}")
+            raise AssertionError(
+                f"after touch and free_blocks of the same {self.K} blocks, all "
+                f"{self.n - 1:,} blocks must be free again: got {describe(got)}"
+            )
         return seconds
 
     def verify(self) -> None:
@@ -493,15 +583,20 @@ class TouchBench:
         if free != self.queue:
             raise AssertionError(
                 f"I4: after touching and freeing {self.K} blocks of a pool of {self.n:,}, they "
-                "must have left the middle of the queue and joined its back, in order")
+                "must have left the middle of the queue and joined its back, in order"
+            )
         kept = [snap["hashes"][i] for i in self.middle]
         if kept != [key(h) for h in self.hashes]:
-            raise AssertionError("touch and free_blocks must not drop the hashes of the blocks "
-                                 "they revive and free")
+            raise AssertionError(
+                "touch and free_blocks must not drop the hashes of the blocks they revive and free"
+            )
 
 
-@graded(2, "I4: touch revives a block from anywhere in the free queue in O(1)",
-        f"{DOC}#touch-and-revival")
+@graded(
+    2,
+    "I4: touch revives a block from anywhere in the free queue in O(1)",
+    f"{DOC}#touch-and-revival",
+)
 def test_touch_is_constant_time():
     """Reviving 50 blocks costs the same in a small and a 100x larger pool, and is right."""
     benches: dict[int, TouchBench] = {}

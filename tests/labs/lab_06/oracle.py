@@ -31,8 +31,13 @@ def as_array(got: Any, what: str) -> np.ndarray:
     raise AssertionError(f"{what}: expected a numpy array, got {describe(got)}")
 
 
-def attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, scale: float,
-              positions: np.ndarray | None = None) -> np.ndarray:
+def attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    scale: float,
+    positions: np.ndarray | None = None,
+) -> np.ndarray:
     """Softmax attention of ``query [q, H, D]`` over ``key, value [k, KV, D]``.
 
     ``positions[i]`` is query ``i``'s position: it sees keys ``0 .. positions[i]`` (causal).
@@ -47,8 +52,9 @@ def attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, scale: floa
         visible = k_len if positions is None else int(positions[i]) + 1
         for h in range(num_heads):
             kv = h // group
-            scores = np.array([float(np.dot(query[i, h], key[t, kv])) * scale
-                               for t in range(visible)])
+            scores = np.array(
+                [float(np.dot(query[i, h], key[t, kv])) * scale for t in range(visible)]
+            )
             weights = np.exp(scores - scores.max())
             weights /= weights.sum()
             out[i, h] = weights @ value[:visible, kv]
@@ -68,9 +74,16 @@ class Paged:
     block_size: int
 
 
-def write_paged(rng: np.random.Generator, seq_lens: list[int], block_size: int,
-                num_kv_heads: int, head_dim: int, spare_blocks: int = 3,
-                table_pad: int = -1, extra_columns: int = 1) -> Paged:
+def write_paged(
+    rng: np.random.Generator,
+    seq_lens: list[int],
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    spare_blocks: int = 3,
+    table_pad: int = -1,
+    extra_columns: int = 1,
+) -> Paged:
     """Lay sequences out in a cache whose other slots hold random garbage.
 
     Block ids are a random permutation of the pool, so neighbouring logical blocks are never
@@ -88,7 +101,7 @@ def write_paged(rng: np.random.Generator, seq_lens: list[int], block_size: int,
     keys, values = [], []
     start = 0
     for i, (n, u) in enumerate(zip(seq_lens, used)):
-        tables[i, :u] = perm[start:start + u]
+        tables[i, :u] = perm[start : start + u]
         start += u
         k = rng.standard_normal((n, num_kv_heads, head_dim))
         v = rng.standard_normal((n, num_kv_heads, head_dim))
@@ -108,8 +121,10 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float, rule: str) -> No
         raise AssertionError(f"{rule}: output shape {got.shape}, expected {want.shape}")
     if not np.all(np.isfinite(got)):
         bad = np.argwhere(~np.isfinite(got))[0].tolist()
-        raise AssertionError(f"{rule}: output holds inf/nan, first at index {bad} "
-                             "(exp overflowed? a division by a zero sum?)")
+        raise AssertionError(
+            f"{rule}: output holds inf/nan, first at index {bad} "
+            "(exp overflowed? a division by a zero sum?)"
+        )
     err = np.abs(got.astype(np.float64) - want)
     worst = float(err.max()) if err.size else 0.0
     if worst > tol:
@@ -117,4 +132,5 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float, rule: str) -> No
         raise AssertionError(
             f"{rule}: max |got - expected| = {worst:.3g} > {tol:g} at index "
             f"{tuple(int(i) for i in where)} (got {float(got[where]):.6g}, expected "
-            f"{float(want[where]):.6g})")
+            f"{float(want[where]):.6g})"
+        )

@@ -18,15 +18,17 @@ def pa():
     return load_impl("paged_attention_numpy")
 
 
-@graded(1, "slot = block_table[p // block_size] * block_size + p % block_size",
-        f"{DOC}#slot-mapping")
+@graded(
+    1, "slot = block_table[p // block_size] * block_size + p % block_size", f"{DOC}#slot-mapping"
+)
 def test_slot_mapping_worked_example():
     """The slots of positions 0-11 through the table [7, 2, 5] with blocks of 4 tokens."""
     got = as_array(pa().compute_slot_mapping(np.array([7, 2, 5]), np.arange(12), 4), "slots")
     want = [28, 29, 30, 31, 8, 9, 10, 11, 20, 21, 22, 23]
     assert got.tolist() == want, (
         f"positions 0-3 live in logical block 0 = physical block 7 (slots 28-31), 4-7 in block 2 "
-        f"(slots 8-11), 8-11 in block 5 (slots 20-23): expected {want}, got {got.tolist()}")
+        f"(slots 8-11), 8-11 in block 5 (slots 20-23): expected {want}, got {got.tolist()}"
+    )
 
 
 @st.composite
@@ -40,32 +42,39 @@ def slot_cases(draw):
     return block_size, table, positions
 
 
-@graded(3, "slot = block_table[p // block_size] * block_size + p % block_size: the block "
-           "table maps the LOGICAL block p // block_size; the offset p % block_size is unchanged",
-        f"{DOC}#slot-mapping")
+@graded(
+    3,
+    "slot = block_table[p // block_size] * block_size + p % block_size: the block "
+    "table maps the LOGICAL block p // block_size; the offset p % block_size is unchanged",
+    f"{DOC}#slot-mapping",
+)
 @GRADED_SETTINGS
 @given(slot_cases())
 def test_slot_formula(case):
     """Any block size, any table (a random choice of physical blocks), positions in any order."""
     block_size, table, positions = case
-    got = as_array(pa().compute_slot_mapping(np.array(table), np.array(positions), block_size),
-                   "slots")
+    got = as_array(
+        pa().compute_slot_mapping(np.array(table), np.array(positions), block_size), "slots"
+    )
     assert got.shape == (len(positions),), f"slots shape {got.shape}, expected ({len(positions)},)"
     for p, slot in zip(positions, got.tolist()):
         want = table[p // block_size] * block_size + p % block_size
         assert slot == want, (
             f"position {p} with block_size {block_size} and table {table}: logical block "
             f"{p // block_size} is physical block {table[p // block_size]}, offset "
-            f"{p % block_size}, so slot {want}; got {slot}")
+            f"{p % block_size}, so slot {want}; got {slot}"
+        )
 
 
 @graded(1, "a negative position is padding and maps to slot -1", f"{DOC}#padding-slots")
 def test_negative_positions_are_padding():
     """Positions < 0 (padding of a fixed-size batch) get slot -1, the others their slot."""
-    got = as_array(pa().compute_slot_mapping(np.array([3, 1]), np.array([-1, 0, 5, -1, -7]), 4),
-                   "slots")
+    got = as_array(
+        pa().compute_slot_mapping(np.array([3, 1]), np.array([-1, 0, 5, -1, -7]), 4), "slots"
+    )
     assert got.tolist() == [-1, 12, 5, -1, -1], (
-        f"expected [-1, 12, 5, -1, -1] (padding -> -1), got {got.tolist()}")
+        f"expected [-1, 12, 5, -1, -1] (padding -> -1), got {got.tolist()}"
+    )
 
 
 @graded(1, "slots come back with the positions' shape, as integers", f"{DOC}#slot-mapping")
@@ -112,7 +121,8 @@ def check_caches(key_cache, value_cache, want_k, want_v, rule: str) -> None:
             raise AssertionError(
                 f"{rule}: {name}[{block}, {offset}] (slot {slot}) holds the wrong row "
                 f"({len(diff)} slots differ); expected {_row(want[block, offset])}, "
-                f"got {_row(got[block, offset])}")
+                f"got {_row(got[block, offset])}"
+            )
 
 
 def _row(row) -> str:
@@ -121,9 +131,12 @@ def _row(row) -> str:
     return f"[{values}{', ...' if row.shape[-1] > 4 else ''}]"
 
 
-@graded(3, "reshape_and_cache: token i's K row goes to key_cache[s // block_size, s % block_size] "
-           "for s = slot_mapping[i] (V likewise into value_cache); every other slot is untouched",
-        f"{DOC}#writing-the-cache")
+@graded(
+    3,
+    "reshape_and_cache: token i's K row goes to key_cache[s // block_size, s % block_size] "
+    "for s = slot_mapping[i] (V likewise into value_cache); every other slot is untouched",
+    f"{DOC}#writing-the-cache",
+)
 @GRADED_SETTINGS
 @given(write_cases())
 def test_reshape_and_cache_scatters_rows(case):
@@ -135,15 +148,21 @@ def test_reshape_and_cache_scatters_rows(case):
     key = rng.standard_normal((len(slots), kv_heads, head_dim))
     value = rng.standard_normal((len(slots), kv_heads, head_dim))
     want_k, want_v = expected_caches(key_cache, value_cache, key, value, slots)
-    result = pa().reshape_and_cache(key, value, key_cache, value_cache,
-                                    np.array(slots, dtype=np.int64))
+    result = pa().reshape_and_cache(
+        key, value, key_cache, value_cache, np.array(slots, dtype=np.int64)
+    )
     assert result is None, "reshape_and_cache writes in place and returns None"
-    check_caches(key_cache, value_cache, want_k, want_v,
-                 f"slots {list(slots)} with block_size {block_size}")
+    check_caches(
+        key_cache, value_cache, want_k, want_v, f"slots {list(slots)} with block_size {block_size}"
+    )
 
 
-@graded(2, "a slot < 0 is padding and is skipped; numpy's cache[-1] would silently overwrite "
-           "the LAST slot of the cache", f"{DOC}#padding-slots")
+@graded(
+    2,
+    "a slot < 0 is padding and is skipped; numpy's cache[-1] would silently overwrite "
+    "the LAST slot of the cache",
+    f"{DOC}#padding-slots",
+)
 def test_padding_slots_are_skipped():
     """Slot -1 (and any negative slot) leaves both caches exactly as they were."""
     rng = np.random.default_rng(6)
@@ -154,12 +173,21 @@ def test_padding_slots_are_skipped():
     slots = np.array([-1, 5, -1, 0, -4])
     want_k, want_v = expected_caches(key_cache, value_cache, key, value, slots)
     pa().reshape_and_cache(key, value, key_cache, value_cache, slots)
-    check_caches(key_cache, value_cache, want_k, want_v,
-                 "slots [-1, 5, -1, 0, -4]: only slots 5 and 0 may change")
+    check_caches(
+        key_cache,
+        value_cache,
+        want_k,
+        want_v,
+        "slots [-1, 5, -1, 0, -4]: only slots 5 and 0 may change",
+    )
 
 
-@graded(1, "write through [block, offset] indexing: a reshape of a non-contiguous cache is a "
-           "copy, and writing into the copy changes nothing", f"{DOC}#writing-the-cache")
+@graded(
+    1,
+    "write through [block, offset] indexing: a reshape of a non-contiguous cache is a "
+    "copy, and writing into the copy changes nothing",
+    f"{DOC}#writing-the-cache",
+)
 def test_writes_land_in_a_strided_cache():
     """K and V caches that are views into one interleaved buffer are still updated in place.
 
@@ -173,11 +201,16 @@ def test_writes_land_in_a_strided_cache():
     value = rng.standard_normal((3, 2, 8))
     slots = np.array([9, 2, 15])
     want_k, want_v = expected_caches(want_k, want_v, key, value, slots)
-    got, result = learner_module("learner_side").write_interleaved(buffer.copy(), key, value,
-                                                                   slots)
+    got, result = learner_module("learner_side").write_interleaved(buffer.copy(), key, value, slots)
     assert result is None, "reshape_and_cache writes in place and returns None"
     assert isinstance(got, np.ndarray) and got.shape == buffer.shape, (
         f"the interleaved buffer came back as {type(got).__name__} "
-        f"{getattr(got, 'shape', '')}, expected an array of shape {buffer.shape}")
-    check_caches(got[:, 0], got[:, 1], want_k, want_v,
-                 "caches that are strided views (buffer[:, 0] and buffer[:, 1])")
+        f"{getattr(got, 'shape', '')}, expected an array of shape {buffer.shape}"
+    )
+    check_caches(
+        got[:, 0],
+        got[:, 1],
+        want_k,
+        want_v,
+        "caches that are strided views (buffer[:, 0] and buffer[:, 1])",
+    )

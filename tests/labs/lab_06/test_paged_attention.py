@@ -26,52 +26,76 @@ def pa():
 
 
 def decode_oracle(query, paged, scale):
-    return np.stack([attention(query[i:i + 1], paged.keys[i], paged.values[i], scale)[0]
-                     for i in range(len(paged.keys))])
+    return np.stack(
+        [
+            attention(query[i : i + 1], paged.keys[i], paged.values[i], scale)[0]
+            for i in range(len(paged.keys))
+        ]
+    )
 
 
 def run_decode(paged, query, scale):
-    return pa().paged_attention_decode(query, paged.key_cache, paged.value_cache, paged.tables,
-                                       paged.seq_lens, scale)
+    return pa().paged_attention_decode(
+        query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, scale
+    )
 
 
 # ------------------------------------------------------------------------------------ decode
 
 
-@graded(2, "decode reads the sequence's blocks in table order and equals dense attention",
-        f"{DOC}#reading-the-cache")
+@graded(
+    2,
+    "decode reads the sequence's blocks in table order and equals dense attention",
+    f"{DOC}#reading-the-cache",
+)
 def test_decode_single_sequence_equals_dense():
     """One sequence of three full blocks, scattered over the cache."""
     rng = np.random.default_rng(1)
     paged = write_paged(rng, [12], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((1, 4, 8))
     got = run_decode(paged, query, 0.35)
-    assert_close(got, decode_oracle(query, paged, 0.35), TOL,
-                 "decode of one 12-token sequence (blocks of 4)")
+    assert_close(
+        got, decode_oracle(query, paged, 0.35), TOL, "decode of one 12-token sequence (blocks of 4)"
+    )
 
 
-@graded(2, "only the first seq_len tokens are attended: the rest of the last block is stale "
-           "data of another request", f"{DOC}#masking-past-the-sequence-length")
+@graded(
+    2,
+    "only the first seq_len tokens are attended: the rest of the last block is stale "
+    "data of another request",
+    f"{DOC}#masking-past-the-sequence-length",
+)
 def test_decode_partial_last_block():
     """seq_len 10 with blocks of 4: the last block holds 2 real tokens and 2 garbage slots."""
     rng = np.random.default_rng(2)
     paged = write_paged(rng, [10], block_size=4, num_kv_heads=1, head_dim=8)
     query = rng.standard_normal((1, 2, 8))
     got = run_decode(paged, query, 0.35)
-    assert_close(got, decode_oracle(query, paged, 0.35), TOL,
-                 "decode of a 10-token sequence in blocks of 4 (2 slots past seq_len)")
+    assert_close(
+        got,
+        decode_oracle(query, paged, 0.35),
+        TOL,
+        "decode of a 10-token sequence in blocks of 4 (2 slots past seq_len)",
+    )
 
 
-@graded(1, "seq_len counts the new token: decode attends to all seq_lens[i] tokens, itself "
-           "included", f"{DOC}#decode-and-prefill")
+@graded(
+    1,
+    "seq_len counts the new token: decode attends to all seq_lens[i] tokens, itself included",
+    f"{DOC}#decode-and-prefill",
+)
 def test_decode_sees_the_newest_token():
     """The newest token's key dominates its own query: leaving it out changes the answer."""
     rng = np.random.default_rng(3)
     paged = write_paged(rng, [7], block_size=4, num_kv_heads=1, head_dim=8)
     query = (paged.keys[0][6:7] * 2.0).reshape(1, 1, 8)  # aligned with the last key
     got = run_decode(paged, query, 1.0)
-    assert_close(got, decode_oracle(query, paged, 1.0), TOL,
-                 "decode of a 7-token sequence whose query matches token 6")
+    assert_close(
+        got,
+        decode_oracle(query, paged, 1.0),
+        TOL,
+        "decode of a 7-token sequence whose query matches token 6",
+    )
 
 
 @st.composite
@@ -84,25 +108,36 @@ def decode_cases(draw):
     return block_size, num_kv_heads, group, lens, pad, draw(st.integers(0, 2**16))
 
 
-@graded(3, "each sequence reads its OWN block table and its own seq_lens[i] tokens",
-        f"{DOC}#reading-the-cache")
+@graded(
+    3,
+    "each sequence reads its OWN block table and its own seq_lens[i] tokens",
+    f"{DOC}#reading-the-cache",
+)
 @GRADED_SETTINGS
 @given(decode_cases())
 def test_decode_batches_with_random_tables(case):
     """Batches of 1-4 sequences of 1-40 tokens, any block size, tables padded with -1 or 0."""
     block_size, num_kv_heads, group, lens, pad, seed = case
     rng = np.random.default_rng(seed)
-    paged = write_paged(rng, lens, block_size, num_kv_heads, head_dim=4, table_pad=pad,
-                        extra_columns=2)
+    paged = write_paged(
+        rng, lens, block_size, num_kv_heads, head_dim=4, table_pad=pad, extra_columns=2
+    )
     query = rng.standard_normal((len(lens), num_kv_heads * group, 4))
     got = run_decode(paged, query, 0.5)
-    assert_close(got, decode_oracle(query, paged, 0.5), TOL,
-                 f"decode of lengths {lens}, block_size {block_size}, {num_kv_heads * group} query "
-                 f"heads / {num_kv_heads} KV heads, tables {paged.tables.tolist()}")
+    assert_close(
+        got,
+        decode_oracle(query, paged, 0.5),
+        TOL,
+        f"decode of lengths {lens}, block_size {block_size}, {num_kv_heads * group} query "
+        f"heads / {num_kv_heads} KV heads, tables {paged.tables.tolist()}",
+    )
 
 
-@graded(2, "GQA: query head h reads KV head h // (num_heads // num_kv_heads), not "
-           "h % num_kv_heads", f"{DOC}#grouped-query-attention")
+@graded(
+    2,
+    "GQA: query head h reads KV head h // (num_heads // num_kv_heads), not h % num_kv_heads",
+    f"{DOC}#grouped-query-attention",
+)
 def test_decode_gqa_head_mapping():
     """8 query heads over 2 KV heads (heads 0-3 share KV head 0), and 6 over 3."""
     for num_heads, num_kv_heads in ((8, 2), (6, 3)):
@@ -116,13 +151,20 @@ def test_decode_gqa_head_mapping():
                 paged.value_cache[block, offset] = paged.values[i][p]
         query = rng.standard_normal((2, num_heads, 8))
         got = run_decode(paged, query, 0.35)
-        assert_close(got, decode_oracle(query, paged, 0.35), TOL,
-                     f"{num_heads} query heads over {num_kv_heads} KV heads (KV head j's values "
-                     f"are near 10 * j, so the output shows which KV head a query head read)")
+        assert_close(
+            got,
+            decode_oracle(query, paged, 0.35),
+            TOL,
+            f"{num_heads} query heads over {num_kv_heads} KV heads (KV head j's values "
+            f"are near 10 * j, so the output shows which KV head a query head read)",
+        )
 
 
-@graded(1, "table entries past a sequence's used blocks are padding and must not be read",
-        f"{DOC}#reading-the-cache")
+@graded(
+    1,
+    "table entries past a sequence's used blocks are padding and must not be read",
+    f"{DOC}#reading-the-cache",
+)
 def test_decode_ignores_table_padding():
     """A table padded with -1 and with ids far outside the cache still decodes."""
     rng = np.random.default_rng(4)
@@ -131,12 +173,20 @@ def test_decode_ignores_table_padding():
     paged.tables[1, 1:] = 10**6
     query = rng.standard_normal((2, 2, 4))
     got = run_decode(paged, query, 0.5)
-    assert_close(got, decode_oracle(query, paged, 0.5), TOL,
-                 f"decode through tables {paged.tables.tolist()} (entries past use are padding)")
+    assert_close(
+        got,
+        decode_oracle(query, paged, 0.5),
+        TOL,
+        f"decode through tables {paged.tables.tolist()} (entries past use are padding)",
+    )
 
 
-@graded(2, "softmax must subtract each row's maximum before exp: scores of several hundred "
-           "overflow exp to inf (inf / inf = nan)", f"{DOC}#numerics")
+@graded(
+    2,
+    "softmax must subtract each row's maximum before exp: scores of several hundred "
+    "overflow exp to inf (inf / inf = nan)",
+    f"{DOC}#numerics",
+)
 def test_decode_large_logits_do_not_overflow():
     """Queries scaled by 2000 give scores in the thousands; the output stays finite and exact."""
     rng = np.random.default_rng(5)
@@ -148,8 +198,11 @@ def test_decode_large_logits_do_not_overflow():
     assert_close(got, want, 1e-9, "decode with scores in the thousands")
 
 
-@graded(1, "the scale multiplies q . k exactly once, before the softmax",
-        f"{DOC}#the-attention-to-reproduce")
+@graded(
+    1,
+    "the scale multiplies q . k exactly once, before the softmax",
+    f"{DOC}#the-attention-to-reproduce",
+)
 def test_decode_applies_the_scale_once():
     """The same inputs at two scales: each must match its own softmax temperature."""
     rng = np.random.default_rng(6)
@@ -167,8 +220,10 @@ def test_decode_float32_inputs():
     paged = write_paged(rng, [13, 2], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((2, 4, 8)).astype(np.float32)
     kc, vc = paged.key_cache.astype(np.float32), paged.value_cache.astype(np.float32)
-    got = as_array(pa().paged_attention_decode(query, kc, vc, paged.tables, paged.seq_lens, 0.35),
-                   "decode in float32")
+    got = as_array(
+        pa().paged_attention_decode(query, kc, vc, paged.tables, paged.seq_lens, 0.35),
+        "decode in float32",
+    )
     assert got.dtype == np.float32, f"output dtype {got.dtype}, expected float32 (the query's)"
     paged.keys = [k.astype(np.float32).astype(np.float64) for k in paged.keys]
     paged.values = [v.astype(np.float32).astype(np.float64) for v in paged.values]
@@ -180,8 +235,9 @@ def test_decode_float32_inputs():
 
 
 def run_prefill(paged, query, context_len, scale, seq=0):
-    return pa().paged_attention_prefill(query, paged.key_cache, paged.value_cache,
-                                        paged.tables[seq], context_len, scale)
+    return pa().paged_attention_prefill(
+        query, paged.key_cache, paged.value_cache, paged.tables[seq], context_len, scale
+    )
 
 
 def prefill_oracle(query, paged, context_len, scale, seq=0):
@@ -190,29 +246,41 @@ def prefill_oracle(query, paged, context_len, scale, seq=0):
     return attention(query, paged.keys[seq][:end], paged.values[seq][:end], scale, positions)
 
 
-@graded(2, "prefill is causal: query i (at position context_len + i) sees keys 0 .. "
-           "context_len + i, never later ones", f"{DOC}#decode-and-prefill")
+@graded(
+    2,
+    "prefill is causal: query i (at position context_len + i) sees keys 0 .. "
+    "context_len + i, never later ones",
+    f"{DOC}#decode-and-prefill",
+)
 def test_prefill_without_prefix_is_causal():
     """A 9-token prompt with nothing cached before it: lower-triangular attention."""
     rng = np.random.default_rng(8)
     paged = write_paged(rng, [9], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((9, 4, 8))
     got = run_prefill(paged, query, 0, 0.35)
-    assert_close(got, prefill_oracle(query, paged, 0, 0.35), TOL,
-                 "prefill of 9 tokens at positions 0-8")
+    assert_close(
+        got, prefill_oracle(query, paged, 0, 0.35), TOL, "prefill of 9 tokens at positions 0-8"
+    )
 
 
-@graded(3, "a chunk after a cached prefix attends to ALL context_len prefix tokens plus the "
-           "causal part of the chunk (the mask is aligned bottom-right)",
-        f"{DOC}#prefill-after-a-cached-prefix")
+@graded(
+    3,
+    "a chunk after a cached prefix attends to ALL context_len prefix tokens plus the "
+    "causal part of the chunk (the mask is aligned bottom-right)",
+    f"{DOC}#prefill-after-a-cached-prefix",
+)
 def test_prefill_after_a_cached_prefix():
     """13 cached tokens, then a chunk of 7 (positions 13-19), GQA 4 query heads over 2."""
     rng = np.random.default_rng(9)
     paged = write_paged(rng, [20], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((7, 4, 8))
     got = run_prefill(paged, query, 13, 0.35)
-    assert_close(got, prefill_oracle(query, paged, 13, 0.35), TOL,
-                 "prefill of positions 13-19 after a 13-token cached prefix")
+    assert_close(
+        got,
+        prefill_oracle(query, paged, 13, 0.35),
+        TOL,
+        "prefill of positions 13-19 after a 13-token cached prefix",
+    )
 
 
 @st.composite
@@ -223,8 +291,12 @@ def chunk_cases(draw):
     return draw(st.sampled_from([1, 2, 4, 8])), length, cuts, draw(st.integers(0, 2**16))
 
 
-@graded(2, "chunked prefill: attending chunk by chunk (each after the chunks before it) equals "
-           "attending to the whole prompt at once", f"{DOC}#prefill-after-a-cached-prefix")
+@graded(
+    2,
+    "chunked prefill: attending chunk by chunk (each after the chunks before it) equals "
+    "attending to the whole prompt at once",
+    f"{DOC}#prefill-after-a-cached-prefix",
+)
 @GRADED_SETTINGS
 @given(chunk_cases())
 def test_chunked_prefill_equals_one_pass(case):
@@ -236,13 +308,20 @@ def test_chunked_prefill_equals_one_pass(case):
     bounds = [0, *cuts, length]
     outs = [run_prefill(paged, query[a:b], a, 0.5) for a, b in itertools.pairwise(bounds)]
     want = prefill_oracle(query, paged, 0, 0.5)
-    assert_close(np.concatenate(outs), want, TOL,
-                 f"a {length}-token prompt in chunks {list(itertools.pairwise(bounds))}, "
-                 f"block_size {block_size}")
+    assert_close(
+        np.concatenate(outs),
+        want,
+        TOL,
+        f"a {length}-token prompt in chunks {list(itertools.pairwise(bounds))}, "
+        f"block_size {block_size}",
+    )
 
 
-@graded(1, "the last query of a prefill chunk is a decode query: both must agree",
-        f"{DOC}#decode-and-prefill")
+@graded(
+    1,
+    "the last query of a prefill chunk is a decode query: both must agree",
+    f"{DOC}#decode-and-prefill",
+)
 def test_prefill_last_row_equals_decode():
     """Prefill's last output row and decode of the same sequence are the same numbers."""
     rng = np.random.default_rng(10)
@@ -250,22 +329,35 @@ def test_prefill_last_row_equals_decode():
     query = rng.standard_normal((3, 2, 8))
     prefill = as_array(run_prefill(paged, query, 8, 0.35), "prefill")
     decode = as_array(run_decode(paged, query[2:3], 0.35), "decode")
-    assert_close(prefill[2:3], decode.astype(np.float64), TOL,
-                 "prefill's last row vs decode of the same 11-token sequence")
-    assert_close(prefill, prefill_oracle(query, paged, 8, 0.35), TOL,
-                 "prefill of positions 8-10 after an 8-token prefix")
+    assert_close(
+        prefill[2:3],
+        decode.astype(np.float64),
+        TOL,
+        "prefill's last row vs decode of the same 11-token sequence",
+    )
+    assert_close(
+        prefill,
+        prefill_oracle(query, paged, 8, 0.35),
+        TOL,
+        "prefill of positions 8-10 after an 8-token prefix",
+    )
 
 
-@graded(1, "prefill keeps the query's dtype: float32 in, float32 out (an output buffer made "
-           "with np.zeros(shape) is float64)", f"{DOC}#numerics")
+@graded(
+    1,
+    "prefill keeps the query's dtype: float32 in, float32 out (an output buffer made "
+    "with np.zeros(shape) is float64)",
+    f"{DOC}#numerics",
+)
 def test_prefill_float32_inputs():
     """A float32 chunk after a float32 prefix: single precision out, within float32 rounding."""
     rng = np.random.default_rng(12)
     paged = write_paged(rng, [10], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((4, 4, 8)).astype(np.float32)
     kc, vc = paged.key_cache.astype(np.float32), paged.value_cache.astype(np.float32)
-    got = as_array(pa().paged_attention_prefill(query, kc, vc, paged.tables[0], 6, 0.35),
-                   "prefill in float32")
+    got = as_array(
+        pa().paged_attention_prefill(query, kc, vc, paged.tables[0], 6, 0.35), "prefill in float32"
+    )
     assert got.dtype == np.float32, f"output dtype {got.dtype}, expected float32 (the query's)"
     paged.keys = [k.astype(np.float32).astype(np.float64) for k in paged.keys]
     paged.values = [v.astype(np.float32).astype(np.float64) for v in paged.values]
@@ -276,9 +368,12 @@ def test_prefill_float32_inputs():
 # -------------------------------------------------------------------------------- round trip
 
 
-@graded(2, "the whole path: slots from the table, reshape_and_cache, then attention through "
-           "the same table equals dense attention over the keys written",
-        f"{DOC}#where-attention-meets-the-block-table")
+@graded(
+    2,
+    "the whole path: slots from the table, reshape_and_cache, then attention through "
+    "the same table equals dense attention over the keys written",
+    f"{DOC}#where-attention-meets-the-block-table",
+)
 def test_write_then_attend_round_trip():
     """A prompt written in two chunks with your slot mapping and cache write, then decoded."""
     mod = pa()
@@ -295,12 +390,20 @@ def test_write_then_attend_round_trip():
         positions = np.arange(start, end)
         slots = mod.compute_slot_mapping(table, positions, block_size)
         mod.reshape_and_cache(keys[start:end], values[start:end], key_cache, value_cache, slots)
-        outs.append(mod.paged_attention_prefill(queries[start:end], key_cache, value_cache,
-                                                table, start, 0.35))
+        outs.append(
+            mod.paged_attention_prefill(
+                queries[start:end], key_cache, value_cache, table, start, 0.35
+            )
+        )
     want = attention(queries, keys, values, 0.35, np.arange(n))
     assert_close(np.concatenate(outs), want, TOL, "prefill in two chunks through your cache write")
     query = rng.standard_normal((1, heads, dim))
-    got = mod.paged_attention_decode(query, key_cache, value_cache, table[None], np.array([n]),
-                                     0.35)
-    assert_close(got, attention(query, keys, values, 0.35), TOL,
-                 "decode after writing 15 tokens through your slot mapping")
+    got = mod.paged_attention_decode(
+        query, key_cache, value_cache, table[None], np.array([n]), 0.35
+    )
+    assert_close(
+        got,
+        attention(query, keys, values, 0.35),
+        TOL,
+        "decode after writing 15 tokens through your slot mapping",
+    )

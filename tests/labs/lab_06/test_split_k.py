@@ -27,8 +27,9 @@ def pa():
     return load_impl("paged_attention_numpy")
 
 
-def oracle_split(query: np.ndarray, key: np.ndarray, value: np.ndarray,
-                 scale: float) -> tuple[np.ndarray, np.ndarray]:
+def oracle_split(
+    query: np.ndarray, key: np.ndarray, value: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
     """``(partial [H, D], lse [H])`` of one query ``[H, D]`` over ``key, value [n, KV, D]``,
     head by head in float64 (no keys: zeros and -inf)."""
     num_heads, head_dim = query.shape
@@ -49,14 +50,18 @@ def oracle_split(query: np.ndarray, key: np.ndarray, value: np.ndarray,
 def split_result(got, what: str) -> tuple[np.ndarray, np.ndarray]:
     """The learner's ``(partial, lse)``, checked to be a pair of arrays."""
     if type(got) not in (tuple, list) or len(got) != 2:
-        raise AssertionError(f"{what}: attend_split must return (partial, lse), got "
-                             f"{describe(got)}")
+        raise AssertionError(
+            f"{what}: attend_split must return (partial, lse), got {describe(got)}"
+        )
     return as_array(got[0], f"{what}: partial"), as_array(got[1], f"{what}: lse")
 
 
-@graded(2, "attend_split: the piece's output is normalised by the piece's OWN softmax sum, and "
-           "lse = m + log(sum exp(s - m)) of the scaled scores s = scale * q . k",
-        f"{DOC}#part-3-split-k-decode")
+@graded(
+    2,
+    "attend_split: the piece's output is normalised by the piece's OWN softmax sum, and "
+    "lse = m + log(sum exp(s - m)) of the scaled scores s = scale * q . k",
+    f"{DOC}#part-3-split-k-decode",
+)
 def test_attend_split_output_and_lse():
     """One piece of 11 keys, GQA (4 query heads on 2 KV heads): output and lse per head."""
     rng = np.random.default_rng(6)
@@ -64,26 +69,41 @@ def test_attend_split_output_and_lse():
     key, value = rng.standard_normal((11, 2, 8)), rng.standard_normal((11, 2, 8))
     partial, lse = split_result(pa().attend_split(query, key, value, 0.35), "11 keys")
     want_partial, want_lse = oracle_split(query, key, value, 0.35)
-    assert_close(lse, want_lse, TOL, "lse of 11 keys, 4 query heads on 2 KV heads (per head: "
-                 "log of the sum of exp(scale * q . k); natural log)")
-    assert_close(partial, want_partial, TOL, "attend_split's output over 11 keys (softmax over "
-                 "this piece alone)")
+    assert_close(
+        lse,
+        want_lse,
+        TOL,
+        "lse of 11 keys, 4 query heads on 2 KV heads (per head: "
+        "log of the sum of exp(scale * q . k); natural log)",
+    )
+    assert_close(
+        partial,
+        want_partial,
+        TOL,
+        "attend_split's output over 11 keys (softmax over this piece alone)",
+    )
 
 
-@graded(1, "attend_split of a piece with no keys (the last splits of a short sequence) gives "
-           "zeros and lse = -inf, never nan", f"{DOC}#part-3-split-k-decode")
+@graded(
+    1,
+    "attend_split of a piece with no keys (the last splits of a short sequence) gives "
+    "zeros and lse = -inf, never nan",
+    f"{DOC}#part-3-split-k-decode",
+)
 def test_attend_split_of_no_keys():
     """An empty piece: nothing to attend to, no weight in the merge."""
     query = np.ones((2, 4))
     empty = np.zeros((0, 1, 4))
     partial, lse = split_result(pa().attend_split(query, empty, empty, 0.5), "no keys")
     assert partial.shape == (2, 4) and lse.shape == (2,), (
-        f"no keys: partial must be [2, 4] and lse [2], got {partial.shape} and {lse.shape}")
+        f"no keys: partial must be [2, 4] and lse [2], got {partial.shape} and {lse.shape}"
+    )
     assert not np.isnan(partial).any() and not np.isnan(lse).any(), (
-        f"no keys: got nan (0 / 0?): partial {partial.tolist()}, lse {lse.tolist()}")
+        f"no keys: got nan (0 / 0?): partial {partial.tolist()}, lse {lse.tolist()}"
+    )
     assert np.all(lse == -np.inf) and np.all(partial == 0), (
-        f"no keys: expected zeros and lse -inf, got partial {partial.tolist()}, lse "
-        f"{lse.tolist()}")
+        f"no keys: expected zeros and lse -inf, got partial {partial.tolist()}, lse {lse.tolist()}"
+    )
 
 
 @st.composite
@@ -94,8 +114,12 @@ def merge_cases(draw):
     return n, cuts, draw(st.sampled_from([1, 2])), draw(st.integers(0, 2**16))
 
 
-@graded(3, "merge_splits: the output over all keys is sum_i w_i * partial_i with w_i = "
-           "exp(lse_i - max lse) / sum_j exp(lse_j - max lse)", f"{DOC}#part-3-split-k-decode")
+@graded(
+    3,
+    "merge_splits: the output over all keys is sum_i w_i * partial_i with w_i = "
+    "exp(lse_i - max lse) / sum_j exp(lse_j - max lse)",
+    f"{DOC}#part-3-split-k-decode",
+)
 @GRADED_SETTINGS
 @given(merge_cases())
 def test_merge_splits_equals_one_softmax(case):
@@ -105,39 +129,58 @@ def test_merge_splits_equals_one_softmax(case):
     query = rng.standard_normal((2 * group, 4))
     key, value = rng.standard_normal((n, 2, 4)), rng.standard_normal((n, 2, 4))
     bounds = [0, *cuts, n]
-    pieces = [oracle_split(query, key[a:b], value[a:b], 0.5)
-              for a, b in itertools.pairwise(bounds)]
+    pieces = [oracle_split(query, key[a:b], value[a:b], 0.5) for a, b in itertools.pairwise(bounds)]
     partial = np.stack([p for p, _ in pieces])
     lse = np.stack([m for _, m in pieces])
     got = pa().merge_splits(partial, lse)
-    assert_close(got, attention(query[None], key, value, 0.5)[0], TOL,
-                 f"merging {len(pieces)} pieces of {n} keys cut at {cuts} (lse per piece "
-                 f"{np.round(lse[:, 0], 3).tolist()} for head 0)")
+    assert_close(
+        got,
+        attention(query[None], key, value, 0.5)[0],
+        TOL,
+        f"merging {len(pieces)} pieces of {n} keys cut at {cuts} (lse per piece "
+        f"{np.round(lse[:, 0], 3).tolist()} for head 0)",
+    )
 
 
-@graded(1, "merge_splits subtracts the largest lse before exp: lse values in the thousands "
-           "must not overflow", f"{DOC}#part-3-split-k-decode")
+@graded(
+    1,
+    "merge_splits subtracts the largest lse before exp: lse values in the thousands "
+    "must not overflow",
+    f"{DOC}#part-3-split-k-decode",
+)
 def test_merge_splits_large_lse_do_not_overflow():
     """exp(1000) is inf in float64; exp(lse - max lse) is at most 1."""
     partial = np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[5.0, 5.0]]])
     lse = np.array([[1000.0], [1000.0 + np.log(3.0)], [-np.inf]])
     got = pa().merge_splits(partial, lse)
-    assert_close(got, np.array([[0.25, 0.75]]), TOL,
-                 "splits with lse 1000 and 1000 + log 3 weigh 1/4 and 3/4 (an empty third "
-                 "split, lse -inf, weighs 0)")
+    assert_close(
+        got,
+        np.array([[0.25, 0.75]]),
+        TOL,
+        "splits with lse 1000 and 1000 + log 3 weigh 1/4 and 3/4 (an empty third "
+        "split, lse -inf, weighs 0)",
+    )
 
 
-@graded(1, "a split with no keys (lse = -inf) has weight 0 in the merge, whatever its partial "
-           "output holds", f"{DOC}#part-3-split-k-decode")
+@graded(
+    1,
+    "a split with no keys (lse = -inf) has weight 0 in the merge, whatever its partial "
+    "output holds",
+    f"{DOC}#part-3-split-k-decode",
+)
 def test_merge_splits_ignores_empty_splits():
     """An empty split's partial may hold anything (a kernel may leave it unwritten)."""
     partial = np.array([[[2.0, -1.0]], [[np.nan, np.inf]]])
     lse = np.array([[0.5], [-np.inf]])
     got = pa().merge_splits(partial, lse)
-    assert_close(got, np.array([[2.0, -1.0]]), TOL,
-                 "one real split and one empty split (lse -inf, partial [nan, inf]: 0 * nan is "
-                 "nan, so mask it rather than multiply by its weight 0): the result is the real "
-                 "split's output")
+    assert_close(
+        got,
+        np.array([[2.0, -1.0]]),
+        TOL,
+        "one real split and one empty split (lse -inf, partial [nan, inf]: 0 * nan is "
+        "nan, so mask it rather than multiply by its weight 0): the result is the real "
+        "split's output",
+    )
 
 
 @st.composite
@@ -149,9 +192,13 @@ def split_k_cases(draw):
     return block_size, lens, num_splits, group, draw(st.integers(0, 2**16))
 
 
-@graded(3, "split-K decode cuts each sequence into num_splits ranges of cdiv(seq_len, "
-           "num_splits) tokens (the last may be short or empty), attends to each, merges: the "
-           "result equals dense attention", f"{DOC}#part-3-split-k-decode")
+@graded(
+    3,
+    "split-K decode cuts each sequence into num_splits ranges of cdiv(seq_len, "
+    "num_splits) tokens (the last may be short or empty), attends to each, merges: the "
+    "result equals dense attention",
+    f"{DOC}#part-3-split-k-decode",
+)
 @GRADED_SETTINGS
 @given(split_k_cases())
 def test_split_k_decode_equals_dense(case):
@@ -160,26 +207,51 @@ def test_split_k_decode_equals_dense(case):
     rng = np.random.default_rng(seed)
     paged = write_paged(rng, lens, block_size, num_kv_heads=2, head_dim=4, extra_columns=2)
     query = rng.standard_normal((len(lens), 2 * group, 4))
-    got = pa().paged_attention_decode_split_k(query, paged.key_cache, paged.value_cache,
-                                              paged.tables, paged.seq_lens, 0.5, num_splits)
-    want = np.stack([attention(query[i:i + 1], paged.keys[i], paged.values[i], 0.5)[0]
-                     for i in range(len(lens))])
-    assert_close(got, want, TOL, f"split-K decode of lengths {lens} in {num_splits} splits, "
-                 f"block_size {block_size}")
+    got = pa().paged_attention_decode_split_k(
+        query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.5, num_splits
+    )
+    want = np.stack(
+        [
+            attention(query[i : i + 1], paged.keys[i], paged.values[i], 0.5)[0]
+            for i in range(len(lens))
+        ]
+    )
+    assert_close(
+        got,
+        want,
+        TOL,
+        f"split-K decode of lengths {lens} in {num_splits} splits, block_size {block_size}",
+    )
 
 
-@graded(1, "split-K decode keeps the query's dtype (float32 in, float32 out) and equals dense "
-           "attention to float32 rounding",
-        f"{DOC}#part-3-split-k-decode")
+@graded(
+    1,
+    "split-K decode keeps the query's dtype (float32 in, float32 out) and equals dense "
+    "attention to float32 rounding",
+    f"{DOC}#part-3-split-k-decode",
+)
 def test_split_k_decode_float32():
     """The merge may compute in float64 or float32; the result has the query's dtype."""
     rng = np.random.default_rng(3)
     paged = write_paged(rng, [9, 3], 4, num_kv_heads=1, head_dim=4)
     query = rng.standard_normal((2, 2, 4)).astype(np.float32)
-    got = as_array(pa().paged_attention_decode_split_k(
-        query, paged.key_cache.astype(np.float32), paged.value_cache.astype(np.float32),
-        paged.tables, paged.seq_lens, 0.5, 2), "float32 split-K decode")
+    got = as_array(
+        pa().paged_attention_decode_split_k(
+            query,
+            paged.key_cache.astype(np.float32),
+            paged.value_cache.astype(np.float32),
+            paged.tables,
+            paged.seq_lens,
+            0.5,
+            2,
+        ),
+        "float32 split-K decode",
+    )
     assert got.dtype == np.float32, f"float32 inputs must give float32 output, got {got.dtype}"
-    want = np.stack([attention(query[i:i + 1].astype(np.float64), paged.keys[i],
-                               paged.values[i], 0.5)[0] for i in range(2)])
+    want = np.stack(
+        [
+            attention(query[i : i + 1].astype(np.float64), paged.keys[i], paged.values[i], 0.5)[0]
+            for i in range(2)
+        ]
+    )
     assert_close(got, want, 1e-5, "float32 split-K decode of lengths [9, 3] in 2 splits")

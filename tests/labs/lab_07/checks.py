@@ -80,31 +80,46 @@ def as_pool_snapshot(state: Mapping[str, Any]) -> dict[str, Any]:
         entries = [cache_entry(entry) for entry in entries]
     is_null = state["is_null"]
     return {
-        "ids": ids, "keys": list(range(n)), "ref_cnts": state["ref_cnt"],
-        "is_null": is_null, "linked": state["linked"], "hashes": state["hash"],
-        "num_gpu_blocks": state["num_gpu_blocks"], "null_key": null,
+        "ids": ids,
+        "keys": list(range(n)),
+        "ref_cnts": state["ref_cnt"],
+        "is_null": is_null,
+        "linked": state["linked"],
+        "hashes": state["hash"],
+        "num_gpu_blocks": state["num_gpu_blocks"],
+        "null_key": null,
         "null_is_null": is_null[null] if null >= 0 and type(is_null) is list else None,
-        "queue": {"forward": forward, "forward_keys": forward_keys,
-                  "forward_end": state["forward_end"], "backward": backward,
-                  "backward_keys": backward_keys, "backward_end": state["backward_end"],
-                  "head_prev": state["head_prev"], "tail_next": state["tail_next"],
-                  "num_free_blocks": state["num_free_blocks"]},
+        "queue": {
+            "forward": forward,
+            "forward_keys": forward_keys,
+            "forward_end": state["forward_end"],
+            "backward": backward,
+            "backward_keys": backward_keys,
+            "backward_end": state["backward_end"],
+            "head_prev": state["head_prev"],
+            "tail_next": state["tail_next"],
+            "num_free_blocks": state["num_free_blocks"],
+        },
         "cache_map": entries,
     }
 
 
-def check_pool_state(state: Mapping[str, Any],
-                     expected_ref_cnts: Mapping[int, int] | None = None) -> None:
+def check_pool_state(
+    state: Mapping[str, Any], expected_ref_cnts: Mapping[int, int] | None = None
+) -> None:
     """I1-I3 on a snapshot of a block pool, as ``mini_vllm.teaching.invariants`` states them,
     and the pool's own counter ``get_num_free_blocks()``."""
     free = check_pool_snapshot(as_pool_snapshot(state), expected_ref_cnts=expected_ref_cnts)
     if not same_data(state["get_num_free_blocks"], len(free)):
-        _fail(f"I2 violated: the free queue links {len(free)} blocks but get_num_free_blocks() "
-              f"is {describe(state['get_num_free_blocks'])}")
+        _fail(
+            f"I2 violated: the free queue links {len(free)} blocks but get_num_free_blocks() "
+            f"is {describe(state['get_num_free_blocks'])}"
+        )
 
 
-def check_state(state: Mapping[str, Any],
-                expected_ref_cnts: Mapping[int, int] | None = None) -> None:
+def check_state(
+    state: Mapping[str, Any], expected_ref_cnts: Mapping[int, int] | None = None
+) -> None:
     """The pool's invariants, and the manager's: every held block is counted once per table."""
     check_pool_state(state, expected_ref_cnts)
     n = state["num_gpu_blocks"]
@@ -121,13 +136,17 @@ def check_state(state: Mapping[str, Any],
         ref = state["ref_cnt"][i]
         if ref != holders[i]:
             who = sorted(rid for rid, blocks in state["tables"].items() if i in blocks)
-            _fail(f"I1 violated: block {i} has ref_cnt {ref} but {holders[i]} block table(s) "
-                  f"hold it ({who}): every request holding a block adds exactly one reference "
-                  "(touch once per claim, release once per free)")
+            _fail(
+                f"I1 violated: block {i} has ref_cnt {ref} but {holders[i]} block table(s) "
+                f"hold it ({who}): every request holding a block adds exactly one reference "
+                "(touch once per claim, release once per free)"
+            )
     held = len(holders)
     if held + num_free(state) != n - 1:
-        _fail(f"{held} blocks held + {num_free(state)} free != {n - 1} usable blocks: a block "
-              "leaked or is counted twice")
+        _fail(
+            f"{held} blocks held + {num_free(state)} free != {n - 1} usable blocks: a block "
+            "leaked or is counted twice"
+        )
 
 
 def _first_difference(a: list[Any], b: list[Any]) -> int:
@@ -141,32 +160,46 @@ def compare_states(got: Mapping[str, Any], want: Mapping[str, Any], after: str) 
     """The learner's state must be the reference's after the same operations (``after``)."""
     tables, ref_tables = got["tables"], want["tables"]
     if sorted(tables) != sorted(ref_tables):
-        _fail(f"after {after}: req_to_blocks has tables for {sorted(tables)}, the reference "
-              f"manager has them for {sorted(ref_tables)} (only requests holding blocks have "
-              "one; free forgets the request)")
+        _fail(
+            f"after {after}: req_to_blocks has tables for {sorted(tables)}, the reference "
+            f"manager has them for {sorted(ref_tables)} (only requests holding blocks have "
+            "one; free forgets the request)"
+        )
     for rid in sorted(ref_tables):
         if tables[rid] != ref_tables[rid]:
-            _fail(f"after {after}: {rid}'s block table is {tables[rid]}, the reference's is "
-                  f"{ref_tables[rid]}")
+            _fail(
+                f"after {after}: {rid}'s block table is {tables[rid]}, the reference's is "
+                f"{ref_tables[rid]}"
+            )
     if got["forward"] != want["forward"]:
-        _fail(f"after {after}: the free queue (front = evicted first) is {got['forward']}, the "
-              f"reference's is {want['forward']}")
+        _fail(
+            f"after {after}: the free queue (front = evicted first) is {got['forward']}, the "
+            f"reference's is {want['forward']}"
+        )
     if got["ref_cnt"] != want["ref_cnt"]:
         i = _first_difference(got["ref_cnt"], want["ref_cnt"])
-        _fail(f"after {after}: block {i} has ref_cnt {got['ref_cnt'][i]}, the reference's "
-              f"{want['ref_cnt'][i]} (ref counts {got['ref_cnt']} vs {want['ref_cnt']})")
+        _fail(
+            f"after {after}: block {i} has ref_cnt {got['ref_cnt'][i]}, the reference's "
+            f"{want['ref_cnt'][i]} (ref counts {got['ref_cnt']} vs {want['ref_cnt']})"
+        )
     if got["hash"] != want["hash"]:
         i = _first_difference(got["hash"], want["hash"])
         mine = "not cached" if got["hash"][i] is None else f"cached as {_short(got['hash'][i])}"
         ref = "not cached" if want["hash"][i] is None else f"cached as {_short(want['hash'][i])}"
-        _fail(f"after {after}: block {i} is {mine}, in the reference it is {ref} (a block is "
-              "published once all its tokens are computed, under its request's chained hash)")
+        _fail(
+            f"after {after}: block {i} is {mine}, in the reference it is {ref} (a block is "
+            "published once all its tokens are computed, under its request's chained hash)"
+        )
     cached = {k: v for k, v in got["num_cached_block"].items() if v != 0}
     ref_cached = {k: v for k, v in want["num_cached_block"].items() if v != 0}
     if cached != ref_cached:
-        _fail(f"after {after}: num_cached_block is {cached}, the reference's is {ref_cached} "
-              "(how many leading blocks of each running request are published; free forgets "
-              "the request)")
+        _fail(
+            f"after {after}: num_cached_block is {cached}, the reference's is {ref_cached} "
+            "(how many leading blocks of each running request are published; free forgets "
+            "the request)"
+        )
     if got["progress"] != want["progress"]:
-        _fail(f"after {after}: the requests' [num_tokens, num_computed_tokens, num_preemptions] "
-              f"are {got['progress']}, the reference's {want['progress']}")
+        _fail(
+            f"after {after}: the requests' [num_tokens, num_computed_tokens, num_preemptions] "
+            f"are {got['progress']}, the reference's {want['progress']}"
+        )

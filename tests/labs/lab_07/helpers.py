@@ -23,8 +23,18 @@ from mini_vllm.core.kv_cache_utils import hash_block_tokens, make_block_hash_wit
 from tests.labs.lab_07 import learner_side as oracle_side
 from tests.labs.lab_07.checks import check_state, free_queue, num_free, table
 
-__all__ = ["BS", "DOC", "cache_key", "check_state", "driver", "free_queue", "make_manager",
-           "num_free", "oracle", "table"]
+__all__ = [
+    "BS",
+    "DOC",
+    "cache_key",
+    "check_state",
+    "driver",
+    "free_queue",
+    "make_manager",
+    "num_free",
+    "oracle",
+    "table",
+]
 
 DOC = "phases/03-prefix-caching-and-scheduling/README.md"
 BS = oracle_side.BS
@@ -38,8 +48,7 @@ def make_manager(num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -
 
 def driver(num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -> Any:
     """A ``learner_side.Driver`` (in the learner process) around the learner's manager."""
-    return learner_module("learner_side").Driver(make_manager(num_blocks, max_model_len,
-                                                              **kwargs))
+    return learner_module("learner_side").Driver(make_manager(num_blocks, max_model_len, **kwargs))
 
 
 def oracle(num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -> Any:
@@ -53,7 +62,7 @@ def cache_key(tokens: Any, index: int) -> bytes:
     tokens = list(tokens)
     parent = oracle_side.ROOT
     for i in range(index + 1):
-        parent = hash_block_tokens(sha256, parent, tokens[i * BS:(i + 1) * BS])
+        parent = hash_block_tokens(sha256, parent, tokens[i * BS : (i + 1) * BS])
     return make_block_hash_with_group_id(parent, 0)
 
 
@@ -69,8 +78,9 @@ def describe_change(before: dict[str, Any], after: dict[str, Any]) -> str:
     if before["tables"] != after["tables"]:
         parts.append(f"the block tables {before['tables']} -> {after['tables']}")
     if before["num_cached_block"] != after["num_cached_block"]:
-        parts.append(f"num_cached_block {before['num_cached_block']} -> "
-                     f"{after['num_cached_block']}")
+        parts.append(
+            f"num_cached_block {before['num_cached_block']} -> {after['num_cached_block']}"
+        )
     if before["progress"] != after["progress"]:
         parts.append("the request's progress")
     return ", ".join(parts) or "nothing visible"

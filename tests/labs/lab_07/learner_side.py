@@ -34,8 +34,9 @@ def block_hasher(block_size: int = BS) -> Any:
         parent = request.block_hashes[-1] if request.block_hashes else ROOT
         new: list[bytes] = []
         while start + block_size <= request.num_tokens:
-            parent = hash_block_tokens(sha256, parent,
-                                       request.all_token_ids[start:start + block_size])
+            parent = hash_block_tokens(
+                sha256, parent, request.all_token_ids[start : start + block_size]
+            )
             new.append(parent)
             start += block_size
         return new
@@ -45,8 +46,12 @@ def block_hasher(block_size: int = BS) -> Any:
 
 def make_request(request_id: str, tokens: list[int], block_size: int = BS) -> Request:
     """A request whose full blocks are hashed (chained) as its tokens arrive."""
-    return Request(request_id, list(tokens), SamplingParams(max_tokens=1000),
-                   block_hasher=block_hasher(block_size))
+    return Request(
+        request_id,
+        list(tokens),
+        SamplingParams(max_tokens=1000),
+        block_hasher=block_hasher(block_size),
+    )
 
 
 def block_ids(kv_blocks: Any) -> list[Any] | None:
@@ -57,10 +62,26 @@ def block_ids(kv_blocks: Any) -> list[Any] | None:
 
 
 #: The fields of a state snapshot, in the order ``snapshot`` lists them.
-STATE_KEYS = ("num_gpu_blocks", "block_id", "ref_cnt", "hash", "is_null", "linked", "null",
-              "head_prev", "tail_next", "forward", "forward_end", "backward", "backward_end",
-              "num_free_blocks", "get_num_free_blocks", "cache_map", "tables",
-              "num_cached_block")
+STATE_KEYS = (
+    "num_gpu_blocks",
+    "block_id",
+    "ref_cnt",
+    "hash",
+    "is_null",
+    "linked",
+    "null",
+    "head_prev",
+    "tail_next",
+    "forward",
+    "forward_end",
+    "backward",
+    "backward_end",
+    "num_free_blocks",
+    "get_num_free_blocks",
+    "cache_map",
+    "tables",
+    "num_cached_block",
+)
 
 
 def snapshot(mgr: Any) -> list[Any]:
@@ -100,8 +121,10 @@ def snapshot(mgr: Any) -> list[Any]:
         queue.num_free_blocks,
         pool.get_num_free_blocks(),
         entries,
-        [[rid, [where.get(id(blk), -1) for blk in blocks]]
-         for rid, blocks in mgr.req_to_blocks.items()],
+        [
+            [rid, [where.get(id(blk), -1) for blk in blocks]]
+            for rid, blocks in mgr.req_to_blocks.items()
+        ],
         [[rid, n] for rid, n in mgr.num_cached_block.items()],
     ]
 
@@ -141,8 +164,10 @@ class Driver:
 
     def progress(self) -> list[list[Any]]:
         """Per request: [request id, [num_tokens, num_computed_tokens, num_preemptions]]."""
-        return [[rid, [req.num_tokens, req.num_computed_tokens, req.num_preemptions]]
-                for rid, req in self.requests.items()]
+        return [
+            [rid, [req.num_tokens, req.num_computed_tokens, req.num_preemptions]]
+            for rid, req in self.requests.items()
+        ]
 
     # -- the scheduler's calls ----------------------------------------------------------------
     def lookup(self, request_id: str) -> list[Any]:
@@ -152,8 +177,9 @@ class Driver:
         self.hits[request_id] = (hits, num_hit)
         return [block_ids(hits), num_hit]
 
-    def allocate(self, request_id: str, num_new: int, lookahead: int = 0,
-                 gate: bool = False) -> list[Any] | None:
+    def allocate(
+        self, request_id: str, num_new: int, lookahead: int = 0, gate: bool = False
+    ) -> list[Any] | None:
         """``allocate_slots`` with the hits of the last ``lookup`` (if any): the new block ids,
         or None. ``gate`` passes ``full_sequence_must_fit=True`` (the admission gate)."""
         req = self.requests[request_id]
@@ -167,8 +193,9 @@ class Driver:
             req.num_computed_tokens = req.num_computed_tokens + num_hit + num_new
         return block_ids(new)
 
-    def admit(self, request_id: str, num_new: int | None = None,
-              lookahead: int = 0, gate: bool = False) -> dict[str, Any]:
+    def admit(
+        self, request_id: str, num_new: int | None = None, lookahead: int = 0, gate: bool = False
+    ) -> dict[str, Any]:
         """``lookup`` then ``allocate`` of ``num_new`` tokens (default: all the rest), through
         the admission gate if ``gate``. The allocation is not attempted when nothing is left
         to compute."""
@@ -204,8 +231,14 @@ class Driver:
         stats = self.mgr.make_prefix_cache_stats()
         if stats is None:
             return None
-        return [stats.requests, stats.queries, stats.hits, stats.preempted_requests,
-                stats.preempted_queries, stats.preempted_hits]
+        return [
+            stats.requests,
+            stats.queries,
+            stats.hits,
+            stats.preempted_requests,
+            stats.preempted_queries,
+            stats.preempted_hits,
+        ]
 
     def usage(self) -> Any:
         return self.mgr.usage
@@ -243,8 +276,9 @@ class Driver:
         return seen
 
 
-REPLAYABLE = frozenset({"arrive", "lookup", "allocate", "append", "free", "stats", "usage",
-                        "get_block_ids"})
+REPLAYABLE = frozenset(
+    {"arrive", "lookup", "allocate", "append", "free", "stats", "usage", "get_block_ids"}
+)
 
 
 def _message(exc: BaseException) -> str:
@@ -252,4 +286,3 @@ def _message(exc: BaseException) -> str:
         return str(exc)[:500]
     except Exception:
         return "<no readable message>"
-

@@ -19,8 +19,12 @@ from tests.labs.lab_07.helpers import (
 )
 
 
-@graded(2, "Allocating slots: a request with n tokens to place holds cdiv(n, block_size) blocks, "
-           "in order, each with ref_cnt 1", f"{DOC}#allocating-slots")
+@graded(
+    2,
+    "Allocating slots: a request with n tokens to place holds cdiv(n, block_size) blocks, "
+    "in order, each with ref_cnt 1",
+    f"{DOC}#allocating-slots",
+)
 def test_prefill_gets_cdiv_blocks():
     """10 tokens, blocks of 4: three blocks, taken from the front of the free queue."""
     d = driver(10)
@@ -29,34 +33,43 @@ def test_prefill_gets_cdiv_blocks():
     assert out["num_hit"] == 0
     assert out["new"] is not None, "9 blocks are free: 3 must fit"
     assert out["new"] == [1, 2, 3], (
-        f"a fresh pool hands out blocks 1, 2, 3 for 10 tokens; allocate_slots returned "
-        f"{out['new']}")
+        f"a fresh pool hands out blocks 1, 2, 3 for 10 tokens; allocate_slots returned {out['new']}"
+    )
     state = d.state()
     assert table(state, "a") == [1, 2, 3], (
-        f"req_to_blocks['a'] should be [1, 2, 3], is {table(state, 'a')}")
+        f"req_to_blocks['a'] should be [1, 2, 3], is {table(state, 'a')}"
+    )
     assert num_free(state) == 6
     check_state(state, expected_ref_cnts={1: 1, 2: 1, 3: 1})
 
 
-@graded(3, "Allocating slots: allocate_slots returns only the blocks it added this call (none "
-           "when the table has room), never the whole table", f"{DOC}#allocating-slots")
+@graded(
+    3,
+    "Allocating slots: allocate_slots returns only the blocks it added this call (none "
+    "when the table has room), never the whole table",
+    f"{DOC}#allocating-slots",
+)
 def test_returns_only_new_blocks():
     """Decode steps fill the last block before a new one is taken."""
     d = driver(10)
     d.add("a", list(range(6)))
     d.admit("a")
-    for n, (token, expected) in enumerate(((100, []), (101, []), (102, [3]), (103, []),
-                                           (104, []))):
+    for n, (token, expected) in enumerate(((100, []), (101, []), (102, [3]), (103, []), (104, []))):
         new = d.decode("a", token)
         assert new is not None, "the pool has room"
         assert new == expected, (
             f"decoding token {7 + n} (slot {6 + n}) of a request holding "
-            f"{table(d.state(), 'a')}: expected new blocks {expected}, got {new}")
+            f"{table(d.state(), 'a')}: expected new blocks {expected}, got {new}"
+        )
     assert table(d.state(), "a") == [1, 2, 3]
 
 
-@graded(3, "Claiming hits: allocate_slots touches the hits (ref_cnt + 1) and puts them first in "
-           "the new request's table; only the fresh blocks are returned", f"{DOC}#claiming-hits")
+@graded(
+    3,
+    "Claiming hits: allocate_slots touches the hits (ref_cnt + 1) and puts them first in "
+    "the new request's table; only the fresh blocks are returned",
+    f"{DOC}#claiming-hits",
+)
 def test_hits_are_shared_and_touched():
     """b shares a's first 8 tokens: both tables start with the same two blocks."""
     d = driver(10)
@@ -68,15 +81,20 @@ def test_hits_are_shared_and_touched():
     assert out["num_hit"] == 8
     assert out["new"] == [4], (
         f"b needs 10 slots: 2 hit blocks + 1 fresh; allocate_slots must return only the fresh "
-        f"block [4], got {out['new']}")
+        f"block [4], got {out['new']}"
+    )
     state = d.state()
     assert table(state, "b") == [1, 2, 4], f"b's table should be [1, 2, 4], is {table(state, 'b')}"
     check_state(state, expected_ref_cnts={1: 2, 2: 2, 3: 1, 4: 1})
     assert state["hash"][1] == cache_key(tokens, 0), "a hit block keeps its hash"
 
 
-@graded(3, "Claiming hits: a hit on a free cached block revives it: ref_cnt 1, out of the free "
-           "queue, and it costs one free block", f"{DOC}#claiming-hits")
+@graded(
+    3,
+    "Claiming hits: a hit on a free cached block revives it: ref_cnt 1, out of the free "
+    "queue, and it costs one free block",
+    f"{DOC}#claiming-hits",
+)
 def test_free_cached_hits_are_revived():
     """a finished; b with the same prefix gets a's blocks back."""
     d = driver(10)
@@ -89,17 +107,24 @@ def test_free_cached_hits_are_revived():
     assert out["num_hit"] == 8 and out["new"] is not None
     state = d.state()
     assert table(state, "b")[:2] == [1, 2], (
-        f"b must reuse blocks 1 and 2, its table is {table(state, 'b')}")
+        f"b must reuse blocks 1 and 2, its table is {table(state, 'b')}"
+    )
     assert 1 not in free_queue(state) and 2 not in free_queue(state), (
-        "revived hit blocks must leave the free queue")
+        "revived hit blocks must leave the free queue"
+    )
     assert num_free(state) == free_before - 3, (
-        "b took 2 free hit blocks and 1 fresh block: 3 fewer free blocks")
+        "b took 2 free hit blocks and 1 fresh block: 3 fewer free blocks"
+    )
     check_state(state, expected_ref_cnts={1: 1, 2: 1})
 
 
-@graded(4, "All or nothing: when the blocks do not fit, allocate_slots returns None and changes "
-           "NOTHING: free count, free-queue order, ref counts, hashes, block tables (no empty "
-           "entry either)", f"{DOC}#all-or-nothing")
+@graded(
+    4,
+    "All or nothing: when the blocks do not fit, allocate_slots returns None and changes "
+    "NOTHING: free count, free-queue order, ref counts, hashes, block tables (no empty "
+    "entry either)",
+    f"{DOC}#all-or-nothing",
+)
 def test_none_changes_nothing():
     """4 usable blocks, 3 held: a request needing 2 is refused cleanly."""
     d = driver(5)
@@ -110,9 +135,11 @@ def test_none_changes_nothing():
     assert d.allocate("b", 8) is None, "b needs 2 blocks, 1 is free: expected None"
     after = d.state()
     assert unchanged(before, after), (
-        f"a refused allocation changed {describe_change(before, after)}")
+        f"a refused allocation changed {describe_change(before, after)}"
+    )
     assert "b" not in after["tables"], (
-        "a refused request must not get an entry in req_to_blocks, not even an empty one")
+        "a refused request must not get an entry in req_to_blocks, not even an empty one"
+    )
     # A running request that cannot grow is refused the same way.
     d.add("c", list(range(4)))
     assert d.allocate("c", 4) is not None  # the last free block
@@ -124,8 +151,12 @@ def test_none_changes_nothing():
     check_state(after)
 
 
-@graded(3, "All or nothing: a refused admission leaves its prefix hits unclaimed (ref_cnt 0, in "
-           "the free queue, same place)", f"{DOC}#all-or-nothing")
+@graded(
+    3,
+    "All or nothing: a refused admission leaves its prefix hits unclaimed (ref_cnt 0, in "
+    "the free queue, same place)",
+    f"{DOC}#all-or-nothing",
+)
 def test_none_leaves_hits_unclaimed():
     """b's hits are free cached blocks; b does not fit, then fits with one token fewer."""
     d = driver(5)
@@ -137,20 +168,24 @@ def test_none_leaves_hits_unclaimed():
     assert num_hit == 8 and hit == [1, 2]
     before = d.state()
     assert d.allocate("b", 9) is None, (
-        "b needs 17 slots = 5 blocks: 2 free hits + 3 fresh > 4 free blocks")
+        "b needs 17 slots = 5 blocks: 2 free hits + 3 fresh > 4 free blocks"
+    )
     after = d.state()
-    assert unchanged(before, after), (
-        f"a refused admission changed {describe_change(before, after)}")
+    assert unchanged(before, after), f"a refused admission changed {describe_change(before, after)}"
     assert after["ref_cnt"][1] == after["ref_cnt"][2] == 0, "refused hits must not be touched"
     d.lookup("b")
     assert d.allocate("b", 8) is not None, (
-        "with 8 new tokens b needs 4 blocks (2 hits + 2 fresh) and 4 are free: it fits")
+        "with 8 new tokens b needs 4 blocks (2 hits + 2 fresh) and 4 are free: it fits"
+    )
     check_state(d.state())
 
 
-@graded(3, "Capacity: claiming a free cached hit takes a block out of the free queue, so hits "
-           "with ref_cnt 0 count against the free blocks just like fresh ones",
-        f"{DOC}#hits-on-free-blocks-cost-capacity")
+@graded(
+    3,
+    "Capacity: claiming a free cached hit takes a block out of the free queue, so hits "
+    "with ref_cnt 0 count against the free blocks just like fresh ones",
+    f"{DOC}#hits-on-free-blocks-cost-capacity",
+)
 def test_free_hits_count_against_capacity():
     """3 usable blocks; b hits 2 free blocks and needs 2 more: 4 > 3, so None."""
     d = driver(4)
@@ -166,30 +201,36 @@ def test_free_hits_count_against_capacity():
     except (ValueError, RuntimeError) as exc:
         raise AssertionError(
             f"allocate_slots ran out of blocks half-way ({type(exc).__name__}: {exc}): it must "
-            f"count the 2 free hit blocks it will claim, see 4 > 3 free, and return None") from exc
+            f"count the 2 free hit blocks it will claim, see 4 > 3 free, and return None"
+        ) from exc
     assert result is None, "b needs 4 blocks (2 free hits + 2 fresh), 3 are free: expected None"
     after = d.state()
-    assert unchanged(before, after), (
-        f"a refused admission changed {describe_change(before, after)}")
+    assert unchanged(before, after), f"a refused admission changed {describe_change(before, after)}"
 
 
-@graded(3, "Capacity: a hit on blocks that running requests hold (ref_cnt > 0, not in the free "
-           "queue) costs no free block: only the fresh blocks count, and only the hits with "
-           "ref_cnt 0 are added", f"{DOC}#hits-on-free-blocks-cost-capacity")
+@graded(
+    3,
+    "Capacity: a hit on blocks that running requests hold (ref_cnt > 0, not in the free "
+    "queue) costs no free block: only the fresh blocks count, and only the hits with "
+    "ref_cnt 0 are added",
+    f"{DOC}#hits-on-free-blocks-cost-capacity",
+)
 def test_in_use_hits_cost_no_free_block():
     """5 usable blocks. a holds 3 and runs; b shares a's 2 full blocks and needs 2 fresh: 2 free
     blocks are enough. Then c hits 1 free block and 1 in-use one."""
     d = driver(6)
     d.add("a", list(range(9)))
-    d.admit("a")                                   # a holds 1 2 3
+    d.admit("a")  # a holds 1 2 3
     d.add("b", [*range(8), *(40 + i for i in range(8))])
-    out = d.admit("b")                             # 2 in-use hits + 2 fresh, 2 free
+    out = d.admit("b")  # 2 in-use hits + 2 fresh, 2 free
     assert out["num_hit"] == 8, (
-        f"b shares a's two full blocks: an 8-token hit, got {out['num_hit']}")
+        f"b shares a's two full blocks: an 8-token hit, got {out['num_hit']}"
+    )
     assert out["new"] == [4, 5], (
         f"b's hits are blocks 1 and 2, which a holds: claiming them takes no free block, so b "
         f"needs only 2 fresh blocks and 2 are free. allocate_slots must succeed with [4, 5], got "
-        f"{out['new']} (None means it counted the in-use hits as blocks to allocate)")
+        f"{out['new']} (None means it counted the in-use hits as blocks to allocate)"
+    )
     state = d.state()
     check_state(state, expected_ref_cnts={1: 2, 2: 2, 3: 1, 4: 1, 5: 1})
     assert num_free(state) == 0
@@ -199,20 +240,27 @@ def test_in_use_hits_cost_no_free_block():
     out = d.admit("c")
     assert out["num_hit"] == 12 and out["hit"] == [1, 2, 4], (
         f"c's first 12 tokens are cached in blocks 1, 2 (held by a) and 4 (free): got a hit of "
-        f"{out['num_hit']} tokens in {out['hit']}")
+        f"{out['num_hit']} tokens in {out['hit']}"
+    )
     assert out["new"] is None, (
         "c needs 5 blocks: 3 hits and 2 fresh. The in-use hits 1, 2 cost nothing; the free hit "
         "4 costs one free block and the fresh blocks two: 3 > 2 free blocks (4 and 5), so "
-        f"allocate_slots must return None, got {out['new']}")
+        f"allocate_slots must return None, got {out['new']}"
+    )
     d.lookup("c")
     assert d.allocate("c", 4) == [5], (
         "with 4 new tokens c needs 4 blocks: hits 1, 2 (in use, free of charge), 4 (free: 1 "
-        "block) and 1 fresh = 2 of the 2 free blocks: it fits exactly and gets block 5")
+        "block) and 1 fresh = 2 of the 2 free blocks: it fits exactly and gets block 5"
+    )
     check_state(d.state(), expected_ref_cnts={1: 2, 2: 2, 3: 1, 4: 1, 5: 1})
 
 
-@graded(3, "Publishing: every block this step fills completely is cached (under the request's "
-           "chained hash), once; partial blocks are not", f"{DOC}#publishing-full-blocks")
+@graded(
+    3,
+    "Publishing: every block this step fills completely is cached (under the request's "
+    "chained hash), once; partial blocks are not",
+    f"{DOC}#publishing-full-blocks",
+)
 def test_newly_full_blocks_are_published():
     """7 tokens publish one block; the decode that fills the second publishes it."""
     d = driver(10)
@@ -226,19 +274,25 @@ def test_newly_full_blocks_are_published():
     d.decode("a", 7)
     state = d.state()
     assert state["hash"][second] == cache_key([*tokens, 7], 1), (
-        "the decode step scheduled a's 8th token: block 1 is full now and must be cached")
+        "the decode step scheduled a's 8th token: block 1 is full now and must be cached"
+    )
     d.decode("a", 8)
     state = d.state()
     assert state["hash"][table(state, "a")[2]] is None
     d.add("b", [*range(8), 1])
     _, num_hit = d.lookup("b")
     assert num_hit == 8, (
-        f"both full blocks of a are published: expected an 8-token hit, got {num_hit}")
+        f"both full blocks of a are published: expected an 8-token hit, got {num_hit}"
+    )
     check_state(d.state())
 
 
-@graded(3, "Publishing: only tokens computed by this step count: a prefill chunk publishes the "
-           "blocks it fills, not the rest of the prompt", f"{DOC}#publishing-full-blocks")
+@graded(
+    3,
+    "Publishing: only tokens computed by this step count: a prefill chunk publishes the "
+    "blocks it fills, not the rest of the prompt",
+    f"{DOC}#publishing-full-blocks",
+)
 def test_a_chunk_publishes_only_what_it_fills():
     """A 12-token prompt in chunks of 6: 1 block, then 3."""
     d = driver(10)
@@ -250,16 +304,20 @@ def test_a_chunk_publishes_only_what_it_fills():
     blocks = table(state, "a")
     assert state["hash"][blocks[0]] == cache_key(tokens, 0)
     assert state["hash"][blocks[1]] is None, (
-        "after a 6-token chunk block 1 holds only 2 computed tokens: it must not be cached yet")
+        "after a 6-token chunk block 1 holds only 2 computed tokens: it must not be cached yet"
+    )
     new = d.allocate("a", 6)
     assert new is not None and len(new) == 1
     state = d.state()
-    assert [state["hash"][b] for b in table(state, "a")] == [cache_key(tokens, i)
-                                                             for i in range(3)]
+    assert [state["hash"][b] for b in table(state, "a")] == [cache_key(tokens, i) for i in range(3)]
 
 
-@graded(2, "Publishing: lookahead slots are allocated but never published: only tokens the "
-           "request has and this step computes are cached", f"{DOC}#publishing-full-blocks")
+@graded(
+    2,
+    "Publishing: lookahead slots are allocated but never published: only tokens the "
+    "request has and this step computes are cached",
+    f"{DOC}#publishing-full-blocks",
+)
 def test_lookahead_slots_are_not_published():
     """4 tokens computed, 8 lookahead slots: 3 blocks, 1 cached."""
     d = driver(10)
@@ -271,11 +329,13 @@ def test_lookahead_slots_are_not_published():
     hashes = [state["hash"][b] for b in table(state, "a")]
     assert hashes[0] == cache_key(tokens, 0) and hashes[1:] == [None, None], (
         "only block 0 is computed this step; blocks 1 and 2 are lookahead slots and must not "
-        "be cached")
+        "be cached"
+    )
 
 
-@graded(2, "Allocating slots: no request gets slots beyond max_model_len",
-        f"{DOC}#allocating-slots")
+@graded(
+    2, "Allocating slots: no request gets slots beyond max_model_len", f"{DOC}#allocating-slots"
+)
 def test_slots_capped_at_max_model_len():
     """max_model_len 8: 6 tokens + 10 lookahead still get only 2 blocks."""
     d = driver(10, max_model_len=8)
@@ -283,11 +343,16 @@ def test_slots_capped_at_max_model_len():
     new = d.allocate("a", 6, 10)
     assert new is not None and len(new) == 2, (
         f"max_model_len=8 caps the slots at 8 = 2 blocks, got "
-        f"{None if new is None else len(new)} blocks")
+        f"{None if new is None else len(new)} blocks"
+    )
 
 
-@graded(1, "Allocating slots: num_new_tokens must be > 0 (ValueError), and hits must match "
-           "num_new_computed_tokens", f"{DOC}#allocating-slots")
+@graded(
+    1,
+    "Allocating slots: num_new_tokens must be > 0 (ValueError), and hits must match "
+    "num_new_computed_tokens",
+    f"{DOC}#allocating-slots",
+)
 def test_bad_arguments_are_rejected():
     """Nothing to allocate for, or hits that do not add up, is the caller's bug."""
     d = driver(10)
@@ -301,10 +366,13 @@ def test_bad_arguments_are_rejected():
     assert "a" not in state["tables"] and num_free(state) == 9
 
 
-@graded(3, "The admission gate: with full_sequence_must_fit=True, allocate_slots returns None "
-           "(changing nothing) unless the request's whole sequence fits, counting its hits as "
-           "usual; when it fits, only the chunk asked for gets blocks",
-        f"{DOC}#the-admission-gate")
+@graded(
+    3,
+    "The admission gate: with full_sequence_must_fit=True, allocate_slots returns None "
+    "(changing nothing) unless the request's whole sequence fits, counting its hits as "
+    "usual; when it fits, only the chunk asked for gets blocks",
+    f"{DOC}#the-admission-gate",
+)
 def test_admission_gate():
     """Five usable blocks; a holds three of them."""
     d = driver(6)
@@ -316,7 +384,8 @@ def test_admission_gate():
     out = d.admit("b", 4, gate=True)
     assert out["new"] is None, (
         "b's whole prompt needs 3 blocks and 2 are free: the gate must refuse it (None), "
-        f"although its first 4-token chunk fits; allocate_slots returned {out['new']}")
+        f"although its first 4-token chunk fits; allocate_slots returned {out['new']}"
+    )
     after = d.state()
     assert unchanged(before, after), f"a refused admission changed {describe_change(before, after)}"
     # c shares a's first 8 tokens (2 blocks a holds: free of charge) + 4 tokens (1 fresh block).
@@ -326,19 +395,25 @@ def test_admission_gate():
     assert out["new"] == [4], (
         "c's whole sequence needs 3 blocks, 2 of them hits held by a (free of charge): 1 free "
         f"block needed, 2 free, so the gate lets it through; expected the new blocks [4] "
-        f"(the chunk's only), got {out['new']}")
+        f"(the chunk's only), got {out['new']}"
+    )
     # Gate passed: the chunk gets its blocks, not the whole sequence.
     d2 = driver(10)
     d2.add("long", list(range(20)))
     out = d2.admit("long", 4, gate=True)
     assert out["new"] == [1], (
         "the gate only checks that the whole 20-token prompt (5 blocks) would fit 9 free "
-        f"blocks; it reserves nothing: a 4-token chunk gets 1 block, got {out['new']}")
+        f"blocks; it reserves nothing: a 4-token chunk gets 1 block, got {out['new']}"
+    )
     assert num_free(d2.state()) == 8
 
 
-@graded(2, "The admission gate counts a resumed request's whole sequence, its outputs "
-           "included (num_tokens, not the prompt)", f"{DOC}#the-admission-gate")
+@graded(
+    2,
+    "The admission gate counts a resumed request's whole sequence, its outputs "
+    "included (num_tokens, not the prompt)",
+    f"{DOC}#the-admission-gate",
+)
 def test_admission_gate_counts_outputs():
     """Caching off: p generates 8 tokens after a 4-token prompt, is preempted, and comes back."""
     d = driver(6, enable_caching=False)
@@ -351,7 +426,8 @@ def test_admission_gate_counts_outputs():
     d.admit("q")  # 2 blocks: 3 free
     out = d.admit("p", 4, gate=True)
     assert out["new"] is not None, (
-        "p's 12 tokens need 3 blocks and 3 are free: the gate must let it in, got None")
+        "p's 12 tokens need 3 blocks and 3 are free: the gate must let it in, got None"
+    )
     d.free("p", preempt=True)
     d.add("r", [1, 2, 3, 4])
     d.admit("r")  # 1 block: 2 free
@@ -360,5 +436,6 @@ def test_admission_gate_counts_outputs():
     assert out["new"] is None, (
         "p comes back with 4 prompt + 8 generated tokens: 12 tokens, 3 blocks, and 2 are free: "
         "the gate must count num_tokens (outputs included), not the prompt alone; got "
-        f"{out['new']}")
+        f"{out['new']}"
+    )
     assert unchanged(before, d.state())

@@ -15,8 +15,12 @@ from tests.labs.lab_07.helpers import (
 )
 
 
-@graded(3, "Freeing: a request's blocks go back tail first, so under LRU eviction the end of a "
-           "sequence is evicted before its prefix", f"{DOC}#freeing-tail-first")
+@graded(
+    3,
+    "Freeing: a request's blocks go back tail first, so under LRU eviction the end of a "
+    "sequence is evicted before its prefix",
+    f"{DOC}#freeing-tail-first",
+)
 def test_free_returns_blocks_tail_first():
     """a holds 1 2 3; after free the queue is 4 5 3 2 1 and eviction takes 3 before 1."""
     d = driver(6)
@@ -27,20 +31,26 @@ def test_free_returns_blocks_tail_first():
     state = d.state()
     assert free_queue(state) == [4, 5, 3, 2, 1], (
         f"never-used blocks 4, 5 stay in front and a's blocks follow tail first: expected "
-        f"[4, 5, 3, 2, 1], got {free_queue(state)}")
+        f"[4, 5, 3, 2, 1], got {free_queue(state)}"
+    )
     d.add("c", [70 + i for i in range(13)])
     d.admit("c")
     state = d.state()
     assert table(state, "c") == [4, 5, 3, 2], (
-        f"c's 4 blocks come from the front of the queue: [4, 5, 3, 2], got {table(state, 'c')}")
+        f"c's 4 blocks come from the front of the queue: [4, 5, 3, 2], got {table(state, 'c')}"
+    )
     d.add("d", list(range(5)))
     _, num_hit = d.lookup("d")
     assert num_hit == 4, "a's first block (block 1) was freed last and must still be cached"
     check_state(d.state())
 
 
-@graded(2, "Freeing: free forgets the request (its req_to_blocks and num_cached_block entries), "
-           "so a preempted request can be admitted again from scratch", f"{DOC}#freeing-tail-first")
+@graded(
+    2,
+    "Freeing: free forgets the request (its req_to_blocks and num_cached_block entries), "
+    "so a preempted request can be admitted again from scratch",
+    f"{DOC}#freeing-tail-first",
+)
 def test_free_forgets_the_request():
     """Free, then admit the same request again (a preemption by recompute)."""
     d = driver(10)
@@ -50,18 +60,25 @@ def test_free_forgets_the_request():
     state = d.state()
     assert "a" not in state["tables"], "free must remove the request's block table"
     assert "a" not in state["num_cached_block"], (
-        "free must forget how many of its blocks were cached")
+        "free must forget how many of its blocks were cached"
+    )
     out = d.admit("a")
     assert out["num_hit"] == 8 and out["new"] is not None, (
-        "readmitted, a hits its own two cached blocks")
+        "readmitted, a hits its own two cached blocks"
+    )
     state = d.state()
     assert len(table(state, "a")) == 3, (
-        f"a's new table covers 10 tokens in 3 blocks, got {table(state, 'a')}")
+        f"a's new table covers 10 tokens in 3 blocks, got {table(state, 'a')}"
+    )
     check_state(state, expected_ref_cnts={b: 1 for b in table(state, "a")})
 
 
-@graded(2, "Freeing: a block shared with another request stays held (ref_cnt drops by one) and "
-           "out of the free queue", f"{DOC}#freeing-tail-first")
+@graded(
+    2,
+    "Freeing: a block shared with another request stays held (ref_cnt drops by one) and "
+    "out of the free queue",
+    f"{DOC}#freeing-tail-first",
+)
 def test_free_keeps_shared_blocks_held():
     """a and b share two blocks; freeing a leaves them to b."""
     d = driver(10)
@@ -79,8 +96,11 @@ def test_free_keeps_shared_blocks_held():
     assert num_free(state) == 9
 
 
-@graded(1, "Freeing: freeing a request that holds no blocks (aborted while waiting) is a no-op",
-        f"{DOC}#freeing-tail-first")
+@graded(
+    1,
+    "Freeing: freeing a request that holds no blocks (aborted while waiting) is a no-op",
+    f"{DOC}#freeing-tail-first",
+)
 def test_free_unknown_request():
     """Nothing to free: nothing changes."""
     d = driver(10)
@@ -94,8 +114,12 @@ def test_free_unknown_request():
     check_state(state)
 
 
-@graded(2, "get_block_ids: the request's table as ids, one list per KV cache group: ([1, 2, 3],); "
-           "([],) for a request holding nothing", f"{DOC}#block-tables")
+@graded(
+    2,
+    "get_block_ids: the request's table as ids, one list per KV cache group: ([1, 2, 3],); "
+    "([],) for a request holding nothing",
+    f"{DOC}#block-tables",
+)
 def test_get_block_ids():
     """Ids in table order, wrapped in a one-group tuple."""
     d = driver(10)
@@ -106,14 +130,19 @@ def test_get_block_ids():
     for rid, expected in (("a", ([1, 2, 3],)), ("b", ([1, 2, 4, 5],)), ("nobody", ([],))):
         got = d.get_block_ids(rid)
         assert type(got) is tuple and got == expected, (
-            f"get_block_ids({rid!r}): expected {expected}, got {got!r}")
+            f"get_block_ids({rid!r}): expected {expected}, got {got!r}"
+        )
     d.free("a")
     got = d.get_block_ids("a")
     assert type(got) is tuple and got == ([],), f"a freed: expected ([],), got {got!r}"
 
 
-@graded(2, "usage: the fraction of usable blocks (the null block excluded) held by requests; "
-           "free cached blocks count as free", f"{DOC}#usage-and-prefix-cache-statistics")
+@graded(
+    2,
+    "usage: the fraction of usable blocks (the null block excluded) held by requests; "
+    "free cached blocks count as free",
+    f"{DOC}#usage-and-prefix-cache-statistics",
+)
 def test_usage():
     """10 blocks = 9 usable; 3 held is 1/3."""
     d = driver(10)

@@ -13,8 +13,12 @@ from tests.labs.lab_07.helpers import (
 )
 
 
-@graded(1, "Prefix-cache hits: an empty cache has no hit; get_computed_blocks returns no blocks "
-           "and 0 tokens", f"{DOC}#prefix-cache-hits")
+@graded(
+    1,
+    "Prefix-cache hits: an empty cache has no hit; get_computed_blocks returns no blocks "
+    "and 0 tokens",
+    f"{DOC}#prefix-cache-hits",
+)
 def test_no_hit_in_an_empty_cache():
     """Nothing is cached yet: nothing to skip."""
     d = driver()
@@ -24,8 +28,12 @@ def test_no_hit_in_an_empty_cache():
     assert hit == [], f"an empty cache returned blocks {hit}"
 
 
-@graded(3, "Prefix-cache hits: the hit is the longest run of leading full blocks whose chained "
-           "hashes are cached, returned as those very blocks", f"{DOC}#prefix-cache-hits")
+@graded(
+    3,
+    "Prefix-cache hits: the hit is the longest run of leading full blocks whose chained "
+    "hashes are cached, returned as those very blocks",
+    f"{DOC}#prefix-cache-hits",
+)
 def test_hit_is_the_longest_cached_prefix():
     """A request sharing 8 of a's tokens hits a's first two blocks."""
     d = driver()
@@ -39,12 +47,17 @@ def test_hit_is_the_longest_cached_prefix():
     d.add("c", [*range(12), 99])
     _, num_hit = d.lookup("c")
     assert num_hit == 12, (
-        f"c starts with all 12 of a's tokens: expected a 12-token hit, got {num_hit}")
+        f"c starts with all 12 of a's tokens: expected a 12-token hit, got {num_hit}"
+    )
 
 
-@graded(3, "Prefix-cache hits: the hit is capped at num_tokens - 1 tokens (the model must run on "
-           "the last token to predict the next one); whole blocks only, so a fully cached "
-           "block-aligned prompt recomputes its last block", f"{DOC}#the-last-token-is-recomputed")
+@graded(
+    3,
+    "Prefix-cache hits: the hit is capped at num_tokens - 1 tokens (the model must run on "
+    "the last token to predict the next one); whole blocks only, so a fully cached "
+    "block-aligned prompt recomputes its last block",
+    f"{DOC}#the-last-token-is-recomputed",
+)
 def test_hit_is_capped_at_num_tokens_minus_one():
     """All 8 tokens cached: the hit is 4, not 8; with a 9th token it is 8."""
     d = driver()
@@ -54,7 +67,8 @@ def test_hit_is_capped_at_num_tokens_minus_one():
     hit, num_hit = d.lookup("b")
     assert num_hit == 4, (
         f"b's 8 tokens are all cached, but at most 8 - 1 = 7 may be skipped, rounded down to whole "
-        f"blocks: expected 4, got {num_hit}")
+        f"blocks: expected 4, got {num_hit}"
+    )
     assert len(hit) == 1, f"one block of hits expected, got {hit}"
     d.add("c", list(range(9)))
     _, num_hit = d.lookup("c")
@@ -64,8 +78,12 @@ def test_hit_is_capped_at_num_tokens_minus_one():
     assert num_hit == 4, f"d has 5 tokens, its first block cached: expected 4, got {num_hit}"
 
 
-@graded(3, "Prefix-cache hits: hashes are chained, so the first miss ends the hit; a later block "
-           "that happens to be cached cannot be used after a gap", f"{DOC}#prefix-cache-hits")
+@graded(
+    3,
+    "Prefix-cache hits: hashes are chained, so the first miss ends the hit; a later block "
+    "that happens to be cached cannot be used after a gap",
+    f"{DOC}#prefix-cache-hits",
+)
 def test_the_first_miss_ends_the_hit():
     """a's middle block is evicted: a request with a's tokens hits only the first block."""
     d = driver()
@@ -79,18 +97,24 @@ def test_the_first_miss_ends_the_hit():
     hit, num_hit = d.lookup("b")
     assert num_hit == 4 and hit == a_table[:1], (
         f"blocks 0 and 2 of the prefix are cached but block 1 is not: the hit is block 0 only "
-        f"(4 tokens, {a_table[:1]}), got {num_hit} tokens in {hit}")
+        f"(4 tokens, {a_table[:1]}), got {num_hit} tokens in {hit}"
+    )
     # find_longest_cache_hit, directly: a hash nobody cached in the middle stops the search.
     hashes = list(b.block_hashes)
     found, n = mgr.find_longest_cache_hit([hashes[0], b"\x00" * 32, hashes[2]], 12)
     got = [blk.block_id for blk in found[0]]
     assert n == 4 and got == a_table[:1], (
         f"find_longest_cache_hit must stop at the first uncached hash: expected 4 tokens in "
-        f"{a_table[:1]}, got {n} in {got}")
+        f"{a_table[:1]}, got {n} in {got}"
+    )
 
 
-@graded(2, "find_longest_cache_hit returns at most max_cache_hit_length // block_size blocks, "
-           "as (blocks per group, tokens)", f"{DOC}#prefix-cache-hits")
+@graded(
+    2,
+    "find_longest_cache_hit returns at most max_cache_hit_length // block_size blocks, "
+    "as (blocks per group, tokens)",
+    f"{DOC}#prefix-cache-hits",
+)
 def test_find_longest_cache_hit_respects_the_limit():
     """The limit is in tokens and only whole blocks count."""
     d = driver()
@@ -104,11 +128,16 @@ def test_find_longest_cache_hit_respects_the_limit():
         got = [blk.block_id for blk in found[0]]
         assert (got, n) == (a_table[:expected], expected * BS), (
             f"max_cache_hit_length={limit}: expected {expected} blocks ({expected * BS} tokens) "
-            f"{a_table[:expected]}, got {n} tokens in {got}")
+            f"{a_table[:expected]}, got {n} tokens in {got}"
+        )
 
 
-@graded(2, "Prefix-cache hits: a lookup has no side effects; hits are claimed (touched) only "
-           "by allocate_slots", f"{DOC}#prefix-cache-hits")
+@graded(
+    2,
+    "Prefix-cache hits: a lookup has no side effects; hits are claimed (touched) only "
+    "by allocate_slots",
+    f"{DOC}#prefix-cache-hits",
+)
 def test_lookup_changes_nothing():
     """Looking up free cached blocks leaves them free, in place, with ref_cnt 0."""
     d = driver()
@@ -121,16 +150,21 @@ def test_lookup_changes_nothing():
     assert num_hit == 8
     state = d.state()
     assert all(state["ref_cnt"][b] == 0 for b in hit), (
-        "get_computed_blocks must not take references: the caller may never allocate")
+        "get_computed_blocks must not take references: the caller may never allocate"
+    )
     assert free_queue(state) == free_queue(before), (
         f"get_computed_blocks must not move blocks: free queue {free_queue(before)} became "
-        f"{free_queue(state)}")
+        f"{free_queue(state)}"
+    )
     assert "b" not in state["tables"], "a lookup must not create a block table"
     check_state(state)
 
 
-@graded(1, "Prefix-cache hits: with enable_caching=False nothing is hashed and nothing hits",
-        f"{DOC}#prefix-cache-hits")
+@graded(
+    1,
+    "Prefix-cache hits: with enable_caching=False nothing is hashed and nothing hits",
+    f"{DOC}#prefix-cache-hits",
+)
 def test_caching_disabled():
     """No prefix caching: every prompt is computed in full."""
     d = driver(enable_caching=False)
@@ -138,14 +172,18 @@ def test_caching_disabled():
     d.admit("a")
     state = d.state()
     assert all(state["hash"][b] is None for b in table(state, "a")), (
-        "caching is off: allocate_slots must not publish blocks")
+        "caching is off: allocate_slots must not publish blocks"
+    )
     d.add("b", list(range(9)))
     assert d.lookup("b") == [[], 0], "caching is off: no hit"
 
 
-@graded(2, "Prefix-cache stats: one record per lookup (requests, queries = tokens looked up, "
-           "hits = tokens found); resumed requests (num_preemptions > 0) are counted apart",
-        f"{DOC}#usage-and-prefix-cache-statistics")
+@graded(
+    2,
+    "Prefix-cache stats: one record per lookup (requests, queries = tokens looked up, "
+    "hits = tokens found); resumed requests (num_preemptions > 0) are counted apart",
+    f"{DOC}#usage-and-prefix-cache-statistics",
+)
 def test_prefix_cache_stats_count_lookups():
     """Two new requests and one resumed one."""
     d = driver(log_stats=True)
@@ -160,15 +198,20 @@ def test_prefix_cache_stats_count_lookups():
     assert stats is not None, "log_stats=True: make_prefix_cache_stats returns the counters"
     assert stats[:3] == [2, 18, 8], (
         f"two lookups of 9 tokens, the second hitting 8: (requests, queries, hits) should be "
-        f"(2, 18, 8), got {tuple(stats[:3])}")
+        f"(2, 18, 8), got {tuple(stats[:3])}"
+    )
     assert stats[3:] == [1, 9, 8], (
         f"the resumed request's lookup belongs in the preempted_* counters: expected (1, 9, 8), "
-        f"got {tuple(stats[3:])}")
+        f"got {tuple(stats[3:])}"
+    )
 
 
-@graded(1, "Prefix-cache stats: make_prefix_cache_stats hands the counters out and starts "
-           "afresh; it returns None when log_stats is off",
-        f"{DOC}#usage-and-prefix-cache-statistics")
+@graded(
+    1,
+    "Prefix-cache stats: make_prefix_cache_stats hands the counters out and starts "
+    "afresh; it returns None when log_stats is off",
+    f"{DOC}#usage-and-prefix-cache-statistics",
+)
 def test_make_prefix_cache_stats_resets():
     """Each snapshot covers the lookups since the previous one."""
     d = driver(log_stats=True)
@@ -179,7 +222,8 @@ def test_make_prefix_cache_stats_resets():
     assert first is not None and first.requests == 1
     second = mgr.make_prefix_cache_stats()
     assert second is not None and second.requests == 0 and second is not first, (
-        "the second snapshot must be a fresh PrefixCacheStats with nothing counted")
+        "the second snapshot must be a fresh PrefixCacheStats with nothing counted"
+    )
     assert first.requests == 1, "handing out a snapshot must not change the previous one"
     quiet = driver()
     quiet.add("a", list(range(9)))
@@ -187,8 +231,12 @@ def test_make_prefix_cache_stats_resets():
     assert quiet.stats() is None, "log_stats=False: return None"
 
 
-@graded(2, "Prefix-cache hits: whatever is cached, the hit is a multiple of block_size and "
-           "below num_tokens", f"{DOC}#the-last-token-is-recomputed")
+@graded(
+    2,
+    "Prefix-cache hits: whatever is cached, the hit is a multiple of block_size and "
+    "below num_tokens",
+    f"{DOC}#the-last-token-is-recomputed",
+)
 def test_hit_is_block_aligned_and_leaves_a_token():
     """The same prompt, admitted twice, for several lengths."""
     for num_tokens in (1, 3, 4, 5, 8, 12, 13):
@@ -200,4 +248,5 @@ def test_hit_is_block_aligned_and_leaves_a_token():
         expected = (num_tokens - 1) // BS * BS
         assert num_hit == expected, (
             f"a {num_tokens}-token prompt, fully cached: expected a hit of {expected} tokens "
-            f"(whole blocks within the first {num_tokens - 1}), got {num_hit}")
+            f"(whole blocks within the first {num_tokens - 1}), got {num_hit}"
+        )

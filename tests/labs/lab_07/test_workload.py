@@ -105,15 +105,19 @@ class Trace:
         fresh = max(cdiv(slots, BS) - held - len(hit_blocks), 0)
         free_hits = [b.block_id for b in hit_blocks if b.ref_cnt == 0]
         in_use = [b.block_id for b in hit_blocks if b.ref_cnt > 0]
-        why = (f"{slots} slots = {cdiv(slots, BS)} blocks: {held} already held, hits in use "
-               f"{in_use} (free of charge), free hits {free_hits} (one free block each), "
-               f"{fresh} fresh: {need} free blocks needed, "
-               f"{mgr.block_pool.get_num_free_blocks()} free")
+        why = (
+            f"{slots} slots = {cdiv(slots, BS)} blocks: {held} already held, hits in use "
+            f"{in_use} (free of charge), free hits {free_hits} (one free block each), "
+            f"{fresh} fresh: {need} free blocks needed, "
+            f"{mgr.block_pool.get_num_free_blocks()} free"
+        )
         if gate:
             whole = min(req.num_tokens, self.max_model_len)
             need_whole = mgr.get_num_blocks_to_allocate(rid, whole, hit_blocks)
-            why = (f"the admission gate: the whole sequence ({whole} tokens, num_tokens capped "
-                   f"at max_model_len) needs {need_whole} free blocks; then {why}")
+            why = (
+                f"the admission gate: the whole sequence ({whole} tokens, num_tokens capped "
+                f"at max_model_len) needs {need_whole} free blocks; then {why}"
+            )
             need = max(need, need_whole)
         return need, why
 
@@ -156,9 +160,11 @@ class Trace:
         has room for (the grader shows about 1,500 characters)."""
         num_blocks, max_model_len, kwargs = self.config
         extra = "".join(f", {key}={value}" for key, value in kwargs.items())
-        head = (f"operation {k}, {describe(self.plan[k])}: {message}\n  on KVCacheManager("
-                f"{num_blocks} blocks, block_size {BS}, max_model_len {max_model_len}{extra}), "
-                "after:")
+        head = (
+            f"operation {k}, {describe(self.plan[k])}: {message}\n  on KVCacheManager("
+            f"{num_blocks} blocks, block_size {BS}, max_model_len {max_model_len}{extra}), "
+            "after:"
+        )
         room = MESSAGE_ROOM - len(head)
         steps: list[str] = []
         for i in range(k - 1, -1, -1):
@@ -177,33 +183,51 @@ class Trace:
             self._fail(k, f"the replay reported {got!r:.200}")
         if got[0] == "raised":
             why = f" ({self.why[k]})" if self.why[k] else ""
-            self._fail(k, f"your manager raised {got[1]}: {got[2]}; the reference returned "
-                          f"{want[1]!r}{why}")
+            self._fail(
+                k,
+                f"your manager raised {got[1]}: {got[2]}; the reference returned {want[1]!r}{why}",
+            )
         name = op[0]
         result, ref_result = got[1], want[1]
         if name == "lookup" and result != ref_result:
-            self._fail(k, f"your manager found the hit {result!r}, the reference "
-                          f"{ref_result!r} ([hit block ids, hit tokens]): the hit is the longest "
-                          "run of leading cached blocks, capped at num_tokens - 1 tokens, in "
-                          "whole blocks")
+            self._fail(
+                k,
+                f"your manager found the hit {result!r}, the reference "
+                f"{ref_result!r} ([hit block ids, hit tokens]): the hit is the longest "
+                "run of leading cached blocks, capped at num_tokens - 1 tokens, in "
+                "whole blocks",
+            )
         if name == "allocate" and (result is None) != (ref_result is None):
             if result is None:
                 self._fail(k, f"your manager returned None, but it fits: {self.why[k]}")
-            self._fail(k, f"your manager allocated {result}, but it does not fit: "
-                          f"{self.why[k]}; allocate_slots must return None")
+            self._fail(
+                k,
+                f"your manager allocated {result}, but it does not fit: "
+                f"{self.why[k]}; allocate_slots must return None",
+            )
         if name == "allocate" and result != ref_result:
-            self._fail(k, f"your manager returned the new blocks {result}, the reference "
-                          f"{ref_result} (only the blocks added by this call, from the front of "
-                          "the free queue)")
+            self._fail(
+                k,
+                f"your manager returned the new blocks {result}, the reference "
+                f"{ref_result} (only the blocks added by this call, from the front of "
+                "the free queue)",
+            )
         if name == "stats" and result != ref_result:
-            self._fail(k, f"[requests, queries, hits, preempted_requests, preempted_queries, "
-                          f"preempted_hits] are {result}, the reference's {ref_result} (one "
-                          "record per lookup since the last snapshot: queries = the request's "
-                          "num_tokens, hits = the hit tokens; resumed requests counted apart)")
-        if name == "usage" and (type(result) not in (float, int)
-                                or abs(result - ref_result) > 1e-9):
-            self._fail(k, f"usage is {result!r}, the reference's {ref_result!r} (blocks held "
-                          "by requests / usable blocks, the null block excluded)")
+            self._fail(
+                k,
+                f"[requests, queries, hits, preempted_requests, preempted_queries, "
+                f"preempted_hits] are {result}, the reference's {ref_result} (one "
+                "record per lookup since the last snapshot: queries = the request's "
+                "num_tokens, hits = the hit tokens; resumed requests counted apart)",
+            )
+        if name == "usage" and (
+            type(result) not in (float, int) or abs(result - ref_result) > 1e-9
+        ):
+            self._fail(
+                k,
+                f"usage is {result!r}, the reference's {ref_result!r} (blocks held "
+                "by requests / usable blocks, the null block excluded)",
+            )
         if name == "get_block_ids" and (type(result) is not tuple or result != ref_result):
             self._fail(k, f"get_block_ids is {result!r}, the reference's {ref_result!r}")
         ref_state = want[2]
@@ -218,9 +242,11 @@ class Trace:
                 keys = ("forward", "ref_cnt", "hash", "tables", "num_cached_block", "progress")
                 changed = [key for key in keys if state[key] != before[key]]
                 if changed:
-                    raise AssertionError(f"allocate_slots returned None but changed "
-                                         f"{', '.join(changed)}: a refused allocation must "
-                                         "change nothing")
+                    raise AssertionError(
+                        f"allocate_slots returned None but changed "
+                        f"{', '.join(changed)}: a refused allocation must "
+                        "change nothing"
+                    )
             compare_states(state, ref_state, "it")
         except AssertionError as exc:
             self._fail(k, str(exc))
@@ -234,19 +260,33 @@ def random_decisions(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
     """``count`` scheduler decisions, read by ``run_scheduler``."""
     out: list[tuple[Any, ...]] = []
     for _ in range(count):
-        kind = rng.choices(["arrive", "admit", "step", "release", "stats", "query"],
-                           [18, 25, 33, 12, 4, 8])[0]
+        kind = rng.choices(
+            ["arrive", "admit", "step", "release", "stats", "query"], [18, 25, 33, 12, 4, 8]
+        )[0]
         edge = rng.choice([None, None, 0, 0, 1])
         if kind == "arrive":
-            out.append((kind, rng.choice([0, 4, 6, 8, 12]),
-                        [rng.randrange(4) for _ in range(rng.randint(1, 10))]))
+            out.append(
+                (
+                    kind,
+                    rng.choice([0, 4, 6, 8, 12]),
+                    [rng.randrange(4) for _ in range(rng.randint(1, 10))],
+                )
+            )
         elif kind == "admit":
-            out.append((kind, rng.randint(1, 16), edge, rng.choice([0, 0, 0, 3]),
-                        rng.random() < 0.5))
+            out.append(
+                (kind, rng.randint(1, 16), edge, rng.choice([0, 0, 0, 3]), rng.random() < 0.5)
+            )
         elif kind == "step":
-            out.append((kind, rng.randrange(8), rng.randint(1, 8), edge,
-                        [rng.randrange(4) for _ in range(rng.randint(1, 6))],
-                        rng.choice([0, 0, 0, 2])))
+            out.append(
+                (
+                    kind,
+                    rng.randrange(8),
+                    rng.randint(1, 8),
+                    edge,
+                    [rng.randrange(4) for _ in range(rng.randint(1, 6))],
+                    rng.choice([0, 0, 0, 2]),
+                )
+            )
         elif kind == "release":
             out.append((kind, rng.randrange(8), rng.random() < 0.5))
         elif kind == "stats":
@@ -284,14 +324,12 @@ def run_scheduler(trace: Trace, steps: list[tuple[Any, ...]]) -> None:
         if trace.allocate(rid, num_new, lookahead, gate):
             running.append(waiting.pop(0))
 
-    def step(which: int, chunk: int, edge: int | None, tokens: list[int],
-             lookahead: int) -> None:
+    def step(which: int, chunk: int, edge: int | None, tokens: list[int], lookahead: int) -> None:
         rid = running[which % len(running)]
-        if trace.remaining(rid):                      # a chunk of its prompt
-            trace.allocate(rid, sized(rid, chunk, edge, lookahead, trace.remaining(rid)),
-                           lookahead)
+        if trace.remaining(rid):  # a chunk of its prompt
+            trace.allocate(rid, sized(rid, chunk, edge, lookahead, trace.remaining(rid)), lookahead)
             return
-        for token in tokens:                          # decoding: one token per step
+        for token in tokens:  # decoding: one token per step
             if trace.ref.requests[rid].num_tokens >= trace.max_model_len:
                 return
             trace.append(rid, token)
@@ -311,7 +349,7 @@ def run_scheduler(trace: Trace, steps: list[tuple[Any, ...]]) -> None:
             rid = running.pop(args[0] % len(running))
             trace.free(rid, args[1])
             if args[1]:
-                waiting.insert(0, rid)   # preempted: back to the front, to start over
+                waiting.insert(0, rid)  # preempted: back to the front, to start over
         elif kind == "stats":
             trace.query("stats")
         elif kind == "query":
@@ -337,13 +375,14 @@ def _simpler(decision: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     out = []
     for j, arg in enumerate(decision):
         if isinstance(arg, list) and len(arg) > 1:
-            for shorter in (arg[:1], arg[:len(arg) // 2], arg[:-1]):
-                out.append((*decision[:j], shorter, *decision[j + 1:]))
+            for shorter in (arg[:1], arg[: len(arg) // 2], arg[:-1]):
+                out.append((*decision[:j], shorter, *decision[j + 1 :]))
     return out
 
 
-def shrink(config: dict[str, Any], steps: list[tuple[Any, ...]], error: AssertionError,
-           budget: float) -> AssertionError:
+def shrink(
+    config: dict[str, Any], steps: list[tuple[Any, ...]], error: AssertionError, budget: float
+) -> AssertionError:
     """A shorter list of decisions that still fails (chunks removed greedily, then lists in
     decisions shortened, for at most ``budget`` seconds): easier to replay by hand."""
     end = time.monotonic() + budget
@@ -351,7 +390,7 @@ def shrink(config: dict[str, Any], steps: list[tuple[Any, ...]], error: Assertio
     while size >= 1 and time.monotonic() < end:
         i = 0
         while i < len(steps) and time.monotonic() < end:
-            candidate = steps[:i] + steps[i + size:]
+            candidate = steps[:i] + steps[i + size :]
             found = first_failure(config, candidate) if candidate else None
             if found is not None:
                 steps, error = candidate, found
@@ -362,7 +401,7 @@ def shrink(config: dict[str, Any], steps: list[tuple[Any, ...]], error: Assertio
         for simpler in _simpler(steps[i]):
             if time.monotonic() >= end:
                 return error
-            candidate = [*steps[:i], simpler, *steps[i + 1:]]
+            candidate = [*steps[:i], simpler, *steps[i + 1 :]]
             found = first_failure(config, candidate)
             if found is not None:
                 steps, error = candidate, found
@@ -370,19 +409,27 @@ def shrink(config: dict[str, Any], steps: list[tuple[Any, ...]], error: Assertio
     return error
 
 
-@graded(6, "Random traces against upstream (shared prefixes, chunks, decodes, lookahead, "
-           "preemptions, frees on 6- to 12-block pools, allocations sized to the edge of what "
-           "fits): the same hits, the same blocks or None, the same tables, free-queue order, "
-           "ref counts, hashes, stats and usage as the reference manager, and the pool's "
-           "invariants", f"{DOC}#the-kv-cache-manager-lab-07")
+@graded(
+    6,
+    "Random traces against upstream (shared prefixes, chunks, decodes, lookahead, "
+    "preemptions, frees on 6- to 12-block pools, allocations sized to the edge of what "
+    "fits): the same hits, the same blocks or None, the same tables, free-queue order, "
+    "ref counts, hashes, stats and usage as the reference manager, and the pool's "
+    "invariants",
+    f"{DOC}#the-kv-cache-manager-lab-07",
+)
 def test_random_workload():
     """The message shows the first operation where your manager and the reference disagree,
     in a failing trace shortened as far as a few seconds allow, and the operations before it:
     replay them by hand."""
     for seed in range(NUM_TRACES):
         rng = random.Random(seed)
-        config = {"num_blocks": rng.randint(6, 12), "max_model_len": rng.choice([24, 40]),
-                  "log_stats": True, "enable_caching": seed % 10 != 9}
+        config = {
+            "num_blocks": rng.randint(6, 12),
+            "max_model_len": rng.choice([24, 40]),
+            "log_stats": True,
+            "enable_caching": seed % 10 != 9,
+        }
         steps = random_decisions(rng, TRACE_LENGTH)
         error = first_failure(config, steps)
         if error is not None:
@@ -397,18 +444,29 @@ def scenarios(draw: Any) -> dict[str, Any]:
         trunk = draw(st.sampled_from(trunks))
         return _tokens(trunk, [draw(st.integers(0, 1))] * draw(st.integers(1, longest)))
 
-    requests = [{"tokens": prompt([0, 4, 8, 12], 6),
-                 "then": draw(st.sampled_from(["run", "run", "free", "preempt"]))}
-                for _ in range(draw(st.integers(1, 4)))]
-    return {"num_blocks": draw(st.integers(4, 12)), "requests": requests,
-            "probe": prompt([4, 8, 12], 10), "lookahead": draw(st.sampled_from([0, 0, 2, 5]))}
+    requests = [
+        {
+            "tokens": prompt([0, 4, 8, 12], 6),
+            "then": draw(st.sampled_from(["run", "run", "free", "preempt"])),
+        }
+        for _ in range(draw(st.integers(1, 4)))
+    ]
+    return {
+        "num_blocks": draw(st.integers(4, 12)),
+        "requests": requests,
+        "probe": prompt([4, 8, 12], 10),
+        "lookahead": draw(st.sampled_from([0, 0, 2, 5])),
+    }
 
 
-@graded(5, "Capacity at the edge: for a new request whose prefix hits blocks that running "
-           "requests hold (free of charge) and/or free cached blocks (one free block each), "
-           "allocate_slots accepts exactly what upstream accepts: the most that fits succeeds, "
-           "one token more returns None and changes nothing",
-        f"{DOC}#hits-on-free-blocks-cost-capacity")
+@graded(
+    5,
+    "Capacity at the edge: for a new request whose prefix hits blocks that running "
+    "requests hold (free of charge) and/or free cached blocks (one free block each), "
+    "allocate_slots accepts exactly what upstream accepts: the most that fits succeeds, "
+    "one token more returns None and changes nothing",
+    f"{DOC}#hits-on-free-blocks-cost-capacity",
+)
 @EDGE_SETTINGS
 @given(scenarios())
 def test_capacity_at_the_edge(scenario: dict[str, Any]):
@@ -427,8 +485,8 @@ def test_capacity_at_the_edge(scenario: dict[str, Any]):
     num_hit = trace.lookup("probe")
     most = trace.max_fit("probe", lookahead)
     if most < trace.remaining("probe", num_hit):
-        trace.allocate("probe", most + 1, lookahead)     # one token too many: None
+        trace.allocate("probe", most + 1, lookahead)  # one token too many: None
         trace.lookup("probe")
     if most:
-        trace.allocate("probe", most, lookahead)         # exactly what fits
+        trace.allocate("probe", most, lookahead)  # exactly what fits
     trace.verify()

@@ -59,8 +59,9 @@ _WAITING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 #: At most this long is spent shortening a failing random example.
 SHRINK_SECONDS = 3.0
 #: Random tests: reproducible, and no ``explain`` phase (more replays of a failing example).
-RANDOM_SETTINGS = settings(GRADED_SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate,
-                                                    Phase.shrink])
+RANDOM_SETTINGS = settings(
+    GRADED_SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]
+)
 
 
 def scheduler_module() -> Any:
@@ -126,8 +127,9 @@ def _strs(value: Any, what: str, unique: bool = True) -> list[str]:
 def _groups(value: Any, what: str) -> tuple[list[int], ...]:
     groups = _list(value, what)
     if len(groups) != 1:
-        _fail(f"{what} must hold one list of block ids per KV cache group (1 here), got "
-              f"{len(groups)}")
+        _fail(
+            f"{what} must hold one list of block ids per KV cache group (1 here), got {len(groups)}"
+        )
     return tuple(_ints(g, f"{what}[0]") for g in groups)
 
 
@@ -160,16 +162,24 @@ def scheduler_output(data: Any) -> SchedulerOutput:
             _fail(f"num_scheduled_tokens lists {rid!r} twice")
         num_scheduled[rid] = _int(pair[1], f"num_scheduled_tokens[{rid!r}]")
         if num_scheduled[rid] <= 0:
-            _fail(f"num_scheduled_tokens[{rid!r}] is {num_scheduled[rid]}: a scheduled request "
-                  "gets at least one token")
+            _fail(
+                f"num_scheduled_tokens[{rid!r}] is {num_scheduled[rid]}: a scheduled request "
+                "gets at least one token"
+            )
     new = []
     for entry in _list(data["new"], "scheduled_new_reqs"):
         rid = _str(entry[0], "NewRequestData.req_id")
-        new.append(NewRequestData(
-            req_id=rid, prompt_token_ids=_ints(entry[1], f"{rid}'s prompt_token_ids"),
-            sampling_params=SamplingParams(),
-            block_ids=_groups(entry[2], f"NewRequestData.block_ids of {rid!r}"),
-            num_computed_tokens=_int(entry[3], f"NewRequestData.num_computed_tokens of {rid!r}")))
+        new.append(
+            NewRequestData(
+                req_id=rid,
+                prompt_token_ids=_ints(entry[1], f"{rid}'s prompt_token_ids"),
+                sampling_params=SamplingParams(),
+                block_ids=_groups(entry[2], f"NewRequestData.block_ids of {rid!r}"),
+                num_computed_tokens=_int(
+                    entry[3], f"NewRequestData.num_computed_tokens of {rid!r}"
+                ),
+            )
+        )
     c = _dict(data["cached"], "scheduled_cached_reqs")
     req_ids = _strs(c["req_ids"], "scheduled_cached_reqs.req_ids")
     n = len(req_ids)
@@ -177,25 +187,36 @@ def scheduler_output(data: Any) -> SchedulerOutput:
     for name in ("new_token_ids", "new_block_ids", "num_computed_tokens", "num_output_tokens"):
         columns[name] = _list(c[name], f"scheduled_cached_reqs.{name}")
         if len(columns[name]) != n:
-            _fail(f"scheduled_cached_reqs.{name} has {len(columns[name])} entries for {n} "
-                  f"req_ids: the lists are parallel, one entry per request")
+            _fail(
+                f"scheduled_cached_reqs.{name} has {len(columns[name])} entries for {n} "
+                f"req_ids: the lists are parallel, one entry per request"
+            )
     all_token_ids = {
-        _str(rid, "a key of scheduled_cached_reqs.all_token_ids"):
-            _ints(tokens, f"scheduled_cached_reqs.all_token_ids[{rid!r}]")
+        _str(rid, "a key of scheduled_cached_reqs.all_token_ids"): _ints(
+            tokens, f"scheduled_cached_reqs.all_token_ids[{rid!r}]"
+        )
         for rid, tokens in _dict(c["all_token_ids"], "scheduled_cached_reqs.all_token_ids").items()
     }
     cached = CachedRequestData(
         req_ids=req_ids,
         resumed_req_ids=set(_strs(c["resumed"], "scheduled_cached_reqs.resumed_req_ids")),
-        new_token_ids=[_ints(t, f"new_token_ids of {rid!r}")
-                       for rid, t in zip(req_ids, columns["new_token_ids"])],
+        new_token_ids=[
+            _ints(t, f"new_token_ids of {rid!r}")
+            for rid, t in zip(req_ids, columns["new_token_ids"])
+        ],
         all_token_ids=all_token_ids,
-        new_block_ids=[None if b is None else _groups(b, f"new_block_ids of {rid!r}")
-                       for rid, b in zip(req_ids, columns["new_block_ids"])],
-        num_computed_tokens=[_int(v, f"num_computed_tokens of {rid!r}")
-                             for rid, v in zip(req_ids, columns["num_computed_tokens"])],
-        num_output_tokens=[_int(v, f"num_output_tokens of {rid!r}")
-                           for rid, v in zip(req_ids, columns["num_output_tokens"])],
+        new_block_ids=[
+            None if b is None else _groups(b, f"new_block_ids of {rid!r}")
+            for rid, b in zip(req_ids, columns["new_block_ids"])
+        ],
+        num_computed_tokens=[
+            _int(v, f"num_computed_tokens of {rid!r}")
+            for rid, v in zip(req_ids, columns["num_computed_tokens"])
+        ],
+        num_output_tokens=[
+            _int(v, f"num_output_tokens of {rid!r}")
+            for rid, v in zip(req_ids, columns["num_output_tokens"])
+        ],
     )
     return SchedulerOutput(
         scheduled_new_reqs=new,
@@ -215,11 +236,18 @@ def engine_outputs(data: Any) -> list[EngineCoreOutput]:
         rid = _str(entry[0], "EngineCoreOutput.request_id")
         stop = entry[3]
         if stop is not None and type(stop) not in (int, str):
-            _fail(f"EngineCoreOutput.stop_reason of {rid!r} must be a token id or None, got "
-                  f"{describe(stop)}")
-        results.append(EngineCoreOutput(
-            request_id=rid, new_token_ids=_ints(entry[1], f"new_token_ids of {rid!r}"),
-            finish_reason=_reason(entry[2], f"finish_reason of {rid!r}"), stop_reason=stop))
+            _fail(
+                f"EngineCoreOutput.stop_reason of {rid!r} must be a token id or None, got "
+                f"{describe(stop)}"
+            )
+        results.append(
+            EngineCoreOutput(
+                request_id=rid,
+                new_token_ids=_ints(entry[1], f"new_token_ids of {rid!r}"),
+                finish_reason=_reason(entry[2], f"finish_reason of {rid!r}"),
+                stop_reason=stop,
+            )
+        )
     return results
 
 
@@ -266,10 +294,20 @@ class Engine:
     the oldest step in flight first.
     """
 
-    def __init__(self, num_blocks: int = 20, budget: int = 16, max_num_seqs: int = 4,
-                 max_model_len: int = 64, caching: bool = True, *, block_size: int = BS,
-                 seed: int = SEED, vocab: int = VOCAB, reference: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        num_blocks: int = 20,
+        budget: int = 16,
+        max_num_seqs: int = 4,
+        max_model_len: int = 64,
+        caching: bool = True,
+        *,
+        block_size: int = BS,
+        seed: int = SEED,
+        vocab: int = VOCAB,
+        reference: bool = False,
+        **kwargs: Any,
+    ) -> None:
         scheduler_module()  # the learner's module: a missing file or an import error stops here
         self.side = learner_module("learner_side")
         self.num_blocks, self.block_size, self.budget = num_blocks, block_size, budget
@@ -279,10 +317,17 @@ class Engine:
         self.sched = self.side.make_scheduler(*args, **kwargs)
         # The helpers, looked up once (each lookup is a request to the learner process).
         self._schedule, self._update, self._finish, self._state, self._make_request = (
-            self.side.schedule, self.side.update, self.side.finish, self.side.state,
-            self.side.make_request)
-        self.ref = (reader.make_scheduler(*args, scheduler_cls=ReferenceScheduler, **kwargs)
-                    if reference else None)
+            self.side.schedule,
+            self.side.update,
+            self.side.finish,
+            self.side.state,
+            self.side.make_request,
+        )
+        self.ref = (
+            reader.make_scheduler(*args, scheduler_cls=ReferenceScheduler, **kwargs)
+            if reference
+            else None
+        )
         self.runner = FakeModelRunner(block_size, seed, vocab)
         self.handles: dict[str, Remote] = {}
         self.ref_reqs: dict[str, Any] = {}
@@ -323,27 +368,57 @@ class Engine:
         return list(self.handles.values())
 
     # -- requests -------------------------------------------------------------------------
-    def add(self, rid: str, num_prompt: int | None = None, *, prompt: Iterable[int] | None = None,
-            max_tokens: int | None = 8, base: int = 0, eos: int | None = None,
-            generation_eos: int | None = None, priority: int = 0, **sampling: Any) -> Remote:
+    def add(
+        self,
+        rid: str,
+        num_prompt: int | None = None,
+        *,
+        prompt: Iterable[int] | None = None,
+        max_tokens: int | None = 8,
+        base: int = 0,
+        eos: int | None = None,
+        generation_eos: int | None = None,
+        priority: int = 0,
+        **sampling: Any,
+    ) -> Remote:
         """Create request ``rid`` in the learner process (prompt ``base, base + 1, ...`` unless
         given) and ``add_request`` it; returns the learner's request (a proxy). Requests arrive
         at times 0, 1, 2, ... in the order they are added (ties under the priority policy)."""
         tokens = list(prompt) if prompt is not None else [base + i for i in range(num_prompt or 0)]
         arrival = float(len(self.specs))
-        req = self._make_request(rid, tokens, self.block_size, max_tokens, eos,
-                                 generation_eos, priority, arrival, **sampling)
+        req = self._make_request(
+            rid,
+            tokens,
+            self.block_size,
+            max_tokens,
+            eos,
+            generation_eos,
+            priority,
+            arrival,
+            **sampling,
+        )
         self._learner(f"add_request({rid})", self.sched.add_request, req)
         self.handles[rid] = req
         if self.ref is not None:
-            ref_req = reader.make_request(rid, tokens, self.block_size, max_tokens, eos,
-                                          generation_eos, priority, arrival, **sampling)
+            ref_req = reader.make_request(
+                rid,
+                tokens,
+                self.block_size,
+                max_tokens,
+                eos,
+                generation_eos,
+                priority,
+                arrival,
+                **sampling,
+            )
             self.ref.add_request(ref_req)
             self.ref_reqs[rid] = ref_req
         self.specs[rid] = Spec(tokens, max_tokens, eos, dict(sampling), generation_eos)
         self.outputs[rid] = []
-        self.log.append(f"{rid} arrives: a {len(tokens)}-token prompt, max_tokens {max_tokens}"
-                        + (f", eos {eos}" if eos is not None else ""))
+        self.log.append(
+            f"{rid} arrives: a {len(tokens)}-token prompt, max_tokens {max_tokens}"
+            + (f", eos {eos}" if eos is not None else "")
+        )
         self.state = None
         return req
 
@@ -380,8 +455,9 @@ class Engine:
     def unfinished_counts(self) -> tuple[int, bool]:
         """The scheduler's own answers: ``get_num_unfinished_requests()`` and
         ``has_unfinished_requests()`` (given code, which counts the queues)."""
-        count = self._learner("get_num_unfinished_requests()",
-                              self.sched.get_num_unfinished_requests)
+        count = self._learner(
+            "get_num_unfinished_requests()", self.sched.get_num_unfinished_requests
+        )
         has = self._learner("has_unfinished_requests()", self.sched.has_unfinished_requests)
         count = _int(count, "get_num_unfinished_requests()")
         if type(has) is not bool:
@@ -402,14 +478,17 @@ class Engine:
         where = f"step {self.num_steps}: schedule()"
         if in_flight:
             where += f" (step {', '.join(map(str, in_flight))} still in flight)"
-        handle, data, state = self._learner(where, self._schedule, self.sched,
-                                            self._handle_list())
+        handle, data, state = self._learner(where, self._schedule, self.sched, self._handle_list())
         out = scheduler_output(data)
-        self.log.append(f"{where} -> batch {_batch_text(out)}"
-                        + (f", preempted {_ids_text(out.preempted_req_ids)}"
-                           if out.preempted_req_ids else "")
-                        + (f", finished_req_ids {_ids_text(out.finished_req_ids)}"
-                           if out.finished_req_ids else ""))
+        self.log.append(
+            f"{where} -> batch {_batch_text(out)}"
+            + (f", preempted {_ids_text(out.preempted_req_ids)}" if out.preempted_req_ids else "")
+            + (
+                f", finished_req_ids {_ids_text(out.finished_req_ids)}"
+                if out.finished_req_ids
+                else ""
+            )
+        )
         self.state = self.check_state(state, f"after {where}")
         self._check_output(out, where)
         ref_out = None
@@ -428,12 +507,12 @@ class Engine:
         try:
             return self.runner.execute_model(out)
         except Exception as exc:  # RunnerContractError, or data the runner cannot use
-            self.fail(f"step {step}: the model runner cannot execute your "
-                      f"SchedulerOutput: {exc}")
+            self.fail(f"step {step}: the model runner cannot execute your SchedulerOutput: {exc}")
             raise  # unreachable
 
-    def update(self, sampled: dict[str, list[int]],
-               raises: type[Exception] | None = None) -> list[EngineCoreOutput] | None:
+    def update(
+        self, sampled: dict[str, list[int]], raises: type[Exception] | None = None
+    ) -> list[EngineCoreOutput] | None:
         """``update_from_output(out, sampled)`` for the oldest ``schedule()`` in flight.
 
         With a reference, the learner must raise where the reference raises (a ``ValueError``
@@ -449,32 +528,36 @@ class Engine:
         if self.ref is not None:
             try:
                 ref_results = self.ref.update_from_output(
-                    ref_out, {rid: list(t) for rid, t in sampled.items()})
+                    ref_out, {rid: list(t) for rid, t in sampled.items()}
+                )
                 raises = None
             except ValueError:
                 raises = ValueError
         try:
-            results_data, state = self._update(self.sched, handle, sampled,
-                                               self._handle_list())
+            results_data, state = self._update(self.sched, handle, sampled, self._handle_list())
         except NotImplementedError:
             raise
         except LearnerError as exc:
             if raises is None or not isinstance(exc, raises):
                 self.fail(f"{where} raised {getattr(exc, 'display', exc)}")
             self.log.append(f"{where} -> raised {raises.__name__}, as it must")
-            self.state = self.check_state(self._state(self.sched, self._handle_list(), False),
-                                          f"after {where} raised")
+            self.state = self.check_state(
+                self._state(self.sched, self._handle_list(), False), f"after {where} raised"
+            )
             if self.ref is not None:
                 self._compare_state(f"{where} (which raised; nothing may have changed)")
             return None
         if raises is not None:
             self.log.append(f"{where} -> returned")
-            self.fail(f"{where} must raise {raises.__name__}: the runner handed back sampled "
-                      f"tokens for a request in the middle of its prefill (a non-final chunk "
-                      f"samples nothing), so the runner is broken and nothing may be applied")
+            self.fail(
+                f"{where} must raise {raises.__name__}: the runner handed back sampled "
+                f"tokens for a request in the middle of its prefill (a non-final chunk "
+                f"samples nothing), so the runner is broken and nothing may be applied"
+            )
         results = engine_outputs(results_data)
-        self.log.append(f"{where} -> "
-                        + (", ".join(_result_text(r) for r in results) or "no output"))
+        self.log.append(
+            f"{where} -> " + (", ".join(_result_text(r) for r in results) or "no output")
+        )
         self._pending.pop(0)
         self.state = self.check_state(state, f"after {where}")
         self._check_results(results, out, where)
@@ -502,19 +585,22 @@ class Engine:
             if not self.unfinished():
                 return n
             self.step()
-        self.fail(f"requests still unfinished after {max_steps} steps (running {self.running}, "
-                  f"waiting {self.waiting}): the scheduler makes no progress")
+        self.fail(
+            f"requests still unfinished after {max_steps} steps (running {self.running}, "
+            f"waiting {self.waiting}): the scheduler makes no progress"
+        )
         return max_steps
 
-    def abort(self, request_ids: Any, status: RequestStatus = RequestStatus.FINISHED_ABORTED
-              ) -> list[str]:
+    def abort(
+        self, request_ids: Any, status: RequestStatus = RequestStatus.FINISHED_ABORTED
+    ) -> list[str]:
         """``finish_requests(request_ids, status)``; returns the ids it says it finished."""
         where = f"finish_requests({request_ids!r}, {status.name})"
         if self._pending:
-            where += (f" between step {self._pending[0][3]}'s schedule() and "
-                      "update_from_output()")
-        done, state = self._learner(where, self._finish, self.sched, request_ids, status,
-                                    self._handle_list())
+            where += f" between step {self._pending[0][3]}'s schedule() and update_from_output()"
+        done, state = self._learner(
+            where, self._finish, self.sched, request_ids, status, self._handle_list()
+        )
         done = _strs(done, f"what {where} returned", unique=False)
         self.log.append(f"{where} -> {done}")
         self.state = self.check_state(state, f"after {where}")
@@ -525,15 +611,19 @@ class Engine:
             if info is None:
                 self.fail(f"{where} returned {rid!r}, which is no request of this test")
             if info["status"] != status:
-                self.fail(f"{where}: {rid} was finished, so its status must be {status.name}, "
-                          f"is {info['status'].name}")
+                self.fail(
+                    f"{where}: {rid} was finished, so its status must be {status.name}, "
+                    f"is {info['status'].name}"
+                )
         self.aborted.update(done)
         if self.ref is not None:
             ref_done = self.ref.finish_requests(request_ids, status)
             if sorted(done) != sorted(ref_done):
-                self.fail(f"{where} returned {sorted(done)}; it must return the requests it "
-                          f"finished, each once: {sorted(ref_done)} (unknown, already finished "
-                          f"and repeated ids are ignored)")
+                self.fail(
+                    f"{where} returned {sorted(done)}; it must return the requests it "
+                    f"finished, each once: {sorted(ref_done)} (unknown, already finished "
+                    f"and repeated ids are ignored)"
+                )
             self._compare_state(where)
         return done
 
@@ -557,14 +647,22 @@ class Engine:
             reqs[rid] = {
                 **info,
                 "status": _status(info["status"], f"{rid}.status"),
-                "num_computed_tokens": _int(info["num_computed_tokens"],
-                                            f"{rid}.num_computed_tokens"),
+                "num_computed_tokens": _int(
+                    info["num_computed_tokens"], f"{rid}.num_computed_tokens"
+                ),
                 "num_tokens": _int(info["num_tokens"], f"{rid}.num_tokens"),
                 "output_token_ids": _ints(info["output_token_ids"], f"{rid}.output_token_ids"),
                 "num_preemptions": _int(info["num_preemptions"], f"{rid}.num_preemptions"),
             }
-        checked = {"running": running, "waiting": waiting, "requests": requests,
-                   "pending_finished": pending, "tables": tables, "free": free, "reqs": reqs}
+        checked = {
+            "running": running,
+            "waiting": waiting,
+            "requests": requests,
+            "pending_finished": pending,
+            "tables": tables,
+            "free": free,
+            "reqs": reqs,
+        }
 
         def bad(message: str) -> None:
             self.fail(f"{when}: {message}")
@@ -576,46 +674,70 @@ class Engine:
             except AssertionError as exc:
                 bad(f"the block pool is broken: {exc}")
             if free != len(free_ids):
-                bad(f"get_num_free_blocks() is {free} but the free queue links {len(free_ids)} "
-                    "blocks")
+                bad(
+                    f"get_num_free_blocks() is {free} but the free queue links {len(free_ids)} "
+                    "blocks"
+                )
         if len(refs) != self.num_blocks:
             bad(f"the pool has {len(refs)} blocks, {self.num_blocks} were asked for")
         held = Counter(b for blocks in tables.values() for b in blocks)
         strange = sorted(b for b in held if not 0 < b < self.num_blocks)
         if strange:
-            bad(f"block tables hold block ids {strange}: only 1 .. {self.num_blocks - 1} exist "
-                "(block 0 is the null block)")
+            bad(
+                f"block tables hold block ids {strange}: only 1 .. {self.num_blocks - 1} exist "
+                "(block 0 is the null block)"
+            )
         for block_id in range(1, len(refs)):
             if refs[block_id] != held[block_id]:
                 owners = sorted(rid for rid, blocks in tables.items() if block_id in blocks)
-                bad(f"block {block_id} has ref_cnt {refs[block_id]} but {held[block_id]} block "
+                bad(
+                    f"block {block_id} has ref_cnt {refs[block_id]} but {held[block_id]} block "
                     f"table(s) hold it ({owners}): a block is freed once per holder, and only "
-                    "by a request that holds it")
+                    "by a request that holds it"
+                )
         if len(held) + free != self.num_blocks - 1:
-            bad(f"{len(held)} blocks are held and {free} are free, out of {self.num_blocks - 1} "
-                "usable: blocks leaked")
+            bad(
+                f"{len(held)} blocks are held and {free} are free, out of {self.num_blocks - 1} "
+                "usable: blocks leaked"
+            )
         # The queues.
         for rid, info in reqs.items():
             if not RequestStatus.is_finished(info["status"]):
                 continue
-            where = ("running" if rid in running else "the waiting queue" if rid in waiting
-                     else "requests" if rid in requests else None)
+            where = (
+                "running"
+                if rid in running
+                else "the waiting queue"
+                if rid in waiting
+                else "requests"
+                if rid in requests
+                else None
+            )
             if where is not None:
-                why = (" (a request that finishes while PREEMPTED, aborted or stopped by a "
-                       "token that was in flight when it was preempted, is in the waiting "
-                       "queue: take it out of there)"
-                       if where == "the waiting queue" and info["num_preemptions"] else "")
-                bad(f"{rid} is finished ({info['status'].name}) but still in {where}: a "
-                    f"finished request leaves its queue, and requests (_free_request){why}")
+                why = (
+                    " (a request that finishes while PREEMPTED, aborted or stopped by a "
+                    "token that was in flight when it was preempted, is in the waiting "
+                    "queue: take it out of there)"
+                    if where == "the waiting queue" and info["num_preemptions"]
+                    else ""
+                )
+                bad(
+                    f"{rid} is finished ({info['status'].name}) but still in {where}: a "
+                    f"finished request leaves its queue, and requests (_free_request){why}"
+                )
         if set(running) & set(waiting):
             bad(f"{sorted(set(running) & set(waiting))} are both running and waiting")
         if set(running) | set(waiting) != set(requests):
-            bad(f"requests holds {sorted(requests)} but running + waiting are "
+            bad(
+                f"requests holds {sorted(requests)} but running + waiting are "
                 f"{sorted(set(running) | set(waiting))}: every unfinished request is in exactly "
-                "one queue, and a finished one in none (nor in requests)")
+                "one queue, and a finished one in none (nor in requests)"
+            )
         if len(running) > self.max_num_seqs:
-            bad(f"{len(running)} requests are running ({running}), max_num_seqs is "
-                f"{self.max_num_seqs}")
+            bad(
+                f"{len(running)} requests are running ({running}), max_num_seqs is "
+                f"{self.max_num_seqs}"
+            )
         for rid, blocks in tables.items():
             if blocks and rid not in running:
                 what = "waits" if rid in waiting else "is finished"
@@ -627,15 +749,19 @@ class Engine:
                     bad(f"{rid} is in running with status {status.name}")
                 slots = len(tables.get(rid, [])) * self.block_size
                 if slots < info["num_computed_tokens"]:
-                    bad(f"{rid} counts {info['num_computed_tokens']} computed tokens but its "
-                        f"block table has {slots} slots")
+                    bad(
+                        f"{rid} counts {info['num_computed_tokens']} computed tokens but its "
+                        f"block table has {slots} slots"
+                    )
             elif rid in waiting:
                 if status not in _WAITING:
                     bad(f"{rid} is in the waiting queue with status {status.name}")
                 if info["num_computed_tokens"] != 0:
-                    bad(f"{rid} waits with num_computed_tokens {info['num_computed_tokens']}: "
+                    bad(
+                        f"{rid} waits with num_computed_tokens {info['num_computed_tokens']}: "
                         "a waiting request has no KV (it starts from 0, or from a prefix hit "
-                        "found when it is admitted)")
+                        "found when it is admitted)"
+                    )
             elif not RequestStatus.is_finished(status):
                 bad(f"{rid} has status {status.name} but is in no queue: it is lost")
         return checked
@@ -646,26 +772,36 @@ class Engine:
         scheduled = list(out.num_scheduled_tokens)
         total = sum(out.num_scheduled_tokens.values())
         if total > self.budget:
-            self.fail(f"{where}: token budget: {total} tokens scheduled ({_batch_text(out)}) "
-                      f"but max_num_batched_tokens is {self.budget}")
+            self.fail(
+                f"{where}: token budget: {total} tokens scheduled ({_batch_text(out)}) "
+                f"but max_num_batched_tokens is {self.budget}"
+            )
         if out.total_num_scheduled_tokens != total:
-            self.fail(f"{where}: total_num_scheduled_tokens is {out.total_num_scheduled_tokens}, "
-                      f"the batch sums to {total}")
+            self.fail(
+                f"{where}: total_num_scheduled_tokens is {out.total_num_scheduled_tokens}, "
+                f"the batch sums to {total}"
+            )
         new_ids = [new.req_id for new in out.scheduled_new_reqs]
         cached_ids = out.scheduled_cached_reqs.req_ids
         if sorted(new_ids + cached_ids) != sorted(scheduled):
-            self.fail(f"{where}: the batch is {scheduled} but scheduled_new_reqs {new_ids} and "
-                      f"scheduled_cached_reqs {cached_ids} describe other requests (each "
-                      "scheduled request once, in one of them)")
+            self.fail(
+                f"{where}: the batch is {scheduled} but scheduled_new_reqs {new_ids} and "
+                f"scheduled_cached_reqs {cached_ids} describe other requests (each "
+                "scheduled request once, in one of them)"
+            )
         if not out.scheduled_cached_reqs.resumed_req_ids <= set(cached_ids):
-            self.fail(f"{where}: resumed_req_ids {out.scheduled_cached_reqs.resumed_req_ids} are "
-                      f"not all among scheduled_cached_reqs.req_ids {cached_ids}")
+            self.fail(
+                f"{where}: resumed_req_ids {out.scheduled_cached_reqs.resumed_req_ids} are "
+                f"not all among scheduled_cached_reqs.req_ids {cached_ids}"
+            )
         not_running = [rid for rid in scheduled if rid not in state["running"]]
         if not_running:
             self.fail(f"{where}: {not_running} are scheduled but not in running {state['running']}")
         if out.preempted_req_ids & set(scheduled):
-            self.fail(f"{where}: {sorted(out.preempted_req_ids & set(scheduled))} are both "
-                      "preempted and scheduled")
+            self.fail(
+                f"{where}: {sorted(out.preempted_req_ids & set(scheduled))} are both "
+                "preempted and scheduled"
+            )
         lost = [rid for rid in out.preempted_req_ids if rid not in state["waiting"]]
         if lost:
             self.fail(f"{where}: {lost} were preempted but are not back in the waiting queue")
@@ -673,8 +809,9 @@ class Engine:
         if alive:
             self.fail(f"{where}: finished_req_ids lists {sorted(alive)}, which are not finished")
 
-    def _check_results(self, results: list[EngineCoreOutput], out: SchedulerOutput,
-                       where: str) -> None:
+    def _check_results(
+        self, results: list[EngineCoreOutput], out: SchedulerOutput, where: str
+    ) -> None:
         state = self.state
         assert state is not None
         ids = [res.request_id for res in results]
@@ -685,17 +822,26 @@ class Engine:
             if rid not in out.num_scheduled_tokens:
                 self.fail(f"{where}: an output for {rid}, which was not scheduled in this step")
             if not res.new_token_ids and res.finish_reason is None:
-                self.fail(f"{where}: an output for {rid} with no token and no finish: a request "
-                          "that got no token (a prefill chunk) produces no output")
+                self.fail(
+                    f"{where}: an output for {rid} with no token and no finish: a request "
+                    "that got no token (a prefill chunk) produces no output"
+                )
             status = state["reqs"][rid]["status"] if rid in state["reqs"] else None
             if res.finish_reason is not None:
                 if rid in state["running"] or rid in state["requests"]:
-                    self.fail(f"{where}: {rid} finished ({res.finish_reason}) but is still in "
-                              "running / requests")
-                if status is not None and status.name.startswith("FINISHED") and (
-                        RequestStatus.get_finished_reason(status) != res.finish_reason):
-                    self.fail(f"{where}: {rid}'s output says {res.finish_reason} but its status "
-                              f"is {status.name}")
+                    self.fail(
+                        f"{where}: {rid} finished ({res.finish_reason}) but is still in "
+                        "running / requests"
+                    )
+                if (
+                    status is not None
+                    and status.name.startswith("FINISHED")
+                    and (RequestStatus.get_finished_reason(status) != res.finish_reason)
+                ):
+                    self.fail(
+                        f"{where}: {rid}'s output says {res.finish_reason} but its status "
+                        f"is {status.name}"
+                    )
 
     # -- against the reference ------------------------------------------------------------------
     def _compare_output(self, mine: dict[str, Any], ref: dict[str, Any], where: str) -> None:
@@ -703,15 +849,17 @@ class Engine:
             c = data["cached"]
             return {
                 "batch (request: tokens, in order)": [tuple(p) for p in data["batch"]],
-                "admitted (scheduled_new_reqs: id, prompt, prefix hit in tokens, blocks)":
-                    [(e[0], list(e[1]), e[3], len(e[2][0])) for e in data["new"]],
+                "admitted (scheduled_new_reqs: id, prompt, prefix hit in tokens, blocks)": [
+                    (e[0], list(e[1]), e[3], len(e[2][0])) for e in data["new"]
+                ],
                 "scheduled_cached_reqs.req_ids": list(c["req_ids"]),
                 "resumed_req_ids": sorted(c["resumed"]),
                 "scheduled_cached_reqs.new_token_ids": [list(t) for t in c["new_token_ids"]],
                 "scheduled_cached_reqs.num_computed_tokens": list(c["num_computed_tokens"]),
                 "scheduled_cached_reqs.num_output_tokens": list(c["num_output_tokens"]),
-                "number of new blocks (None: none added) of each cached request":
-                    [None if b is None else len(b[0]) for b in c["new_block_ids"]],
+                "number of new blocks (None: none added) of each cached request": [
+                    None if b is None else len(b[0]) for b in c["new_block_ids"]
+                ],
                 "preempted_req_ids": sorted(data["preempted"]),
                 "finished_req_ids": sorted(data["finished"]),
             }
@@ -719,56 +867,86 @@ class Engine:
         a, b = shape(mine), shape(ref)
         for key in b:
             if a[key] != b[key]:
-                self.fail(f"{where}: {key} differs from the reference scheduler's:\n"
-                          f"  yours:     {a[key]}\n  reference: {b[key]}")
+                self.fail(
+                    f"{where}: {key} differs from the reference scheduler's:\n"
+                    f"  yours:     {a[key]}\n  reference: {b[key]}"
+                )
 
     def _compare_results(self, mine: list[Any], ref: list[Any], where: str) -> None:
         a = [(r[0], list(r[1]), r[2], r[3]) for r in mine]
         b = [(r[0], list(r[1]), r[2], r[3]) for r in ref]
         if a != b:
-            self.fail(f"{where}: the outputs (request, new tokens, finish reason, stop reason) "
-                      f"differ from the reference scheduler's:\n  yours:     {a}\n"
-                      f"  reference: {b}")
+            self.fail(
+                f"{where}: the outputs (request, new tokens, finish reason, stop reason) "
+                f"differ from the reference scheduler's:\n  yours:     {a}\n"
+                f"  reference: {b}"
+            )
 
     def _compare_state(self, where: str) -> None:
         assert self.ref is not None and self.state is not None
         raw = reader.state(self.ref, list(self.ref_reqs.values()), pool=False)
-        ref = {**raw, "tables": dict(raw["tables"]),
-               "reqs": {row[0]: dict(zip(reader.REQUEST_FIELDS, row[1:])) for row in raw["reqs"]}}
+        ref = {
+            **raw,
+            "tables": dict(raw["tables"]),
+            "reqs": {row[0]: dict(zip(reader.REQUEST_FIELDS, row[1:])) for row in raw["reqs"]},
+        }
         mine = self.state
         simple = {
             "running": (mine["running"], ref["running"]),
             "the waiting queue": (mine["waiting"], ref["waiting"]),
             "requests (unfinished)": (sorted(mine["requests"]), sorted(ref["requests"])),
-            "finished_req_ids (to report next step)":
-                (sorted(mine["pending_finished"]), sorted(ref["pending_finished"])),
+            "finished_req_ids (to report next step)": (
+                sorted(mine["pending_finished"]),
+                sorted(ref["pending_finished"]),
+            ),
             "free blocks": (mine["free"], ref["free"]),
-            "blocks held per request": ({r: len(t) for r, t in mine["tables"].items() if t},
-                                        {r: len(t) for r, t in ref["tables"].items() if t}),
+            "blocks held per request": (
+                {r: len(t) for r, t in mine["tables"].items() if t},
+                {r: len(t) for r, t in ref["tables"].items() if t},
+            ),
         }
         for what, (a, b) in simple.items():
             if a != b:
-                self.fail(f"after {where}: {what} differs from the reference scheduler's:\n"
-                          f"  yours:     {a}\n  reference: {b}")
-        fields = ("status", "num_computed_tokens", "num_tokens", "output_token_ids",
-                  "num_preemptions", "stop_reason", "max_tokens")
+                self.fail(
+                    f"after {where}: {what} differs from the reference scheduler's:\n"
+                    f"  yours:     {a}\n  reference: {b}"
+                )
+        fields = (
+            "status",
+            "num_computed_tokens",
+            "num_tokens",
+            "output_token_ids",
+            "num_preemptions",
+            "stop_reason",
+            "max_tokens",
+        )
         for rid, theirs in ref["reqs"].items():
             ours = mine["reqs"][rid]
             for name in fields:
                 if ours[name] != theirs[name] or type(ours[name]) is not type(theirs[name]):
-                    self.fail(f"after {where}: {rid}.{name} is {describe(ours[name])}, the "
-                              f"reference scheduler's is {describe(theirs[name])}")
-            if rid in ref["running"] and ours["is_prefill_chunk"] is not theirs[
-                    "is_prefill_chunk"]:
-                self.fail(f"after {where}: {rid}.is_prefill_chunk is "
-                          f"{describe(ours['is_prefill_chunk'])}, the reference scheduler's is "
-                          f"{theirs['is_prefill_chunk']}")
+                    self.fail(
+                        f"after {where}: {rid}.{name} is {describe(ours[name])}, the "
+                        f"reference scheduler's is {describe(theirs[name])}"
+                    )
+            if rid in ref["running"] and ours["is_prefill_chunk"] is not theirs["is_prefill_chunk"]:
+                self.fail(
+                    f"after {where}: {rid}.is_prefill_chunk is "
+                    f"{describe(ours['is_prefill_chunk'])}, the reference scheduler's is "
+                    f"{theirs['is_prefill_chunk']}"
+                )
 
     # -- the end ---------------------------------------------------------------------------------
     def expected(self, rid: str) -> tuple[list[int], FinishReason]:
         spec = self.specs[rid]
-        return expected_output(rid, len(spec.prompt), spec.params(), spec.eos,
-                               self.max_model_len, self.seed, self.vocab)
+        return expected_output(
+            rid,
+            len(spec.prompt),
+            spec.params(),
+            spec.eos,
+            self.max_model_len,
+            self.seed,
+            self.vocab,
+        )
 
     def mismatches(self) -> list[str]:
         """Requests (not aborted) whose output or finish reason is not the fake model's."""
@@ -785,24 +963,33 @@ class Engine:
         """Everyone finished: nothing queued, no block held, every output the model's."""
         state = self.refresh()
         if state["running"] or state["waiting"] or state["requests"]:
-            self.fail(f"after the last step: running {state['running']}, waiting "
-                      f"{state['waiting']}, requests {state['requests']}: all must be empty")
+            self.fail(
+                f"after the last step: running {state['running']}, waiting "
+                f"{state['waiting']}, requests {state['requests']}: all must be empty"
+            )
         if any(state["tables"].values()) or state["free"] != self.num_blocks - 1:
-            self.fail(f"after the last step {state['free']} of {self.num_blocks - 1} usable "
-                      f"blocks are free and tables {state['tables']} remain: blocks leaked")
+            self.fail(
+                f"after the last step {state['free']} of {self.num_blocks - 1} usable "
+                f"blocks are free and tables {state['tables']} remain: blocks leaked"
+            )
         for rid in self.specs:
             tokens, reason = self.expected(rid)
             got = self.outputs.get(rid, [])
             if rid in self.aborted:
-                if got != tokens[:len(got)]:
-                    self.fail(f"{rid} (aborted) produced {got}, which is not the start of the "
-                              f"fake model's output {tokens}")
+                if got != tokens[: len(got)]:
+                    self.fail(
+                        f"{rid} (aborted) produced {got}, which is not the start of the "
+                        f"fake model's output {tokens}"
+                    )
             elif got != tokens or self.finished.get(rid) != reason:
-                self.fail(f"{rid} produced {got} and finished {self.finished.get(rid)}; the fake "
-                          f"model's output is {tokens}, finished {reason}")
+                self.fail(
+                    f"{rid} produced {got} and finished {self.finished.get(rid)}; the fake "
+                    f"model's output is {tokens}, finished {reason}"
+                )
 
-    def _row(self, out: SchedulerOutput, results: list[EngineCoreOutput]
-             ) -> tuple[str, str, str, str]:
+    def _row(
+        self, out: SchedulerOutput, results: list[EngineCoreOutput]
+    ) -> tuple[str, str, str, str]:
         """The step as ``python -m mini_vllm.teaching.sim`` prints it: batch, admitted, preempted,
         finished."""
         from mini_vllm.teaching.sim.render import step_row
@@ -822,20 +1009,30 @@ class Engine:
             else:
                 kind = "prefill"
             scheduled.append((rid, n, kind))
-        hits = {new.req_id: new.num_computed_tokens for new in out.scheduled_new_reqs
-                if new.num_computed_tokens}
+        hits = {
+            new.req_id: new.num_computed_tokens
+            for new in out.scheduled_new_reqs
+            if new.num_computed_tokens
+        }
         for i, rid in enumerate(cached.req_ids):
             if rid in cached.resumed_req_ids and cached.num_computed_tokens[i]:
                 hits[rid] = cached.num_computed_tokens[i]
         record = StepRecord(
-            step=self.num_steps, scheduled=scheduled,
+            step=self.num_steps,
+            scheduled=scheduled,
             num_scheduled_tokens=out.total_num_scheduled_tokens,
             admitted=[new.req_id for new in out.scheduled_new_reqs],
             resumed=sorted(cached.resumed_req_ids, key=cached.req_ids.index),
-            prefix_hits=hits, preempted=sorted(out.preempted_req_ids, key=_id_order),
-            finished=[(r.request_id, r.finish_reason) for r in results
-                      if r.finish_reason is not None],
-            block_tables={}, num_free_blocks=0, kv_usage=0.0, waiting=[])
+            prefix_hits=hits,
+            preempted=sorted(out.preempted_req_ids, key=_id_order),
+            finished=[
+                (r.request_id, r.finish_reason) for r in results if r.finish_reason is not None
+            ],
+            block_tables={},
+            num_free_blocks=0,
+            kv_usage=0.0,
+            waiting=[],
+        )
         row = step_row(record)
         return (row[1], row[3], row[4], row[5])
 
@@ -858,11 +1055,19 @@ def simulate(config: Any, workload: list[Any], reference: bool = False) -> Engin
     """Replay a ``mini_vllm.teaching.sim`` workload as its simulator does, on the learner's
     scheduler: requests are added at their arrival step (idle gaps skipped), then one engine
     step. The caller ends with ``engine.check_drained()``."""
-    engine = Engine(config.num_gpu_blocks, config.max_num_batched_tokens, config.max_num_seqs,
-                    config.max_model_len, config.enable_caching, block_size=config.block_size,
-                    seed=config.seed, vocab=config.vocab_size, reference=reference,
-                    enable_chunked_prefill=config.enable_chunked_prefill,
-                    long_prefill_token_threshold=config.long_prefill_token_threshold)
+    engine = Engine(
+        config.num_gpu_blocks,
+        config.max_num_batched_tokens,
+        config.max_num_seqs,
+        config.max_model_len,
+        config.enable_caching,
+        block_size=config.block_size,
+        seed=config.seed,
+        vocab=config.vocab_size,
+        reference=reference,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+    )
     pending = sorted(workload, key=lambda spec: spec.arrival_step)
     step = 0
     while pending or engine.unfinished():
@@ -871,12 +1076,18 @@ def simulate(config: Any, workload: list[Any], reference: bool = False) -> Engin
         while pending and pending[0].arrival_step <= step:
             spec = pending.pop(0)
             params = spec.sampling_params
-            engine.add(spec.request_id, prompt=spec.prompt_token_ids,
-                       max_tokens=params.max_tokens, eos=config.eos_token_id,
-                       ignore_eos=params.ignore_eos)
+            engine.add(
+                spec.request_id,
+                prompt=spec.prompt_token_ids,
+                max_tokens=params.max_tokens,
+                eos=config.eos_token_id,
+                ignore_eos=params.ignore_eos,
+            )
         if engine.num_steps >= config.max_steps:
-            engine.fail(f"requests still unfinished after {config.max_steps} steps: the "
-                        "scheduler makes no progress")
+            engine.fail(
+                f"requests still unfinished after {config.max_steps} steps: the "
+                "scheduler makes no progress"
+            )
         engine.step()
         step += 1
     return engine

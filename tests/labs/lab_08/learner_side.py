@@ -22,18 +22,25 @@ from mini_vllm.teaching.invariants import pool_snapshot
 
 
 # -- building ---------------------------------------------------------------------------------
-def make_manager(num_blocks: int, block_size: int, max_model_len: int,
-                 caching: bool = True) -> Any:
+def make_manager(num_blocks: int, block_size: int, max_model_len: int, caching: bool = True) -> Any:
     """The KV cache manager in use (the reference's, or the learner's lab-07 under --chain)."""
     import mini_vllm.core.kv_cache_manager as managers
 
-    return managers.KVCacheManager(num_blocks, block_size, max_model_len,
-                                   enable_caching=caching, log_stats=True)
+    return managers.KVCacheManager(
+        num_blocks, block_size, max_model_len, enable_caching=caching, log_stats=True
+    )
 
 
-def make_scheduler(num_blocks: int, block_size: int, max_model_len: int, budget: int,
-                   max_num_seqs: int, caching: bool = True, scheduler_cls: Any = None,
-                   **kwargs: Any) -> Any:
+def make_scheduler(
+    num_blocks: int,
+    block_size: int,
+    max_model_len: int,
+    budget: int,
+    max_num_seqs: int,
+    caching: bool = True,
+    scheduler_cls: Any = None,
+    **kwargs: Any,
+) -> Any:
     """``Scheduler(manager, budget, max_num_seqs, max_model_len, **kwargs)``: the learner's
     class unless ``scheduler_cls`` is given (the judge passes the reference's)."""
     if scheduler_cls is None:
@@ -44,10 +51,18 @@ def make_scheduler(num_blocks: int, block_size: int, max_model_len: int, budget:
     return scheduler_cls(manager, budget, max_num_seqs, max_model_len, **kwargs)
 
 
-def make_request(request_id: str, prompt: list[int], block_size: int, max_tokens: Any = 8,
-                 eos: int | None = None, generation_eos: int | None = None,
-                 priority: int = 0, arrival_time: float | None = None,
-                 repetition: tuple[int, int, int] | None = None, **sampling: Any) -> Any:
+def make_request(
+    request_id: str,
+    prompt: list[int],
+    block_size: int,
+    max_tokens: Any = 8,
+    eos: int | None = None,
+    generation_eos: int | None = None,
+    priority: int = 0,
+    arrival_time: float | None = None,
+    repetition: tuple[int, int, int] | None = None,
+    **sampling: Any,
+) -> Any:
     """A greedy request whose full blocks are hashed (chained) as its tokens arrive.
 
     ``generation_eos`` records the model's EOS in the sampling parameters, as the engine does
@@ -64,9 +79,15 @@ def make_request(request_id: str, prompt: list[int], block_size: int, max_tokens
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, **sampling)
     if generation_eos is not None:
         params.update_from_generation_config({}, eos_token_id=generation_eos)
-    return Request(request_id, list(prompt), params, eos_token_id=eos,
-                   arrival_time=arrival_time, priority=priority,
-                   block_hasher=get_request_block_hasher(block_size, sha256))
+    return Request(
+        request_id,
+        list(prompt),
+        params,
+        eos_token_id=eos,
+        arrival_time=arrival_time,
+        priority=priority,
+        block_hasher=get_request_block_hasher(block_size, sha256),
+    )
 
 
 # -- one call, then what it left ----------------------------------------------------------------
@@ -76,8 +97,7 @@ def schedule(sched: Any, requests: list[Any]) -> list[Any]:
     return [out, output_data(out), state(sched, requests, pool=True)]
 
 
-def update(sched: Any, out: Any, sampled: dict[str, list[int]],
-           requests: list[Any]) -> list[Any]:
+def update(sched: Any, out: Any, sampled: dict[str, list[int]], requests: list[Any]) -> list[Any]:
     """``sched.update_from_output(out, sampled)``: [the outputs as data, the state after]."""
     results = sched.update_from_output(out, sampled)
     return [outputs_data(results), state(sched, requests, pool=False)]
@@ -112,16 +132,24 @@ def output_data(out: Any) -> dict[str, Any]:
     return {
         "batch": [[rid, n] for rid, n in out.num_scheduled_tokens.items()],
         "total": out.total_num_scheduled_tokens,
-        "new": [[new.req_id, _ids(new.prompt_token_ids),
-                 [_ids(group) for group in new.block_ids], new.num_computed_tokens]
-                for new in out.scheduled_new_reqs],
+        "new": [
+            [
+                new.req_id,
+                _ids(new.prompt_token_ids),
+                [_ids(group) for group in new.block_ids],
+                new.num_computed_tokens,
+            ]
+            for new in out.scheduled_new_reqs
+        ],
         "cached": {
             "req_ids": _ids(cached.req_ids),
             "resumed": _ids(cached.resumed_req_ids),
             "new_token_ids": [_ids(t) for t in cached.new_token_ids],
             "all_token_ids": {rid: _ids(t) for rid, t in cached.all_token_ids.items()},
-            "new_block_ids": [None if ids is None else [_ids(group) for group in ids]
-                              for ids in cached.new_block_ids],
+            "new_block_ids": [
+                None if ids is None else [_ids(group) for group in ids]
+                for ids in cached.new_block_ids
+            ],
             "num_computed_tokens": _ids(cached.num_computed_tokens),
             "num_output_tokens": _ids(cached.num_output_tokens),
         },
@@ -132,12 +160,22 @@ def output_data(out: Any) -> dict[str, Any]:
 
 def outputs_data(results: Any) -> list[list[Any]]:
     """``EngineCoreOutput``s as [request_id, new_token_ids, finish_reason, stop_reason]."""
-    return [[res.request_id, _ids(res.new_token_ids), res.finish_reason, res.stop_reason]
-            for res in results]
+    return [
+        [res.request_id, _ids(res.new_token_ids), res.finish_reason, res.stop_reason]
+        for res in results
+    ]
 
 
-REQUEST_FIELDS = ("status", "num_computed_tokens", "num_tokens", "output_token_ids",
-                  "num_preemptions", "is_prefill_chunk", "stop_reason", "max_tokens")
+REQUEST_FIELDS = (
+    "status",
+    "num_computed_tokens",
+    "num_tokens",
+    "output_token_ids",
+    "num_preemptions",
+    "is_prefill_chunk",
+    "stop_reason",
+    "max_tokens",
+)
 
 
 def request_data(req: Any) -> dict[str, Any]:
@@ -146,8 +184,16 @@ def request_data(req: Any) -> dict[str, Any]:
 
 
 def _request_row(req: Any) -> list[Any]:
-    return [req.status, req.num_computed_tokens, req.num_tokens, _ids(req.output_token_ids),
-            req.num_preemptions, req.is_prefill_chunk, req.stop_reason, req.max_tokens]
+    return [
+        req.status,
+        req.num_computed_tokens,
+        req.num_tokens,
+        _ids(req.output_token_ids),
+        req.num_preemptions,
+        req.is_prefill_chunk,
+        req.stop_reason,
+        req.max_tokens,
+    ]
 
 
 def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
@@ -161,12 +207,11 @@ def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
         "waiting": [req.request_id for req in sched.waiting],
         "requests": list(sched.requests),
         "pending_finished": list(sched.finished_req_ids),
-        "tables": [[rid, [blk.block_id for blk in blocks]]
-                   for rid, blocks in manager.req_to_blocks.items()],
+        "tables": [
+            [rid, [blk.block_id for blk in blocks]] for rid, blocks in manager.req_to_blocks.items()
+        ],
         "free": block_pool.get_num_free_blocks(),
         "pool": pool_snapshot(block_pool) if pool else None,
         "ref_cnts": [getattr(b, "ref_cnt", None) for b in block_pool.blocks],
         "reqs": [[req.request_id, *_request_row(req)] for req in requests],
     }
-
-

@@ -34,14 +34,19 @@ def preempted_b() -> Engine:
     engine.step()
     out, _ = engine.step()
     assert out.preempted_req_ids == {"b"}, (
-        f"set-up: b is preempted in step 2, got {sorted(out.preempted_req_ids)}")
+        f"set-up: b is preempted in step 2, got {sorted(out.preempted_req_ids)}"
+    )
     return engine
 
 
-@graded(3, "finish_requests (abort) finishes running, waiting and preempted requests: they leave "
-           "their queue, their blocks are freed, their status is the one given; unknown, "
-           "finished and repeated ids are ignored, one id may come as a str; it returns the ids "
-           "it finished, each once", f"{DOC}#finishing-and-freeing")
+@graded(
+    3,
+    "finish_requests (abort) finishes running, waiting and preempted requests: they leave "
+    "their queue, their blocks are freed, their status is the one given; unknown, "
+    "finished and repeated ids are ignored, one id may come as a str; it returns the ids "
+    "it finished, each once",
+    f"{DOC}#finishing-and-freeing",
+)
 def test_finish_requests_aborts():
     """b (preempted) and cc, dd (waiting) wait behind a (running); each kind is aborted."""
     engine = preempted_b()
@@ -53,28 +58,34 @@ def test_finish_requests_aborts():
     done = engine.abort(["b", "b", "zzz"])
     assert done == ["b"], (
         f"finish_requests(['b', 'b', 'zzz']) finishes the preempted b once and ignores the "
-        f"unknown id: it must return ['b'], returned {done}")
+        f"unknown id: it must return ['b'], returned {done}"
+    )
     assert engine.waiting == ["cc", "dd"], (
-        f"b (preempted, first in the waiting queue) must leave it: waiting is {engine.waiting}")
+        f"b (preempted, first in the waiting queue) must leave it: waiting is {engine.waiting}"
+    )
     assert engine.info("b")["status"] == ABORTED, f"b's status is {engine.info('b')['status']}"
 
     done = engine.abort("cc")
     assert done == ["cc"], (
-        f"finish_requests('cc') (one id, as a str) must return ['cc'], got {done}")
+        f"finish_requests('cc') (one id, as a str) must return ['cc'], got {done}"
+    )
     assert engine.waiting == ["dd"], f"cc must leave the waiting queue: waiting is {engine.waiting}"
 
     done = engine.abort(["a", "dd", "a", "b"])
     assert sorted(done) == ["a", "dd"], (
         f"a (running) and dd (waiting) are finished, once each; b is already finished: expected "
-        f"['a', 'dd'], got {done}")
+        f"['a', 'dd'], got {done}"
+    )
     assert engine.running == [] and engine.waiting == [] and engine.num_free() == 4, (
-        f"running {engine.running}, waiting {engine.waiting}, {engine.num_free()} of 4 blocks free")
+        f"running {engine.running}, waiting {engine.waiting}, {engine.num_free()} of 4 blocks free"
+    )
     assert engine.abort(["a"]) == [], "a finished request cannot be finished again"
 
     out = engine.schedule()
     assert out.finished_req_ids == {"a", "b", "cc", "dd"}, (
         f"the next output tells the runner about every request finished since the last one: "
-        f"expected [a, b, cc, dd], got {sorted(out.finished_req_ids)}")
+        f"expected [a, b, cc, dd], got {sorted(out.finished_req_ids)}"
+    )
     engine.update({})
     engine.add("e", 3, base=20)
     engine.add("f", 3, base=30)
@@ -85,10 +96,13 @@ def test_finish_requests_aborts():
     engine.update({})
 
 
-@graded(2, "An abort while the step runs (between schedule() and update_from_output()): "
-           "update_from_output skips the aborted request (no token appended, no output, its blocks "
-           "already freed), the others go on, and the next output lists it as finished",
-        f"{DOC}#finishing-and-freeing")
+@graded(
+    2,
+    "An abort while the step runs (between schedule() and update_from_output()): "
+    "update_from_output skips the aborted request (no token appended, no output, its blocks "
+    "already freed), the others go on, and the next output lists it as finished",
+    f"{DOC}#finishing-and-freeing",
+)
 def test_abort_between_schedule_and_update():
     """Step 2: a decodes, b finishes its prompt, c is admitted; a and c are aborted mid-step."""
     engine = Engine(budget=12)
@@ -106,24 +120,31 @@ def test_abort_between_schedule_and_update():
     results = engine.update(sampled)
     assert [r.request_id for r in results] == ["b"], (
         f"a and c were aborted while the step ran: only b gets an output, got "
-        f"{[r.request_id for r in results]}")
+        f"{[r.request_id for r in results]}"
+    )
     assert engine.info("a")["output_token_ids"] == a_before, (
         f"a was aborted: its sampled token is dropped; its outputs went from {a_before} to "
-        f"{engine.info('a')['output_token_ids']}")
+        f"{engine.info('a')['output_token_ids']}"
+    )
     assert engine.info("c")["output_token_ids"] == [], "c was aborted: no token is appended"
     assert engine.running == ["b"], f"running is {engine.running}"
     out, _ = engine.step()
     assert out.finished_req_ids == {"a", "c"}, (
         f"a and c were finished after the last schedule(): this output must list them, got "
-        f"{sorted(out.finished_req_ids)}")
+        f"{sorted(out.finished_req_ids)}"
+    )
     engine.run()
     engine.check_drained()
 
 
-@graded(2, "update_from_output checks what the runner hands back: tokens count only for requests "
-           "scheduled in this step and still unfinished (unknown, finished or unscheduled ones "
-           "are ignored, an empty list is no token); tokens for a request mid-prefill are a "
-           "runner bug: ValueError, and nothing is applied", f"{DOC}#chunked-prefill")
+@graded(
+    2,
+    "update_from_output checks what the runner hands back: tokens count only for requests "
+    "scheduled in this step and still unfinished (unknown, finished or unscheduled ones "
+    "are ignored, an empty list is no token); tokens for a request mid-prefill are a "
+    "runner bug: ValueError, and nothing is applied",
+    f"{DOC}#chunked-prefill",
+)
 def test_update_from_output_checks_the_runner():
     """Budget 8: a finishes in step 1; in step 2 b decodes, c runs a chunk and d waits."""
     engine = Engine(budget=8)
@@ -142,18 +163,21 @@ def test_update_from_output_checks_the_runner():
     engine.update({**sampled, "c": [5]}, raises=ValueError)
     assert engine.info("b")["output_token_ids"] == b_before, (
         "update_from_output raised, so nothing may have been applied: b got a token anyway "
-        "(check every entry before appending any)")
+        "(check every entry before appending any)"
+    )
     assert engine.info("c")["output_token_ids"] == [], "c is mid-prefill: it gets no token"
 
     results = engine.update({**sampled, "c": [], "a": [1], "d": [2], "ghost": [3]})
     assert [(r.request_id, r.new_token_ids) for r in results] == [("b", sampled["b"])], (
         f"only b's token counts: c got an empty list (a prefill chunk samples nothing), a is "
         f"finished, d was not scheduled, ghost is unknown; got "
-        f"{[(r.request_id, r.new_token_ids) for r in results]}")
+        f"{[(r.request_id, r.new_token_ids) for r in results]}"
+    )
     outputs = {rid: engine.info(rid)["output_token_ids"] for rid in "acd"}
     assert outputs == {"a": engine.outputs["a"], "c": [], "d": []}, (
         f"a (finished), c (mid-prefill, empty list) and d (waiting) get no token: their "
-        f"outputs are {outputs}")
+        f"outputs are {outputs}"
+    )
     engine.run()
     engine.check_drained()
 
@@ -187,9 +211,16 @@ def trace_configs(draw: Any) -> dict[str, Any]:
         },
         "eos": draw(st.sampled_from([None, 3])),
         "shared": draw(st.integers(0, max_model_len // 2)),
-        "requests": draw(st.lists(st.tuples(st.integers(max_model_len // 3, max_model_len - 1),
-                                            st.integers(2, max_model_len)),
-                                  min_size=3, max_size=7)),
+        "requests": draw(
+            st.lists(
+                st.tuples(
+                    st.integers(max_model_len // 3, max_model_len - 1),
+                    st.integers(2, max_model_len),
+                ),
+                min_size=3,
+                max_size=7,
+            )
+        ),
     }
 
 
@@ -204,15 +235,25 @@ class Trace:
 
     def __init__(self, config: dict[str, Any], data: Any) -> None:
         options = dict(config["engine"])
-        self.engine = Engine(options.pop("num_blocks"), options.pop("budget"),
-                             options.pop("max_num_seqs"), options.pop("max_model_len"),
-                             options.pop("caching"), block_size=options.pop("block_size"),
-                             seed=options.pop("seed"), vocab=VOCAB, reference=True, **options)
+        self.engine = Engine(
+            options.pop("num_blocks"),
+            options.pop("budget"),
+            options.pop("max_num_seqs"),
+            options.pop("max_model_len"),
+            options.pop("caching"),
+            block_size=options.pop("block_size"),
+            seed=options.pop("seed"),
+            vocab=VOCAB,
+            reference=True,
+            **options,
+        )
         self.ref = self.engine.ref
         self.data = data
         self.eos = config["eos"]
-        self.arrivals = [(f"r{i}", _prompt(i, length, config["shared"]), max_tokens)
-                         for i, (length, max_tokens) in enumerate(config["requests"])]
+        self.arrivals = [
+            (f"r{i}", _prompt(i, length, config["shared"]), max_tokens)
+            for i, (length, max_tokens) in enumerate(config["requests"])
+        ]
 
     def draw(self, strategy: Any) -> Any:
         return self.data.draw(strategy)
@@ -232,8 +273,9 @@ class Trace:
         waiting = list(self.ref.waiting)
         groups = {
             "running": [req.request_id for req in self.ref.running],
-            "preempted": [req.request_id for req in waiting
-                          if req.status == RequestStatus.PREEMPTED],
+            "preempted": [
+                req.request_id for req in waiting if req.status == RequestStatus.PREEMPTED
+            ],
             "waiting": [req.request_id for req in waiting if req.status == RequestStatus.WAITING],
             "finished": self.finished_ids()[-2:],
             "unknown": ["ghost"],
@@ -257,10 +299,16 @@ class Trace:
         for an unknown, a finished or an unscheduled request, or an empty list for a prefill
         chunk (no token). (Tokens for a prefill chunk, a runner bug, are the subject of
         test_update_from_output_checks_the_runner.)"""
-        chunks = [rid for rid in out.num_scheduled_tokens
-                  if rid in self.ref.requests and self.ref.requests[rid].is_prefill_chunk]
-        idle = [rid for rid, req in self.ref.requests.items()
-                if rid not in out.num_scheduled_tokens and not req.is_prefill_chunk]
+        chunks = [
+            rid
+            for rid in out.num_scheduled_tokens
+            if rid in self.ref.requests and self.ref.requests[rid].is_prefill_chunk
+        ]
+        idle = [
+            rid
+            for rid, req in self.ref.requests.items()
+            if rid not in out.num_scheduled_tokens and not req.is_prefill_chunk
+        ]
         options = {"ghost": {"ghost": [1]}}
         if self.finished_ids():
             options["finished"] = {self.finished_ids()[-1]: [1]}
@@ -310,11 +358,14 @@ def _random_traces(config: dict[str, Any], data: Any) -> None:
     Trace(config, data).run()
 
 
-@graded(5, "Random traces with aborts (running, waiting, preempted, mid-step, repeated, unknown "
-           "and finished ids, finish_requests(None)) and a sloppy runner (tokens for unknown, "
-           "finished or unscheduled requests, empty lists): after every call, your scheduler "
-           "agrees with the reference (batch, outputs, queues, counters, blocks)",
-        f"{DOC}#finishing-and-freeing")
+@graded(
+    5,
+    "Random traces with aborts (running, waiting, preempted, mid-step, repeated, unknown "
+    "and finished ids, finish_requests(None)) and a sloppy runner (tokens for unknown, "
+    "finished or unscheduled requests, empty lists): after every call, your scheduler "
+    "agrees with the reference (batch, outputs, queues, counters, blocks)",
+    f"{DOC}#finishing-and-freeing",
+)
 def test_random_traces_with_aborts_match_the_reference():
     """Hypothesis prints the smallest failing trace it found; the message shows its last calls."""
     with bounded_shrinking():

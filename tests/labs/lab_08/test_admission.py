@@ -15,9 +15,12 @@ from grading.suite import graded
 from tests.labs.lab_08.helpers import DOC, RANDOM_SETTINGS, Engine, batch, bounded_shrinking
 
 
-@graded(2, "The admission gate: a waiting request whose whole prompt does not fit is not "
-           "admitted, although its first chunk would; nothing is preempted for it",
-        f"{DOC}#the-admission-gate")
+@graded(
+    2,
+    "The admission gate: a waiting request whose whole prompt does not fit is not "
+    "admitted, although its first chunk would; nothing is preempted for it",
+    f"{DOC}#the-admission-gate",
+)
 def test_the_gate_waits_for_the_whole_prompt():
     """4 usable blocks: a takes 3; b's 8-token prompt needs 2, its 3-token chunk only 1."""
     engine = Engine(num_blocks=5, budget=14, max_model_len=32)
@@ -27,20 +30,25 @@ def test_the_gate_waits_for_the_whole_prompt():
     assert batch(out) == [("a", 11)], (
         "b's whole prompt needs 2 blocks and 1 is free: allocate_slots must be called with "
         "full_sequence_must_fit=self.scheduler_reserve_full_isl, which refuses b; got "
-        f"{batch(out)}")
+        f"{batch(out)}"
+    )
     preempted = []
     while engine.unfinished():
         out, _ = engine.step()
         preempted += sorted(out.preempted_req_ids)
     assert preempted == [], (
         f"with the gate, b starts once a has finished and nobody is preempted; preempted "
-        f"{preempted}")
+        f"{preempted}"
+    )
     engine.check_drained()
 
 
-@graded(2, "Priority policy: waiting requests are admitted by (priority, arrival time), "
-           "smallest first; under FCFS the priority is ignored",
-        f"{DOC}#the-priority-policy")
+@graded(
+    2,
+    "Priority policy: waiting requests are admitted by (priority, arrival time), "
+    "smallest first; under FCFS the priority is ignored",
+    f"{DOC}#the-priority-policy",
+)
 def test_priority_orders_the_waiting_queue():
     """One request at a time (max_num_seqs 1); a:2, b:0, c:1, d:0 arrive in that order."""
     orders = {}
@@ -53,9 +61,11 @@ def test_priority_orders_the_waiting_queue():
         orders[policy] = engine.admission_order
     assert orders["priority"] == ["b", "d", "c", "a"], (
         f"under the priority policy the admission order is b, d (priority 0, by arrival), c, a; "
-        f"got {orders['priority']}")
+        f"got {orders['priority']}"
+    )
     assert orders["fcfs"] == ["a", "b", "c", "d"], (
-        f"under FCFS priorities are ignored: arrival order a, b, c, d; got {orders['fcfs']}")
+        f"under FCFS priorities are ignored: arrival order a, b, c, d; got {orders['fcfs']}"
+    )
 
 
 def _victim_scenario(policy: str) -> Engine:
@@ -70,34 +80,46 @@ def _victim_scenario(policy: str) -> Engine:
     return engine
 
 
-@graded(3, "Priority policy: the request preempted for memory is the running one with the "
-           "largest (priority, arrival time), even if it was already scheduled this step: its "
-           "tokens leave the batch and return to the budget, and the requests after it are "
-           "still served", f"{DOC}#the-priority-policy")
+@graded(
+    3,
+    "Priority policy: the request preempted for memory is the running one with the "
+    "largest (priority, arrival time), even if it was already scheduled this step: its "
+    "tokens leave the batch and return to the budget, and the requests after it are "
+    "still served",
+    f"{DOC}#the-priority-policy",
+)
 def test_priority_preempts_the_lowest_priority():
     """Step 3: a fits its block, then b needs one and none is free."""
     fcfs = _victim_scenario("fcfs")
     out, _ = fcfs.step()
     assert out.preempted_req_ids == {"c"}, (
         "set-up: under FCFS c, the last admitted, is preempted; got "
-        f"{sorted(out.preempted_req_ids)}")
+        f"{sorted(out.preempted_req_ids)}"
+    )
     engine = _victim_scenario("priority")
     out, _ = engine.step()
     assert out.preempted_req_ids == {"a"}, (
         "b needs a block: the victim is a (priority 5, the largest), not c (the last admitted, "
-        f"priority 1); preempted {sorted(out.preempted_req_ids)}")
+        f"priority 1); preempted {sorted(out.preempted_req_ids)}"
+    )
     assert batch(out) == [("b", 1), ("c", 1)], (
         "a was scheduled before b asked for a block: preempting it removes it from this step's "
         "batch (its tokens back to the budget, its new blocks forgotten), and c, after b, must "
-        f"still be scheduled (mind the index once a leaves running); got {batch(out)}")
+        f"still be scheduled (mind the index once a leaves running); got {batch(out)}"
+    )
     assert engine.running == ["b", "c"] and engine.waiting == ["a"], (
-        f"running {engine.running}, waiting {engine.waiting}")
+        f"running {engine.running}, waiting {engine.waiting}"
+    )
     engine.run()
     engine.check_drained()
 
 
-@graded(1, "Priority policy: a preempted request goes back into the heap by its priority, not "
-           "to the front of the queue", f"{DOC}#the-priority-policy")
+@graded(
+    1,
+    "Priority policy: a preempted request goes back into the heap by its priority, not "
+    "to the front of the queue",
+    f"{DOC}#the-priority-policy",
+)
 def test_priority_requeues_by_priority():
     """After a's preemption, d (priority 9) and e (priority 0) arrive."""
     engine = _victim_scenario("priority")
@@ -106,24 +128,44 @@ def test_priority_requeues_by_priority():
     engine.add("e", 3, base=150, priority=0)
     engine.refresh()
     assert engine.waiting == ["e", "a", "d"], (
-        f"the waiting heap in order is e (0), a (5), d (9); iterated, it gives {engine.waiting}")
+        f"the waiting heap in order is e (0), a (5), d (9); iterated, it gives {engine.waiting}"
+    )
 
 
 @st.composite
 def priority_workloads(draw):
-    specs = [(draw(st.integers(0, 3)), draw(st.integers(1, 14)), draw(st.integers(1, 8)),
-              draw(st.integers(-2, 3))) for _ in range(draw(st.integers(2, 7)))]
-    return (draw(st.integers(7, 10)), draw(st.integers(4, 16)), draw(st.booleans()),
-            draw(st.booleans()), sorted(specs, key=lambda s: s[0]))
+    specs = [
+        (
+            draw(st.integers(0, 3)),
+            draw(st.integers(1, 14)),
+            draw(st.integers(1, 8)),
+            draw(st.integers(-2, 3)),
+        )
+        for _ in range(draw(st.integers(2, 7)))
+    ]
+    return (
+        draw(st.integers(7, 10)),
+        draw(st.integers(4, 16)),
+        draw(st.booleans()),
+        draw(st.booleans()),
+        sorted(specs, key=lambda s: s[0]),
+    )
 
 
 @RANDOM_SETTINGS
 @given(priority_workloads())
 def _random_priority_workloads(case) -> None:
     num_blocks, budget, caching, gate, specs = case
-    engine = Engine(num_blocks=num_blocks, budget=budget, max_num_seqs=3, max_model_len=24,
-                    caching=caching, reference=True, policy="priority",
-                    scheduler_reserve_full_isl=gate)
+    engine = Engine(
+        num_blocks=num_blocks,
+        budget=budget,
+        max_num_seqs=3,
+        max_model_len=24,
+        caching=caching,
+        reference=True,
+        policy="priority",
+        scheduler_reserve_full_isl=gate,
+    )
     step = 0
     for i, (arrival, prompt_len, max_tokens, priority) in enumerate(specs):
         while step < arrival and engine.unfinished():
@@ -134,10 +176,13 @@ def _random_priority_workloads(case) -> None:
     engine.check_drained()
 
 
-@graded(3, "Priority policy on random workloads (arrivals, priorities, tiny pools, the gate on "
-           "or off): every step's batch, preemptions, queues and block tables equal the "
-           "reference's, and every request finishes with the model's tokens",
-        f"{DOC}#the-priority-policy")
+@graded(
+    3,
+    "Priority policy on random workloads (arrivals, priorities, tiny pools, the gate on "
+    "or off): every step's batch, preemptions, queues and block tables equal the "
+    "reference's, and every request finishes with the model's tokens",
+    f"{DOC}#the-priority-policy",
+)
 def test_priority_random_workloads():
     """Hypothesis prints the smallest failing workload: (blocks, budget, caching, gate,
     [(arrival step, prompt length, max_tokens, priority), ...])."""

@@ -6,8 +6,10 @@ from grading.suite import graded
 from mini_vllm.request import FinishReason, RequestStatus
 from tests.labs.lab_08.helpers import DOC, Engine, batch, model_token
 
-FINISHED = {FinishReason.STOP: RequestStatus.FINISHED_STOPPED,
-            FinishReason.LENGTH: RequestStatus.FINISHED_LENGTH_CAPPED}
+FINISHED = {
+    FinishReason.STOP: RequestStatus.FINISHED_STOPPED,
+    FinishReason.LENGTH: RequestStatus.FINISHED_LENGTH_CAPPED,
+}
 
 
 def two_full_requests(a_max_tokens: int = 8) -> Engine:
@@ -17,45 +19,62 @@ def two_full_requests(a_max_tokens: int = 8) -> Engine:
     engine.add("b", 8, base=50)
     out, _ = engine.step()
     assert dict(out.num_scheduled_tokens) == {"a": 8, "b": 8}, (
-        f"set-up: both prompts fit in step 1, got {batch(out)}")
+        f"set-up: both prompts fit in step 1, got {batch(out)}"
+    )
     assert engine.num_free() == 0
     return engine
 
 
-@graded(4, "Preemption by recompute: when allocate_slots returns None, the LAST running request "
-           "is preempted: blocks freed, num_computed_tokens 0, status PREEMPTED, "
-           "num_preemptions + 1, outputs kept", f"{DOC}#preemption-by-recompute")
+@graded(
+    4,
+    "Preemption by recompute: when allocate_slots returns None, the LAST running request "
+    "is preempted: blocks freed, num_computed_tokens 0, status PREEMPTED, "
+    "num_preemptions + 1, outputs kept",
+    f"{DOC}#preemption-by-recompute",
+)
 def test_preempts_the_last_running_request():
     """a's 9th token needs a third block; b, admitted last, makes room."""
     engine = two_full_requests()
     out, _ = engine.step()
     assert out.preempted_req_ids == {"b"}, (
-        f"the last running request (b) must be preempted, got {sorted(out.preempted_req_ids)}")
+        f"the last running request (b) must be preempted, got {sorted(out.preempted_req_ids)}"
+    )
     assert dict(out.num_scheduled_tokens) == {"a": 1}, f"got {batch(out)}"
     b = engine.info("b")
     assert b["status"] == RequestStatus.PREEMPTED, f"b's status is {b['status']}"
     assert b["num_computed_tokens"] == 0, (
-        f"recompute: b's num_computed_tokens must go back to 0, is {b['num_computed_tokens']}")
+        f"recompute: b's num_computed_tokens must go back to 0, is {b['num_computed_tokens']}"
+    )
     assert b["num_preemptions"] == 1, f"b.num_preemptions must be 1, is {b['num_preemptions']}"
     assert b["output_token_ids"] == [model_token("b", 8)], "b keeps the token it generated"
     assert "b" not in engine.state["tables"], (
-        "a preempted request's blocks are freed (kv_cache_manager.free)")
+        "a preempted request's blocks are freed (kv_cache_manager.free)"
+    )
     assert engine.running == ["a"] and engine.info("a")["status"] == RequestStatus.RUNNING
 
 
-@graded(2, "Preemption by recompute: the preempted request goes to the FRONT of the waiting "
-           "queue (it arrived before everyone still waiting)", f"{DOC}#preemption-by-recompute")
+@graded(
+    2,
+    "Preemption by recompute: the preempted request goes to the FRONT of the waiting "
+    "queue (it arrived before everyone still waiting)",
+    f"{DOC}#preemption-by-recompute",
+)
 def test_preempted_request_goes_to_the_front():
     """c was waiting before b was preempted; b must still be readmitted first."""
     engine = two_full_requests()
     engine.add("c", 2, base=90)
     engine.step()
     assert engine.waiting[:1] == ["b"], (
-        f"b was preempted: it must be first in the waiting queue, got {engine.waiting}")
+        f"b was preempted: it must be first in the waiting queue, got {engine.waiting}"
+    )
 
 
-@graded(2, "No admissions after a preemption: a step that preempted admits nobody, even if a "
-           "waiting request would fit (memory is tight)", f"{DOC}#no-admissions-after-a-preemption")
+@graded(
+    2,
+    "No admissions after a preemption: a step that preempted admits nobody, even if a "
+    "waiting request would fit (memory is tight)",
+    f"{DOC}#no-admissions-after-a-preemption",
+)
 def test_no_admission_in_a_step_that_preempted():
     """After b's preemption one block is free and c (2 tokens) would fit: it must still wait."""
     engine = two_full_requests()
@@ -63,18 +82,28 @@ def test_no_admission_in_a_step_that_preempted():
     out, _ = engine.step()
     assert out.preempted_req_ids == {"b"}, f"b is preempted, got {sorted(out.preempted_req_ids)}"
     assert "c" not in out.num_scheduled_tokens and out.scheduled_new_reqs == [], (
-        f"the step preempted b: nobody may be admitted, but the batch is {batch(out)}")
+        f"the step preempted b: nobody may be admitted, but the batch is {batch(out)}"
+    )
     assert engine.waiting == ["b", "c"], f"waiting is {engine.waiting}"
 
 
-@graded(2, "No admissions after a preemption: not even the request just preempted, although its "
-           "first chunk would fit the block that is left",
-        f"{DOC}#no-admissions-after-a-preemption")
+@graded(
+    2,
+    "No admissions after a preemption: not even the request just preempted, although its "
+    "first chunk would fit the block that is left",
+    f"{DOC}#no-admissions-after-a-preemption",
+)
 def test_the_victim_is_not_readmitted_in_the_same_step():
     """Caching off, threshold 4, the admission gate off: b's first chunk back would need 1
     block, and 1 is free."""
-    engine = Engine(num_blocks=5, budget=16, max_model_len=32, caching=False,
-                    long_prefill_token_threshold=4, scheduler_reserve_full_isl=False)
+    engine = Engine(
+        num_blocks=5,
+        budget=16,
+        max_model_len=32,
+        caching=False,
+        long_prefill_token_threshold=4,
+        scheduler_reserve_full_isl=False,
+    )
     engine.add("a", 8, base=0)
     engine.add("b", 8, base=50)
     for _ in range(2):
@@ -84,16 +113,22 @@ def test_the_victim_is_not_readmitted_in_the_same_step():
     assert out.preempted_req_ids == {"b"}, f"b is preempted, got {sorted(out.preempted_req_ids)}"
     assert dict(out.num_scheduled_tokens) == {"a": 1}, (
         f"b was preempted in this step: it must not be readmitted before the next one, but the "
-        f"batch is {batch(out)}")
+        f"batch is {batch(out)}"
+    )
     assert engine.waiting == ["b"] and engine.num_free() == 1
     out, _ = engine.step()
     assert dict(out.num_scheduled_tokens) == {"a": 1, "b": 4}, (
-        f"next step b resumes with a 4-token chunk, got {batch(out)}")
+        f"next step b resumes with a 4-token chunk, got {batch(out)}"
+    )
     assert out.scheduled_cached_reqs.resumed_req_ids == {"b"}
 
 
-@graded(2, "Preemption: a request that must preempt itself (it is the last running one) is not "
-           "scheduled, and the running loop stops there", f"{DOC}#preemption-by-recompute")
+@graded(
+    2,
+    "Preemption: a request that must preempt itself (it is the last running one) is not "
+    "scheduled, and the running loop stops there",
+    f"{DOC}#preemption-by-recompute",
+)
 def test_a_request_that_preempts_itself_stops_the_loop():
     """The admission gate off: a takes 3 blocks, b's first chunk the last one; next step b
     cannot grow."""
@@ -105,13 +140,17 @@ def test_a_request_that_preempts_itself_stops_the_loop():
     out, _ = engine.step()
     assert dict(out.num_scheduled_tokens) == {"a": 1}, (
         f"b needs a second block and none is free: b preempts itself and is not scheduled; "
-        f"got {batch(out)}")
+        f"got {batch(out)}"
+    )
     assert out.preempted_req_ids == {"b"} and engine.info("b")["num_preemptions"] == 1
 
 
-@graded(3, "Preemption by recompute: a resumed request is sent to the runner with all its tokens "
-           "and a new block table, recomputes, and finishes with exactly the right tokens",
-        f"{DOC}#preemption-by-recompute")
+@graded(
+    3,
+    "Preemption by recompute: a resumed request is sent to the runner with all its tokens "
+    "and a new block table, recomputes, and finishes with exactly the right tokens",
+    f"{DOC}#preemption-by-recompute",
+)
 def test_resumed_request_finishes_with_the_right_tokens():
     """b is preempted, readmitted when a finishes, and generates what the model dictates."""
     engine = two_full_requests(a_max_tokens=4)
@@ -122,18 +161,23 @@ def test_resumed_request_finishes_with_the_right_tokens():
     cached = out.scheduled_cached_reqs
     assert cached.req_ids == ["b"] and cached.resumed_req_ids == {"b"}, (
         f"b must come back as a resumed request (scheduled_cached_reqs.resumed_req_ids), got "
-        f"req_ids {cached.req_ids}, resumed {sorted(cached.resumed_req_ids)}")
+        f"req_ids {cached.req_ids}, resumed {sorted(cached.resumed_req_ids)}"
+    )
     engine.run()
     assert engine.outputs["a"] == [model_token("a", 8 + i) for i in range(4)]
     assert engine.outputs["b"] == [model_token("b", 8 + i) for i in range(8)], (
-        "b, preempted once, must still produce exactly the fake model's 8 tokens")
+        "b, preempted once, must still produce exactly the fake model's 8 tokens"
+    )
     assert engine.finished == {"a": FinishReason.LENGTH, "b": FinishReason.LENGTH}
     engine.check_drained()
 
 
-@graded(3, "Finishing frees: a finished request's blocks are freed at once, it leaves running "
-           "and requests, and its id reaches the runner in the next output, once",
-        f"{DOC}#finishing-and-freeing")
+@graded(
+    3,
+    "Finishing frees: a finished request's blocks are freed at once, it leaves running "
+    "and requests, and its id reaches the runner in the next output, once",
+    f"{DOC}#finishing-and-freeing",
+)
 def test_finished_requests_are_freed():
     """Everyone finishes: no block is left held, nothing is left running."""
     engine = Engine(num_blocks=12, budget=16, max_model_len=48)
@@ -145,24 +189,34 @@ def test_finished_requests_are_freed():
     out = engine.schedule()
     assert last in out.finished_req_ids, (
         f"{last} finished in the last step: the next output must list it in finished_req_ids, "
-        f"got {sorted(out.finished_req_ids)}")
+        f"got {sorted(out.finished_req_ids)}"
+    )
     engine.update({})
     assert engine.schedule().finished_req_ids == set(), "finished ids are reported once"
     engine.update({})
 
 
-@graded(3, "A request can stop while PREEMPTED: when schedule() runs again before the last "
-           "step's update_from_output (async scheduling), a request whose token is still in "
-           "flight may be preempted, and that token may end it (EOS, max_tokens). "
-           "update_from_output frees it and removes it from the WAITING queue (it is not in "
-           "running): stopped_preempted_reqs, as upstream", f"{DOC}#stopping-while-preempted")
+@graded(
+    3,
+    "A request can stop while PREEMPTED: when schedule() runs again before the last "
+    "step's update_from_output (async scheduling), a request whose token is still in "
+    "flight may be preempted, and that token may end it (EOS, max_tokens). "
+    "update_from_output frees it and removes it from the WAITING queue (it is not in "
+    "running): stopped_preempted_reqs, as upstream",
+    f"{DOC}#stopping-while-preempted",
+)
 def test_a_request_that_stops_while_preempted_leaves_the_waiting_queue():
     """2 usable blocks, threshold 4: step 1 runs a's first chunk and b's whole prompt; step 2,
     planned before step 1's token for b is in, needs b's block for a's second chunk and
     preempts b; then b's token arrives, and it is b's last (EOS, then max_tokens=1)."""
     for reason in (FinishReason.STOP, FinishReason.LENGTH):
-        engine = Engine(num_blocks=3, budget=16, max_model_len=32,
-                        long_prefill_token_threshold=4, reference=True)
+        engine = Engine(
+            num_blocks=3,
+            budget=16,
+            max_model_len=32,
+            long_prefill_token_threshold=4,
+            reference=True,
+        )
         engine.add("a", 8, max_tokens=1, base=0)
         token = model_token("b", 4)
         if reason == FinishReason.STOP:
@@ -176,38 +230,46 @@ def test_a_request_that_stops_while_preempted_leaves_the_waiting_queue():
         out2 = engine.schedule(ahead=True)  # step 1 is still running
         assert batch(out2) == [("a", 4)] and out2.preempted_req_ids == {"b"}, (
             f"set-up: step 2 (planned while step 1 runs) gives a its second chunk and preempts "
-            f"b; got batch {batch(out2)}, preempted {sorted(out2.preempted_req_ids)}")
+            f"b; got batch {batch(out2)}, preempted {sorted(out2.preempted_req_ids)}"
+        )
 
         results = engine.update(sampled1)  # step 1's token for b: its last
         got = [(r.request_id, r.new_token_ids, r.finish_reason) for r in results]
         assert got == [("b", [token], reason)], (
             f"b's token from step 1 ends it ({reason}) although b was preempted meanwhile: "
-            f"the output must be [('b', [{token}], {reason})], got {got}")
+            f"the output must be [('b', [{token}], {reason})], got {got}"
+        )
         b = engine.info("b")
         assert b["status"] is FINISHED[reason], (
             f"b stopped ({reason}): its status must be {FINISHED[reason].name}, is "
-            f"{b['status'].name}")
+            f"{b['status'].name}"
+        )
         assert engine.waiting == [] and engine.running == ["a"], (
             f"b stopped while preempted, so it was in the waiting queue: it must leave it "
-            f"(running must stay ['a']); waiting is {engine.waiting}, running {engine.running}")
+            f"(running must stay ['a']); waiting is {engine.waiting}, running {engine.running}"
+        )
         assert "b" not in engine.state["requests"] and not engine.table("b"), (
-            "b is finished: it leaves the scheduler's requests and holds no block")
+            "b is finished: it leaves the scheduler's requests and holds no block"
+        )
         counts = engine.unfinished_counts()
         assert counts == (1, True), (
             f"only a is unfinished: get_num_unfinished_requests() and has_unfinished_requests() "
-            f"must say (1, True), say {counts} (they count the queues)")
+            f"must say (1, True), say {counts} (they count the queues)"
+        )
 
         engine.update(engine.execute(out2))  # a's last chunk: its one token
         assert engine.finished == {"a": FinishReason.LENGTH, "b": reason}, engine.finished
         assert engine.unfinished_counts() == (0, False), (
             f"a and b are finished: get_num_unfinished_requests() and has_unfinished_requests() "
-            f"must say (0, False), say {engine.unfinished_counts()}")
+            f"must say (0, False), say {engine.unfinished_counts()}"
+        )
         # The next steps: both ids reach the runner once, and a newcomer gets the whole pool.
         engine.add("c", 6, max_tokens=2, base=90)
         out, _ = engine.step()
         assert out.finished_req_ids == {"a", "b"}, (
             f"a and b finished since step 2 was built: step 3's output must list both in "
-            f"finished_req_ids, got {sorted(out.finished_req_ids)}")
+            f"finished_req_ids, got {sorted(out.finished_req_ids)}"
+        )
         assert batch(out) == [("c", 4)], f"c is admitted with a 4-token chunk, got {batch(out)}"
         engine.run()
         engine.check_drained()

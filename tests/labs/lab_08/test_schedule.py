@@ -6,8 +6,12 @@ from grading.suite import graded, learner_module
 from tests.labs.lab_08.helpers import BS, DOC, Engine, batch, model_token
 
 
-@graded(3, "Running first, then waiting FCFS: running requests are served before any waiting "
-           "request is admitted, all from the same budget", f"{DOC}#running-first-then-waiting")
+@graded(
+    3,
+    "Running first, then waiting FCFS: running requests are served before any waiting "
+    "request is admitted, all from the same budget",
+    f"{DOC}#running-first-then-waiting",
+)
 def test_running_first_then_waiting():
     """Three 10-token prompts, budget 16."""
     engine = Engine(budget=16)
@@ -15,19 +19,26 @@ def test_running_first_then_waiting():
         engine.add(rid, 10, base=100 * i)
     out, _ = engine.step()
     assert batch(out) == [("a", 10), ("b", 6)], (
-        f"step 1: a's whole prompt (10), then a 6-token chunk of b, c waits; got {batch(out)}")
+        f"step 1: a's whole prompt (10), then a 6-token chunk of b, c waits; got {batch(out)}"
+    )
     assert engine.running == ["a", "b"] and engine.waiting == ["c"], (
-        f"running {engine.running}, waiting {engine.waiting}")
+        f"running {engine.running}, waiting {engine.waiting}"
+    )
     out, _ = engine.step()
     assert batch(out) == [("a", 1), ("b", 4), ("c", 10)], (
         f"step 2: running first (a decodes 1, b finishes its prompt with 4), then c is admitted "
-        f"with the 11 tokens left (needs 10); got {batch(out)}")
+        f"with the 11 tokens left (needs 10); got {batch(out)}"
+    )
     assert [new.req_id for new in out.scheduled_new_reqs] == ["c"]
     assert out.scheduled_cached_reqs.req_ids == ["a", "b"]
 
 
-@graded(3, "One token budget: every token scheduled, for running and waiting requests alike, "
-           "is taken from the same max_num_batched_tokens", f"{DOC}#one-token-budget-no-phases")
+@graded(
+    3,
+    "One token budget: every token scheduled, for running and waiting requests alike, "
+    "is taken from the same max_num_batched_tokens",
+    f"{DOC}#one-token-budget-no-phases",
+)
 def test_one_budget_for_everyone():
     """Budget 8: a decode and a prompt chunk share it."""
     engine = Engine(budget=8)
@@ -39,13 +50,17 @@ def test_one_budget_for_everyone():
     out, _ = engine.step()
     assert batch(out) == [("a", 1), ("b", 7)], (
         f"step 2: a decodes (1), b gets the 7 tokens left of the budget, c gets nothing; got "
-        f"{batch(out)}")
+        f"{batch(out)}"
+    )
     for _ in range(6):
         engine.step()  # the engine checks the budget every step
 
 
-@graded(2, "max_num_seqs: no more than max_num_seqs requests run at once; the rest wait",
-        f"{DOC}#running-first-then-waiting")
+@graded(
+    2,
+    "max_num_seqs: no more than max_num_seqs requests run at once; the rest wait",
+    f"{DOC}#running-first-then-waiting",
+)
 def test_max_num_seqs():
     """Room for 3 short prompts, but max_num_seqs is 2."""
     engine = Engine(budget=32, max_num_seqs=2)
@@ -58,9 +73,12 @@ def test_max_num_seqs():
     assert "c" not in out.num_scheduled_tokens, f"c must wait: got {batch(out)}"
 
 
-@graded(3, "Chunked prefill: a prompt larger than the budget is split into chunks, each step "
-           "resuming where the last chunk ended; a token is sampled only after the last chunk",
-        f"{DOC}#chunked-prefill")
+@graded(
+    3,
+    "Chunked prefill: a prompt larger than the budget is split into chunks, each step "
+    "resuming where the last chunk ended; a token is sampled only after the last chunk",
+    f"{DOC}#chunked-prefill",
+)
 def test_chunked_prefill_resumes():
     """Budget 6, a 15-token prompt: chunks of 6, 6, 3."""
     engine = Engine(budget=6)
@@ -68,26 +86,32 @@ def test_chunked_prefill_resumes():
     chunks = [engine.step()[0].num_scheduled_tokens.get("a") for _ in range(3)]
     assert chunks == [6, 6, 3], f"expected chunks [6, 6, 3], got {chunks}"
     assert engine.info("a")["output_token_ids"] == [model_token("a", 15)], (
-        "exactly one token, sampled after the last chunk")
+        "exactly one token, sampled after the last chunk"
+    )
     engine.run()
     assert engine.outputs["a"] == [model_token("a", 15), model_token("a", 16)]
 
 
-@graded(2, "Advancing the computed-token count: the output carries num_computed_tokens as it was "
-           "when scheduled; schedule() then advances it, so the next step continues at once",
-        f"{DOC}#advancing-the-computed-token-count")
+@graded(
+    2,
+    "Advancing the computed-token count: the output carries num_computed_tokens as it was "
+    "when scheduled; schedule() then advances it, so the next step continues at once",
+    f"{DOC}#advancing-the-computed-token-count",
+)
 def test_num_computed_tokens_advances_after_the_output_is_built():
     """The runner must start at position 0; the request is already at 8 when schedule() returns."""
     engine = Engine(budget=8)
     engine.add("a", 10)
     out = engine.schedule()
     assert out.scheduled_new_reqs[0].num_computed_tokens == 0, (
-        "NewRequestData must carry the count before this step (the runner starts there)")
+        "NewRequestData must carry the count before this step (the runner starts there)"
+    )
     info = engine.info("a")
     assert info["num_computed_tokens"] == 8 and info["is_prefill_chunk"] is True, (
         f"after schedule() a's 8 scheduled tokens count as computed and it is mid-prefill "
         f"(is_prefill_chunk); got num_computed_tokens={info['num_computed_tokens']}, "
-        f"is_prefill_chunk={info['is_prefill_chunk']!r}")
+        f"is_prefill_chunk={info['is_prefill_chunk']!r}"
+    )
     engine.update({})
     out = engine.schedule()
     assert out.scheduled_cached_reqs.num_computed_tokens == [8]
@@ -96,8 +120,12 @@ def test_num_computed_tokens_advances_after_the_output_is_built():
     assert info["num_computed_tokens"] == 10 and info["is_prefill_chunk"] is False, info
 
 
-@graded(2, "Chunked prefill disabled: a prompt that does not fit the budget left waits whole, "
-           "and (FCFS) nobody behind it is admitted", f"{DOC}#chunked-prefill")
+@graded(
+    2,
+    "Chunked prefill disabled: a prompt that does not fit the budget left waits whole, "
+    "and (FCFS) nobody behind it is admitted",
+    f"{DOC}#chunked-prefill",
+)
 def test_without_chunked_prefill():
     """Budget 64: a 40 then b 30 (does not fit the 24 left), c 5 must not overtake b."""
     engine = Engine(40, budget=64, max_model_len=64, enable_chunked_prefill=False)
@@ -106,13 +134,18 @@ def test_without_chunked_prefill():
     engine.add("c", 5, base=200)
     out, _ = engine.step()
     assert batch(out) == [("a", 40)], (
-        f"b does not fit whole and c must not overtake it: {batch(out)}")
+        f"b does not fit whole and c must not overtake it: {batch(out)}"
+    )
     out, _ = engine.step()
     assert batch(out) == [("a", 1), ("b", 30), ("c", 5)], f"got {batch(out)}"
 
 
-@graded(3, "long_prefill_token_threshold caps the tokens any one request gets in a step, for "
-           "running and waiting requests alike", f"{DOC}#the-long-prefill-threshold")
+@graded(
+    3,
+    "long_prefill_token_threshold caps the tokens any one request gets in a step, for "
+    "running and waiting requests alike",
+    f"{DOC}#the-long-prefill-threshold",
+)
 def test_long_prefill_token_threshold():
     """Threshold 4: a 10-token prompt goes 4, 4, 2 while b decodes beside it."""
     engine = Engine(budget=16, long_prefill_token_threshold=4)
@@ -120,12 +153,16 @@ def test_long_prefill_token_threshold():
     engine.add("b", 3, base=50)
     steps = [batch(engine.step()[0]) for _ in range(3)]
     assert steps == [[("a", 4), ("b", 3)], [("a", 4), ("b", 1)], [("a", 2), ("b", 1)]], (
-        f"expected a: 4, 4, 2 (threshold 4) and b: 3 then decodes; got {steps}")
+        f"expected a: 4, 4, 2 (threshold 4) and b: 3 then decodes; got {steps}"
+    )
 
 
-@graded(2, "Prefix hits: an admitted request skips its cached prefix (get_computed_blocks), "
-           "schedules only the rest, and the runner is told where it starts",
-        f"{DOC}#running-first-then-waiting")
+@graded(
+    2,
+    "Prefix hits: an admitted request skips its cached prefix (get_computed_blocks), "
+    "schedules only the rest, and the runner is told where it starts",
+    f"{DOC}#running-first-then-waiting",
+)
 def test_prefix_hit_skips_cached_tokens():
     """b shares a's first 8 tokens: it is admitted with 8 computed and schedules 2."""
     engine = Engine(budget=32)
@@ -134,21 +171,27 @@ def test_prefix_hit_skips_cached_tokens():
     engine.add("b", 10)
     out, _ = engine.step()
     assert batch(out) == [("a", 1), ("b", 2)], (
-        f"b's first two blocks are cached: it needs only 2 tokens; got {batch(out)}")
+        f"b's first two blocks are cached: it needs only 2 tokens; got {batch(out)}"
+    )
     new_b = out.scheduled_new_reqs[0]
     assert new_b.num_computed_tokens == 8, (
-        f"NewRequestData.num_computed_tokens must be the hit (8), got {new_b.num_computed_tokens}")
+        f"NewRequestData.num_computed_tokens must be the hit (8), got {new_b.num_computed_tokens}"
+    )
     assert new_b.block_ids[0][:2] == engine.table("a")[:2], (
         f"b's table must start with a's two cached blocks {engine.table('a')[:2]}, got "
-        f"{new_b.block_ids[0]}")
+        f"{new_b.block_ids[0]}"
+    )
     engine.run()
     engine.check_drained()
 
 
-@graded(2, "finished_req_ids: each output gets the set of requests finished since the previous "
-           "one, and the scheduler starts a new set afterwards (self.finished_req_ids = set(), "
-           "not .clear(), which would empty the set the output just took)",
-        f"{DOC}#advancing-the-computed-token-count")
+@graded(
+    2,
+    "finished_req_ids: each output gets the set of requests finished since the previous "
+    "one, and the scheduler starts a new set afterwards (self.finished_req_ids = set(), "
+    "not .clear(), which would empty the set the output just took)",
+    f"{DOC}#advancing-the-computed-token-count",
+)
 def test_each_output_keeps_its_finished_ids():
     """a finishes after one token; the next output must list it, now and later."""
     side = learner_module("learner_side")
@@ -161,10 +204,12 @@ def test_each_output_keeps_its_finished_ids():
     assert got == {"a"}, (
         f"a finished with its only token: the next output's finished_req_ids must be {{'a'}}, "
         f"got {got}. If it is empty, _update_after_schedule emptied the set the output holds: "
-        "give self.finished_req_ids a new set instead of clearing it")
+        "give self.finished_req_ids a new set instead of clearing it"
+    )
     sched.schedule()
     got = set(second.finished_req_ids)
     assert got == {"a"}, (
         f"after one more schedule(), the previous output's finished_req_ids became {got}: the "
         "runner may read an output after the next one is planned (async scheduling), so each "
-        "output keeps its own set")
+        "output keeps its own set"
+    )

@@ -12,71 +12,97 @@ from tests.labs.lab_08.helpers import BS, DOC, Engine, scheduler_module
 def request(rid: str, num_prompt: int, **kwargs: Any) -> Any:
     """A request built in the learner process (prompt 0, 1, ...); kwargs as for
     ``learner_side.make_request`` (max_tokens, eos, generation_eos, sampling parameters)."""
-    return learner_module("learner_side").make_request(rid, list(range(num_prompt)), BS,
-                                                       **kwargs)
+    return learner_module("learner_side").make_request(rid, list(range(num_prompt)), BS, **kwargs)
 
 
 def appended(req: Any, *tokens: int, max_model_len: int = 64) -> tuple[list[bool], dict]:
     """Append tokens one at a time; check_stop's answer after each, and the request after."""
     answers, info = learner_module("learner_side").check_stop(
-        scheduler_module(), req, list(tokens), max_model_len)
+        scheduler_module(), req, list(tokens), max_model_len
+    )
     for answer in answers:
         if type(answer) is not bool:
             raise AssertionError(f"check_stop must return True or False, returned {answer!r}")
     return answers, info
 
 
-@graded(2, "Stop conditions: the EOS token ends the request as FINISHED_STOPPED (finish reason "
-           "'stop'), with no stop_reason", f"{DOC}#stop-conditions")
+@graded(
+    2,
+    "Stop conditions: the EOS token ends the request as FINISHED_STOPPED (finish reason "
+    "'stop'), with no stop_reason",
+    f"{DOC}#stop-conditions",
+)
 def test_eos_stops():
     """EOS is 7: the request stops on the first 7."""
     answers, info = appended(request("a", 4, max_tokens=10, eos=7), 3, 7)
     assert answers == [False, True], f"check_stop must answer True on EOS only, got {answers}"
     assert info["status"] is RequestStatus.FINISHED_STOPPED, f"status is {info['status']}"
     assert info["stop_reason"] is None, (
-        f"EOS leaves stop_reason None (it records stop tokens), got {info['stop_reason']!r}")
+        f"EOS leaves stop_reason None (it records stop tokens), got {info['stop_reason']!r}"
+    )
 
 
-@graded(2, "Stop conditions: ignore_eos ignores only EOS; stop_token_ids still end the request, "
-           "and the stop token is recorded as stop_reason", f"{DOC}#stop-conditions")
+@graded(
+    2,
+    "Stop conditions: ignore_eos ignores only EOS; stop_token_ids still end the request, "
+    "and the stop token is recorded as stop_reason",
+    f"{DOC}#stop-conditions",
+)
 def test_stop_tokens_apply_even_with_ignore_eos():
     """ignore_eos with EOS 7 and stop token 9: 7 goes on, 9 stops."""
     # Built as the engine builds it: the model's EOS is recorded in the sampling parameters
     # (all_stop_token_ids holds it even under ignore_eos: that set is for min_tokens masking).
-    req = request("a", 4, max_tokens=10, eos=7, generation_eos=7, ignore_eos=True,
-                  stop_token_ids=[9])
+    req = request(
+        "a", 4, max_tokens=10, eos=7, generation_eos=7, ignore_eos=True, stop_token_ids=[9]
+    )
     answers, info = appended(req, 7, 7, 9)
     assert answers == [False, False, True], (
         f"under ignore_eos the EOS token (7) must not stop the request, but the stop token 9 "
-        f"must: expected [False, False, True], got {answers}")
+        f"must: expected [False, False, True], got {answers}"
+    )
     assert info["status"] is RequestStatus.FINISHED_STOPPED and info["stop_reason"] == 9, (
         f"a stop token ends the request as FINISHED_STOPPED with stop_reason 9; got "
-        f"{info['status']}, stop_reason {info['stop_reason']!r}")
+        f"{info['status']}, stop_reason {info['stop_reason']!r}"
+    )
 
 
-@graded(2, "Stop conditions: max_tokens outputs end the request (FINISHED_LENGTH_CAPPED) on the "
-           "max_tokens-th token, not one before or after", f"{DOC}#stop-conditions")
+@graded(
+    2,
+    "Stop conditions: max_tokens outputs end the request (FINISHED_LENGTH_CAPPED) on the "
+    "max_tokens-th token, not one before or after",
+    f"{DOC}#stop-conditions",
+)
 def test_max_tokens_stops_exactly():
     """max_tokens 3: the third output ends it."""
     answers, info = appended(request("a", 4, max_tokens=3), 1, 2, 3)
     assert answers == [False, False, True], (
         f"with max_tokens=3, check_stop answers False, False, True for the 1st, 2nd, 3rd token; "
-        f"got {answers}")
+        f"got {answers}"
+    )
     assert info["status"] is RequestStatus.FINISHED_LENGTH_CAPPED, f"status is {info['status']}"
 
 
-@graded(1, "Stop conditions: a request whose tokens reach max_model_len is FINISHED_LENGTH_CAPPED "
-           "(the KV cache has no room beyond)", f"{DOC}#stop-conditions")
+@graded(
+    1,
+    "Stop conditions: a request whose tokens reach max_model_len is FINISHED_LENGTH_CAPPED "
+    "(the KV cache has no room beyond)",
+    f"{DOC}#stop-conditions",
+)
 def test_max_model_len_stops():
     """60 prompt tokens and max_model_len 64: the 4th output ends it."""
     answers, info = appended(request("a", 60, max_tokens=50), 1, 2, 3, 4)
     assert answers == [False, False, False, True], (
-        f"at 64 tokens (max_model_len) the request must stop; got {answers}")
+        f"at 64 tokens (max_model_len) the request must stop; got {answers}"
+    )
     assert info["status"] is RequestStatus.FINISHED_LENGTH_CAPPED, f"status is {info['status']}"
 
 
-@graded(1, "Stop conditions: nothing stops a request before min_tokens outputs; EOS is checked "
-           "before stop tokens", f"{DOC}#stop-conditions")
+@graded(
+    1,
+    "Stop conditions: nothing stops a request before min_tokens outputs; EOS is checked "
+    "before stop tokens",
+    f"{DOC}#stop-conditions",
+)
 def test_min_tokens_and_the_order_of_checks():
     """min_tokens 3 defers EOS; EOS that is also a stop token is reported as EOS."""
     answers, _ = appended(request("a", 4, max_tokens=10, eos=7, min_tokens=3), 7, 7, 7)
@@ -86,33 +112,44 @@ def test_min_tokens_and_the_order_of_checks():
     assert info["stop_reason"] is None, "EOS is checked first: no stop_reason for it"
 
 
-@graded(2, "Stop conditions: with repetition_detection, an output ending in a pattern of "
-           "min..max_pattern_size tokens repeated min_count times stops the request "
-           "(FINISHED_REPETITION, stop_reason 'repetition_detected'), checked after the length "
-           "limits", f"{DOC}#stop-conditions")
+@graded(
+    2,
+    "Stop conditions: with repetition_detection, an output ending in a pattern of "
+    "min..max_pattern_size tokens repeated min_count times stops the request "
+    "(FINISHED_REPETITION, stop_reason 'repetition_detected'), checked after the length "
+    "limits",
+    f"{DOC}#stop-conditions",
+)
 def test_repetition_stops_the_request():
     """Patterns of 2 or 3 tokens, 3 times: 1 2 1 2 1 2 stops on its 6th token."""
-    answers, info = appended(request("a", 4, max_tokens=20, repetition=(3, 2, 3)),
-                             5, 5, 5, 1, 2, 1, 2, 1, 2)
+    answers, info = appended(
+        request("a", 4, max_tokens=20, repetition=(3, 2, 3)), 5, 5, 5, 1, 2, 1, 2, 1, 2
+    )
     assert answers == [False] * 8 + [True], (
         "5 5 5 is a 1-token pattern, shorter than min_pattern_size 2: no stop; 1 2 1 2 1 2 is a "
-        f"2-token pattern seen 3 times: stop on its last token. check_stop answered {answers}")
+        f"2-token pattern seen 3 times: stop on its last token. check_stop answered {answers}"
+    )
     assert info["status"] is RequestStatus.FINISHED_REPETITION, f"status is {info['status']}"
     assert info["stop_reason"] == "repetition_detected", (
-        f"stop_reason must be 'repetition_detected', got {info['stop_reason']!r}")
-    answers, info = appended(request("b", 4, max_tokens=6, repetition=(3, 2, 3)),
-                             1, 2, 1, 2, 1, 2)
+        f"stop_reason must be 'repetition_detected', got {info['stop_reason']!r}"
+    )
+    answers, info = appended(request("b", 4, max_tokens=6, repetition=(3, 2, 3)), 1, 2, 1, 2, 1, 2)
     assert answers[-1] is True and info["status"] is RequestStatus.FINISHED_LENGTH_CAPPED, (
         "the 6th token is both the max_tokens-th and a repetition: the length limit is checked "
-        f"first, so the status is FINISHED_LENGTH_CAPPED; got {info['status']}")
+        f"first, so the status is FINISHED_LENGTH_CAPPED; got {info['status']}"
+    )
     answers, _ = appended(request("c", 4, max_tokens=20, repetition=(2, 1, 2)), 4, 4)
     assert answers == [False, True], (
-        f"min_pattern_size 1, min_count 2: 4 4 stops on the second 4, got {answers}")
+        f"min_pattern_size 1, min_count 2: 4 4 stops on the second 4, got {answers}"
+    )
 
 
-@graded(2, "update_from_output appends the sampled tokens one by one and stops at the first "
-           "stop: the output is trimmed after it, the request is freed and leaves running",
-        f"{DOC}#finishing-and-freeing")
+@graded(
+    2,
+    "update_from_output appends the sampled tokens one by one and stops at the first "
+    "stop: the output is trimmed after it, the request is freed and leaves running",
+    f"{DOC}#finishing-and-freeing",
+)
 def test_update_from_output_trims_and_frees():
     """Three tokens sampled at once; the second is a stop token."""
     engine = Engine()
@@ -121,20 +158,28 @@ def test_update_from_output_trims_and_frees():
     results = engine.update({"a": [3, 5, 6]})
     assert [(r.request_id, r.new_token_ids) for r in results] == [("a", [3, 5])], (
         f"the output must stop at the stop token 5: expected a: [3, 5], got "
-        f"{[(r.request_id, r.new_token_ids) for r in results]}")
+        f"{[(r.request_id, r.new_token_ids) for r in results]}"
+    )
     assert results[0].finish_reason == FinishReason.STOP and results[0].stop_reason == 5, (
         f"finish reason stop, stop_reason 5; got {results[0].finish_reason}, "
-        f"{results[0].stop_reason!r}")
+        f"{results[0].stop_reason!r}"
+    )
     info = engine.info("a")
     assert info["output_token_ids"] == [3, 5], (
-        f"tokens after the stop are not appended: a's outputs are {info['output_token_ids']}")
+        f"tokens after the stop are not appended: a's outputs are {info['output_token_ids']}"
+    )
     assert engine.running == [] and "a" not in engine.state["requests"], (
-        "a finished request leaves running and the scheduler's requests")
+        "a finished request leaves running and the scheduler's requests"
+    )
     assert engine.num_free() == 19, "a finished request's blocks are freed at once"
 
 
-@graded(1, "update_from_output: a request in the middle of its prefill (a non-final chunk) gets "
-           "no token and produces no output", f"{DOC}#chunked-prefill")
+@graded(
+    1,
+    "update_from_output: a request in the middle of its prefill (a non-final chunk) gets "
+    "no token and produces no output",
+    f"{DOC}#chunked-prefill",
+)
 def test_no_output_for_a_prefill_chunk():
     """An 8-token chunk of a 10-token prompt."""
     engine = Engine(budget=8)

@@ -56,8 +56,12 @@ def hf_greedy() -> list[list[int]]:
     answers: list[list[int]] = []
     with torch.no_grad():
         for prompt in PROMPTS:
-            out = model.generate(torch.tensor([prompt]),
-                                 attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                 max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=0)
-            answers.append(out[0, len(prompt):].tolist())
+            out = model.generate(
+                torch.tensor([prompt]),
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                max_new_tokens=MAX_NEW,
+                do_sample=False,
+                pad_token_id=0,
+            )
+            answers.append(out[0, len(prompt) :].tolist())
     return answers

@@ -38,10 +38,19 @@ def tiny_llama() -> Any:
 
     torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
     config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        rms_norm_eps=1e-5, initializer_range=0.2, tie_word_embeddings=True,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        initializer_range=0.2,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
     )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).float().eval()
@@ -65,8 +74,9 @@ def _tiny_checkpoint() -> str:
     return _checkpoint
 
 
-def run_engine(prompts: list[list[int]], max_new: int, options: dict[str, Any],
-               batches: int = 1) -> dict[str, Any]:
+def run_engine(
+    prompts: list[list[int]], max_new: int, options: dict[str, Any], batches: int = 1
+) -> dict[str, Any]:
     """Greedy generation of ``prompts`` by the engine, on the learner's ``prepare_inputs``.
 
     ``ModelRunner`` looks ``prepare_inputs`` up in ``mini_vllm.worker.model_runner`` at every
@@ -99,8 +109,9 @@ def run_engine(prompts: list[list[int]], max_new: int, options: dict[str, Any],
         params = SamplingParams(temperature=0.0, max_tokens=max_new)
         result: dict[str, Any] = {"tokens": [], "cached": [], "hits": []}
         for _ in range(batches):
-            outputs = llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params,
-                                   use_tqdm=False)
+            outputs = llm.generate(
+                [{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False
+            )
             result["tokens"].append([[int(t) for t in o.outputs[0].token_ids] for o in outputs])
             result["cached"].append([int(o.num_cached_tokens or 0) for o in outputs])
             result["hits"].append(int(llm.get_stats().prefix_cache_hits))

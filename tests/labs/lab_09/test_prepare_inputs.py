@@ -28,16 +28,22 @@ from tests.labs.lab_09.support import runner
 
 DOC = "phases/05-end-to-end/README.md"
 BLOCK_SIZE = 4
-TOKENS = [list(range(100, 110)), list(range(200, 212)), list(range(300, 310)),
-          list(range(400, 408)), list(range(500, 509))]
+TOKENS = [
+    list(range(100, 110)),
+    list(range(200, 212)),
+    list(range(300, 310)),
+    list(range(400, 408)),
+    list(range(500, 509)),
+]
 COMPUTED = [8, 0, 5, 7, 8]
 SCHEDULED = [2, 5, 5, 1, 1]
 BLOCK_IDS = [[11, 12, 13], [21, 22], [31, 32, 33], [41, 42], [51, 52, 53]]
 
 
 def mixed_batch(**kwargs: Any) -> Any:
-    return runner("prepare_inputs").prepare_inputs(TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS,
-                                                   BLOCK_SIZE, **kwargs)
+    return runner("prepare_inputs").prepare_inputs(
+        TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE, **kwargs
+    )
 
 
 def as_list(tensor: Any) -> list:
@@ -54,9 +60,12 @@ def expect(inputs: Any, name: str, want: Any, setting: str) -> None:
 # -- the helpers --------------------------------------------------------------------------------
 
 
-@graded(2, "_get_cumsum_and_arange: [2, 5, 3] -> cumsum [2, 7, 10] and offsets "
-           "[0, 1, 0, 1, 2, 3, 4, 0, 1, 2], each token's index inside its own request",
-        f"{DOC}#tokens-and-positions")
+@graded(
+    2,
+    "_get_cumsum_and_arange: [2, 5, 3] -> cumsum [2, 7, 10] and offsets "
+    "[0, 1, 0, 1, 2, 3, 4, 0, 1, 2], each token's index inside its own request",
+    f"{DOC}#tokens-and-positions",
+)
 def test_get_cumsum_and_arange():
     """The building block of positions and query_start_loc."""
     m = runner("_get_cumsum_and_arange")
@@ -69,30 +78,39 @@ def test_get_cumsum_and_arange():
         got_cumsum, got_arange = m._get_cumsum_and_arange(np.array(counts))
         assert as_list(got_cumsum) == cumsum, (
             f"_get_cumsum_and_arange({counts}): cumulative counts should be {cumsum}, got "
-            f"{as_list(got_cumsum)}")
+            f"{as_list(got_cumsum)}"
+        )
         assert as_list(got_arange) == arange, (
             f"_get_cumsum_and_arange({counts}): offsets should be {arange}, got "
-            f"{as_list(got_arange)}")
+            f"{as_list(got_arange)}"
+        )
 
 
-@graded(2, "make_block_tables: rows padded to the width with 0, the null block (never a real "
-           "block id, never -1), int32, and a row wider than the table is an error",
-        f"{DOC}#block-tables-and-the-null-block")
+@graded(
+    2,
+    "make_block_tables: rows padded to the width with 0, the null block (never a real "
+    "block id, never -1), int32, and a row wider than the table is an error",
+    f"{DOC}#block-tables-and-the-null-block",
+)
 def test_make_block_tables_pads_with_the_null_block():
     """Ragged block lists become one rectangle."""
     m = runner("make_block_tables")
     tables = m.make_block_tables([[7, 3], [5, 9, 2], [4]], 4)
     assert np.asarray(tables).tolist() == [[7, 3, 0, 0], [5, 9, 2, 0], [4, 0, 0, 0]], (
         f"expected [[7, 3, 0, 0], [5, 9, 2, 0], [4, 0, 0, 0]] (padding = block 0), got "
-        f"{np.asarray(tables).tolist()}")
+        f"{np.asarray(tables).tolist()}"
+    )
     assert np.asarray(tables).dtype == np.int32, "block tables are int32, as the kernels read them"
     with pytest.raises(ValueError):
         m.make_block_tables([[1, 2, 3]], 2)
 
 
-@graded(3, "compute_slot_mapping: slot = block_tables[req, pos // block_size] * block_size + "
-           "pos % block_size, looked up in each token's OWN request's row; int64",
-        f"{DOC}#the-slot-mapping")
+@graded(
+    3,
+    "compute_slot_mapping: slot = block_tables[req, pos // block_size] * block_size + "
+    "pos % block_size, looked up in each token's OWN request's row; int64",
+    f"{DOC}#the-slot-mapping",
+)
 def test_compute_slot_mapping():
     """Five tokens of two requests, one of them crossing two block boundaries."""
     m = runner("compute_slot_mapping")
@@ -101,18 +119,23 @@ def test_compute_slot_mapping():
     # req 0: pos 4, 5 -> block 3 -> 12, 13; req 1: pos 0 -> 5*4 = 20, pos 7 -> 9*4+3 = 39,
     # pos 8 -> 2*4 = 8
     assert as_list(slots) == [12, 13, 20, 39, 8], (
-        f"expected slots [12, 13, 20, 39, 8], got {as_list(slots)}")
+        f"expected slots [12, 13, 20, 39, 8], got {as_list(slots)}"
+    )
     assert np.asarray(slots).dtype == np.int64, (
-        "slots are int64: block_id * block_size overflows int32 on a big cache")
+        "slots are int64: block_id * block_size overflows int32 on a big cache"
+    )
 
 
 # -- prepare_inputs on the mixed batch -----------------------------------------------------------
 
 
-@graded(3, "input_ids: for each request, token_ids[computed : computed + scheduled], in "
-           "request order: cached tokens (prefix hits, earlier chunks) are skipped, and a "
-           "decode runs the token sampled last (the end of token_ids)",
-        f"{DOC}#tokens-and-positions")
+@graded(
+    3,
+    "input_ids: for each request, token_ids[computed : computed + scheduled], in "
+    "request order: cached tokens (prefix hits, earlier chunks) are skipped, and a "
+    "decode runs the token sampled last (the end of token_ids)",
+    f"{DOC}#tokens-and-positions",
+)
 def test_input_ids_skip_cached_tokens():
     """Only the tokens this step computes."""
     got = as_list(mixed_batch().input_ids)
@@ -120,9 +143,12 @@ def test_input_ids_skip_cached_tokens():
     assert got == expected, f"input_ids should be {expected}, got {got}"
 
 
-@graded(3, "positions = num_computed_tokens[req] + offset inside the step: a prefix hit or an "
-           "earlier chunk shifts the positions; RoPE is applied at these positions",
-        f"{DOC}#tokens-and-positions")
+@graded(
+    3,
+    "positions = num_computed_tokens[req] + offset inside the step: a prefix hit or an "
+    "earlier chunk shifts the positions; RoPE is applied at these positions",
+    f"{DOC}#tokens-and-positions",
+)
 def test_positions_start_at_the_computed_offset():
     """A prefix-hit prompt starts at 8, a second chunk at 5, a decode at its last index."""
     got = as_list(mixed_batch().positions)
@@ -130,9 +156,12 @@ def test_positions_start_at_the_computed_offset():
     assert got == expected, f"positions should be {expected}, got {got}"
 
 
-@graded(4, "slot_mapping: each token's K/V goes to its own request's block "
-           "block_ids[pos // block_size], at offset pos % block_size",
-        f"{DOC}#the-slot-mapping")
+@graded(
+    4,
+    "slot_mapping: each token's K/V goes to its own request's block "
+    "block_ids[pos // block_size], at offset pos % block_size",
+    f"{DOC}#the-slot-mapping",
+)
 def test_slot_mapping_of_the_mixed_batch():
     """A: 13*4+0, 13*4+1; B: 21*4+0..3, 22*4+0; C: 32*4+1..3, 33*4+0..1; D: 42*4+3; E: 53*4."""
     got = as_list(mixed_batch().slot_mapping)
@@ -140,75 +169,111 @@ def test_slot_mapping_of_the_mixed_batch():
     assert got == expected, f"slot_mapping should be {expected}, got {got}"
 
 
-@graded(3, "query_start_loc is the CUMULATIVE count of scheduled tokens, starting at 0 "
-           "([R + 1] entries); logits_indices is each request's last token, qsl[1:] - 1",
-        f"{DOC}#query-start-locations-and-sequence-lengths")
+@graded(
+    3,
+    "query_start_loc is the CUMULATIVE count of scheduled tokens, starting at 0 "
+    "([R + 1] entries); logits_indices is each request's last token, qsl[1:] - 1",
+    f"{DOC}#query-start-locations-and-sequence-lengths",
+)
 def test_query_start_loc_and_logits_indices():
     """Request i owns tokens qsl[i]:qsl[i+1]; its next token is predicted at qsl[i+1] - 1."""
     inputs = mixed_batch()
     assert as_list(inputs.query_start_loc) == [0, 2, 7, 12, 13, 14], (
-        f"query_start_loc should be [0, 2, 7, 12, 13, 14], got {as_list(inputs.query_start_loc)}")
+        f"query_start_loc should be [0, 2, 7, 12, 13, 14], got {as_list(inputs.query_start_loc)}"
+    )
     assert as_list(inputs.logits_indices) == [1, 6, 11, 12, 13], (
-        f"logits_indices should be [1, 6, 11, 12, 13], got {as_list(inputs.logits_indices)}")
+        f"logits_indices should be [1, 6, 11, 12, 13], got {as_list(inputs.logits_indices)}"
+    )
     assert inputs.max_query_len == 5, f"max_query_len should be 5, got {inputs.max_query_len}"
 
 
-@graded(3, "seq_lens = num_computed_tokens + num_scheduled_tokens: the context a request "
-           "attends to includes its cached tokens, not only this step's",
-        f"{DOC}#query-start-locations-and-sequence-lengths")
+@graded(
+    3,
+    "seq_lens = num_computed_tokens + num_scheduled_tokens: the context a request "
+    "attends to includes its cached tokens, not only this step's",
+    f"{DOC}#query-start-locations-and-sequence-lengths",
+)
 def test_seq_lens_include_the_context():
     """Attention reads seq_lens[i] tokens of request i through its block table."""
     inputs = mixed_batch()
     assert as_list(inputs.seq_lens) == [10, 5, 10, 8, 9], (
-        f"seq_lens should be [10, 5, 10, 8, 9], got {as_list(inputs.seq_lens)}")
+        f"seq_lens should be [10, 5, 10, 8, 9], got {as_list(inputs.seq_lens)}"
+    )
     assert inputs.max_seq_len == 10, f"max_seq_len should be 10, got {inputs.max_seq_len}"
 
 
-@graded(3, "block_tables: one row per request, as wide as the widest table (or "
-           "max_num_blocks_per_req), padded with 0, the null block",
-        f"{DOC}#block-tables-and-the-null-block")
+@graded(
+    3,
+    "block_tables: one row per request, as wide as the widest table (or "
+    "max_num_blocks_per_req), padded with 0, the null block",
+    f"{DOC}#block-tables-and-the-null-block",
+)
 def test_block_tables_of_the_mixed_batch():
     """Rows of 2 blocks are padded to 3 with block 0; a fixed width pads further."""
     got = as_list(mixed_batch().block_tables)
     expected = [[11, 12, 13], [21, 22, 0], [31, 32, 33], [41, 42, 0], [51, 52, 53]]
     assert got == expected, f"block_tables should be {expected}, got {got}"
     got = as_list(mixed_batch(max_num_blocks_per_req=5).block_tables)
-    expected = [[11, 12, 13, 0, 0], [21, 22, 0, 0, 0], [31, 32, 33, 0, 0], [41, 42, 0, 0, 0],
-                [51, 52, 53, 0, 0]]
+    expected = [
+        [11, 12, 13, 0, 0],
+        [21, 22, 0, 0, 0],
+        [31, 32, 33, 0, 0],
+        [41, 42, 0, 0, 0],
+        [51, 52, 53, 0, 0],
+    ]
     assert got == expected, (
-        f"with max_num_blocks_per_req=5, block_tables should be {expected}, got {got}")
+        f"with max_num_blocks_per_req=5, block_tables should be {expected}, got {got}"
+    )
 
 
-@graded(1, "dtypes as the model and kernels read them: int64 input_ids, positions, "
-           "slot_mapping, logits_indices; int32 block_tables, query_start_loc, seq_lens; torch "
-           "tensors on the CPU", f"{DOC}#the-step-as-tensors")
+@graded(
+    1,
+    "dtypes as the model and kernels read them: int64 input_ids, positions, "
+    "slot_mapping, logits_indices; int32 block_tables, query_start_loc, seq_lens; torch "
+    "tensors on the CPU",
+    f"{DOC}#the-step-as-tensors",
+)
 def test_dtypes_and_shapes():
     """Five requests and 14 tokens."""
     inputs = mixed_batch()
     import torch
 
-    want = {"input_ids": (torch.int64, (14,)), "positions": (torch.int64, (14,)),
-            "slot_mapping": (torch.int64, (14,)), "logits_indices": (torch.int64, (5,)),
-            "block_tables": (torch.int32, (5, 3)), "query_start_loc": (torch.int32, (6,)),
-            "seq_lens": (torch.int32, (5,))}
+    want = {
+        "input_ids": (torch.int64, (14,)),
+        "positions": (torch.int64, (14,)),
+        "slot_mapping": (torch.int64, (14,)),
+        "logits_indices": (torch.int64, (5,)),
+        "block_tables": (torch.int32, (5, 3)),
+        "query_start_loc": (torch.int32, (6,)),
+        "seq_lens": (torch.int32, (5,)),
+    }
     for name, (dtype, shape) in want.items():
         tensor = getattr(inputs, name)
         assert isinstance(tensor, torch.Tensor), f"{name} should be a torch tensor"
         assert tensor.dtype == dtype and tuple(tensor.shape) == shape, (
-            f"{name} should be {dtype} of shape {shape}, got {tensor.dtype} {tuple(tensor.shape)}")
+            f"{name} should be {dtype} of shape {shape}, got {tensor.dtype} {tuple(tensor.shape)}"
+        )
 
 
 # -- other batches -----------------------------------------------------------------------------
 
 
-@graded(3, "a decode-only step (the common case): one token per request, the last known "
-           "token at position len - 1, written to the right block", f"{DOC}#the-step-as-tensors")
+@graded(
+    3,
+    "a decode-only step (the common case): one token per request, the last known "
+    "token at position len - 1, written to the right block",
+    f"{DOC}#the-step-as-tensors",
+)
 def test_decode_only_batch():
     """Three decodes with 16-token blocks, one of them the first token of its second block."""
     m = runner("prepare_inputs")
     inputs = m.prepare_inputs(
-        [[5, 6, 7], [*range(16), 99], [1] * 30 + [42]], [2, 16, 30], [1, 1, 1],
-        [[3], [8, 2], [4, 6]], 16)
+        [[5, 6, 7], [*range(16), 99], [1] * 30 + [42]],
+        [2, 16, 30],
+        [1, 1, 1],
+        [[3], [8, 2], [4, 6]],
+        16,
+    )
     setting = "three decodes (3, 17 and 31 known tokens, blocks of 16)"
     expect(inputs, "input_ids", [7, 99, 42], setting)
     expect(inputs, "positions", [2, 16, 30], setting)
@@ -221,8 +286,11 @@ def test_decode_only_batch():
     expect(inputs, "max_seq_len", 31, setting)
 
 
-@graded(2, "block_size 1: every position is its own block, slot = block_ids[pos]",
-        f"{DOC}#the-slot-mapping")
+@graded(
+    2,
+    "block_size 1: every position is its own block, slot = block_ids[pos]",
+    f"{DOC}#the-slot-mapping",
+)
 def test_block_size_one():
     """A prefix hit of 2 tokens, then 3 tokens in blocks 9, 4, 7."""
     m = runner("prepare_inputs")
@@ -233,14 +301,20 @@ def test_block_size_one():
     expect(inputs, "slot_mapping", [9, 4, 7], setting)
 
 
-@graded(1, "an inconsistent step is refused with ValueError: no scheduled token, more tokens "
-           "than known, or a block table too short for the tokens", f"{DOC}#the-step-as-tensors")
+@graded(
+    1,
+    "an inconsistent step is refused with ValueError: no scheduled token, more tokens "
+    "than known, or a block table too short for the tokens",
+    f"{DOC}#the-step-as-tensors",
+)
 def test_inconsistent_steps_are_refused():
     """Garbage in must not become a silent wrong slot."""
     m = runner("prepare_inputs")
-    for kwargs in (dict(num_computed_tokens=[2], num_scheduled_tokens=[2]),
-                   dict(num_computed_tokens=[0], num_scheduled_tokens=[0]),
-                   dict(num_computed_tokens=[0], num_scheduled_tokens=[3], block_ids=[[1]])):
+    for kwargs in (
+        dict(num_computed_tokens=[2], num_scheduled_tokens=[2]),
+        dict(num_computed_tokens=[0], num_scheduled_tokens=[0]),
+        dict(num_computed_tokens=[0], num_scheduled_tokens=[3], block_ids=[[1]]),
+    ):
         args = dict(token_ids=[[1, 2, 3]], block_ids=[[1, 2]], block_size=2) | kwargs
         with pytest.raises(ValueError):
             m.prepare_inputs(**args)
@@ -277,8 +351,12 @@ def steps(draw):
     return tokens, computed, scheduled, block_ids, block_size
 
 
-@graded(3, "any batch: input_ids, positions, slot_mapping, query_start_loc and seq_lens equal "
-           "a token-by-token application of the rules", f"{DOC}#the-step-as-tensors")
+@graded(
+    3,
+    "any batch: input_ids, positions, slot_mapping, query_start_loc and seq_lens equal "
+    "a token-by-token application of the rules",
+    f"{DOC}#the-step-as-tensors",
+)
 def test_random_batches_follow_the_rules():
     """Random mixes of prefills, chunks and decodes; any block size."""
     _random_batches_follow_the_rules(runner("prepare_inputs"))  # a stub stops here, at once
@@ -289,12 +367,14 @@ def test_random_batches_follow_the_rules():
 def _random_batches_follow_the_rules(mod: Any, step: Any) -> None:
     tokens, computed, scheduled, block_ids, block_size = step
     inputs = mod.prepare_inputs(tokens, computed, scheduled, block_ids, block_size)
-    ids, pos, slots, qsl, lens = _by_the_definition(tokens, computed, scheduled, block_ids,
-                                                    block_size)
+    ids, pos, slots, qsl, lens = _by_the_definition(
+        tokens, computed, scheduled, block_ids, block_size
+    )
     assert as_list(inputs.input_ids) == ids, "input_ids differ from the rule"
     assert as_list(inputs.positions) == pos, "positions differ from the rule"
     assert as_list(inputs.slot_mapping) == slots, "slot_mapping differs from the rule"
     assert as_list(inputs.query_start_loc) == qsl, "query_start_loc differs from the rule"
     assert as_list(inputs.seq_lens) == lens, "seq_lens differ from the rule"
     assert as_list(inputs.logits_indices) == [q - 1 for q in qsl[1:]], (
-        "logits_indices should be query_start_loc[1:] - 1")
+        "logits_indices should be query_start_loc[1:] - 1"
+    )

@@ -33,8 +33,26 @@ MULTI_BYTE_TEXTS = [
     "한국어",
     "∑√∞ ≠ ≤",
 ]
-_WORDS = ["Hello", " world", " the", " there", ",", ".", "\n\n", "\n", "Question", ":", " STOP",
-          "ST", "OP", " end", "!!", "ab", "cd", "ef"]
+_WORDS = [
+    "Hello",
+    " world",
+    " the",
+    " there",
+    ",",
+    ".",
+    "\n\n",
+    "\n",
+    "Question",
+    ":",
+    " STOP",
+    "ST",
+    "OP",
+    " end",
+    "!!",
+    "ab",
+    "cd",
+    "ef",
+]
 
 
 def _vocabulary() -> list[bytes]:
@@ -158,31 +176,41 @@ def run_detokenizer(
 
     tokenizer = ToyTokenizer(leading_space_rule)
     detok = output_processor.IncrementalDetokenizer(
-        tokenizer, prompt_ids, skip_special_tokens=skip_special_tokens, stop=stop or (),
-        include_stop_str_in_output=include_stop_str_in_output)
+        tokenizer,
+        prompt_ids,
+        skip_special_tokens=skip_special_tokens,
+        stop=stop or (),
+        include_stop_str_in_output=include_stop_str_in_output,
+    )
     steps: list[dict[str, Any]] = []
     for i, chunk in enumerate(chunks):
         last = i == len(chunks) - 1
-        found = detok.update(list(chunk), finished=last and finish,
-                             stop_terminated=last and stop_terminated)
+        found = detok.update(
+            list(chunk), finished=last and finish, stop_terminated=last and stop_terminated
+        )
         finished = (last and finish) or found is not None
         text = detok.get_next_output_text(finished, delta=False)
         delta = detok.get_next_output_text(finished, delta=True)
         steps.append({"delta": delta, "text": text, "stop": found})
         if found is not None:
             break
-    return {"steps": steps, "output_text": detok.output_text,
-            "output_token_ids": list(detok.output_token_ids),
-            "decoded_tokens": tokenizer.decoded_tokens}
+    return {
+        "steps": steps,
+        "output_text": detok.output_text,
+        "output_token_ids": list(detok.output_token_ids),
+        "decoded_tokens": tokenizer.decoded_tokens,
+    }
 
 
-def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
-                       include_in_output: bool) -> Any:
+def check_stop_strings(
+    output_text: str, new_char_count: int, stop: list[str], include_in_output: bool
+) -> Any:
     """The learner's ``check_stop_strings``, its answer as a list (or None)."""
     import output_processor
 
-    found = output_processor.check_stop_strings(output_text, new_char_count, stop,
-                                                include_in_output)
+    found = output_processor.check_stop_strings(
+        output_text, new_char_count, stop, include_in_output
+    )
     return None if found is None else list(found)
 
 
@@ -190,9 +218,15 @@ def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
 class CoreOutput:
     """What ``process_outputs`` reads of an ``EngineCoreOutput`` (that one needs pyzmq)."""
 
-    def __init__(self, request_id: str, new_token_ids: list[int], finish_reason: str | None = None,
-                 stop_reason: int | str | None = None, error: str | None = None,
-                 new_logprobs: list[float] | None = None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        new_token_ids: list[int],
+        finish_reason: str | None = None,
+        stop_reason: int | str | None = None,
+        error: str | None = None,
+        new_logprobs: list[float] | None = None,
+    ) -> None:
         self.request_id = request_id
         self.new_token_ids = list(new_token_ids)
         self.finish_reason = finish_reason
@@ -203,9 +237,11 @@ class CoreOutput:
             # One row per new token: the token itself (logprobs=0), with the given logprob.
             from mini_vllm.logprobs import LogprobsLists
 
-            self.new_logprobs = LogprobsLists([[t] for t in self.new_token_ids],
-                                              [[v] for v in new_logprobs],
-                                              [1] * len(self.new_token_ids))
+            self.new_logprobs = LogprobsLists(
+                [[t] for t in self.new_token_ids],
+                [[v] for v in new_logprobs],
+                [1] * len(self.new_token_ids),
+            )
 
     @property
     def finished(self) -> bool:
@@ -218,12 +254,19 @@ def _read_output(item: Any) -> dict[str, Any]:
     completion = item.outputs[0]
     logprobs = None
     if completion.logprobs is not None:
-        logprobs = [[[t, lp.logprob] for t, lp in position.items()]
-                    for position in completion.logprobs]
-    return {"request_id": item.request_id, "finished": item.finished, "text": completion.text,
-            "token_ids": list(completion.token_ids), "finish_reason": completion.finish_reason,
-            "stop_reason": completion.stop_reason, "logprobs": logprobs,
-            "cumulative_logprob": completion.cumulative_logprob}
+        logprobs = [
+            [[t, lp.logprob] for t, lp in position.items()] for position in completion.logprobs
+        ]
+    return {
+        "request_id": item.request_id,
+        "finished": item.finished,
+        "text": completion.text,
+        "token_ids": list(completion.token_ids),
+        "finish_reason": completion.finish_reason,
+        "stop_reason": completion.stop_reason,
+        "logprobs": logprobs,
+        "cumulative_logprob": completion.cumulative_logprob,
+    }
 
 
 def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
@@ -249,8 +292,9 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
             _, rid, prompt_ids, options = op
             options = dict(options)
             params = types.SimpleNamespace(logprobs=options.pop("logprobs", None))
-            request = types.SimpleNamespace(request_id=rid, prompt_token_ids=list(prompt_ids),
-                                            sampling_params=params)
+            request = types.SimpleNamespace(
+                request_id=rid, prompt_token_ids=list(prompt_ids), sampling_params=params
+            )
             queues[rid] = processor.add_request(request, "prompt", arrival_time=0.0, **options)
         elif name == "step":
             outs = [CoreOutput(*entry) for entry in op[1]]
@@ -264,6 +308,12 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
         for rid, queue in queues.items():
             while not queue.empty():
                 outputs.setdefault(rid, []).append(_read_output(queue.get_nowait()))
-        records.append({"op": name, "returned": returned, "outputs": outputs,
-                        "tracked": sorted(processor.request_states)})
+        records.append(
+            {
+                "op": name,
+                "returned": returned,
+                "outputs": outputs,
+                "tracked": sorted(processor.request_states),
+            }
+        )
     return records

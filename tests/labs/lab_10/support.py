@@ -21,8 +21,10 @@ TOK = ToyTokenizer()
 
 #: Pieces of text the random texts are made of: every character of the multi-byte texts, and
 #: a few ASCII words.
-SEGMENTS = sorted({ch for text in MULTI_BYTE_TEXTS for ch in text}
-                  | {"Hello", " world", " the", ",", "\n", "a", "b", "c", "d", "!", " "})
+SEGMENTS = sorted(
+    {ch for text in MULTI_BYTE_TEXTS for ch in text}
+    | {"Hello", " world", " the", ",", "\n", "a", "b", "c", "d", "!", " "}
+)
 
 
 def side() -> Any:
@@ -54,8 +56,10 @@ def token_sequences(draw: st.DrawFn, random_ids: bool = True) -> list[int]:
     parts: list[int] = []
     for _ in range(draw(st.integers(0, 4), label="pieces")):
         if random_ids and draw(st.booleans()):
-            parts += draw(st.lists(st.integers(0, TOK.vocab_size - 1), min_size=1, max_size=3),
-                          label="random ids")
+            parts += draw(
+                st.lists(st.integers(0, TOK.vocab_size - 1), min_size=1, max_size=3),
+                label="random ids",
+            )
         else:
             parts += draw(split(draw(texts, label="text")))
     return parts

@@ -17,8 +17,12 @@ def run(prompt: list[int], chunks: list[list[int]], **kwargs) -> dict:
     return side().run_detokenizer(prompt, chunks, **kwargs)
 
 
-@graded(2, "Deltas: each step hands out exactly the characters its tokens added, and the deltas "
-           "add up to decode(all output tokens)", DETOK)
+@graded(
+    2,
+    "Deltas: each step hands out exactly the characters its tokens added, and the deltas "
+    "add up to decode(all output tokens)",
+    DETOK,
+)
 def test_ascii_one_token_a_step():
     """Plain ASCII, one token per step: every step's delta is that token's text."""
     ids = TOK.encode("Hello world, the end.")
@@ -27,13 +31,19 @@ def test_ascii_one_token_a_step():
     want = [TOK.decode([t]) for t in ids]
     assert deltas == want, f"one ASCII token a step: expected deltas {want}, got {deltas}"
     assert got["output_text"] == "Hello world, the end.", (
-        f"output_text must be the decoded output (never the prompt): got {got['output_text']!r}")
+        f"output_text must be the decoded output (never the prompt): got {got['output_text']!r}"
+    )
     assert got["output_token_ids"] == ids, (
-        f"output_token_ids must be every output token in order: got {got['output_token_ids']}")
+        f"output_token_ids must be every output token in order: got {got['output_token_ids']}"
+    )
 
 
-@graded(3, "Held back: a token that ends inside a character decodes to U+FFFD; emit nothing and "
-           "decode it again together with the next token", DETOK)
+@graded(
+    3,
+    "Held back: a token that ends inside a character decodes to U+FFFD; emit nothing and "
+    "decode it again together with the next token",
+    DETOK,
+)
 def test_split_character_is_held_back():
     """😀 as head + tail: the head step hands out "", the tail step hands out 😀."""
     head = TOK.token_id(EMOJI[:2])
@@ -44,16 +54,23 @@ def test_split_character_is_held_back():
     texts = [s["text"] for s in got["steps"]]
     assert all("\ufffd" not in t for t in texts), (
         f"the half of 😀 must be held back, not handed out as U+FFFD: the text after each step "
-        f"was {texts}")
+        f"was {texts}"
+    )
     assert deltas == ["H", "i", " ", "", "😀", "!"], (
         f"tokens {show(ids)}: the step of the emoji's head must hand out '' and the step of its "
-        f"tail '😀'; got deltas {deltas}")
+        f"tail '😀'; got deltas {deltas}"
+    )
     assert got["output_text"] == "Hi 😀!", (
-        f"output_text must be 'Hi 😀!', got {got['output_text']!r}")
+        f"output_text must be 'Hi 😀!', got {got['output_text']!r}"
+    )
 
 
-@graded(2, "Flush: at the end, what is still held back is emitted as it decodes (an incomplete "
-           "character as U+FFFD), so the text equals decode(all output tokens)", DETOK)
+@graded(
+    2,
+    "Flush: at the end, what is still held back is emitted as it decodes (an incomplete "
+    "character as U+FFFD), so the text equals decode(all output tokens)",
+    DETOK,
+)
 def test_flush_at_the_end():
     """The output ends with half an emoji: finishing emits it as U+FFFD."""
     ids = [*TOK.encode("ok "), TOK.token_id(EMOJI[:2])]
@@ -62,17 +79,24 @@ def test_flush_at_the_end():
     streamed = "".join(s["delta"] for s in got["steps"])
     assert got["output_text"] == want and streamed == want, (
         f"tokens {show(ids)} finished on half a character: the text must be {want!r} (the "
-        f"tokenizer's decode), got output_text {got['output_text']!r}, streamed {streamed!r}")
+        f"tokenizer's decode), got output_text {got['output_text']!r}, streamed {streamed!r}"
+    )
 
 
-@graded(5, "Deltas: whatever the tokens and however they are cut into steps, the concatenated "
-           "deltas equal the tokenizer's decode of all the output tokens", DETOK)
+@graded(
+    5,
+    "Deltas: whatever the tokens and however they are cut into steps, the concatenated "
+    "deltas equal the tokenizer's decode of all the output tokens",
+    DETOK,
+)
 @GRADED_SETTINGS
 @given(data=st.data(), skip=st.booleans())
 def test_deltas_add_up_to_the_full_decode(data, skip):
     """Random multi-byte tokenizations and random ids, random steps, a random prompt."""
-    prompt = data.draw(split(data.draw(st.sampled_from(["", "Hello", "日本", "Привет, "]),
-                                       label="prompt text")), label="prompt ids")
+    prompt = data.draw(
+        split(data.draw(st.sampled_from(["", "Hello", "日本", "Привет, "]), label="prompt text")),
+        label="prompt ids",
+    )
     ids = data.draw(token_sequences(), label="output ids")
     chunks = data.draw(chunked(ids))
     got = run(prompt, chunks, skip_special_tokens=skip)
@@ -81,21 +105,28 @@ def test_deltas_add_up_to_the_full_decode(data, skip):
     assert streamed == want, (
         f"output tokens {show(ids)} in steps of {[len(c) for c in chunks]} "
         f"(skip_special_tokens={skip}): the deltas must add up to the tokenizer's decode "
-        f"{want!r}, got {streamed!r} (deltas {[s['delta'] for s in got['steps']][:8]})")
+        f"{want!r}, got {streamed!r} (deltas {[s['delta'] for s in got['steps']][:8]})"
+    )
     assert got["output_text"] == want, (
-        f"output_text must equal decode(all output tokens) {want!r}, got {got['output_text']!r}")
+        f"output_text must equal decode(all output tokens) {want!r}, got {got['output_text']!r}"
+    )
     assert got["output_token_ids"] == ids, (
-        f"output_token_ids must be the output tokens {ids[:12]}, got "
-        f"{got['output_token_ids'][:12]}")
+        f"output_token_ids must be the output tokens {ids[:12]}, got {got['output_token_ids'][:12]}"
+    )
     for i, step in enumerate(got["steps"][:-1]):
         assert not step["text"].endswith("\ufffd") or step["text"] == want[: len(step["text"])], (
             f"step {i + 1} handed out text ending in U+FFFD that the final text does not have: "
-            f"{step['text']!r} (a character cut by a step boundary must wait)")
+            f"{step['text']!r} (a character cut by a step boundary must wait)"
+        )
 
 
-@graded(2, "Context: a token's text may depend on what precedes it (SentencePiece drops the "
-           "leading space of the first word); decode the window with its context, never a token "
-           "alone", DETOK)
+@graded(
+    2,
+    "Context: a token's text may depend on what precedes it (SentencePiece drops the "
+    "leading space of the first word); decode the window with its context, never a token "
+    "alone",
+    DETOK,
+)
 def test_tokens_decode_in_context():
     """A SentencePiece-style tokenizer: after the prompt 'Question:', ' world' keeps its space."""
     prompt = TOK.encode("Question:")
@@ -105,16 +136,22 @@ def test_tokens_decode_in_context():
     assert deltas == [" world", " the", " end"], (
         f"after the prompt 'Question:' each word keeps its leading space: expected deltas "
         f"[' world', ' the', ' end'], got {deltas} (decode each new token together with the "
-        f"window before it, starting from the prompt's last tokens)")
+        f"window before it, starting from the prompt's last tokens)"
+    )
     got = run([], [[t] for t in ids], leading_space_rule=True)
     deltas = [s["delta"] for s in got["steps"]]
     assert deltas == ["world", " the", " end"], (
         f"with no prompt the first word starts the text and loses its space, the next ones "
-        f"keep it: expected ['world', ' the', ' end'], got {deltas}")
+        f"keep it: expected ['world', ' the', ' end'], got {deltas}"
+    )
 
 
-@graded(2, "Cost: each step decodes a window of a few recent tokens (slide prefix_offset and "
-           "read_offset forward), not the whole output again", DETOK)
+@graded(
+    2,
+    "Cost: each step decodes a window of a few recent tokens (slide prefix_offset and "
+    "read_offset forward), not the whole output again",
+    DETOK,
+)
 def test_each_step_decodes_a_few_tokens():
     """600 output tokens, one a step: the tokens decoded in all must grow linearly."""
     ids = TOK.encode("Hello world, the end. " * 60)[:600]
@@ -123,5 +160,6 @@ def test_each_step_decodes_a_few_tokens():
     assert cost <= 20 * n, (
         f"{n} tokens, one a step, made the tokenizer decode {cost} tokens in all "
         f"({cost / n:.0f} a step): a step must decode only the window (prefix_offset .. end), "
-        f"a few tokens; re-decoding the whole output each step is quadratic")
+        f"a few tokens; re-decoding the whole output each step is quadratic"
+    )
     assert got["output_text"] == TOK.decode(ids), "the text must still be decode(all tokens)"

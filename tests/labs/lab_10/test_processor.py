@@ -21,129 +21,212 @@ def add(rid: str, **options) -> list:
     return ["add", rid, PROMPT, options]
 
 
-@graded(2, "Finish reasons: the core's finish_reason and stop_reason reach the RequestOutput, "
-           "which is marked finished, and the request is forgotten", FINISH)
+@graded(
+    2,
+    "Finish reasons: the core's finish_reason and stop_reason reach the RequestOutput, "
+    "which is marked finished, and the request is forgotten",
+    FINISH,
+)
 def test_core_finish_reasons():
     """'a' ends on length, 'b' on EOS (finish_reason 'stop', stop_reason None)."""
     hello = TOK.encode("Hello")
-    recs = run([add("a"), add("b"),
-                ["step", [["a", hello, None, None], ["b", hello, None, None]]],
-                ["step", [["a", TOK.encode(" world"), "length", None],
-                          ["b", [TOK.eos_token_id], "stop", None]]]])
+    recs = run(
+        [
+            add("a"),
+            add("b"),
+            ["step", [["a", hello, None, None], ["b", hello, None, None]]],
+            [
+                "step",
+                [
+                    ["a", TOK.encode(" world"), "length", None],
+                    ["b", [TOK.eos_token_id], "stop", None],
+                ],
+            ],
+        ]
+    )
     first, last = recs[2], recs[3]
     assert first["tracked"] == ["a", "b"], (
-        f"unfinished requests stay in request_states: expected ['a', 'b'], got {first['tracked']}")
+        f"unfinished requests stay in request_states: expected ['a', 'b'], got {first['tracked']}"
+    )
     a, b = last["outputs"].get("a", [])[-1:], last["outputs"].get("b", [])[-1:]
     assert a and a[0]["finished"] and a[0]["finish_reason"] == "length", (
         f"'a' finished on length: its last RequestOutput must be finished with finish_reason "
-        f"'length', got {a}")
+        f"'length', got {a}"
+    )
     assert a[0]["text"] == "Hello world", (
         f"not streaming, the output carries the whole text: expected 'Hello world', got "
-        f"{a[0]['text']!r}")
+        f"{a[0]['text']!r}"
+    )
     assert b and b[0]["finished"] and b[0]["finish_reason"] == "stop" and b[0]["text"] == "Hello", (
         f"'b' finished on EOS: finished, finish_reason 'stop', text 'Hello' (EOS's text left "
-        f"out), got {b}")
+        f"out), got {b}"
+    )
     assert last["tracked"] == [], (
-        f"finished requests must be removed from request_states, still there: {last['tracked']}")
+        f"finished requests must be removed from request_states, still there: {last['tracked']}"
+    )
     assert last["returned"] == [], (
-        f"the core finished both itself: reqs_to_abort must be empty, got {last['returned']}")
+        f"the core finished both itself: reqs_to_abort must be empty, got {last['returned']}"
+    )
 
 
-@graded(3, "Stop string: finish_reason 'stop', stop_reason the string, and since the core is "
-           "still running the request its id goes into reqs_to_abort (once)", STOPS)
+@graded(
+    3,
+    "Stop string: finish_reason 'stop', stop_reason the string, and since the core is "
+    "still running the request its id goes into reqs_to_abort (once)",
+    STOPS,
+)
 def test_stop_string_finishes_and_asks_the_core_to_abort():
     """Stop ' world': found in the second step, the core did not finish the request."""
-    recs = run([add("a", stop=[" world"], stream=True),
-                ["step", [["a", TOK.encode("Hello"), None, None]]],
-                ["step", [["a", TOK.encode(" world!"), None, None]]],
-                ["step", [["a", TOK.encode(" more"), None, None]]]])
+    recs = run(
+        [
+            add("a", stop=[" world"], stream=True),
+            ["step", [["a", TOK.encode("Hello"), None, None]]],
+            ["step", [["a", TOK.encode(" world!"), None, None]]],
+            ["step", [["a", TOK.encode(" more"), None, None]]],
+        ]
+    )
     step2 = recs[2]
     outs = step2["outputs"].get("a", [])
     assert step2["returned"] == ["a"], (
         f"the stop string finished 'a' while the core still runs it: reqs_to_abort must be "
-        f"['a'], got {step2['returned']}")
-    assert outs and outs[-1]["finished"] and outs[-1]["finish_reason"] == "stop" and (
-        outs[-1]["stop_reason"] == " world"), (
+        f"['a'], got {step2['returned']}"
+    )
+    assert (
+        outs
+        and outs[-1]["finished"]
+        and outs[-1]["finish_reason"] == "stop"
+        and (outs[-1]["stop_reason"] == " world")
+    ), (
         f"the last output must be finished with finish_reason 'stop' and stop_reason ' world', "
-        f"got {outs}")
+        f"got {outs}"
+    )
     streamed = "".join(o["text"] for r in recs for o in r["outputs"].get("a", []))
     assert streamed == "Hello", f"the streamed text must stop before ' world': got {streamed!r}"
     assert step2["tracked"] == [] and recs[3]["returned"] == [] and not recs[3]["outputs"], (
         f"after the stop string 'a' is forgotten: a late output for it is ignored; tracked "
         f"{step2['tracked']}, then reqs_to_abort {recs[3]['returned']}, outputs "
-        f"{recs[3]['outputs']}")
+        f"{recs[3]['outputs']}"
+    )
 
 
-@graded(1, "Stop string in the core's last step: the core has finished the request itself, so "
-           "it is not in reqs_to_abort; the finish reason is still the stop string's", STOPS)
+@graded(
+    1,
+    "Stop string in the core's last step: the core has finished the request itself, so "
+    "it is not in reqs_to_abort; the finish reason is still the stop string's",
+    STOPS,
+)
 def test_stop_string_in_the_last_step_needs_no_abort():
     """The stop string arrives in the step the core ends with 'length'."""
-    recs = run([add("a", stop=["!!"]),
-                ["step", [["a", TOK.encode("Hello!!"), "length", None]]]])
+    recs = run([add("a", stop=["!!"]), ["step", [["a", TOK.encode("Hello!!"), "length", None]]]])
     outs = recs[1]["outputs"].get("a", [])
     assert recs[1]["returned"] == [], (
-        f"the core already finished 'a': reqs_to_abort must be empty, got {recs[1]['returned']}")
+        f"the core already finished 'a': reqs_to_abort must be empty, got {recs[1]['returned']}"
+    )
     assert outs and outs[-1]["finish_reason"] == "stop" and outs[-1]["stop_reason"] == "!!", (
-        f"the stop string decides the finish reason: expected 'stop' / '!!', got {outs}")
+        f"the stop string decides the finish reason: expected 'stop' / '!!', got {outs}"
+    )
 
 
-@graded(2, "Aborts: abort_requests forgets tracked ids, returns only those, ignores unknown "
-           "ones; outputs still on the wire for a forgotten id are ignored", FINISH)
+@graded(
+    2,
+    "Aborts: abort_requests forgets tracked ids, returns only those, ignores unknown "
+    "ones; outputs still on the wire for a forgotten id are ignored",
+    FINISH,
+)
 def test_aborts():
     """Abort 'a' and an unknown id; 'a''s late output is dropped; abort 'a' again."""
-    recs = run([add("a"), add("b"),
-                ["abort", ["a", "nobody"]],
-                ["step", [["a", TOK.encode("late"), None, None],
-                          ["b", TOK.encode("Hello"), None, None]]],
-                ["abort", ["a"]]])
+    recs = run(
+        [
+            add("a"),
+            add("b"),
+            ["abort", ["a", "nobody"]],
+            [
+                "step",
+                [["a", TOK.encode("late"), None, None], ["b", TOK.encode("Hello"), None, None]],
+            ],
+            ["abort", ["a"]],
+        ]
+    )
     assert recs[2]["returned"] == ["a"], (
         f"abort_requests(['a', 'nobody']) must return the ids it was tracking, ['a'], got "
-        f"{recs[2]['returned']}")
+        f"{recs[2]['returned']}"
+    )
     assert recs[2]["tracked"] == ["b"], (
-        f"after aborting 'a' only 'b' is tracked, got {recs[2]['tracked']}")
+        f"after aborting 'a' only 'b' is tracked, got {recs[2]['tracked']}"
+    )
     assert "a" not in recs[3]["outputs"], (
-        f"an output for the aborted 'a' must be ignored, got {recs[3]['outputs'].get('a')}")
+        f"an output for the aborted 'a' must be ignored, got {recs[3]['outputs'].get('a')}"
+    )
     assert recs[3]["outputs"].get("b"), "'b' is still running: its output must be queued"
     assert recs[4]["returned"] == [], (
-        f"'a' is gone: aborting it again returns [], got {recs[4]['returned']}")
+        f"'a' is gone: aborting it again returns [], got {recs[4]['returned']}"
+    )
 
 
-@graded(2, "Logprobs: each step's rows go to the request's LogprobsProcessor, so a finished "
-           "output carries one logprob per token and their sum; a stream sends the new ones, "
-           "including those of a step whose text was held back", LOGPROBS)
+@graded(
+    2,
+    "Logprobs: each step's rows go to the request's LogprobsProcessor, so a finished "
+    "output carries one logprob per token and their sum; a stream sends the new ones, "
+    "including those of a step whose text was held back",
+    LOGPROBS,
+)
 def test_logprobs_reach_the_outputs():
     """'a' (whole text) and 'b' (streamed, its first step only half a character) ask for them."""
     euro = TOK.encode("\u20ac")  # three byte tokens: no text until the last one
     hi = TOK.encode("hi")
-    recs = run([add("a", logprobs=0), add("b", logprobs=0, stream=True), add("c"),
-                ["step", [["a", hi, None, None, None, [-0.5, -1.0]],
-                          ["b", euro[:2], None, None, None, [-0.25, -0.5]],
-                          ["c", hi, None, None]]],
-                ["step", [["a", TOK.encode("!"), "length", None, None, [-2.0]],
-                          ["b", euro[2:], "length", None, None, [-1.0]],
-                          ["c", TOK.encode("!"), "length", None]]]])
+    recs = run(
+        [
+            add("a", logprobs=0),
+            add("b", logprobs=0, stream=True),
+            add("c"),
+            [
+                "step",
+                [
+                    ["a", hi, None, None, None, [-0.5, -1.0]],
+                    ["b", euro[:2], None, None, None, [-0.25, -0.5]],
+                    ["c", hi, None, None],
+                ],
+            ],
+            [
+                "step",
+                [
+                    ["a", TOK.encode("!"), "length", None, None, [-2.0]],
+                    ["b", euro[2:], "length", None, None, [-1.0]],
+                    ["c", TOK.encode("!"), "length", None],
+                ],
+            ],
+        ]
+    )
     a = recs[4]["outputs"].get("a", [])
     expected_a = [[[t, v]] for t, v in zip([*hi, *TOK.encode("!")], [-0.5, -1.0, -2.0])]
     assert a and a[-1]["logprobs"] == expected_a, (
         f"not streaming, the finished output carries every token's logprob dict, expected "
         f"{expected_a}, got {a[-1]['logprobs'] if a else a}: pass each output's new_logprobs "
-        f"to state.logprobs_processor.update_from_output")
+        f"to state.logprobs_processor.update_from_output"
+    )
     assert a[-1]["cumulative_logprob"] == -3.5, (
         f"cumulative_logprob sums the sampled tokens' logprobs: expected -3.5, got "
-        f"{a[-1]['cumulative_logprob']}")
+        f"{a[-1]['cumulative_logprob']}"
+    )
     b = [o for r in recs for o in r["outputs"].get("b", [])]
     streamed = [pos for o in b for pos in (o["logprobs"] or [])]
     assert [p[0][1] for p in streamed] == [-0.25, -0.5, -1.0], (
         f"streaming, every token's logprob is sent exactly once, those of the held-back first "
-        f"step with the step that completes the character: got {[o['logprobs'] for o in b]}")
+        f"step with the step that completes the character: got {[o['logprobs'] for o in b]}"
+    )
     c = recs[4]["outputs"].get("c", [])
     assert c and c[-1]["logprobs"] is None and c[-1]["cumulative_logprob"] is None, (
-        f"'c' asked for no logprobs: its output has logprobs None, got {c}")
+        f"'c' asked for no logprobs: its output has logprobs None, got {c}"
+    )
 
 
-@graded(4, "Bookkeeping: a request is tracked from add_request until exactly one of (the core "
-           "finished it, a stop string finished it, an abort); it gets exactly one finished "
-           "output unless aborted, and nothing after", FINISH)
+@graded(
+    4,
+    "Bookkeeping: a request is tracked from add_request until exactly one of (the core "
+    "finished it, a stop string finished it, an abort); it gets exactly one finished "
+    "output unless aborted, and nothing after",
+    FINISH,
+)
 @GRADED_SETTINGS
 @given(data=st.data())
 def test_every_request_finishes_exactly_once(data):
@@ -153,7 +236,8 @@ def test_every_request_finishes_exactly_once(data):
     for rid in ("r0", "r1", "r2"):
         stream = data.draw(st.booleans(), label=f"{rid} stream")
         text = data.draw(texts, label=f"{rid} text") + data.draw(
-            st.sampled_from(["", "!!", "a!!b"]), label=f"{rid} tail")
+            st.sampled_from(["", "!!", "a!!b"]), label=f"{rid} tail"
+        )
         ids = data.draw(split(text), label=f"{rid} ids")
         plans[rid] = {"ids": ids, "sent": 0, "stream": stream}
         ops.append(add(rid, stop=["!!"], stream=stream))
@@ -178,7 +262,7 @@ def test_every_request_finishes_exactly_once(data):
                 continue  # the core finished it (a late output after an abort or a stop
                 # string is still sent once or more: the processor must ignore it)
             n = data.draw(st.integers(0, 3), label=f"{rid} tokens")
-            new = plan["ids"][plan["sent"]: plan["sent"] + n]
+            new = plan["ids"][plan["sent"] : plan["sent"] + n]
             plan["sent"] += len(new)
             core_done = plan["sent"] >= len(plan["ids"])
             entries.append([rid, new, "length" if core_done else None, None])
@@ -200,17 +284,21 @@ def test_every_request_finishes_exactly_once(data):
         expect_tracked.append(sorted(tracked))
     recs = run(ops)
     script = "; ".join(
-        f"abort {op[1]}" if op[0] == "abort" else
-        "step " + ", ".join(f"{e[0]}+{len(e[1])}{' ' + e[2] if e[2] else ''}" for e in op[1])
-        for op in ops[3:])
+        f"abort {op[1]}"
+        if op[0] == "abort"
+        else "step " + ", ".join(f"{e[0]}+{len(e[1])}{' ' + e[2] if e[2] else ''}" for e in op[1])
+        for op in ops[3:]
+    )
     for i, rec in enumerate(recs):
         assert rec["tracked"] == expect_tracked[i], (
             f"after op {i + 1} ({rec['op']}) of [{script}] request_states must hold "
-            f"{expect_tracked[i]}, holds {rec['tracked']}")
+            f"{expect_tracked[i]}, holds {rec['tracked']}"
+        )
         if i >= 3:
             assert rec["returned"] == expect_abort[i - 3], (
                 f"op {i + 1} ({rec['op']}) of [{script}]: expected it to return "
-                f"{expect_abort[i - 3]}, got {rec['returned']}")
+                f"{expect_abort[i - 3]}, got {rec['returned']}"
+            )
     for rid, plan in plans.items():
         outs = [o for rec in recs for o in rec["outputs"].get(rid, [])]
         done = [j for j, o in enumerate(outs) if o.get("finished")]
@@ -219,13 +307,16 @@ def test_every_request_finishes_exactly_once(data):
         elif rid in finished_by:
             assert done == [len(outs) - 1], (
                 f"{rid} finished ({finished_by[rid]}): exactly one finished output, the last; "
-                f"finished flags {[o.get('finished') for o in outs]}")
+                f"finished flags {[o.get('finished') for o in outs]}"
+            )
             want_reason = "stop" if finished_by[rid] == "stop-string" else "length"
             assert outs[-1]["finish_reason"] == want_reason, (
                 f"{rid} finished by {finished_by[rid]}: finish_reason must be {want_reason!r}, "
-                f"got {outs[-1]['finish_reason']!r}")
+                f"got {outs[-1]['finish_reason']!r}"
+            )
             full = TOK.decode(plan["ids"][: plan["sent"]])
             want = full[: full.find("!!")] if "!!" in full else full
             text = "".join(o["text"] for o in outs) if plan["stream"] else outs[-1]["text"]
             assert text == want, (
-                f"{rid} (stream={plan['stream']}): the text must be {want!r}, got {text!r}")
+                f"{rid} (stream={plan['stream']}): the text must be {want!r}, got {text!r}"
+            )

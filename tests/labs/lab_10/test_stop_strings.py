@@ -15,36 +15,52 @@ def run(chunks: list[list[int]], **kwargs) -> dict:
     return side().run_detokenizer([], chunks, **kwargs)
 
 
-@graded(2, "Stop strings: the text is cut just before the first stop string, update returns "
-           "the string, and nothing after it is handed out", STOPS)
+@graded(
+    2,
+    "Stop strings: the text is cut just before the first stop string, update returns "
+    "the string, and nothing after it is handed out",
+    STOPS,
+)
 def test_stop_string_inside_one_step():
     """'Hello world. the end' with stop ' the': one step holds all of it."""
     ids = TOK.encode("Hello world. the end")
     got = run([ids], stop=[" the"], finish=False)
     step = got["steps"][-1]
     assert step["stop"] == " the", (
-        f"update must return the stop string ' the', got {step['stop']!r}")
+        f"update must return the stop string ' the', got {step['stop']!r}"
+    )
     assert got["output_text"] == "Hello world.", (
         f"the text must be cut before the stop string: expected 'Hello world.', got "
-        f"{got['output_text']!r}")
+        f"{got['output_text']!r}"
+    )
     assert step["delta"] == "Hello world.", (
         f"once the stop string ends the request the whole cut text is handed out: expected "
-        f"'Hello world.', got {step['delta']!r}")
+        f"'Hello world.', got {step['delta']!r}"
+    )
 
 
-@graded(1, "Stop strings: with include_stop_str_in_output the text is cut just after the stop "
-           "string instead", STOPS)
+@graded(
+    1,
+    "Stop strings: with include_stop_str_in_output the text is cut just after the stop "
+    "string instead",
+    STOPS,
+)
 def test_include_stop_str_in_output():
     """The same text, keeping the stop string."""
     ids = TOK.encode("Hello world. the end")
     got = run([ids], stop=[" the"], include_stop_str_in_output=True, finish=False)
     assert got["output_text"] == "Hello world. the", (
         f"include_stop_str_in_output keeps the stop string and cuts after it: expected "
-        f"'Hello world. the', got {got['output_text']!r}")
+        f"'Hello world. the', got {got['output_text']!r}"
+    )
 
 
-@graded(2, "Stop strings: when several occur, the one that starts first in the text wins, "
-           "whatever the order of the list", STOPS)
+@graded(
+    2,
+    "Stop strings: when several occur, the one that starts first in the text wins, "
+    "whatever the order of the list",
+    STOPS,
+)
 def test_first_occurrence_wins():
     """Stops ['cd', 'abcd'] over 'xxabcdef' in one step: 'abcd' starts first."""
     ids = TOK.encode("xxabcdef")
@@ -52,11 +68,16 @@ def test_first_occurrence_wins():
     found = got["steps"][-1]["stop"]
     assert found == "abcd" and got["output_text"] == "xx", (
         f"'abcd' starts at 2, 'cd' at 4: expected stop 'abcd' and text 'xx', got stop "
-        f"{found!r} and text {got['output_text']!r}")
+        f"{found!r} and text {got['output_text']!r}"
+    )
 
 
-@graded(2, "Streaming: while unfinished, the last len(longest stop) - 1 characters are held "
-           "back (they may begin a stop string); at the finish everything is handed out", STOPS)
+@graded(
+    2,
+    "Streaming: while unfinished, the last len(longest stop) - 1 characters are held "
+    "back (they may begin a stop string); at the finish everything is handed out",
+    STOPS,
+)
 def test_stream_holds_back_a_possible_stop_prefix():
     """Stop 'STOP' (4 characters): 3 characters wait at every step until the finish."""
     ids = TOK.encode("Hello world ST")
@@ -68,29 +89,41 @@ def test_stream_holds_back_a_possible_stop_prefix():
         want = decoded[: max(len(decoded) - 3, 0)]
         assert text == want, (
             f"after step {i + 1} the text so far is {decoded!r}; with stop 'STOP' the last 3 "
-            f"characters must wait, so {want!r} may be handed out, got {text!r}")
+            f"characters must wait, so {want!r} may be handed out, got {text!r}"
+        )
     assert "".join(s["delta"] for s in got["steps"]) == full, (
         f"at the finish the held-back characters are handed out: the deltas must add up to "
-        f"{full!r}, got {[s['delta'] for s in got['steps']]}")
+        f"{full!r}, got {[s['delta'] for s in got['steps']]}"
+    )
 
 
-@graded(1, "Stop tokens: when the core stopped on the last token (stop_terminated), that "
-           "token's text is left out but the token is still an output token", STOPS)
+@graded(
+    1,
+    "Stop tokens: when the core stopped on the last token (stop_terminated), that "
+    "token's text is left out but the token is still an output token",
+    STOPS,
+)
 def test_stop_terminated_token_left_out():
     """'Hello world' then EOS, with skip_special_tokens=False: EOS's text is not in the output."""
     ids = [*TOK.encode("Hello world"), TOK.eos_token_id]
     got = run([ids[:1], ids[1:]], skip_special_tokens=False, stop_terminated=True)
     assert got["output_text"] == "Hello world", (
         f"the token the core stopped on is not part of the text: expected 'Hello world', got "
-        f"{got['output_text']!r}")
+        f"{got['output_text']!r}"
+    )
     assert got["output_token_ids"] == ids, (
         f"it is still an output token: expected output_token_ids {ids}, got "
-        f"{got['output_token_ids']}")
+        f"{got['output_token_ids']}"
+    )
 
 
-@graded(5, "Stop strings across tokens: a stop string split over tokens and steps is found at "
-           "the step that completes it; the text is cut before its first occurrence and "
-           "nothing past the cut was ever handed out", STOPS)
+@graded(
+    5,
+    "Stop strings across tokens: a stop string split over tokens and steps is found at "
+    "the step that completes it; the text is cut before its first occurrence and "
+    "nothing past the cut was ever handed out",
+    STOPS,
+)
 @GRADED_SETTINGS
 @given(data=st.data(), stop=st.sampled_from(["\n\n", "ab", "語の", "😀!", "d!c", "мир"]))
 def test_stop_string_across_tokens(data, stop):
@@ -104,7 +137,8 @@ def test_stop_string_across_tokens(data, stop):
     where = f"text {text!r} as tokens {show(ids)} in steps of {[len(c) for c in chunks]}"
     assert got["output_text"] == want, (
         f"{where}: the text must be cut before the first {stop!r}: expected {want!r}, got "
-        f"{got['output_text']!r}")
+        f"{got['output_text']!r}"
+    )
     # The step that completes the stop string is the first whose decoded text contains it;
     # the text of a step ends at the last token boundary that is a character boundary (a token
     # ending inside a character waits for the next one), except at the finish.
@@ -121,27 +155,37 @@ def test_stop_string_across_tokens(data, stop):
     want_found = [None] * complete_at + [stop]
     assert found == want_found, (
         f"{where}: update must return None until the step that completes {stop!r} (step "
-        f"{complete_at + 1}) and the stop string then; got {found}")
+        f"{complete_at + 1}) and the stop string then; got {found}"
+    )
     streamed = "".join(s["delta"] for s in got["steps"])
     assert streamed == want, (
         f"{where}: the deltas must add up to the cut text {want!r}, got {streamed!r} (text "
-        f"handed out cannot be taken back: hold back what may begin a stop string)")
+        f"handed out cannot be taken back: hold back what may begin a stop string)"
+    )
 
 
-@graded(1, "check_stop_strings: no new characters, no new match; a match is searched only where "
-           "the new characters could have completed it", STOPS)
+@graded(
+    1,
+    "check_stop_strings: no new characters, no new match; a match is searched only where "
+    "the new characters could have completed it",
+    STOPS,
+)
 def test_check_stop_strings_looks_only_at_the_tail():
     """An old match (before the new text) is not reported again."""
     check = side().check_stop_strings
     assert check("abSTOPcd", 0, ["STOP"], False) is None, (
-        "with new_char_count 0 nothing new can match: check_stop_strings must return None")
+        "with new_char_count 0 nothing new can match: check_stop_strings must return None"
+    )
     assert check("abSTOPcdefgh", 4, ["STOP"], False) is None, (
         "'STOP' ends 6 characters before the end and only the last 4 are new: it was already "
-        "checked a step ago, so check_stop_strings must return None")
+        "checked a step ago, so check_stop_strings must return None"
+    )
     got = check("abSTOPcd", 3, ["STOP"], False)
     assert got == ["STOP", 2], (
-        f"'STOP' ends inside the 3 new characters: expected ('STOP', 2), got {got}")
+        f"'STOP' ends inside the 3 new characters: expected ('STOP', 2), got {got}"
+    )
     got = check("abSTOP", 1, ["STOP"], True)
     assert got == ["STOP", -1], (
         f"include_in_output and the stop string ends the text: nothing to cut, expected "
-        f"('STOP', -1), got {got}")
+        f"('STOP', -1), got {got}"
+    )

@@ -49,8 +49,14 @@ def check_tp(fields: dict[str, Any], tp_size: Any) -> list[Any]:
     accepted size comes back as the fields of the returned shapes."""
     from types import SimpleNamespace
 
-    names = ("tp_size", "num_heads", "num_kv_heads", "num_kv_head_replicas",
-             "intermediate_size", "vocab_size_padded")
+    names = (
+        "tp_size",
+        "num_heads",
+        "num_kv_heads",
+        "num_kv_head_replicas",
+        "intermediate_size",
+        "vocab_size_padded",
+    )
 
     def call() -> dict[str, Any]:
         shapes = _learner().check_tensor_parallel_size(SimpleNamespace(**fields), tp_size)
@@ -71,10 +77,21 @@ def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:
     return {"shards": shards, "views": views}
 
 
-def qkv_shards(full: Any, shard_id: str, head_dim: int, total_num_heads: int,
-               total_num_kv_heads: int, tp_size: int) -> list[Any]:
+def qkv_shards(
+    full: Any,
+    shard_id: str,
+    head_dim: int,
+    total_num_heads: int,
+    total_num_kv_heads: int,
+    tp_size: int,
+) -> list[Any]:
     """Every rank's ``shard_qkv_weight`` of one projection (weight or bias), as outcomes."""
     mod = _learner()
-    return [_outcome(lambda rank=rank: mod.shard_qkv_weight(
-        full, shard_id, head_dim, total_num_heads, total_num_kv_heads, rank, tp_size))
-        for rank in range(tp_size)]
+    return [
+        _outcome(
+            lambda rank=rank: mod.shard_qkv_weight(
+                full, shard_id, head_dim, total_num_heads, total_num_kv_heads, rank, tp_size
+            )
+        )
+        for rank in range(tp_size)
+    ]

@@ -56,18 +56,22 @@ def check_table(name: str, cases: list[list[Any]], rule: str) -> list[list[Any]]
     or a ValueError where the reference refuses (its message is not compared here)."""
     got_all = side().outcomes(name, cases)
     assert isinstance(got_all, list) and len(got_all) == len(cases), (
-        f"{name}: expected one outcome per case")
+        f"{name}: expected one outcome per case"
+    )
     for args, got in zip(cases, got_all, strict=True):
         want = expected(name, args)
         if want[0] == "error":
             assert got[0] == "error" and got[1] == "ValueError", (
-                f"{rule}: {call(name, args)} must raise ValueError, got {show(got)}")
+                f"{rule}: {call(name, args)} must raise ValueError, got {show(got)}"
+            )
         else:
             assert got[0] == "ok" and got[1] == want[1], (
-                f"{rule}: {call(name, args)} should be {want[1]!r}, got {show(got)}")
+                f"{rule}: {call(name, args)} should be {want[1]!r}, got {show(got)}"
+            )
             assert type(got[1]) is type(want[1]), (
                 f"{rule}: {call(name, args)} should be a plain {type(want[1]).__name__}, got "
-                f"a {type(got[1]).__name__}")
+                f"a {type(got[1]).__name__}"
+            )
     return got_all
 
 

@@ -14,8 +14,12 @@ from tests.labs.lab_11.support import KV_HEADS, show, side, value
 
 
 def model(heads: int, kv: int, intermediate: int, vocab: int) -> dict[str, int]:
-    return dict(num_attention_heads=heads, num_key_value_heads=kv,
-                intermediate_size=intermediate, vocab_size=vocab)
+    return dict(
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+    )
 
 
 SMOLLM2 = model(9, 3, 1536, 49152)
@@ -30,42 +34,66 @@ def numbers(message: str) -> set[int]:
 def refusal(fields: dict[str, Any], tp: Any, name: str) -> str:
     outcome = side().check_tp(fields, tp)
     assert outcome[0] == "error" and outcome[1] == "ValueError", (
-        f"check_tensor_parallel_size({name}, {tp!r}) must raise ValueError, got {show(outcome)}")
+        f"check_tensor_parallel_size({name}, {tp!r}) must raise ValueError, got {show(outcome)}"
+    )
     return str(outcome[2])
 
 
-@graded(3, "check_tensor_parallel_size returns each rank's TPShapes: heads / tp query heads, "
-           "max(1, kv // tp) KV heads, the replicas, the MLP width / tp, the padded vocabulary",
-        KV_HEADS)
+@graded(
+    3,
+    "check_tensor_parallel_size returns each rank's TPShapes: heads / tp query heads, "
+    "max(1, kv // tp) KV heads, the replicas, the MLP width / tp, the padded vocabulary",
+    KV_HEADS,
+)
 def test_accepted_sizes_give_each_ranks_shapes():
     """SmolLM2 at TP 1 and 3 (its MLP width 1536 does not split 9 ways); Llama-3-8B at 1, 2,
     8, 16; a tiny model at 2 and 4."""
-    for name, fields, sizes in [("SmolLM2", SMOLLM2, [1, 3]),
-                                ("Llama-3-8B", LLAMA3_8B, [1, 2, 8, 16]),
-                                ("tiny (4 heads, 2 KV)", TINY, [2, 4])]:
+    for name, fields, sizes in [
+        ("SmolLM2", SMOLLM2, [1, 3]),
+        ("Llama-3-8B", LLAMA3_8B, [1, 2, 8, 16]),
+        ("tiny (4 heads, 2 KV)", TINY, [2, 4]),
+    ]:
         for tp in sizes:
             shapes = ref.check_tensor_parallel_size(SimpleNamespace(**fields), tp)
-            want = {k: getattr(shapes, k) for k in
-                    ("tp_size", "num_heads", "num_kv_heads", "num_kv_head_replicas",
-                     "intermediate_size", "vocab_size_padded")}
+            want = {
+                k: getattr(shapes, k)
+                for k in (
+                    "tp_size",
+                    "num_heads",
+                    "num_kv_heads",
+                    "num_kv_head_replicas",
+                    "intermediate_size",
+                    "vocab_size_padded",
+                )
+            }
             got = value(side().check_tp(fields, tp), f"check_tensor_parallel_size({name}, {tp})")
             assert got == want, f"{name} at TP={tp}: the shapes should be {want}, got {got}"
 
 
-@graded(2, "the query heads must divide by tp: the refusal names the head count, the size "
-           "asked for and the sizes that would work", KV_HEADS)
+@graded(
+    2,
+    "the query heads must divide by tp: the refusal names the head count, the size "
+    "asked for and the sizes that would work",
+    KV_HEADS,
+)
 def test_refuses_query_heads_that_do_not_split():
     """SmolLM2 (9 heads) at TP=2: the sizes that divide 9 are 1, 3 and 9."""
     message = refusal(SMOLLM2, 2, "SmolLM2")
     found = numbers(message)
     assert {9, 2} <= found and "head" in message.lower(), (
-        f"the refusal should name the 9 attention heads and the size 2: {message!r}")
+        f"the refusal should name the 9 attention heads and the size 2: {message!r}"
+    )
     assert {1, 3} <= found, (
-        f"the refusal should list the sizes that divide 9 (1, 3, 9): {message!r}")
+        f"the refusal should list the sizes that divide 9 (1, 3, 9): {message!r}"
+    )
 
 
-@graded(2, "the KV heads must divide by tp, or tp must be a multiple of them (each KV head "
-           "replicated on the same number of ranks): the refusal names both numbers", KV_HEADS)
+@graded(
+    2,
+    "the KV heads must divide by tp, or tp must be a multiple of them (each KV head "
+    "replicated on the same number of ranks): the refusal names both numbers",
+    KV_HEADS,
+)
 def test_refuses_kv_heads_that_do_not_split():
     """12 heads, 4 KV heads at TP=6 (6 ranks cannot share 4 heads evenly); 12 heads, 6 KV
     heads at TP=4."""
@@ -73,23 +101,29 @@ def test_refuses_kv_heads_that_do_not_split():
         message = refusal(fields, tp, f"12 heads, {kv} KV heads")
         assert {kv, tp} <= numbers(message) and "kv" in message.lower(), (
             f"12 heads, {kv} KV heads at TP={tp}: the refusal should name the {kv} KV heads "
-            f"and the size {tp}: {message!r}")
+            f"and the size {tp}: {message!r}"
+        )
 
 
-@graded(2, "the MLP width (intermediate_size) and the padded vocabulary must divide by tp too: "
-           "the refusal names the dimension", KV_HEADS)
+@graded(
+    2,
+    "the MLP width (intermediate_size) and the padded vocabulary must divide by tp too: "
+    "the refusal names the dimension",
+    KV_HEADS,
+)
 def test_refuses_mlp_width_and_vocabulary():
     """An MLP 1000 wide at TP=16; a vocabulary of 128 (already padded) at TP=3."""
     message = refusal(model(32, 8, 1000, 128256), 16, "MLP width 1000")
     assert {1000, 16} <= numbers(message), (
-        f"intermediate_size 1000 at TP=16: the refusal should name 1000 and 16: {message!r}")
+        f"intermediate_size 1000 at TP=16: the refusal should name 1000 and 16: {message!r}"
+    )
     message = refusal(model(3, 3, 96, 128), 3, "vocabulary 128")
     assert {128, 3} <= numbers(message) and "vocab" in message.lower(), (
-        f"a vocabulary of 128 at TP=3: the refusal should name the vocabulary: {message!r}")
+        f"a vocabulary of 128 at TP=3: the refusal should name the vocabulary: {message!r}"
+    )
 
 
-@graded(1, "tensor_parallel_size must be a positive int: 0, -2, 2.0 and True are refused",
-        KV_HEADS)
+@graded(1, "tensor_parallel_size must be a positive int: 0, -2, 2.0 and True are refused", KV_HEADS)
 def test_refuses_sizes_that_are_not_positive_ints():
     """0, -2, 2.0 and True (bool is an int in Python, but not a size)."""
     for tp in [0, -2, 2.0, True]:

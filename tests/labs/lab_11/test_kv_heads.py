@@ -20,24 +20,37 @@ def valid(kv: int, tp: int) -> bool:
 GRID = [[kv, tp] for kv in range(1, 17) for tp in range(1, 17)]
 
 
-@graded(3, "num_kv_heads_per_rank: kv / tp KV heads per rank, but never fewer than one: with "
-           "fewer KV heads than ranks each rank holds one (max(1, kv // tp))", KV_HEADS)
+@graded(
+    3,
+    "num_kv_heads_per_rank: kv / tp KV heads per rank, but never fewer than one: with "
+    "fewer KV heads than ranks each rank holds one (max(1, kv // tp))",
+    KV_HEADS,
+)
 def test_kv_heads_per_rank():
     """Every valid (KV heads, ranks) pair up to 16: Llama-3-8B's 8 KV heads on 16 ranks -> 1."""
     check_table("num_kv_heads_per_rank", [c for c in GRID if valid(*c)], "KV heads per rank")
 
 
-@graded(2, "num_kv_head_replicas: tp / kv ranks hold each KV head when tp >= kv (it must "
-           "divide: never floor), 1 when the heads are split", KV_HEADS)
+@graded(
+    2,
+    "num_kv_head_replicas: tp / kv ranks hold each KV head when tp >= kv (it must "
+    "divide: never floor), 1 when the heads are split",
+    KV_HEADS,
+)
 def test_kv_head_replicas():
     """Every (KV heads, ranks) pair up to 16, including tp = 6 over 4 KV heads (refused)."""
-    check_table("num_kv_head_replicas", [c for c in GRID if valid(*c) or c[1] > c[0]],
-                "KV head replicas")
+    check_table(
+        "num_kv_head_replicas", [c for c in GRID if valid(*c) or c[1] > c[0]], "KV head replicas"
+    )
 
 
-@graded(4, "kv_head_range: split, rank r holds its even share; replicated, it holds the one "
-           "KV head r // replicas. Each KV head on exactly `replicas` consecutive ranks, and "
-           "each query head's KV head on the query head's rank", KV_HEADS)
+@graded(
+    4,
+    "kv_head_range: split, rank r holds its even share; replicated, it holds the one "
+    "KV head r // replicas. Each KV head on exactly `replicas` consecutive ranks, and "
+    "each query head's KV head on the query head's rank",
+    KV_HEADS,
+)
 @GRADED_SETTINGS
 @given(data=st.data())
 def test_kv_head_ranges_keep_query_heads_with_their_kv_heads(data):
@@ -55,7 +68,8 @@ def test_kv_head_ranges_keep_query_heads_with_their_kv_heads(data):
     for rank, rng in enumerate(ranges):
         assert isinstance(rng, list) and len(rng) == 2 and rng[1] - rng[0] == per_rank, (
             f"kv_head_range({kv}, {rank}, {tp}) is {rng}: each rank holds {per_rank} KV "
-            f"head(s) of {kv} over {tp} ranks")
+            f"head(s) of {kv} over {tp} ranks"
+        )
         for head in range(rng[0], rng[1]):
             assert 0 <= head < kv, f"rank {rank} holds KV head {head}: there are only {kv}"
             holders.setdefault(head, []).append(rank)
@@ -64,11 +78,14 @@ def test_kv_head_ranges_keep_query_heads_with_their_kv_heads(data):
             assert rng[0] <= q // group < rng[1], (
                 f"{heads} query heads, {kv} KV heads, {tp} ranks: rank {rank} computes query "
                 f"head {q}, which reads KV head {q // group}, but holds KV heads "
-                f"[{rng[0]}, {rng[1]})")
+                f"[{rng[0]}, {rng[1]})"
+            )
     for head in range(kv):
         ranks = holders.get(head, [])
         assert len(ranks) == replicas, (
             f"{kv} KV heads on {tp} ranks: KV head {head} should be held by {replicas} rank(s), "
-            f"it is held by ranks {ranks}")
+            f"it is held by ranks {ranks}"
+        )
         assert ranks == list(range(ranks[0], ranks[0] + len(ranks))), (
-            f"KV head {head} is held by ranks {ranks}: ranks sharing a KV head are consecutive")
+            f"KV head {head} is held by ranks {ranks}: ranks sharing a KV head are consecutive"
+        )

@@ -17,8 +17,12 @@ def numbers(message: str) -> set[int]:
     return {int(n) for n in re.findall(r"\d+", message)}
 
 
-@graded(2, "divide: the exact quotient, or a ValueError naming both numbers; a sharding rule "
-           "that floors hands the ranks short shards without an error", SHARES)
+@graded(
+    2,
+    "divide: the exact quotient, or a ValueError naming both numbers; a sharding rule "
+    "that floors hands the ranks short shards without an error",
+    SHARES,
+)
 def test_divide_is_exact_or_refuses():
     """12 / 4, 9 / 3, 0 / 5 and 4096 / 8 divide; 9 / 2, 7 / 4 and 5 / 0 do not."""
     cases = [[12, 4], [9, 3], [0, 5], [4096, 8], [9, 2], [7, 4], [4097, 8], [5, 0]]
@@ -27,11 +31,16 @@ def test_divide_is_exact_or_refuses():
         if outcome[0] == "error" and b:
             assert {a, b} <= numbers(outcome[2]), (
                 f"divide({a}, {b}) refused, but its message does not name {a} and {b}: "
-                f"{outcome[2]!r}")
+                f"{outcome[2]!r}"
+            )
 
 
-@graded(3, "shard_range: rank r holds [r * size, (r + 1) * size) with size = total / tp_size; "
-           "the ranks' ranges tile [0, total) in rank order", SHARES)
+@graded(
+    3,
+    "shard_range: rank r holds [r * size, (r + 1) * size) with size = total / tp_size; "
+    "the ranks' ranges tile [0, total) in rank order",
+    SHARES,
+)
 @GRADED_SETTINGS
 @given(tp=st.integers(1, 16), size=st.integers(0, 40))
 def test_shard_ranges_tile_the_dimension(tp: int, size: int):
@@ -43,21 +52,35 @@ def test_shard_ranges_tile_the_dimension(tp: int, size: int):
     for rank, rng in enumerate(ranges):
         assert isinstance(rng, list) and rng == [start, start + size], (
             f"shard_range({total}, {rank}, {tp}) should be ({start}, {start + size}): rank "
-            f"{rank}'s {size} items of {total} over {tp} ranks; got {show(got[rank])}")
+            f"{rank}'s {size} items of {total} over {tp} ranks; got {show(got[rank])}"
+        )
         start += size
 
 
-@graded(2, "shard_range refuses a total that does not divide (via divide) and a rank outside "
-           "[0, tp_size)", SHARES)
+@graded(
+    2,
+    "shard_range refuses a total that does not divide (via divide) and a rank outside [0, tp_size)",
+    SHARES,
+)
 def test_shard_range_refuses():
     """10 rows over 4 ranks, rank 4 of 4, rank -1."""
-    check_table("shard_range", [[10, 0, 4], [10, 3, 4], [12, 4, 4], [12, -1, 4], [12, 0, 0]],
-                "shard_range must refuse")
+    check_table(
+        "shard_range",
+        [[10, 0, 4], [10, 3, 4], [12, 4, 4], [12, -1, 4], [12, 0, 0]],
+        "shard_range must refuse",
+    )
 
 
-@graded(1, "num_heads_per_rank: query heads are split evenly, never replicated: total / tp_size, "
-           "refused when it does not divide", KV_HEADS)
+@graded(
+    1,
+    "num_heads_per_rank: query heads are split evenly, never replicated: total / tp_size, "
+    "refused when it does not divide",
+    KV_HEADS,
+)
 def test_query_heads_per_rank():
     """SmolLM2's 9 heads over 1, 3, 9 and 2 ranks; Llama-3-8B's 32 over 8 and 16."""
-    check_table("num_heads_per_rank", [[9, 1], [9, 3], [9, 9], [9, 2], [32, 8], [32, 16], [32, 3]],
-                "query heads per rank")
+    check_table(
+        "num_heads_per_rank",
+        [[9, 1], [9, 3], [9, 9], [9, 2], [32, 8], [32, 16], [32, 3]],
+        "query heads per rank",
+    )

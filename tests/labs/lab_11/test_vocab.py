@@ -10,17 +10,23 @@ from tests.labs.common import GRADED_SETTINGS
 from tests.labs.lab_11.support import SHARES, check_table, show, side, value
 
 
-@graded(2, "pad_vocab_size rounds UP to a multiple of pad_to (64 by default); a multiple "
-           "stays as it is", SHARES)
+@graded(
+    2,
+    "pad_vocab_size rounds UP to a multiple of pad_to (64 by default); a multiple stays as it is",
+    SHARES,
+)
 def test_pad_vocab_size():
     """SmolLM2's 49,152 and Llama-3's 128,256 stay; GPT-2's 50,257 becomes 50,304."""
-    cases = [[49152], [128256], [32000], [50257], [151936], [1], [64], [65], [50257, 128],
-             [100, 1]]
+    cases = [[49152], [128256], [32000], [50257], [151936], [1], [64], [65], [50257, 128], [100, 1]]
     check_table("pad_vocab_size", cases, "vocabulary padding")
 
 
-@graded(2, "vocab_range: the rank's equal share of the PADDED vocabulary, so that every shard "
-           "has one shape; the last range may run past the real vocabulary", SHARES)
+@graded(
+    2,
+    "vocab_range: the rank's equal share of the PADDED vocabulary, so that every shard "
+    "has one shape; the last range may run past the real vocabulary",
+    SHARES,
+)
 @GRADED_SETTINGS
 @given(vocab=st.integers(1, 200_000), tp=st.sampled_from([1, 2, 4, 8, 16, 32, 64]))
 def test_vocab_ranges_tile_the_padded_vocabulary(vocab: int, tp: int):
@@ -32,4 +38,5 @@ def test_vocab_ranges_tile_the_padded_vocabulary(vocab: int, tp: int):
         rng = value(outcome, f"vocab_range({vocab}, {rank}, {tp})")
         assert rng == [rank * size, (rank + 1) * size], (
             f"vocab_range({vocab}, {rank}, {tp}) should be ({rank * size}, {(rank + 1) * size}) "
-            f"({vocab:,} padded to {padded:,}, {size:,} ids a rank), got {show(outcome)}")
+            f"({vocab:,} padded to {padded:,}, {size:,} ids a rank), got {show(outcome)}"
+        )

@@ -26,9 +26,13 @@ def where_differs(got, want) -> str:
     return f"first difference at {bad[0].tolist()}"
 
 
-@graded(3, "shard_tensor: column-parallel weights are cut along dim 0 (output rows), "
-           "row-parallel along dim 1 (input columns); the ranks' shards concatenated along "
-           "that dim are the full weight", SHARES)
+@graded(
+    3,
+    "shard_tensor: column-parallel weights are cut along dim 0 (output rows), "
+    "row-parallel along dim 1 (input columns); the ranks' shards concatenated along "
+    "that dim are the full weight",
+    SHARES,
+)
 def test_column_and_row_shards_concatenate_back():
     """A 24 x 36 weight over 1, 2, 3, 4 and 6 ranks, along dim 0 and along dim 1."""
     t = torch()
@@ -40,15 +44,21 @@ def test_column_and_row_shards_concatenate_back():
                 want = full.narrow(dim, rank * full.shape[dim] // tp, full.shape[dim] // tp)
                 assert tuple(shard.shape) == tuple(want.shape), (
                     f"{kind}, TP={tp}: rank {rank}'s shard of a 24 x 36 weight should be "
-                    f"{tuple(want.shape)}, got {tuple(shard.shape)}")
+                    f"{tuple(want.shape)}, got {tuple(shard.shape)}"
+                )
             joined = t.cat(list(got), dim=dim)
             assert t.equal(joined, full), (
                 f"{kind}, TP={tp}: the shards concatenated along dim {dim} are not the full "
-                f"weight ({where_differs(joined, full)})")
+                f"weight ({where_differs(joined, full)})"
+            )
 
 
-@graded(1, "shard_tensor returns a view of the weight (narrow), not a copy: a rank must not "
-           "hold a second copy of what it loads", SHARES)
+@graded(
+    1,
+    "shard_tensor returns a view of the weight (narrow), not a copy: a rank must not "
+    "hold a second copy of what it loads",
+    SHARES,
+)
 def test_shards_are_views():
     """Each rank's shard of a 24 x 36 weight shares the weight's storage."""
     for dim in (0, 1):
@@ -62,12 +72,17 @@ def qkv(shard_id: str, heads: int, kv: int, tp: int, head_dim: int = 4, bias: bo
     full = full_weight(rows, 1 if bias else 6)
     full = full[:, 0].contiguous() if bias else full
     got = side().qkv_shards(full, shard_id, head_dim, heads, kv, tp)
-    return full, [value(o, f"shard_qkv_weight({shard_id!r}, rank {r} of {tp})")
-                  for r, o in enumerate(got)]
+    return full, [
+        value(o, f"shard_qkv_weight({shard_id!r}, rank {r} of {tp})") for r, o in enumerate(got)
+    ]
 
 
-@graded(3, "shard_qkv_weight: q by query head (shard_range over the heads), k and v by KV head "
-           "(kv_head_range), head_dim rows per head; split KV heads concatenate back", KV_HEADS)
+@graded(
+    3,
+    "shard_qkv_weight: q by query head (shard_range over the heads), k and v by KV head "
+    "(kv_head_range), head_dim rows per head; split KV heads concatenate back",
+    KV_HEADS,
+)
 def test_qkv_split_by_head_groups():
     """8 query heads, 4 KV heads, head_dim 4, at TP 1, 2 and 4; weights and a bias."""
     t = torch()
@@ -80,11 +95,16 @@ def test_qkv_split_by_head_groups():
                 assert t.equal(joined, full), (
                     f"8 heads, 4 KV heads, TP={tp}: the ranks' {what} shards concatenated are "
                     f"not the full {what} ({where_differs(joined, full)}); each rank holds "
-                    f"{8 // tp if shard_id == 'q' else 4 // tp} heads x 4 rows")
+                    f"{8 // tp if shard_id == 'q' else 4 // tp} heads x 4 rows"
+                )
 
 
-@graded(3, "replicated KV heads: rank r's k and v rows are those of KV head r // replicas, the "
-           "KV head of its query heads, NOT rows picked by the query-head range", KV_HEADS)
+@graded(
+    3,
+    "replicated KV heads: rank r's k and v rows are those of KV head r // replicas, the "
+    "KV head of its query heads, NOT rows picked by the query-head range",
+    KV_HEADS,
+)
 def test_qkv_replicated_kv_heads():
     """8 query heads, 2 KV heads, head_dim 4, at TP 4 (2 replicas) and TP 8 (4 replicas)."""
     t = torch()
@@ -94,13 +114,15 @@ def test_qkv_replicated_kv_heads():
             full, shards = qkv(shard_id, 8, 2, tp)
             for rank, shard in enumerate(shards):
                 head = rank // replicas
-                want = full[head * 4:(head + 1) * 4]
+                want = full[head * 4 : (head + 1) * 4]
                 assert t.equal(shard, want) if tuple(shard.shape) == (4, 6) else False, (
                     f"8 heads, 2 KV heads, TP={tp}: rank {rank} computes query heads "
                     f"{rank * 8 // tp}..{(rank + 1) * 8 // tp - 1}, so its {shard_id}_proj shard "
                     f"should be KV head {head}'s 4 rows (rows {head * 4}..{head * 4 + 3}); "
-                    f"{where_differs(shard, want)}")
+                    f"{where_differs(shard, want)}"
+                )
     got = side().qkv_shards(full_weight(8, 6), "o", 4, 8, 2, 2)
     assert got[0][0] == "error" and got[0][1] == "ValueError", (
         f"shard_qkv_weight(..., 'o', ...) must raise ValueError (q, k or v only), got "
-        f"{show(got[0])}")
+        f"{show(got[0])}"
+    )

@@ -38,25 +38,32 @@ def _digest(question: int, letter: str) -> str:
 
 
 def _make_test(question: int, digest: str, title: str, anchor: str) -> Callable[[], None]:
-    @graded(1, f"question {question} ({title}): reread this section of the engine tour, then "
-               f"the explanation under 'Answers' in {QUIZ}", f"{DOC}#{anchor}")
+    @graded(
+        1,
+        f"question {question} ({title}): reread this section of the engine tour, then "
+        f"the explanation under 'Answers' in {QUIZ}",
+        f"{DOC}#{anchor}",
+    )
     def test() -> None:
         answers = getattr(load_impl("answers"), "ANSWERS", {})
         # ANSWERS arrives from the learner process as plain data: a dict of str, or it is
         # refused (no learner object gets to say what its letter is).
         assert type(answers) is dict, (
-            f"ANSWERS must be a dict {{question number: 'A'-'D'}}, got {describe(answers)}")
+            f"ANSWERS must be a dict {{question number: 'A'-'D'}}, got {describe(answers)}"
+        )
         letter = answers.get(question, "")
         assert type(letter) is str, (
-            f"question {question}: the answer must be a letter in a string, got "
-            f"{describe(letter)}")
+            f"question {question}: the answer must be a letter in a string, got {describe(letter)}"
+        )
         letter = letter.strip().upper()
         if not letter:
-            raise NotImplementedError(f"quiz-01: answer question {question} ({title}) in "
-                                      "answers.py")
+            raise NotImplementedError(
+                f"quiz-01: answer question {question} ({title}) in answers.py"
+            )
         assert letter in {"A", "B", "C", "D"}, f"answer with one letter A-D, not {letter!r}"
         assert _digest(question, letter) == digest, (
-            f"question {question} ({title}): {letter} is not the right answer")
+            f"question {question} ({title}): {letter} is not the right answer"
+        )
 
     test.__name__ = test.__qualname__ = f"test_q{question:02d}_{title.replace(' ', '_')}"
     test.__doc__ = f"Question {question}: {title}."

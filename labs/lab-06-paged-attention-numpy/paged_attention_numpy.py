@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mini_vllm.utils.math_utils import cdiv
+
 __all__ = [
     "attend_split",
     "compute_slot_mapping",
@@ -46,10 +48,6 @@ __all__ = [
     "paged_attention_prefill",
     "reshape_and_cache",
 ]
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _compute_dtype(*arrays: np.ndarray) -> np.dtype:

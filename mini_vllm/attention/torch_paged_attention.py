@@ -22,6 +22,8 @@ import itertools
 
 import torch
 
+from mini_vllm.utils.math_utils import cdiv
+
 __all__ = [
     "compute_slot_mapping",
     "dense_attention",
@@ -30,10 +32,6 @@ __all__ = [
     "paged_attention_varlen",
     "reshape_and_cache",
 ]
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -225,7 +223,7 @@ def _gather_sequence(
     num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-    used = _cdiv(seq_len, block_size)
+    used = cdiv(seq_len, block_size)
     if used > block_table.shape[0]:
         raise ValueError(
             f"seq_len {seq_len} needs {used} blocks of {block_size} tokens, but the block table "
@@ -292,7 +290,7 @@ def paged_attention_decode(
     if int(lens.min()) < 1:
         raise ValueError("every seq_len must be >= 1 (a decode query attends at least to itself)")
     max_len = int(lens.max())
-    used_blocks = _cdiv(max_len, block_size)
+    used_blocks = cdiv(max_len, block_size)
     if used_blocks > block_tables.shape[1]:
         raise ValueError(
             f"seq_len {max_len} needs {used_blocks} blocks but block_tables has "

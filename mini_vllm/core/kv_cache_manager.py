@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal, overload
 
 from mini_vllm.core.block_pool import BlockPool
 from mini_vllm.core.kv_cache_metrics import PrefixCacheStats
+from mini_vllm.utils.math_utils import cdiv
 
 if TYPE_CHECKING:
     from mini_vllm.core.kv_cache_utils import BlockHash, KVCacheBlock
@@ -35,11 +36,6 @@ if TYPE_CHECKING:
 
 # The only KV cache group: every layer uses full attention.
 _GROUP_ID = 0
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division: the number of ``b``-sized blocks that hold ``a`` items."""
-    return -(a // -b)
 
 
 @dataclass

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mini_vllm.utils.math_utils import cdiv
+
 __all__ = [
     "attend_split",
     "compute_slot_mapping",
@@ -48,10 +50,6 @@ __all__ = [
     "paged_attention_prefill",
     "reshape_and_cache",
 ]
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _compute_dtype(*arrays: np.ndarray) -> np.dtype:
@@ -262,7 +260,7 @@ def _gather_sequence(
     num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-    used = _cdiv(seq_len, block_size)
+    used = cdiv(seq_len, block_size)
     if used > block_table.shape[0]:
         raise ValueError(
             f"seq_len {seq_len} needs {used} blocks of {block_size} tokens, but the block table "
@@ -454,7 +452,7 @@ def paged_attention_decode_split_k(
     for i in range(num_seqs):
         seq_len = int(seq_lens[i])
         k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)
-        per_split = _cdiv(seq_len, num_splits)
+        per_split = cdiv(seq_len, num_splits)
         pieces = [
             attend_split(
                 query[i],

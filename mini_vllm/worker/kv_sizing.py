@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 
+from mini_vllm.utils.math_utils import cdiv
+
 # Bytes per element of the dtypes a KV cache is stored in.
 DTYPE_SIZES: dict[str, int] = {
     "float32": 4,
@@ -38,11 +40,6 @@ DTYPE_SIZES: dict[str, int] = {
     "float8_e5m2": 1,
     "fp8": 1,
 }
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division of non-negative integers."""
-    return -(-a // b)
 
 
 def dtype_size(dtype: str | int) -> int:

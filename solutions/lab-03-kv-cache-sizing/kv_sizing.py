@@ -2,19 +2,21 @@
 
 The file of lab-03. In ``solutions/`` every function is a copy of the reference,
 ``mini_vllm/worker/kv_sizing.py``, kept identical by ``tests/test_lab_sync.py``; in ``labs/``
-the formulas raise ``NotImplementedError`` and the two helpers (``cdiv``, ``_check_positive``)
-are given.
+the formulas raise ``NotImplementedError`` and the helper ``_check_positive`` is given
+(``cdiv``, ceiling division, is the engine's own, from ``mini_vllm.utils.math_utils``).
 
 Every function takes plain integers (a dtype may be named by a string) and returns integers,
 except ``max_concurrency``, a float as upstream logs it. Bytes stay bytes until the very end:
 rounding to MiB or GiB early is how sizing bugs of a few blocks are born. The file needs nothing
-but the standard library, so the formulas can be graded on any laptop; the engine that uses
-them (``LLMEngine._initialize_kv_cache``) is checked against them in the same suite.
+but the standard library (and ``cdiv``), so the formulas can be graded on any laptop; the engine
+that uses them (``LLMEngine._initialize_kv_cache``) is checked against them in the same suite.
 """
 
 from __future__ import annotations
 
 import math
+
+from mini_vllm.utils.math_utils import cdiv
 
 # Bytes per element of the dtypes a KV cache is stored in.
 DTYPE_SIZES: dict[str, int] = {
@@ -27,11 +29,6 @@ DTYPE_SIZES: dict[str, int] = {
     "float8_e5m2": 1,
     "fp8": 1,
 }
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division of non-negative integers."""
-    return -(-a // b)
 
 
 def dtype_size(dtype: str | int) -> int:

@@ -283,7 +283,7 @@ MUTANTS = [
     Mutant(
         name="split_k_drops_the_remainder",
         file=FILE,
-        find="per_split = _cdiv(seq_len, num_splits)",
+        find="per_split = cdiv(seq_len, num_splits)",
         replace="per_split = max(1, seq_len // num_splits)",
         why="ranges of seq_len // num_splits tokens: the last seq_len % num_splits tokens are "
         "in no split, so the newest tokens are never attended to",
@@ -291,7 +291,7 @@ MUTANTS = [
     Mutant(
         name="gather_one_block_too_many",
         file=FILE,
-        find="used = _cdiv(seq_len, block_size)",
+        find="used = cdiv(seq_len, block_size)",
         replace="used = seq_len // block_size + 1",
         why="counts the blocks as seq_len // block_size + 1: a sequence that fills its last "
         "block exactly reads one table entry more, which is padding (-1, or an id outside "

@@ -13,11 +13,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mini_vllm.core.kv_cache_manager import KVCacheBlocks, KVCacheManager, cdiv
+from mini_vllm.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
 from mini_vllm.request import Request
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.teaching.invariants import check_block_pool
+from mini_vllm.utils.math_utils import cdiv
 
 BS = 4
 HASHER = get_request_block_hasher(BS, sha256)

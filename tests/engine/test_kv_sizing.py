@@ -48,16 +48,21 @@ def test_sizing_module_needs_no_torch() -> None:
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(kv_sizing))
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for alias in (
-            node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")]
-        )
-    }
-    assert imported <= {"__future__", "math", "numpy"}
+    from mini_vllm.utils import math_utils
+
+    def imports(module: object) -> set[str]:
+        tree = ast.parse(inspect.getsource(module))
+        return {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in (
+                node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")]
+            )
+        }
+
+    assert imports(kv_sizing) <= {"__future__", "math", "numpy", "mini_vllm.utils.math_utils"}
+    assert imports(math_utils) <= {"__future__", "typing"}
 
 
 def test_engine_agrees_with_formula(tiny_llama_dir: Path) -> None:

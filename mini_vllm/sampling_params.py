@@ -173,6 +173,19 @@ class SamplingParams:
         ):
             raise ValueError(f"stop_token_ids must contain only ints, got {self.stop_token_ids}")
 
+    def verify_logprobs(self, max_logprobs: int, vocab_size: int) -> None:
+        """Refuse more logprobs than the engine's ``max_logprobs`` (-1, on either side, counts as
+        the whole vocabulary); upstream's ``SamplingParams._validate_logprobs``."""
+        if self.logprobs is None:
+            return
+        allowed = vocab_size if max_logprobs == -1 else max_logprobs
+        wanted = vocab_size if self.logprobs == -1 else self.logprobs
+        if wanted > allowed:
+            raise ValueError(
+                f"requested sample logprobs of {wanted}, which is greater than max allowed: "
+                f"{allowed} (raise max_logprobs)"
+            )
+
     def update_from_generation_config(
         self,
         generation_config: dict[str, Any],

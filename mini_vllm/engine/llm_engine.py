@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import torch
@@ -37,6 +37,7 @@ from mini_vllm.core.sched.scheduler import Scheduler
 from mini_vllm.distributed.sharding import check_tensor_parallel_size
 from mini_vllm.engine.logprobs import LogprobsProcessor
 from mini_vllm.executor.multiproc_executor import MultiprocExecutor, get_open_port
+from mini_vllm.logprobs import LogprobsLists
 from mini_vllm.model.loader import (
     get_model,
     load_checkpoint,
@@ -142,8 +143,9 @@ class EngineStats:
 class _RequestRecord:
     request: Request
     prompt: str | None
-    logprobs: LogprobsProcessor
     num_cached_tokens: int | None = None
+    # The logprob rows of each step, kept raw: decoded into dicts once, by _make_request_output.
+    logprob_rows: list[LogprobsLists] = field(default_factory=list)
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -449,7 +451,10 @@ class LLMEngine:
                 f"(size {self.vocab_size})"
             )
         params = (params or SamplingParams()).clone()
-        self._validate_logprobs(request_id, params)
+        try:
+            params.verify_logprobs(self.max_logprobs, self.vocab_size)
+        except ValueError as exc:
+            raise ValueError(f"request {request_id!r}: {exc}") from None
         params.update_from_generation_config(self._generation_config, self.eos_token_id)
         request = Request(
             request_id,
@@ -461,23 +466,9 @@ class LLMEngine:
             priority=priority,
         )
         self.scheduler.add_request(request)
-        self._records[request_id] = _RequestRecord(
-            request, text, LogprobsProcessor(self.tokenizer, params.logprobs)
-        )
+        self._records[request_id] = _RequestRecord(request, text)
         self.stats.num_prompt_tokens += len(token_ids)
         return request_id
-
-    def _validate_logprobs(self, request_id: str, params: SamplingParams) -> None:
-        """Refuse more logprobs than ``max_logprobs`` (-1 counts as the whole vocabulary)."""
-        if params.logprobs is None:
-            return
-        max_logprobs = self.vocab_size if self.max_logprobs == -1 else self.max_logprobs
-        num_logprobs = self.vocab_size if params.logprobs == -1 else params.logprobs
-        if num_logprobs > max_logprobs:
-            raise ValueError(
-                f"request {request_id!r}: requested sample logprobs of {num_logprobs}, which is "
-                f"greater than max allowed: {max_logprobs} (raise max_logprobs)"
-            )
 
     def abort_request(self, request_ids: list[str]) -> None:
         """Drop requests wherever they are (queued or running); their blocks are freed."""
@@ -569,22 +560,24 @@ class LLMEngine:
     def _attach_logprobs(
         self, core_outputs: list[EngineCoreOutput], runner_output: ModelRunnerOutput
     ) -> None:
-        """Give each output the logprob rows of the tokens it kept (a stop trims the rest).
+        """Give each output that asked for logprobs the rows of the tokens it kept (a stop trims
+        the rest); batch-mates that did not ask get none, so none travel to the front-end.
 
         Upstream slices them inside ``Scheduler.update_from_output``; here the scheduler (lab-08)
         keeps taking plain token lists, and the engine adds the rows afterwards.
         """
         assert runner_output.logprobs is not None
         for core_output in core_outputs:
+            record = self._records.get(core_output.request_id)
+            if record is None or record.request.sampling_params.logprobs is None:
+                continue
             if not core_output.new_token_ids:
                 continue
             req_index = runner_output.req_id_to_index[core_output.request_id]
             core_output.new_logprobs = runner_output.logprobs.slice_request(
                 req_index, len(core_output.new_token_ids)
             )
-            record = self._records.get(core_output.request_id)
-            if record is not None:
-                record.logprobs.update_from_output(core_output.new_logprobs)
+            record.logprob_rows.append(core_output.new_logprobs)
 
     def _record_schedule(self, scheduler_output: SchedulerOutput) -> None:
         for new_req in scheduler_output.scheduled_new_reqs:
@@ -603,12 +596,15 @@ class LLMEngine:
         text = ""
         if self.tokenizer is not None:
             text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        logprobs = LogprobsProcessor(self.tokenizer, request.sampling_params.logprobs)
+        for rows in record.logprob_rows:
+            logprobs.update_from_output(rows)
         completion = CompletionOutput(
             index=0,
             text=text,
             token_ids=token_ids,
-            cumulative_logprob=record.logprobs.cumulative_logprob,
-            logprobs=record.logprobs.logprobs,
+            cumulative_logprob=logprobs.cumulative_logprob,
+            logprobs=logprobs.logprobs,
             finish_reason=str(finish_reason) if finish_reason is not None else None,
             stop_reason=request.stop_reason,
         )

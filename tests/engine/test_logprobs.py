@@ -82,6 +82,24 @@ def test_logprobs_match_hf_in_a_mixed_batch(
         _check_against_hf(hf_tiny_llama, prompt, completion, k)
 
 
+def test_only_requests_that_asked_carry_logprob_rows(
+    tiny_llama_dir: Path, engines: SharedEngines
+) -> None:
+    """A batch-mate without ``logprobs`` gets no rows on its per-step output (the engine core
+    would otherwise ship them to the front-end every step, for nothing)."""
+    engine = engines.get(tiny_llama_dir, dtype="float32").llm_engine
+    engine.add_request("asks", {"prompt_token_ids": [1, 2, 3]}, SamplingParams(logprobs=2))
+    engine.add_request("silent", {"prompt_token_ids": [4, 5, 6]}, SamplingParams())
+    seen: dict[str, list[bool]] = {"asks": [], "silent": []}
+    while engine.has_unfinished_requests():
+        engine.step()
+        for out in engine.last_core_outputs:
+            if out.new_token_ids:
+                seen[out.request_id].append(out.new_logprobs is not None)
+    assert seen["asks"] and all(seen["asks"]), "every step of 'asks' carries its rows"
+    assert seen["silent"] and not any(seen["silent"]), "'silent' asked for none: no rows"
+
+
 def test_logprobs_do_not_change_the_tokens(tiny_llama_dir: Path, engines: SharedEngines) -> None:
     """Computing logprobs reads the logits; it must not touch what is sampled from them."""
     llm = engines.get(tiny_llama_dir, dtype="float32")

@@ -113,7 +113,6 @@ class OpenAIServing:
                     "its sampler applies no penalties)",
                     param=field,
                 )
-        self._check_num_logprobs(num_logprobs)
         if not isinstance(request.n, int) or request.n < 1:
             raise BadRequestError(f"n must be at least 1, got {request.n}", param="n")
         max_n = int(self.engine.engine_args.max_num_seqs)
@@ -135,25 +134,19 @@ class OpenAIServing:
         )
         try:
             # The engine's own validation: the server accepts exactly what LLM.generate does.
-            SamplingParams(**values, max_tokens=None)  # type: ignore[arg-type]
+            checked = SamplingParams(**values, max_tokens=None)  # type: ignore[arg-type]
         except (ValueError, TypeError) as exc:
             raise BadRequestError(str(exc)) from None
+        self._check_num_logprobs(checked)
         return EngineCoreSamplingParams(**values)  # type: ignore[arg-type]
 
-    def _check_num_logprobs(self, num_logprobs: int | None) -> None:
+    def _check_num_logprobs(self, params: SamplingParams) -> None:
         """At most the engine's ``max_logprobs`` (upstream's default 20; -1: the vocabulary)."""
-        if num_logprobs is None:
-            return
         vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
-        max_logprobs = int(self.engine.engine_args.max_logprobs)
-        max_logprobs = vocab_size if max_logprobs == -1 else max_logprobs
-        wanted = vocab_size if num_logprobs == -1 else num_logprobs
-        if wanted > max_logprobs:
-            raise BadRequestError(
-                f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
-                f"{max_logprobs}",
-                param="logprobs",
-            )
+        try:
+            params.verify_logprobs(int(self.engine.engine_args.max_logprobs), vocab_size)
+        except ValueError as exc:
+            raise BadRequestError(str(exc), param="logprobs") from None
 
     def _check_length(self, prompt_len: int, max_tokens: int | None, field: str) -> int:
         """Resolve ``max_tokens`` against ``max_model_len``; 400 when it cannot fit."""

@@ -270,12 +270,10 @@ def write_random_model(shape: str, path: Path, tokenizer_dir: str | None = None)
     """A random-weight checkpoint of one of ``bench_engine``'s shapes, with SmolLM2's tokenizer.
 
     The vocabulary is the tokenizer's (49,152), not the imitated model's: every sampled id must
-    decode, or the streamed text (what TTFT and ITL are measured on) would be empty. Weights are
-    drawn on the GPU when there is one and saved in bfloat16 there (float32 on a CPU).
+    decode, or the streamed text (what TTFT and ITL are measured on) would be empty.
     """
-    import torch
-    from engine_workload import RANDOM_MODELS
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from engine_workload import save_random_llama
+    from transformers import AutoTokenizer
 
     from mini_vllm.model.loader import load_tokenizer, resolve_model
 
@@ -285,14 +283,14 @@ def write_random_model(shape: str, path: Path, tokenizer_dir: str | None = None)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     else:
         tokenizer = load_tokenizer(resolve_model(None))
-    shape = {**RANDOM_MODELS[shape], "vocab_size": len(tokenizer)}
-    config = LlamaConfig(**shape, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=None)  # fmt: skip
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = LlamaForCausalLM(config)
-    model.to(torch.bfloat16 if device == "cuda" else torch.float32).save_pretrained(path)
+    save_random_llama(
+        shape,
+        path,
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=None,
+    )
     tokenizer.save_pretrained(path)
     return path
 

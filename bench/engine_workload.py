@@ -118,23 +118,35 @@ def poisson_arrivals(n: int, rate: float, seed: int) -> list[float]:
     return out
 
 
+def save_random_llama(shape: str, path: Path, **overrides: Any) -> Any:
+    """Random weights of one of ``RANDOM_MODELS``' shapes (seed 0), saved to ``path``.
+
+    Drawn on the GPU when there is one and saved in bfloat16 there, float32 on a CPU: the dtype
+    the engine runs by default on each. ``overrides`` replace config fields (vocabulary, special
+    tokens). Returns the model, for its parameter count.
+    """
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(**{**RANDOM_MODELS[shape], **overrides})
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = transformers.LlamaForCausalLM(config)
+    model.to(torch.bfloat16 if device == "cuda" else torch.float32).save_pretrained(path)
+    return model
+
+
 def stage_prepare(args: argparse.Namespace) -> dict[str, Any]:
     """Write the checkpoint every other stage loads: random weights, or a GGUF as safetensors."""
-    torch = torch_setup("cpu", args.threads)
+    torch_setup("cpu", args.threads)  # thread count for the stage's torch work
     import transformers
 
     out = Path(args.model_dir)
     if args.random_model:
-        shape = dict(RANDOM_MODELS[args.random_model])
-        config = transformers.LlamaConfig(
-            **shape, bos_token_id=None, eos_token_id=None, pad_token_id=None
+        model = save_random_llama(
+            args.random_model, out, bos_token_id=None, eos_token_id=None, pad_token_id=None
         )
-        torch.manual_seed(0)
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        with torch.device(device):
-            model = transformers.LlamaForCausalLM(config)
-        dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        model.to(dtype).save_pretrained(out)
         source = f"random weights, {args.random_model} shape"
     else:
         from mini_vllm.model.loader import resolve_model

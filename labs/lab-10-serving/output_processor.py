@@ -282,7 +282,6 @@ class OutputProcessor:
     def _make_request_output(
         self,
         state: RequestState,
-        new_token_ids: Sequence[int],
         finish_reason: str | None,
         stop_reason: int | str | None,
         finished: bool,

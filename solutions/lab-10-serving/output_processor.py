@@ -333,9 +333,7 @@ class OutputProcessor:
                     result.reqs_to_abort.append(out.request_id)
             state.logprobs_processor.update_from_output(out.new_logprobs)
             finished = finish_reason is not None
-            request_output = self._make_request_output(
-                state, out.new_token_ids, finish_reason, stop_reason, finished
-            )
+            request_output = self._make_request_output(state, finish_reason, stop_reason, finished)
             if request_output is not None:
                 state.queue.put_nowait(request_output)
             if finished:
@@ -347,7 +345,6 @@ class OutputProcessor:
     def _make_request_output(
         self,
         state: RequestState,
-        new_token_ids: Sequence[int],
         finish_reason: str | None,
         stop_reason: int | str | None,
         finished: bool,

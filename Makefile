@@ -101,12 +101,13 @@ upstream:
 	@$(PYTHON) tools/fetch_upstream.py
 
 # Every GPU test (tests/conftest.py marks them `gpu`: tests/engine and the Triton kernel tests)
-# on one CUDA device: engines, kernels and CUDA graphs for real. Stops at once, saying
+# on one CUDA device: engines, kernels and CUDA graphs for real; with two devices, also TP=2 over
+# NCCL (tests/tp/test_tp_nccl.py, skipped on one). Stops at once, saying
 # "no CUDA device", where torch sees none. Meant to take under 5 minutes on one H100.
 .PHONY: test-gpu
 test-gpu: $(VENV)/.stamp-full
 	$(PY) -m pytest -q --gpu --durations=15 tests/engine tests/reference/test_attention_triton.py \
-		tests/reference/test_attention_triton_varlen.py
+		tests/reference/test_attention_triton_varlen.py tests/tp/test_tp_nccl.py
 
 # The scheduler differential against upstream's own Scheduler/AsyncScheduler at full size:
 # 5,000 random traces per mode (make test runs 200). About 4 min of one core.

@@ -18,6 +18,7 @@ GPU_TEST_PATHS = (
     "tests/engine/",
     "tests/reference/test_attention_triton.py",
     "tests/reference/test_attention_triton_varlen.py",
+    "tests/tp/test_tp_nccl.py",
 )
 
 

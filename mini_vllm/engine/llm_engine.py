@@ -291,6 +291,7 @@ class LLMEngine:
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             seed=args.seed,
+            enforce_eager=args.enforce_eager,
         )
         return MultiprocExecutor(config, self.hf_config, weights)
 

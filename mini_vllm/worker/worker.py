@@ -27,6 +27,7 @@ import torch
 from mini_vllm.distributed import parallel_state
 from mini_vllm.model.loader import build_model
 from mini_vllm.worker.model_runner import ModelRunner, ModelRunnerOutput
+from mini_vllm.worker.profiler import KernelProfiler
 
 if TYPE_CHECKING:
     from mini_vllm.core.sched.output import SchedulerOutput
@@ -47,7 +48,7 @@ class WorkerConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     seed: int = 0
-    enforce_eager: bool = True
+    enforce_eager: bool = False
     collective_timeout_s: float = 600.0
 
 
@@ -60,6 +61,7 @@ class Worker:
         self.config = config
         self.device = torch.device("cpu")
         self.model_runner: ModelRunner | None = None
+        self.profiler = KernelProfiler()
 
     def init_device(self) -> None:
         """Pick this rank's device, join the process group, make the tensor-parallel group.
@@ -89,8 +91,8 @@ class Worker:
     def load_model(self, hf_config: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Build this rank's shard from the full tensors and the runner around it.
 
-        CUDA graphs stay off under tensor parallelism for now (``enforce_eager``): capturing
-        collectives needs care that this course's runner does not take yet.
+        CUDA graphs capture the NCCL all-reduces with the rest of a decode step: every rank
+        captures the same batch sizes in the same order, so their collectives pair up on replay.
         """
         config = self.config
         model = build_model(hf_config, weights, self.device, config.dtype)
@@ -112,7 +114,10 @@ class Worker:
         return self.model_runner
 
     def describe(self) -> dict[str, Any]:
-        """What the executor learns at startup: who we are and what one block costs here."""
+        """Who we are and what one block costs here (the executor asks once, at startup).
+
+        Asked again later, it also says which decode batch sizes were captured in CUDA graphs.
+        """
         model = self.runner.model
         return {
             "rank": self.rank,
@@ -122,6 +127,8 @@ class Worker:
             "num_kv_heads": model.num_kv_heads,
             "kv_cache_block_bytes": self.runner.kv_cache_block_bytes,
             "dtype": str(self.runner.dtype).removeprefix("torch."),
+            "backend": torch.distributed.get_backend(),
+            "cudagraph_batch_sizes": list(self.runner.cudagraph_batch_sizes),
         }
 
     def determine_available_memory(
@@ -147,6 +154,17 @@ class Worker:
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         return self.runner.execute_model(scheduler_output)
+
+    def profile(self, is_start: bool = True) -> dict[str, tuple[int, float]] | None:
+        """Start, or stop and report, this rank's kernel profile (upstream's ``profile``).
+
+        Upstream writes a trace file per rank; this returns ``{kernel: (calls, device µs)}``
+        instead, which is what a benchmark divides (``bench/bench_tp.py``).
+        """
+        if is_start:
+            self.profiler.start()
+            return None
+        return self.profiler.stop()
 
     def shutdown(self) -> None:
         parallel_state.destroy_model_parallel()

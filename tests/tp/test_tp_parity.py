@@ -135,3 +135,27 @@ def test_the_cli_takes_the_size() -> None:
     args = build_parser().parse_args(["generate", "hi", "--tensor-parallel-size", "3"])
     assert args.tensor_parallel_size == 3
     assert build_parser().parse_args(["generate", "hi"]).tensor_parallel_size == 1
+
+
+def test_workers_profile_on_request(tp2: LLM) -> None:
+    """``Worker.profile`` (upstream's name) starts and stops a profiler on every rank.
+
+    On a CPU there are no device kernels, so each rank's table is empty; the GPU test
+    (``test_tp_nccl.py``) checks that it holds the NCCL kernels.
+    """
+    executor = tp2.llm_engine.model_runner
+    assert executor.collective_rpc("profile", (True,)) == [None, None]
+    tp2.generate(_prompts()[:1], GREEDY, use_tqdm=False)
+    assert executor.collective_rpc("profile", (False,)) == [{}, {}]
+
+
+def test_kernel_profiler_refuses_misuse() -> None:
+    from mini_vllm.worker.profiler import KernelProfiler
+
+    profiler = KernelProfiler()
+    with pytest.raises(RuntimeError, match="not running"):
+        profiler.stop()
+    profiler.start()
+    with pytest.raises(RuntimeError, match="already running"):
+        profiler.start()
+    assert profiler.stop() == {}

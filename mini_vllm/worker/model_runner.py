@@ -1,26 +1,19 @@
 """Run one scheduler step on the model: flatten the batch, attend through the paged cache, sample.
 
-Mirrors ``vllm/v1/worker/gpu_model_runner.py`` (``GPUModelRunner``): the runner keeps its own
-copy of every live request (``CachedRequestState``: tokens, block table, progress), updated from
-each ``SchedulerOutput`` by diff (``_update_states``); turns the step into one flat token batch
-(``prepare_inputs``, upstream's ``_prepare_inputs``); runs the model once for all requests,
-prefill chunks and decodes mixed; and samples one token for each request whose known tokens are
-now all computed (a request in the middle of a chunked prefill gets nothing).
-
-It also owns the KV cache tensors: sizes them from a memory budget at startup (the arithmetic is
-in ``kv_sizing``), allocates them once, and on a GPU captures decode steps in CUDA graphs.
-
-``prepare_inputs`` and its helpers are module-level functions that ``execute_model`` looks up by
-name at every step. That is lab-09's seam: its graded suite replaces
-``mini_vllm.worker.model_runner.prepare_inputs`` with the learner's and runs the whole engine on
-it, so a learner writes the input preparation without touching (or copying) the runner.
+Mirrors ``vllm/v1/worker/gpu_model_runner.py`` (``GPUModelRunner``): the runner keeps every live
+request in a persistent ``InputBatch`` (tokens, progress, block table, sampling parameters),
+updated from each ``SchedulerOutput`` by diff (``_update_states``); gathers the step's rows into
+one flat token batch (``ModelInputs``, upstream's ``_prepare_inputs``); runs the model once for all
+requests, prefill chunks and decodes mixed; and samples one token for each request whose known
+tokens are now all computed (a request in the middle of a chunked prefill gets nothing). It also
+owns the KV cache tensors (sized from a memory budget at startup by ``kv_sizing``, allocated once)
+and, on a GPU, replays decode steps from CUDA graphs.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,8 +23,9 @@ import torch
 from mini_vllm.logprobs import LogprobsLists, LogprobsTensors
 from mini_vllm.model.attention import AttentionMetadata
 from mini_vllm.sample.sampler import Sampler, SamplerOutput, SamplingMetadata
-from mini_vllm.sampling_params import SamplingParams, SamplingType
 from mini_vllm.worker import kv_sizing
+from mini_vllm.worker.input_batch import InputBatch
+from mini_vllm.worker.model_inputs import ModelInputs
 
 if TYPE_CHECKING:
     from mini_vllm.core.sched.output import SchedulerOutput
@@ -41,37 +35,6 @@ logger = logging.getLogger(__name__)
 
 # KV cache budget on CPU, where there is no device memory to profile.
 DEFAULT_CPU_KV_CACHE_BYTES = 512 * 1024**2
-
-
-@dataclass
-class CachedRequestState:
-    """The runner's own record of one live request (upstream: ``gpu_input_batch.py``).
-
-    The scheduler sends a request's prompt and sampling parameters once, then only diffs; this
-    record is what makes the diffs enough. ``token_ids`` is prompt plus every sampled token: the
-    runner appends what it samples, so a decode step's input token is already here. With a
-    single KV cache group, ``block_ids`` is one list (upstream: a tuple of lists, one per group).
-    """
-
-    req_id: str
-    prompt_token_ids: list[int]
-    sampling_params: SamplingParams
-    generator: torch.Generator | None
-    block_ids: list[int]
-    num_computed_tokens: int
-    token_ids: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.token_ids:
-            self.token_ids = list(self.prompt_token_ids)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[len(self.prompt_token_ids) :]
 
 
 @dataclass
@@ -98,16 +61,18 @@ class PendingOutput:
 
     ``sampled`` stays on the device, where the next step's launch reads its input ids from it;
     ``sampled_host`` is the pinned copy that ``get_output`` reads once ``ready`` has fired (on a
-    CPU both are the same tensor and ``ready`` is None).
+    CPU both are the same tensor and ``ready`` is None). ``sampled_index`` maps each request that
+    gets a token to its index in ``sampled``: the next step looks its placeholders up there
+    (upstream's ``prev_req_id_to_index``).
     """
 
     req_ids: list[str]
-    states: list[CachedRequestState]
-    sample_rows: list[int]
+    sample_rows: list[int]  # indices into req_ids
     sampled: torch.Tensor | None  # [len(sample_rows)] token ids, on the device
     sampled_host: torch.Tensor | None = None
     ready: torch.cuda.Event | None = None
     logprobs_host: LogprobsTensors | None = None  # read, like sampled_host, once ready fired
+    sampled_index: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,182 +80,16 @@ class PreparedStep:
     """A step flattened on the host and not launched yet (see ``ModelRunner.prepare_step``)."""
 
     req_ids: list[str]
-    states: list[CachedRequestState]
+    rows: np.ndarray  # each request's row in the input batch
     inputs: ModelInputs | None  # None for an empty step
-    sample_rows: list[int]
-    # Rows whose one input token is being sampled by the step still in flight, and for each the
-    # index of that token in the in-flight step's ``sampled`` tensor (``in_flight_sampled``).
+    sample_rows: list[int]  # indices into req_ids of the requests that get a token
+    # Requests whose one input token is being sampled by the step still in flight (indices
+    # into req_ids), and for each the index of that token in ``in_flight_sampled``.
     late_rows: list[int] = field(default_factory=list)
     late_sources: list[int] = field(default_factory=list)
     in_flight_sampled: torch.Tensor | None = None
-    # Output tokens of each sampled row's request, the one in flight included (min_tokens).
-    num_output_tokens: list[int] = field(default_factory=list)
-
-
-@dataclass
-class ModelInputs:
-    """One step flattened: every tensor the model and the attention backend read.
-
-    Shapes: ``T`` tokens in the step (the sum of the scheduled counts), ``R`` requests.
-    """
-
-    input_ids: torch.Tensor  # [T] int64
-    positions: torch.Tensor  # [T] int64: position of each token in its own sequence
-    slot_mapping: torch.Tensor  # [T] int64: cache slot where each token's K/V is written
-    block_tables: torch.Tensor  # [R, max_blocks] int32, padded with 0 (the null block)
-    query_start_loc: torch.Tensor  # [R + 1] int32: request i owns tokens [qsl[i], qsl[i+1])
-    seq_lens: torch.Tensor  # [R] int32: num_computed_tokens + num_scheduled_tokens
-    logits_indices: torch.Tensor  # [R] int64: the last token of each request
-    max_query_len: int
-    max_seq_len: int
-
-
-def _get_cumsum_and_arange(num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative token counts, and each token's offset inside its own request.
-
-    ``[2, 5, 3]`` -> ``([2, 7, 10], [0, 1, 0, 1, 2, 3, 4, 0, 1, 2])`` (upstream's helper of the
-    same name). The second array is what turns per-request numbers into per-token ones without a
-    Python loop over tokens: subtract from a flat ``arange`` the start of each token's request,
-    spread over that request's tokens with ``np.repeat``.
-    """
-    num_tokens = np.asarray(num_tokens, dtype=np.int64)
-    cu_num_tokens = np.cumsum(num_tokens)
-    total = int(cu_num_tokens[-1]) if cu_num_tokens.size else 0
-    request_starts = np.repeat(cu_num_tokens - num_tokens, num_tokens)
-    return cu_num_tokens, np.arange(total, dtype=np.int64) - request_starts
-
-
-def make_block_tables(block_ids: Sequence[Sequence[int]], width: int) -> np.ndarray:
-    """The requests' block tables as one ``[num_reqs, width]`` int32 array, padded with 0.
-
-    Kernels index a rectangle, but requests hold different numbers of blocks, so short rows are
-    padded, with block 0, the null block, as upstream's block table is. No kernel here reads an
-    entry past a request's ``seq_len``; the padding still has to be harmless if one did (a
-    kernel that loads a tile of entries before masking them, a CUDA-graph row that pads the
-    batch and reads one token through an all-padding row): the null block is always in bounds
-    and holds nobody's data, where a real block id would alias another request's K/V and -1
-    would index out of bounds.
-
-    Built without a Python loop over rows (this runs every step, for every request): all the
-    lists are read once into one flat array, then scattered through a mask that is True on the
-    first ``len(ids)`` cells of each row. A boolean mask assigns in row-major order, the order
-    of the concatenated lists, so ``[[7, 3], [5, 9, 2]]`` fills ``[[7, 3, 0], [5, 9, 2]]``.
-    """
-    lens = np.fromiter(map(len, block_ids), np.int64, count=len(block_ids))
-    if (lens > width).any():
-        raise ValueError(f"a block table of {int(lens.max())} blocks does not fit width {width}")
-    flat = np.fromiter(itertools.chain.from_iterable(block_ids), np.int32, count=int(lens.sum()))
-    block_tables = np.zeros((len(block_ids), width), dtype=np.int32)
-    block_tables[np.arange(width) < lens[:, None]] = flat
-    return block_tables
-
-
-def compute_slot_mapping(
-    block_tables: np.ndarray, req_indices: np.ndarray, positions: np.ndarray, block_size: int
-) -> np.ndarray:
-    """The KV cache slot of every token of the step (upstream: ``BlockTable.compute_slot_mapping``).
-
-    Token ``t`` of request ``r = req_indices[t]`` at position ``p = positions[t]`` goes to
-    ``block_tables[r, p // block_size] * block_size + p % block_size``: the block its position
-    falls in, looked up in *its own* request's table, then the offset inside that block. (lab-06
-    writes the same rule for one sequence; this is the whole flattened batch at once.)
-    """
-    block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)
-    return block_numbers * block_size + positions % block_size
-
-
-def prepare_inputs(
-    token_ids: Sequence[Sequence[int]],
-    num_computed_tokens: Sequence[int],
-    num_scheduled_tokens: Sequence[int],
-    block_ids: Sequence[Sequence[int]],
-    block_size: int,
-    max_num_blocks_per_req: int | None = None,
-) -> ModelInputs:
-    """Flatten one step's requests into the model's inputs (upstream: ``_prepare_inputs``).
-
-    Request ``i`` runs its tokens ``num_computed_tokens[i] .. + num_scheduled_tokens[i]``: the
-    tokens before are already in the KV cache (earlier steps, or a prefix-cache hit), so a
-    prefill starts mid-prompt after a hit, a chunk continues where the last one stopped, and a
-    decode is the case of one token. Positions restart at each request's own offset, and each
-    token's cache slot comes from its request's block table:
-    ``slot = block_ids[pos // block_size] * block_size + pos % block_size``.
-
-    Pure: plain lists in, CPU tensors out, no runner state. Vectorised as upstream does it:
-    ``np.repeat`` spreads per-request values over their tokens instead of a Python loop per token.
-
-    Args:
-        token_ids: per request, every token known so far (prompt + sampled).
-        num_computed_tokens: per request, tokens whose K/V is already cached.
-        num_scheduled_tokens: per request, tokens to run this step (>= 1).
-        block_ids: per request, its block table (must cover the scheduled tokens).
-        block_size: tokens per KV cache block.
-        max_num_blocks_per_req: width of ``block_tables``; default: the widest table in the batch.
-    """
-    num_reqs = len(num_scheduled_tokens)
-    if not (len(token_ids) == len(num_computed_tokens) == len(block_ids) == num_reqs):
-        raise ValueError("prepare_inputs: per-request arguments must have the same length")
-    if num_reqs == 0:
-        raise ValueError("prepare_inputs: empty batch")
-    computed = np.asarray(num_computed_tokens, dtype=np.int64)
-    scheduled = np.asarray(num_scheduled_tokens, dtype=np.int64)
-    if (scheduled < 1).any():
-        raise ValueError(f"every request needs >= 1 scheduled token, got {scheduled.tolist()}")
-    seq_lens = computed + scheduled
-    # Both checks on whole arrays, not in a loop over requests (at hundreds of requests a step,
-    # the loop cost more than the rest of the function); the error names the first bad request.
-    num_known = np.fromiter(map(len, token_ids), np.int64, count=num_reqs)
-    num_blocks = np.fromiter(map(len, block_ids), np.int64, count=num_reqs)
-    blocks_needed = kv_sizing.cdiv(seq_lens, block_size)  # elementwise on an array
-    too_many_tokens = seq_lens > num_known
-    too_few_blocks = blocks_needed > num_blocks
-    if (too_many_tokens | too_few_blocks).any():
-        i = int(np.argmax(too_many_tokens | too_few_blocks))
-        if too_many_tokens[i]:
-            raise ValueError(
-                f"request {i}: {computed[i]} computed + {scheduled[i]} scheduled tokens exceed "
-                f"its {num_known[i]} known tokens"
-            )
-        raise ValueError(
-            f"request {i}: {seq_lens[i]} tokens need {blocks_needed[i]} blocks, its table has "
-            f"{num_blocks[i]}"
-        )
-
-    # [2, 5, 3] -> cu_num_tokens [2, 7, 10], query_pos [0 1 0 1 2 3 4 0 1 2],
-    # req_indices [0 0 1 1 1 1 1 2 2 2], query_start_loc [0, 2, 7, 10]
-    cu_num_tokens, query_pos = _get_cumsum_and_arange(scheduled)
-    req_indices = np.repeat(np.arange(num_reqs), scheduled)
-    query_start_loc = np.concatenate(([0], cu_num_tokens))
-    # A token's position counts the tokens cached before it: the step starts at the offset.
-    positions = computed[req_indices] + query_pos
-
-    # Each request's tokens [computed, seq_len) of its own list, read straight into one array.
-    # The bounds are converted to Python ints once: slicing a list with numpy scalars is slower,
-    # and so is making one small array per request to concatenate.
-    starts, ends = computed.tolist(), seq_lens.tolist()
-    input_ids = np.fromiter(
-        itertools.chain.from_iterable(
-            tokens[start:end] for tokens, start, end in zip(token_ids, starts, ends)
-        ),
-        np.int64,
-        count=int(cu_num_tokens[-1]),
-    )
-
-    width = max_num_blocks_per_req or int(num_blocks.max())
-    block_tables = make_block_tables(block_ids, width)
-    slot_mapping = compute_slot_mapping(block_tables, req_indices, positions, block_size)
-
-    return ModelInputs(
-        input_ids=torch.from_numpy(input_ids),
-        positions=torch.from_numpy(positions),
-        slot_mapping=torch.from_numpy(slot_mapping),
-        block_tables=torch.from_numpy(block_tables),
-        query_start_loc=torch.from_numpy(query_start_loc.astype(np.int32)),
-        seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),
-        logits_indices=torch.from_numpy(cu_num_tokens - 1),
-        max_query_len=int(scheduled.max()),
-        max_seq_len=int(seq_lens.max()),
-    )
+    # Output tokens of each sampled request, the one in flight included (min_tokens).
+    num_output_tokens: np.ndarray | None = None
 
 
 def triton_available(device: torch.device) -> bool:
@@ -335,7 +134,12 @@ class ModelRunner:
         self.use_triton = triton_available(device) and block_size & (block_size - 1) == 0
         self.use_cuda_graph = device.type == "cuda" and not enforce_eager and self.use_triton
         self.sampler = Sampler()
-        self.requests: dict[str, CachedRequestState] = {}
+        # Built by initialize_kv_cache, once max_model_len is final (the engine may fit it to the
+        # cache first).
+        self.input_batch: InputBatch | None = None
+        # lab-09: a from-scratch ``prepare_inputs`` (plain lists in) to flatten each step with
+        # instead of the batch's own gather; None in the engine.
+        self.prepare_inputs_fn: Callable[..., ModelInputs] | None = None
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self.kv_cache: torch.Tensor | None = None
@@ -443,6 +247,13 @@ class ModelRunner:
             device=self.device,
         )
         self.kv_caches = list(self.kv_cache.unbind(0))
+        self.input_batch = InputBatch(
+            max_num_reqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+            max_num_blocks_per_req=self.max_num_blocks_per_req,
+            block_size=self.block_size,
+            device=self.device,
+        )
 
     @torch.inference_mode()
     def warm_up_model(self) -> None:
@@ -478,44 +289,43 @@ class ModelRunner:
     # ---------------------------------------------------------------- per-step state
 
     def _update_states(self, scheduler_output: SchedulerOutput) -> None:
-        """Apply the scheduler's diff to the cached request states.
+        """Apply the scheduler's diff to the input batch.
 
-        Finished requests are dropped; new ones are recorded (with their own generator when
-        seeded, so their randomness never depends on batch neighbours); running ones get their
-        new blocks appended; resumed ones (preempted, now recomputing) get their table replaced,
-        since their old blocks were freed.
+        Finished requests free their rows; new ones get a row; running ones get their new
+        blocks appended and their progress set; resumed ones (preempted, now recomputing) get
+        their table replaced, since their old blocks were freed, and their tokens resent.
         """
+        batch = self.input_batch
+        if batch is None:
+            raise RuntimeError("initialize_kv_cache must run before the first step")
         for req_id in scheduler_output.finished_req_ids:
-            self.requests.pop(req_id, None)
-
+            batch.remove_request(req_id)
         for new_req in scheduler_output.scheduled_new_reqs:
-            params = new_req.sampling_params
-            generator = None
-            if params.sampling_type == SamplingType.RANDOM_SEED:
-                generator = torch.Generator(device=self.device)
-                generator.manual_seed(params.seed)
-            self.requests[new_req.req_id] = CachedRequestState(
-                req_id=new_req.req_id,
-                prompt_token_ids=list(new_req.prompt_token_ids),
-                sampling_params=params,
-                generator=generator,
-                block_ids=list(new_req.block_ids[0]),
-                num_computed_tokens=new_req.num_computed_tokens,
+            batch.add_request(
+                new_req.req_id,
+                new_req.prompt_token_ids,
+                new_req.sampling_params,
+                new_req.block_ids[0],
+                new_req.num_computed_tokens,
             )
-
         cached = scheduler_output.scheduled_cached_reqs
-        for i, req_id in enumerate(cached.req_ids):
-            state = self.requests[req_id]
-            state.num_computed_tokens = cached.num_computed_tokens[i]
-            new_block_ids = cached.new_block_ids[i]
-            if req_id in cached.resumed_req_ids:
-                assert new_block_ids is not None
-                state.block_ids = list(new_block_ids[0])
-            elif new_block_ids is not None:
-                state.block_ids.extend(new_block_ids[0])
-            all_token_ids = cached.all_token_ids.get(req_id)
-            if all_token_ids is not None and len(all_token_ids) > state.num_tokens:
-                state.token_ids = list(all_token_ids)
+        if not cached.req_ids:
+            return
+        index = batch.req_id_to_index
+        rows = [index[req_id] for req_id in cached.req_ids]
+        batch.num_computed_tokens_cpu[rows] = cached.num_computed_tokens
+        resumed = cached.resumed_req_ids
+        for req_id, row, new_block_ids in zip(cached.req_ids, rows, cached.new_block_ids):
+            if new_block_ids is None:
+                continue  # the common decode step: nothing else changed
+            if req_id in resumed:
+                batch.block_table.add_row(new_block_ids[0], row)
+            else:
+                batch.block_table.append_row(new_block_ids[0], row)
+        for req_id, all_token_ids in cached.all_token_ids.items():
+            row = index[req_id]
+            if len(all_token_ids) > batch.num_tokens[row]:
+                batch.set_token_ids(row, all_token_ids)
 
     # ---------------------------------------------------------------- execution
 
@@ -546,50 +356,63 @@ class ModelRunner:
     def flatten_step(
         self, scheduler_output: SchedulerOutput, in_flight: PendingOutput | None = None
     ) -> PreparedStep:
-        """The ``prepare_inputs`` half of ``prepare_step``: the states are already up to date."""
+        """The flattening half of ``prepare_step``: the batch is already up to date."""
         req_ids = list(scheduler_output.num_scheduled_tokens)
         if not req_ids:
-            return PreparedStep([], [], None, [])
-        requests = self.requests
-        states = [requests[r] for r in req_ids]
-        num_scheduled = list(scheduler_output.num_scheduled_tokens.values())
-        awaited: dict[int, int] = {}
+            return PreparedStep([], np.zeros(0, np.int64), None, [])
+        batch = self.input_batch
+        assert batch is not None
+        n = len(req_ids)
+        index = batch.req_id_to_index
+        rows = np.fromiter(map(index.__getitem__, req_ids), np.int64, count=n)
+        num_scheduled = np.fromiter(scheduler_output.num_scheduled_tokens.values(), np.int64, n)
+        num_known = batch.num_tokens[rows]
+        # Requests whose input is the token the step in flight samples: always a one-token
+        # decode of it. Its id is not known yet, so a placeholder (0) stands in the token
+        # array at the request's next index; the launch copies the real id over it on the GPU.
+        late_rows: list[int] = []
+        late_sources: list[int] = []
         if in_flight is not None and in_flight.sampled is not None:
-            awaited = {id(in_flight.states[row]): k for k, row in enumerate(in_flight.sample_rows)}
-        # Rows whose input is the token in flight: always a one-token decode of it.
-        late_rows = [i for i, st in enumerate(states) if id(st) in awaited] if awaited else []
-        for i in late_rows:
-            states[i].token_ids.append(0)
-        try:
-            inputs = prepare_inputs(
-                [st.token_ids for st in states],
-                [st.num_computed_tokens for st in states],
-                num_scheduled,
-                [st.block_ids for st in states],
-                self.block_size,
-            )
-            # Only requests whose every known token is now computed get a token: the logits
-            # of a partial prefill predict a prompt token we already know, so they are not
-            # even computed.
-            sample_rows: list[int] = []
-            num_output_tokens: list[int] = []
-            for i, (st, n) in enumerate(zip(states, num_scheduled)):
-                num_tokens = len(st.token_ids)
-                if st.num_computed_tokens + n == num_tokens:
-                    sample_rows.append(i)
-                    num_output_tokens.append(num_tokens - len(st.prompt_token_ids))
-        finally:
-            for i in late_rows:
-                states[i].token_ids.pop()
+            awaited = in_flight.sampled_index
+            late_rows = [i for i, req_id in enumerate(req_ids) if req_id in awaited]
+            late_sources = [awaited[req_ids[i]] for i in late_rows]
+        if late_rows:
+            late = rows[late_rows]
+            batch.token_ids_cpu[late, batch.num_tokens[late]] = 0
+            num_known[late_rows] += 1
+        if self.prepare_inputs_fn is None:
+            inputs = batch.prepare_inputs(rows, num_scheduled, num_known)
+        else:
+            inputs = self._prepare_inputs_from_lists(rows, num_scheduled, num_known)
+        # Only requests whose every known token is now computed get a token: the logits of a
+        # partial prefill predict a prompt token we already know, so they are not computed.
+        complete = batch.num_computed_tokens_cpu[rows] + num_scheduled == num_known
+        sample_rows = np.flatnonzero(complete).tolist()
         return PreparedStep(
             req_ids,
-            states,
+            rows,
             inputs,
             sample_rows,
             late_rows,
-            [awaited[id(states[i])] for i in late_rows],
+            late_sources,
             in_flight.sampled if late_rows else None,
-            num_output_tokens,
+            num_known[complete] - batch.num_prompt_tokens[rows[complete]],
+        )
+
+    def _prepare_inputs_from_lists(
+        self, rows: np.ndarray, num_scheduled: np.ndarray, num_known: np.ndarray
+    ) -> ModelInputs:
+        """Flatten the step with ``prepare_inputs_fn`` (lab-09's from-scratch contract: one
+        list per request of its known tokens and of its blocks)."""
+        batch = self.input_batch
+        assert batch is not None and self.prepare_inputs_fn is not None
+        table = batch.block_table
+        return self.prepare_inputs_fn(
+            [batch.token_ids_cpu[r, :k].tolist() for r, k in zip(rows, num_known)],
+            batch.num_computed_tokens_cpu[rows].tolist(),
+            num_scheduled.tolist(),
+            [table.block_table_np[r, : table.num_blocks_per_row[r]].tolist() for r in rows],
+            self.block_size,
         )
 
     @torch.inference_mode()
@@ -599,52 +422,66 @@ class ModelRunner:
         The sampled ids stay on the device (the next step's inputs are copied from there) and
         are copied to pinned host memory behind the step, for ``get_output`` to read.
         """
-        inputs, states = prepared.inputs, prepared.states
+        inputs, req_ids, sample_rows = prepared.inputs, prepared.req_ids, prepared.sample_rows
         if inputs is None:
-            return PendingOutput([], [], [], None)
+            return PendingOutput([], [], None)
         hidden_states = self._run_model(inputs, self._late_input_ids(prepared))
-        sample_rows = prepared.sample_rows
         if not sample_rows:
-            return PendingOutput(prepared.req_ids, states, sample_rows, None)
-        if len(sample_rows) < len(states):
-            rows = torch.tensor(sample_rows, dtype=torch.long)
-            hidden_states = hidden_states[self._upload(rows)]
+            return PendingOutput(req_ids, sample_rows, None)
+        if len(sample_rows) < len(req_ids):
+            hidden_states = hidden_states[self._upload(torch.tensor(sample_rows))]
         logits = self.model.compute_logits(hidden_states)
-        output = self._sample(logits, [states[i] for i in sample_rows], prepared.num_output_tokens)
+        assert prepared.num_output_tokens is not None
+        output = self._sample(logits, prepared.rows[sample_rows], prepared.num_output_tokens)
         sampled, logprobs = output.sampled_token_ids, output.logprobs_tensors
-        if self.device.type != "cuda":
-            return PendingOutput(
-                prepared.req_ids, states, sample_rows, sampled, sampled, logprobs_host=logprobs
-            )
-        sampled_host = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
-        sampled_host.copy_(sampled, non_blocking=True)
-        logprobs_host = None if logprobs is None else logprobs.to_cpu_nonblocking()
-        ready = torch.cuda.Event()
-        ready.record()
-        return PendingOutput(
-            prepared.req_ids, states, sample_rows, sampled, sampled_host, ready, logprobs_host
+        pending = PendingOutput(
+            req_ids,
+            sample_rows,
+            sampled,
+            sampled_index={req_ids[i]: k for k, i in enumerate(sample_rows)},
         )
+        if self.device.type != "cuda":
+            pending.sampled_host, pending.logprobs_host = sampled, logprobs
+            return pending
+        pending.sampled_host = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
+        pending.sampled_host.copy_(sampled, non_blocking=True)
+        pending.logprobs_host = None if logprobs is None else logprobs.to_cpu_nonblocking()
+        pending.ready = torch.cuda.Event()
+        pending.ready.record()
+        return pending
 
     def get_output(self, pending: PendingOutput) -> ModelRunnerOutput:
         """Wait for a launched step's tokens (the one device-to-host read of a step) and record
-        each in its request's state, where later steps' inputs come from.
+        each in the input batch, where later steps' inputs come from.
 
-        It waits for that step only: steps launched after it keep the GPU busy meanwhile.
+        It waits for that step only: steps launched after it keep the GPU busy meanwhile. A
+        request that finished (was aborted) since the launch has left the batch and its token
+        is dropped here; it is still reported, as the scheduler ignores tokens of finished
+        requests itself.
         """
-        sampled_token_ids: list[list[int]] = [[] for _ in pending.req_ids]
+        req_ids = pending.req_ids
+        sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
         if pending.sampled_host is not None:
             if pending.ready is not None:
                 pending.ready.synchronize()
-            for row, token_id in zip(pending.sample_rows, pending.sampled_host.tolist()):
-                pending.states[row].token_ids.append(token_id)
-                sampled_token_ids[row] = [token_id]
+            tokens = pending.sampled_host.tolist()
+            for i, token_id in zip(pending.sample_rows, tokens):
+                sampled_token_ids[i] = [token_id]
+            batch = self.input_batch
+            assert batch is not None
+            index = batch.req_id_to_index
+            live = [k for k, i in enumerate(pending.sample_rows) if req_ids[i] in index]
+            rows = np.fromiter(
+                (index[req_ids[pending.sample_rows[k]]] for k in live), np.int64, len(live)
+            )
+            batch.append_sampled(rows, np.asarray(tokens, dtype=np.int32)[live])
         logprobs = None
         if pending.logprobs_host is not None:
             first_rows = np.cumsum([0] + [len(t) for t in sampled_token_ids[:-1]]).tolist()
             logprobs = pending.logprobs_host.tolists(first_rows)
         return ModelRunnerOutput(
-            req_ids=pending.req_ids,
-            req_id_to_index={r: i for i, r in enumerate(pending.req_ids)},
+            req_ids=req_ids,
+            req_id_to_index={r: i for i, r in enumerate(req_ids)},
             sampled_token_ids=sampled_token_ids,
             logprobs=logprobs,
         )
@@ -727,25 +564,31 @@ class ModelRunner:
         return hidden_states[upload(inputs.logits_indices)]
 
     def _sample(
-        self,
-        logits: torch.Tensor,
-        states: list[CachedRequestState],
-        num_output_tokens: list[int],
+        self, logits: torch.Tensor, rows: np.ndarray, num_output_tokens: np.ndarray
     ) -> SamplerOutput:
-        """Build the batch's ``SamplingMetadata`` and draw one token per row, left on the device
-        (``get_output`` reads them back). ``num_output_tokens[row]`` counts the row's request's
-        output so far, a token still in flight included (``min_tokens`` masks stops below it)."""
-        params = [s.sampling_params for s in states]
+        """Build the batch's ``SamplingMetadata`` from the rows' parameters and draw one token
+        per row, left on the device (``get_output`` reads them back). ``num_output_tokens[i]``
+        counts row ``i``'s request's output so far, a token still in flight included
+        (``min_tokens`` masks stops below it)."""
+        batch = self.input_batch
+        assert batch is not None
         vocab_size = logits.shape[-1]
-        asked = [p.logprobs for p in params if p.logprobs is not None]
-        max_num_logprobs = max(vocab_size if k == -1 else k for k in asked) if asked else None
-        stop_token_masks = {
-            row: sorted(p.all_stop_token_ids)
-            for row, (p, n) in enumerate(zip(params, num_output_tokens))
-            if p.min_tokens and n < p.min_tokens and p.all_stop_token_ids
-        }
-        types = [p.sampling_type for p in params]
-        if all(t == SamplingType.GREEDY for t in types):
+        stop_token_masks: dict[int, list[int]] = {}
+        max_num_logprobs = None
+        if batch.min_tokens_rows or batch.num_logprobs:
+            asked = []
+            for i, row in enumerate(rows.tolist()):
+                k = batch.num_logprobs.get(row)
+                if k is not None:
+                    asked.append(vocab_size if k == -1 else k)
+                if row in batch.min_tokens_rows:
+                    params = batch.sampling_params[row]
+                    assert params is not None
+                    if num_output_tokens[i] < params.min_tokens:
+                        stop_token_masks[i] = sorted(params.all_stop_token_ids)
+            max_num_logprobs = max(asked) if asked else None
+        greedy = batch.is_greedy[rows]
+        if greedy.all():
             # The common offline case: an argmax needs none of the per-row tensors, whose
             # host-to-device copies would cost more than the argmax itself.
             metadata = SamplingMetadata(
@@ -753,21 +596,25 @@ class ModelRunner:
                 stop_token_masks=stop_token_masks, max_num_logprobs=max_num_logprobs,
             )  # fmt: skip
             return self.sampler(logits, metadata)
-        top_k = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
-        top_p = [p.top_p for p in params]
+        top_k = batch.top_k[rows]
+        top_k = np.where((top_k > 0) & (top_k < vocab_size), top_k, vocab_size)
+        top_p = batch.top_p[rows]
+        generators = {}
+        if batch.generators:
+            generators = {
+                i: batch.generators[row]
+                for i, row in enumerate(rows.tolist())
+                if row in batch.generators
+            }
         metadata = SamplingMetadata(
-            temperature=torch.tensor(
-                [p.temperature for p in params], dtype=torch.float32, device=self.device
-            ),
+            temperature=torch.from_numpy(batch.temperature[rows]).to(self.device),
             all_greedy=False,
-            all_random=all(t != SamplingType.GREEDY for t in types),
-            top_p=None
-            if all(v >= 1.0 for v in top_p)
-            else torch.tensor(top_p, dtype=torch.float32, device=self.device),
+            all_random=not greedy.any(),
+            top_p=None if (top_p >= 1.0).all() else torch.from_numpy(top_p).to(self.device),
             top_k=None
-            if all(k == vocab_size for k in top_k)
-            else torch.tensor(top_k, dtype=torch.long, device=self.device),
-            generators={i: s.generator for i, s in enumerate(states) if s.generator is not None},
+            if (top_k == vocab_size).all()
+            else torch.from_numpy(top_k).to(self.device),
+            generators=generators,
             default_generator=self.generator,
             stop_token_masks=stop_token_masks,
             max_num_logprobs=max_num_logprobs,

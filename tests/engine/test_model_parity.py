@@ -20,7 +20,7 @@ import torch
 from mini_vllm.model.attention import AttentionMetadata
 from mini_vllm.model.layers import default_inv_freq, llama3_inv_freq, rope_parameters
 from mini_vllm.model.loader import get_model, resolve_model
-from mini_vllm.worker.model_runner import prepare_inputs
+from mini_vllm.worker.model_inputs import prepare_inputs
 
 from .conftest import ON_CUDA
 

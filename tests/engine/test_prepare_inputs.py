@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_vllm.worker.model_runner import prepare_inputs
+from mini_vllm.worker.model_inputs import prepare_inputs
 
 
 def test_mixed_prefix_hit_chunk_and_decode() -> None:

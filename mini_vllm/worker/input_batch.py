@@ -1,0 +1,213 @@
+"""The runner's persistent batch: every live request in a row of preallocated arrays.
+
+Upstream's ``InputBatch`` (``vllm/v1/worker/gpu_input_batch.py``). The scheduler sends a
+request's prompt, parameters and blocks once, then only what changed; the runner applies those
+diffs to arrays it keeps from step to step (token ids, progress, block table, sampling
+parameters), so that flattening a step is a few numpy gathers over the scheduled rows instead
+of rebuilding per-request lists. ``model_inputs.prepare_inputs`` (lab-09) computes the same
+``ModelInputs`` from such lists, from scratch; the two are held equal by a property test.
+
+A row belongs to its request from the step it arrives to the step it finishes, preempted
+stretches included (a resumed request gets its new block table and tokens written over its
+row). Rows are addressed through ``req_id_to_index``, never by position in a step: a step
+schedules any subset of the rows, in the scheduler's order, and a freed row is reused by the
+next arrival. Upstream instead keeps only the scheduled requests and condenses the rows to the
+front after removals, because its kernels read ``[:num_reqs]`` slices; this runner gathers the
+rows of each step anyway (``rows``), so holes cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from mini_vllm.sampling_params import SamplingParams, SamplingType
+from mini_vllm.worker import kv_sizing
+from mini_vllm.worker.block_table import BlockTable
+from mini_vllm.worker.model_inputs import ModelInputs, _get_cumsum_and_arange, compute_slot_mapping
+
+
+class InputBatch:
+    """Token ids, progress, blocks and sampling parameters of every live request, by row."""
+
+    def __init__(
+        self,
+        max_num_reqs: int,
+        max_model_len: int,
+        max_num_blocks_per_req: int,
+        block_size: int,
+        device: torch.device,
+    ) -> None:
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.device = device
+        self.req_id_to_index: dict[str, int] = {}
+        self._free_rows: list[int] = []
+        self._capacity = 0
+        # One more column than max_model_len: a request's next sampled token is written at
+        # index num_tokens, also when the request has just reached the limit.
+        self.token_ids_cpu = np.zeros((0, max_model_len + 1), dtype=np.int32)
+        self.num_tokens = np.zeros(0, dtype=np.int64)  # known tokens: prompt + sampled
+        self.num_prompt_tokens = np.zeros(0, dtype=np.int64)
+        self.num_computed_tokens_cpu = np.zeros(0, dtype=np.int64)
+        self.temperature = np.zeros(0, dtype=np.float32)
+        self.top_p = np.zeros(0, dtype=np.float32)
+        self.top_k = np.zeros(0, dtype=np.int64)
+        self.is_greedy = np.zeros(0, dtype=bool)
+        self.block_table = BlockTable(0, max_num_blocks_per_req)
+        self.sampling_params: list[SamplingParams | None] = []
+        # Sparse per-row state: only the rows that need it.
+        self.generators: dict[int, torch.Generator] = {}  # seeded requests
+        self.min_tokens_rows: set[int] = set()  # min_tokens > 0 with stop tokens to mask
+        self.num_logprobs: dict[int, int] = {}  # rows that asked for logprobs
+        self._grow(max_num_reqs)
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.req_id_to_index)
+
+    def _grow(self, capacity: int) -> None:
+        """Room for ``capacity`` rows. Rows outnumber ``max_num_seqs`` only while preempted
+        requests wait to resume, so this is rare and doubles the arrays."""
+        old = self._capacity
+        if capacity <= old:
+            return
+
+        def extend(array: np.ndarray) -> np.ndarray:
+            pad = np.zeros((capacity - old, *array.shape[1:]), dtype=array.dtype)
+            return np.concatenate([array, pad])
+
+        self.token_ids_cpu = extend(self.token_ids_cpu)
+        for name in (
+            "num_tokens",
+            "num_prompt_tokens",
+            "num_computed_tokens_cpu",
+            "temperature",
+            "top_p",
+            "top_k",
+            "is_greedy",
+        ):
+            setattr(self, name, extend(getattr(self, name)))
+        self.block_table.grow(capacity)
+        self.sampling_params.extend([None] * (capacity - old))
+        self._free_rows.extend(range(capacity - 1, old - 1, -1))  # pop() gives the lowest
+        self._capacity = capacity
+
+    # ---------------------------------------------------------------- the scheduler's diffs
+
+    def add_request(
+        self,
+        req_id: str,
+        prompt_token_ids: Sequence[int],
+        sampling_params: SamplingParams,
+        block_ids: Sequence[int],
+        num_computed_tokens: int,
+    ) -> int:
+        """Give a new request a row; its own generator when seeded, so that its randomness
+        never depends on its batch neighbours."""
+        if req_id in self.req_id_to_index:
+            raise ValueError(f"request {req_id!r} is already in the batch")
+        if not self._free_rows:
+            self._grow(2 * self._capacity)
+        row = self._free_rows.pop()
+        self.req_id_to_index[req_id] = row
+        n = len(prompt_token_ids)
+        self.token_ids_cpu[row, :n] = prompt_token_ids
+        self.num_tokens[row] = n
+        self.num_prompt_tokens[row] = n
+        self.num_computed_tokens_cpu[row] = num_computed_tokens
+        self.block_table.add_row(block_ids, row)
+        params = sampling_params
+        self.sampling_params[row] = params
+        self.is_greedy[row] = params.sampling_type == SamplingType.GREEDY
+        self.temperature[row] = params.temperature
+        self.top_p[row] = params.top_p
+        self.top_k[row] = params.top_k
+        if params.sampling_type == SamplingType.RANDOM_SEED:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(params.seed)
+            self.generators[row] = generator
+        if params.min_tokens and params.all_stop_token_ids:
+            self.min_tokens_rows.add(row)
+        if params.logprobs is not None:
+            self.num_logprobs[row] = params.logprobs
+        return row
+
+    def remove_request(self, req_id: str) -> int | None:
+        """Free a finished request's row; None if it was not here (finished before it ran)."""
+        row = self.req_id_to_index.pop(req_id, None)
+        if row is None:
+            return None
+        self.block_table.clear_row(row)
+        self.sampling_params[row] = None
+        self.generators.pop(row, None)
+        self.min_tokens_rows.discard(row)
+        self.num_logprobs.pop(row, None)
+        self._free_rows.append(row)
+        return row
+
+    def set_token_ids(self, row: int, token_ids: Sequence[int]) -> None:
+        """Overwrite a row's known tokens (a resumed request: the scheduler resends them all)."""
+        self.token_ids_cpu[row, : len(token_ids)] = token_ids
+        self.num_tokens[row] = len(token_ids)
+
+    def append_sampled(self, rows: np.ndarray, token_ids: np.ndarray) -> None:
+        """Record each row's newly sampled token after its known ones."""
+        self.token_ids_cpu[rows, self.num_tokens[rows]] = token_ids
+        self.num_tokens[rows] += 1
+
+    def token_ids(self, req_id: str) -> list[int]:
+        """A request's known tokens, as a list (tests and debugging; not the hot path)."""
+        row = self.req_id_to_index[req_id]
+        return self.token_ids_cpu[row, : self.num_tokens[row]].tolist()
+
+    # ---------------------------------------------------------------- one step
+
+    def prepare_inputs(
+        self, rows: np.ndarray, num_scheduled: np.ndarray, num_known: np.ndarray
+    ) -> ModelInputs:
+        """The step's ``ModelInputs``, gathered from the rows (``prepare_inputs``' contract).
+
+        ``rows[i]`` is the row of the step's request ``i``, which runs ``num_scheduled[i]``
+        tokens from its ``num_computed_tokens`` on; ``num_known[i]`` counts its known tokens,
+        a placeholder for a token still being sampled included.
+        """
+        computed = self.num_computed_tokens_cpu[rows]
+        seq_lens = computed + num_scheduled
+        num_blocks = self.block_table.num_blocks_per_row[rows]
+        bad = (
+            (num_scheduled < 1)
+            | (seq_lens > num_known)
+            | (kv_sizing.cdiv(seq_lens, self.block_size) > num_blocks)
+        )
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise RuntimeError(
+                f"step row {i}: {computed[i]} computed + {num_scheduled[i]} scheduled tokens, "
+                f"{num_known[i]} known, {num_blocks[i]} blocks: the scheduler's diff and the "
+                "runner's batch disagree"
+            )
+        cu_num_tokens, query_pos = _get_cumsum_and_arange(num_scheduled)
+        req_indices = np.repeat(np.arange(len(rows)), num_scheduled)
+        positions = computed[req_indices] + query_pos
+        # One gather for every token of the step: row-major offsets into the token array.
+        flat = rows[req_indices] * self.token_ids_cpu.shape[1] + positions
+        input_ids = self.token_ids_cpu.ravel().take(flat).astype(np.int64)
+        width = int(num_blocks.max())
+        block_tables = self.block_table.block_table_np[rows, :width]
+        slot_mapping = compute_slot_mapping(block_tables, req_indices, positions, self.block_size)
+        return ModelInputs(
+            input_ids=torch.from_numpy(input_ids),
+            positions=torch.from_numpy(positions),
+            slot_mapping=torch.from_numpy(slot_mapping),
+            block_tables=torch.from_numpy(block_tables),
+            query_start_loc=torch.from_numpy(
+                np.concatenate(([0], cu_num_tokens)).astype(np.int32)
+            ),
+            seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),
+            logits_indices=torch.from_numpy(cu_num_tokens - 1),
+            max_query_len=int(num_scheduled.max()),
+            max_seq_len=int(seq_lens.max()),
+        )

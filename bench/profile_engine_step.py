@@ -7,8 +7,8 @@ async scheduling off so that the phases run one after the other (with it, ``sche
 the GPU):
 
 * ``schedule``: ``Scheduler.schedule()`` (pure Python, per request);
-* ``update states`` / ``prepare inputs``: the runner applying the scheduler's diff and flattening
-  the step (``prepare_inputs``, lab-09);
+* ``update states`` / ``prepare inputs``: the runner applying the scheduler's diff to its
+  persistent ``InputBatch`` and gathering the step's rows into the model's inputs;
 * ``model launch``: the forward pass as the host sees it (a CUDA-graph replay is a few copies and
   one launch), ``logits`` and ``sample`` (launches), and ``collect tokens``: the one
   device-to-host read of the step, which waits for the GPU;
@@ -94,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from mini_vllm.sampling_params import SamplingParams
-    from mini_vllm.worker import model_runner as mr
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = build_engine(args, Path(tmp) / "model")
@@ -120,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     sched.schedule = timer.wrap("schedule", sched.schedule)
     sched.update_from_output = timer.wrap("update from output", sched.update_from_output)
     runner._update_states = timer.wrap("update states", runner._update_states)
-    original_prepare = mr.prepare_inputs
-    mr.prepare_inputs = timer.wrap("prepare inputs", original_prepare)
+    runner.flatten_step = timer.wrap("prepare inputs", runner.flatten_step)
     runner._run_model = timer.wrap("model launch", runner._run_model)
     runner.model.compute_logits = timer.wrap("logits", runner.model.compute_logits)
     runner._sample = timer.wrap("sample", runner._sample)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from grading.mutants import Mutant
 
-FILE = "model_runner.py"
+FILE = "model_inputs.py"
 
 MUTANTS = [
     # -- helpers ---------------------------------------------------------------------------------

@@ -79,20 +79,20 @@ def run_engine(
 ) -> dict[str, Any]:
     """Greedy generation of ``prompts`` by the engine, on the learner's ``prepare_inputs``.
 
-    ``ModelRunner`` looks ``prepare_inputs`` up in ``mini_vllm.worker.model_runner`` at every
-    step, so the learner's function (counted) is put there for the run. ``options`` are
-    ``LLM`` keyword arguments; the same prompts are generated ``batches`` times on one engine.
+    The engine's runner flattens each step from its persistent batch; ``prepare_inputs_fn``
+    makes it hand the step to the learner's function instead (as plain lists, the lab's
+    contract), counted. ``options`` are ``LLM`` keyword arguments; the same prompts are
+    generated ``batches`` times on one engine.
 
     Returns ``{"tokens": [per batch, per prompt: ids], "cached": [per batch, per prompt:
     num_cached_tokens], "hits": [prefix-cache hits after each batch], "preemptions": n,
     "calls": n}``.
     """
-    import model_runner as yours
+    import model_inputs as yours
     import torch
 
     from mini_vllm.llm import LLM
     from mini_vllm.sampling_params import SamplingParams
-    from mini_vllm.worker import model_runner as engine_runner
 
     checkpoint = _tiny_checkpoint()
     torch.set_num_threads(1)
@@ -102,21 +102,17 @@ def run_engine(
         calls[0] += 1
         return yours.prepare_inputs(*args, **kwargs)
 
-    given = engine_runner.prepare_inputs
-    engine_runner.prepare_inputs = counted
-    try:
-        llm = LLM(checkpoint, skip_tokenizer_init=True, device="cpu", dtype="float32", **options)
-        params = SamplingParams(temperature=0.0, max_tokens=max_new)
-        result: dict[str, Any] = {"tokens": [], "cached": [], "hits": []}
-        for _ in range(batches):
-            outputs = llm.generate(
-                [{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False
-            )
-            result["tokens"].append([[int(t) for t in o.outputs[0].token_ids] for o in outputs])
-            result["cached"].append([int(o.num_cached_tokens or 0) for o in outputs])
-            result["hits"].append(int(llm.get_stats().prefix_cache_hits))
-        result["preemptions"] = int(llm.get_stats().num_preemptions)
-        result["calls"] = calls[0]
-    finally:
-        engine_runner.prepare_inputs = given
+    llm = LLM(checkpoint, skip_tokenizer_init=True, device="cpu", dtype="float32", **options)
+    llm.llm_engine.model_runner.prepare_inputs_fn = counted
+    params = SamplingParams(temperature=0.0, max_tokens=max_new)
+    result: dict[str, Any] = {"tokens": [], "cached": [], "hits": []}
+    for _ in range(batches):
+        outputs = llm.generate(
+            [{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False
+        )
+        result["tokens"].append([[int(t) for t in o.outputs[0].token_ids] for o in outputs])
+        result["cached"].append([int(o.num_cached_tokens or 0) for o in outputs])
+        result["hits"].append(int(llm.get_stats().prefix_cache_hits))
+    result["preemptions"] = int(llm.get_stats().num_preemptions)
+    result["calls"] = calls[0]
     return result

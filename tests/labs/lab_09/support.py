@@ -1,4 +1,4 @@
-"""Helpers of the lab-09 suite: the learner's ``model_runner``, after a judge-side look at which
+"""Helpers of the lab-09 suite: the learner's ``model_inputs``, after a judge-side look at which
 functions are still stubs.
 
 A function whose body (after its docstring) still begins with ``raise NotImplementedError(...)``
@@ -16,7 +16,7 @@ import functools
 from grading.remote import Remote
 from grading.suite import impl_dir, load_impl
 
-MODULE = "model_runner"
+MODULE = "model_inputs"
 
 
 @functools.lru_cache(maxsize=4)
@@ -53,7 +53,7 @@ def _stub_messages(source: str) -> dict[str, str]:
 
 
 def runner(*needs: str) -> Remote:
-    """The learner's ``model_runner`` (a proxy); NOT STARTED if a function in ``needs`` is a stub.
+    """The learner's ``model_inputs`` (a proxy); NOT STARTED if a function in ``needs`` is a stub.
 
     A function that is written but calls a stub helper still raises the helper's
     ``NotImplementedError`` when it runs, which is NOT STARTED too.

@@ -1,15 +1,15 @@
-"""The model runner's input preparation: one scheduler step flattened into the model's inputs.
+# lab-09: write the functions below that raise NotImplementedError.
+# Grade your work: make lab-09   Guide: labs/lab-09-engine/README.md
+"""One scheduler step flattened into the model's inputs: the file of lab-09.
 
-The file of lab-09. It holds the pure half of ``mini_vllm/worker/model_runner.py``:
-``ModelInputs`` and ``prepare_inputs`` with its three helpers. In ``solutions/`` each is a copy
-of the reference, kept identical by ``tests/test_lab_sync.py``; in ``labs/`` the four functions
-raise ``NotImplementedError`` and ``ModelInputs`` is given.
+``ModelInputs`` is given; you write ``prepare_inputs`` and its three helpers. The step arrives
+as plain lists (per request: its known tokens, how many are already cached, how many run now,
+its block table) and leaves as the tensors the model and the attention backend read.
 
-The rest of the runner (the KV cache tensors, the forward pass, sampling, CUDA graphs) stays in
-the reference, which calls ``mini_vllm.worker.model_runner.prepare_inputs`` by name at every
-step. The grader swaps your ``prepare_inputs`` in there and runs the whole engine on it, so your
-function is judged twice: on hand-made batches, tensor by tensor, and by generating the same
-tokens as Hugging Face ``generate`` on a small model.
+Your function is judged twice: on hand-made batches, tensor by tensor, and by running the
+engine on it (the grader sets the runner's ``prepare_inputs_fn`` to yours) and generating the
+same tokens as Hugging Face ``generate`` on a small model. The engine itself flattens from its
+persistent input batch, with the same two helpers; phase 05 explains the difference.
 
 Shapes: ``T`` tokens in the step (the sum of the scheduled counts), ``R`` requests. Work in numpy
 (``np.repeat``, ``np.cumsum``, fancy indexing, ``np.fromiter`` to read the ragged lists in one
@@ -56,11 +56,10 @@ def _get_cumsum_and_arange(num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarr
     Python loop over tokens: subtract from a flat ``arange`` the start of each token's request,
     spread over that request's tokens with ``np.repeat``.
     """
-    num_tokens = np.asarray(num_tokens, dtype=np.int64)
-    cu_num_tokens = np.cumsum(num_tokens)
-    total = int(cu_num_tokens[-1]) if cu_num_tokens.size else 0
-    request_starts = np.repeat(cu_num_tokens - num_tokens, num_tokens)
-    return cu_num_tokens, np.arange(total, dtype=np.int64) - request_starts
+    raise NotImplementedError(
+        "lab-09: _get_cumsum_and_arange — cumsum of the counts, and each token's offset inside "
+        "its request (np.repeat, no loop over tokens)"
+    )
 
 
 def make_block_tables(block_ids: Sequence[Sequence[int]], width: int) -> np.ndarray:
@@ -79,13 +78,10 @@ def make_block_tables(block_ids: Sequence[Sequence[int]], width: int) -> np.ndar
     first ``len(ids)`` cells of each row. A boolean mask assigns in row-major order, the order
     of the concatenated lists, so ``[[7, 3], [5, 9, 2]]`` fills ``[[7, 3, 0], [5, 9, 2]]``.
     """
-    lens = np.fromiter(map(len, block_ids), np.int64, count=len(block_ids))
-    if (lens > width).any():
-        raise ValueError(f"a block table of {int(lens.max())} blocks does not fit width {width}")
-    flat = np.fromiter(itertools.chain.from_iterable(block_ids), np.int32, count=int(lens.sum()))
-    block_tables = np.zeros((len(block_ids), width), dtype=np.int32)
-    block_tables[np.arange(width) < lens[:, None]] = flat
-    return block_tables
+    raise NotImplementedError(
+        "lab-09: make_block_tables — one [num_reqs, width] int32 array, rows padded with 0 (the "
+        "null block); ValueError if a row is wider"
+    )
 
 
 def compute_slot_mapping(
@@ -98,8 +94,10 @@ def compute_slot_mapping(
     falls in, looked up in *its own* request's table, then the offset inside that block. (lab-06
     writes the same rule for one sequence; this is the whole flattened batch at once.)
     """
-    block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)
-    return block_numbers * block_size + positions % block_size
+    raise NotImplementedError(
+        "lab-09: compute_slot_mapping — slot = table[req, pos // block_size] * block_size + pos "
+        "% block_size, int64"
+    )
 
 
 def prepare_inputs(
@@ -130,67 +128,7 @@ def prepare_inputs(
         block_size: tokens per KV cache block.
         max_num_blocks_per_req: width of ``block_tables``; default: the widest table in the batch.
     """
-    num_reqs = len(num_scheduled_tokens)
-    if not (len(token_ids) == len(num_computed_tokens) == len(block_ids) == num_reqs):
-        raise ValueError("prepare_inputs: per-request arguments must have the same length")
-    if num_reqs == 0:
-        raise ValueError("prepare_inputs: empty batch")
-    computed = np.asarray(num_computed_tokens, dtype=np.int64)
-    scheduled = np.asarray(num_scheduled_tokens, dtype=np.int64)
-    if (scheduled < 1).any():
-        raise ValueError(f"every request needs >= 1 scheduled token, got {scheduled.tolist()}")
-    seq_lens = computed + scheduled
-    # Both checks on whole arrays, not in a loop over requests (at hundreds of requests a step,
-    # the loop cost more than the rest of the function); the error names the first bad request.
-    num_known = np.fromiter(map(len, token_ids), np.int64, count=num_reqs)
-    num_blocks = np.fromiter(map(len, block_ids), np.int64, count=num_reqs)
-    blocks_needed = kv_sizing.cdiv(seq_lens, block_size)  # elementwise on an array
-    too_many_tokens = seq_lens > num_known
-    too_few_blocks = blocks_needed > num_blocks
-    if (too_many_tokens | too_few_blocks).any():
-        i = int(np.argmax(too_many_tokens | too_few_blocks))
-        if too_many_tokens[i]:
-            raise ValueError(
-                f"request {i}: {computed[i]} computed + {scheduled[i]} scheduled tokens exceed "
-                f"its {num_known[i]} known tokens"
-            )
-        raise ValueError(
-            f"request {i}: {seq_lens[i]} tokens need {blocks_needed[i]} blocks, its table has "
-            f"{num_blocks[i]}"
-        )
-
-    # [2, 5, 3] -> cu_num_tokens [2, 7, 10], query_pos [0 1 0 1 2 3 4 0 1 2],
-    # req_indices [0 0 1 1 1 1 1 2 2 2], query_start_loc [0, 2, 7, 10]
-    cu_num_tokens, query_pos = _get_cumsum_and_arange(scheduled)
-    req_indices = np.repeat(np.arange(num_reqs), scheduled)
-    query_start_loc = np.concatenate(([0], cu_num_tokens))
-    # A token's position counts the tokens cached before it: the step starts at the offset.
-    positions = computed[req_indices] + query_pos
-
-    # Each request's tokens [computed, seq_len) of its own list, read straight into one array.
-    # The bounds are converted to Python ints once: slicing a list with numpy scalars is slower,
-    # and so is making one small array per request to concatenate.
-    starts, ends = computed.tolist(), seq_lens.tolist()
-    input_ids = np.fromiter(
-        itertools.chain.from_iterable(
-            tokens[start:end] for tokens, start, end in zip(token_ids, starts, ends)
-        ),
-        np.int64,
-        count=int(cu_num_tokens[-1]),
-    )
-
-    width = max_num_blocks_per_req or int(num_blocks.max())
-    block_tables = make_block_tables(block_ids, width)
-    slot_mapping = compute_slot_mapping(block_tables, req_indices, positions, block_size)
-
-    return ModelInputs(
-        input_ids=torch.from_numpy(input_ids),
-        positions=torch.from_numpy(positions),
-        slot_mapping=torch.from_numpy(slot_mapping),
-        block_tables=torch.from_numpy(block_tables),
-        query_start_loc=torch.from_numpy(query_start_loc.astype(np.int32)),
-        seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),
-        logits_indices=torch.from_numpy(cu_num_tokens - 1),
-        max_query_len=int(scheduled.max()),
-        max_seq_len=int(seq_lens.max()),
+    raise NotImplementedError(
+        "lab-09: prepare_inputs — check the step; then input_ids, positions, slot_mapping, "
+        "block_tables, query_start_loc, seq_lens, logits_indices for the flattened batch"
     )

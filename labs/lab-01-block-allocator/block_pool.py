@@ -283,9 +283,9 @@ class BlockPool:
         num_gpu_blocks: Number of pages in the KV cache, including the null block.
         enable_caching: Whether full blocks are kept in the prefix cache after being freed.
         hash_block_size: Number of tokens per hashed block (``request.block_hashes`` granularity).
-        enable_kv_cache_events: KV cache events are not implemented in mini-vLLM: ``True``
-            raises ``NotImplementedError`` (upstream publishes them to external routers).
         metrics_collector: Optional residency-metrics hooks, see :class:`KVCacheMetricsCollector`.
+            Keyword-only: upstream passes ``enable_kv_cache_events`` before it, which mini-vLLM
+            does not take (no KV cache events).
     """
 
     def __init__(
@@ -293,7 +293,7 @@ class BlockPool:
         num_gpu_blocks: int,
         enable_caching: bool,
         hash_block_size: int,
-        enable_kv_cache_events: bool = False,
+        *,
         metrics_collector: KVCacheMetricsCollector | None = None,
     ) -> None:
         """Make the blocks, the free queue and the prefix-cache map; reserve block 0.
@@ -306,13 +306,11 @@ class BlockPool:
           first;
         * ``cached_block_hash_to_block``: an empty ``BlockHashToBlockMap``;
         * ``null_block``: block 0, popped from the free queue, with ``is_null = True``;
-        * ``enable_kv_cache_events`` and ``metrics_collector``: the arguments
-          (``get_new_blocks``, ``touch`` and eviction call the collector's hooks unless it is
-          None).
+        * ``metrics_collector``: the argument (``get_new_blocks``, ``touch`` and eviction call
+          the collector's hooks unless it is None).
 
         Raises:
             ValueError: if ``num_gpu_blocks`` is not an int >= 1 or ``hash_block_size`` < 1.
-            NotImplementedError: if ``enable_kv_cache_events`` is True.
         """
         raise NotImplementedError(
             "lab-01: BlockPool.__init__ — make the blocks, the free queue and the null block"
@@ -526,7 +524,3 @@ class BlockPool:
         raise NotImplementedError(
             "lab-01: BlockPool.get_usage — the fraction of usable blocks in use"
         )
-
-    def take_events(self) -> list[Any]:
-        """Return and clear pending KV cache events: always empty, events are not implemented."""
-        return []

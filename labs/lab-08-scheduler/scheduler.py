@@ -49,9 +49,9 @@ def check_sequence_repetition(token_ids: Sequence[int], params: RepetitionDetect
     for length in range(shortest, params.max_pattern_size + 1):
         if length * params.min_count > len(token_ids):
             return False
-        tail = token_ids[len(token_ids) - length:]
+        tail = token_ids[len(token_ids) - length :]
         if all(
-            token_ids[len(token_ids) - length * (k + 1):len(token_ids) - length * k] == tail
+            token_ids[len(token_ids) - length * (k + 1) : len(token_ids) - length * k] == tail
             for k in range(1, params.min_count)
         ):
             return True

@@ -345,9 +345,9 @@ class BlockPool:
         num_gpu_blocks: Number of pages in the KV cache, including the null block.
         enable_caching: Whether full blocks are kept in the prefix cache after being freed.
         hash_block_size: Number of tokens per hashed block (``request.block_hashes`` granularity).
-        enable_kv_cache_events: KV cache events are not implemented in mini-vLLM: ``True``
-            raises ``NotImplementedError`` (upstream publishes them to external routers).
         metrics_collector: Optional residency-metrics hooks, see :class:`KVCacheMetricsCollector`.
+            Keyword-only: upstream passes ``enable_kv_cache_events`` before it, which mini-vLLM
+            does not take (no KV cache events).
     """
 
     def __init__(
@@ -355,7 +355,7 @@ class BlockPool:
         num_gpu_blocks: int,
         enable_caching: bool,
         hash_block_size: int,
-        enable_kv_cache_events: bool = False,
+        *,
         metrics_collector: KVCacheMetricsCollector | None = None,
     ) -> None:
         """Make the blocks, the free queue and the prefix-cache map; reserve block 0.
@@ -368,13 +368,11 @@ class BlockPool:
           first;
         * ``cached_block_hash_to_block``: an empty ``BlockHashToBlockMap``;
         * ``null_block``: block 0, popped from the free queue, with ``is_null = True``;
-        * ``enable_kv_cache_events`` and ``metrics_collector``: the arguments
-          (``get_new_blocks``, ``touch`` and eviction call the collector's hooks unless it is
-          None).
+        * ``metrics_collector``: the argument (``get_new_blocks``, ``touch`` and eviction call
+          the collector's hooks unless it is None).
 
         Raises:
             ValueError: if ``num_gpu_blocks`` is not an int >= 1 or ``hash_block_size`` < 1.
-            NotImplementedError: if ``enable_kv_cache_events`` is True.
         """
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
             raise ValueError(
@@ -383,8 +381,6 @@ class BlockPool:
             )
         if hash_block_size < 1:
             raise ValueError(f"hash_block_size must be positive, got {hash_block_size}")
-        if enable_kv_cache_events:
-            raise NotImplementedError("KV cache events are not implemented in mini-vLLM")
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
@@ -393,7 +389,6 @@ class BlockPool:
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
-        self.enable_kv_cache_events = enable_kv_cache_events
         self.metrics_collector = metrics_collector
 
     def get_cached_block(
@@ -635,7 +630,3 @@ class BlockPool:
         if total == 0:
             return 0.0
         return 1.0 - self.get_num_free_blocks() / total
-
-    def take_events(self) -> list[Any]:
-        """Return and clear pending KV cache events: always empty, events are not implemented."""
-        return []

@@ -492,7 +492,3 @@ class KVCacheManager:
     def create_kv_cache_blocks(self, blocks: tuple[list[KVCacheBlock], ...]) -> KVCacheBlocks:
         """Wrap ``blocks``, reusing the shared empty instance when there are none."""
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
-
-    def take_events(self) -> list[object]:
-        """KV cache events for external indexers; mini-vLLM emits none."""
-        return []

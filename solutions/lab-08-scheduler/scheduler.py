@@ -47,9 +47,9 @@ def check_sequence_repetition(token_ids: Sequence[int], params: RepetitionDetect
     for length in range(shortest, params.max_pattern_size + 1):
         if length * params.min_count > len(token_ids):
             return False
-        tail = token_ids[len(token_ids) - length:]
+        tail = token_ids[len(token_ids) - length :]
         if all(
-            token_ids[len(token_ids) - length * (k + 1):len(token_ids) - length * k] == tail
+            token_ids[len(token_ids) - length * (k + 1) : len(token_ids) - length * k] == tail
             for k in range(1, params.min_count)
         ):
             return True
@@ -461,12 +461,6 @@ class Scheduler:
             scheduled_running_reqs
         ) <= len(self.running)
 
-        num_common_prefix_blocks = [0] * self.kv_cache_manager.num_kv_cache_groups
-        if self.running:
-            num_common_prefix_blocks = self.kv_cache_manager.get_num_common_prefix_blocks(
-                self.running[0].request_id
-            )
-
         new_reqs_data = [
             NewRequestData.from_request(req, req_to_new_blocks[req.request_id].get_block_ids())
             for req in scheduled_new_reqs
@@ -484,7 +478,6 @@ class Scheduler:
             scheduled_cached_reqs=cached_reqs_data,
             num_scheduled_tokens=num_scheduled_tokens,
             total_num_scheduled_tokens=total_num_scheduled_tokens,
-            num_common_prefix_blocks=num_common_prefix_blocks,
             # Finished since the previous schedule(); a new set is started below.
             finished_req_ids=self.finished_req_ids,
             preempted_req_ids={req.request_id for req in preempted_reqs},

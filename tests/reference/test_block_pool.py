@@ -82,7 +82,6 @@ def test_construction_reserves_the_null_block() -> None:
     assert free_ids(pool) == [1, 2, 3, 4]
     assert pool.get_usage() == 0.0
     assert len(pool.cached_block_hash_to_block) == 0
-    assert pool.take_events() == []
     check_block_pool(pool)
 
 
@@ -92,15 +91,6 @@ def test_construction_reserves_the_null_block() -> None:
         ({"num_gpu_blocks": 0, "enable_caching": True, "hash_block_size": 4}, ValueError),
         ({"num_gpu_blocks": 2.0, "enable_caching": True, "hash_block_size": 4}, ValueError),
         ({"num_gpu_blocks": 4, "enable_caching": True, "hash_block_size": 0}, ValueError),
-        (
-            {
-                "num_gpu_blocks": 4,
-                "enable_caching": True,
-                "hash_block_size": 4,
-                "enable_kv_cache_events": True,
-            },
-            NotImplementedError,
-        ),
     ],
 )
 def test_construction_rejects_bad_arguments(kwargs: dict, error: type[Exception]) -> None:

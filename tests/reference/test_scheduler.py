@@ -447,7 +447,7 @@ def test_scheduler_output_describes_new_and_cached_requests() -> None:
     assert new_b.num_computed_tokens == 8 and new_b.block_ids[0][:2] == [1, 2]
     assert out.num_scheduled_tokens == {"a": 1, "b": 2}
     assert out.scheduled_cached_reqs.new_block_ids == [None]  # a's 10th slot fits block 3
-    assert out.num_common_prefix_blocks == [2]
+    assert sched.kv_cache_manager.get_num_common_prefix_blocks("a") == [2]
     assert out.scheduled_cached_reqs.resumed_req_ids == set()
 
 

@@ -84,7 +84,6 @@ def test_runner_rejects_a_block_table_that_reads_the_wrong_tokens() -> None:
         scheduled_cached_reqs=CachedRequestData.make_empty(),
         num_scheduled_tokens={"a": 5},
         total_num_scheduled_tokens=5,
-        num_common_prefix_blocks=[0],
         finished_req_ids=set(),
     )
     assert set(runner.execute_model(first)) == {"a"}
@@ -94,7 +93,6 @@ def test_runner_rejects_a_block_table_that_reads_the_wrong_tokens() -> None:
         scheduled_cached_reqs=CachedRequestData.make_empty(),
         num_scheduled_tokens={"b": 2},
         total_num_scheduled_tokens=2,
-        num_common_prefix_blocks=[0],
         finished_req_ids=set(),
     )
     with pytest.raises(RunnerContractError, match="position 0"):
@@ -108,7 +106,6 @@ def test_runner_rejects_a_short_block_table() -> None:
         scheduled_cached_reqs=CachedRequestData.make_empty(),
         num_scheduled_tokens={"a": 6},
         total_num_scheduled_tokens=6,
-        num_common_prefix_blocks=[0],
         finished_req_ids=set(),
     )
     with pytest.raises(RunnerContractError, match="no slot"):

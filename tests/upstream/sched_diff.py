@@ -9,7 +9,8 @@ same sampled tokens, and compares after every call everything a runner or a clie
 - each ``SchedulerOutput``: the scheduled token counts in order, the new requests (ids, block
   ids, computed tokens, prompts), the cached ones (ids, resumed ids, new block ids, computed
   tokens, output counts, the full token lists sent for requests the runner lost), the
-  preempted and finished ids, the common prefix blocks;
+  preempted and finished ids, the common prefix blocks (which mini_vllm's scheduler leaves out
+  of its output: its side asks the manager right after ``schedule()``);
 - after every call: the waiting and running queues in order, every live request's status,
   computed tokens, placeholders, output tokens, preemption count and prefill-chunk flag, the
   block ids of every running request, and the block pool (free queue front to back, ref
@@ -54,6 +55,7 @@ from mini_vllm.request import RequestStatus as MiniRequestStatus
 from mini_vllm.sampling_params import SamplingParams as MiniSamplingParams
 from tools.fetch_upstream import ensure_upstream
 
+from .shim_sched import num_common_prefix_blocks as common_prefix_blocks
 from .upstream_sched import NoStructuredOutputs, fake_vllm_config, load_upstream_scheduler
 
 HASH_FN = mini_kv_cache_utils.sha256
@@ -293,7 +295,7 @@ class Side:
             # so mini_vllm always fills it (a deliberate difference of the payload only).
             "preempted_req_ids": sorted(out.preempted_req_ids or ()),
             "finished_req_ids": sorted(out.finished_req_ids),
-            "num_common_prefix_blocks": list(out.num_common_prefix_blocks),
+            "num_common_prefix_blocks": self.num_common_prefix_blocks(out),
         }
         samplers = [
             req_id
@@ -301,6 +303,10 @@ class Side:
             if not self.sched.requests[req_id].is_prefill_chunk
         ]
         return out, view, samplers
+
+    def num_common_prefix_blocks(self, out: Any) -> list[int]:
+        """Upstream's ``schedule()`` counts the prefix all requests share; read it off ``out``."""
+        return list(out.num_common_prefix_blocks)
 
     def state(self) -> dict[str, Any]:
         sched = self.sched
@@ -384,6 +390,10 @@ class MiniSide(Side):
 
     def _finish(self, req_id: str) -> list[str]:
         return self.sched.finish_requests([req_id], MiniRequestStatus.FINISHED_ABORTED)
+
+    def num_common_prefix_blocks(self, out: Any) -> list[int]:
+        """Ours does not count it (no cascade attention): ask the manager, as upstream does."""
+        return common_prefix_blocks(self.sched)
 
     def update(self, output: Any, sampled: dict[str, int]) -> list[tuple[Any, ...]]:
         outs = self.sched.update_from_output(

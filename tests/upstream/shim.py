@@ -27,6 +27,9 @@ Adaptations (each keeps the semantics the tests check; every other name is mini_
   any feature mini-vLLM lacks must be left at its default (None/0/False) or it raises.
 * ``SamplingParams``: mini_vllm's, accepting upstream-only keyword arguments at their defaults
   (``prompt_logprobs=None``...); a non-default value raises.
+* ``BlockPool(..., enable_kv_cache_events)`` and ``take_events()`` (on the pool and the
+  manager): upstream's KV-cache-event API, which the engine does not carry (it emits no
+  events). The flag must be False, or it raises; ``take_events()`` returns ``[]``.
 * ``KVCacheConfig``, ``KVCacheGroupSpec``, ``KVCacheTensor``, ``FullAttentionSpec``: plain
   records. ``KVCacheManager(kv_cache_config, max_model_len, hash_block_size, ...)`` becomes
   mini_vllm's ``KVCacheManager(num_gpu_blocks=config.num_blocks, block_size=spec.block_size,
@@ -44,7 +47,9 @@ Adaptations (each keeps the semantics the tests check; every other name is mini_
   ``max_model_len`` taken from ``SchedulerConfig`` (upstream reads the model's Hugging Face
   config, which needs the hub). ``update_from_output(output, ModelRunnerOutput)`` passes
   ``{req_id: sampled_token_ids[index]}``, mini_vllm's form. ``SchedulerOutput`` accepts
-  upstream's encoder/spec-decode fields when they are empty. ``scheduler.encoder_cache_manager``
+  upstream's encoder/spec-decode fields when they are empty, and has upstream's
+  ``num_common_prefix_blocks``, which the engine's scheduler does not count (no cascade
+  attention) and the adapter's ``schedule()`` fills in. ``scheduler.encoder_cache_manager``
   is an always-empty stand-in (no encoder cache), ``connector``/``ec_connector`` are None.
   ``AsyncScheduler`` is mini_vllm's behind the same constructor adapter; ``vllm.v1.utils``'s
   ``ConstantList`` is mini_vllm's. ``VllmConfig`` fills in default scheduler, cache and
@@ -78,6 +83,7 @@ from typing import Any, ClassVar
 
 from mini_vllm import request as _request
 from mini_vllm import sampling_params as _sampling_params
+from mini_vllm.core import block_pool as _block_pool
 from mini_vllm.core import kv_cache_manager as _kv_cache_manager
 from mini_vllm.core import kv_cache_utils as _kv_cache_utils
 
@@ -267,6 +273,34 @@ class Request(_request.Request):
         reject_unsupported("Request", structured_output_request=value)
 
 
+class BlockPool(_block_pool.BlockPool):
+    """mini_vllm's ``BlockPool`` with upstream's KV-cache-event API (see the module docstring).
+
+    The engine emits no KV cache events, so its pool has neither the flag nor ``take_events``:
+    they would sit in the allocator for the tests alone. Here ``enable_kv_cache_events=True``
+    raises :class:`UpstreamOnlyError` (the strict xfail of ``test_kv_cache_events``) and
+    ``take_events`` is always empty, as upstream's is with events off.
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool,
+        hash_block_size: int,
+        enable_kv_cache_events: bool = False,
+        metrics_collector: Any = None,
+    ) -> None:
+        reject_unsupported("BlockPool", enable_kv_cache_events=enable_kv_cache_events)
+        super().__init__(
+            num_gpu_blocks, enable_caching, hash_block_size, metrics_collector=metrics_collector
+        )
+        self.enable_kv_cache_events = False
+
+    def take_events(self) -> list[Any]:
+        """Upstream drains its event queue here; with events off it is always empty."""
+        return []
+
+
 @dataclasses.dataclass
 class FullAttentionSpec:
     """Record of upstream's full-attention layer spec; only ``block_size`` matters here."""
@@ -406,6 +440,10 @@ class KVCacheManager(_kv_cache_manager.KVCacheManager):
         self.kv_cache_config = kv_cache_config
         self.coordinator = _CoordinatorView(self)
 
+    def take_events(self) -> list[Any]:
+        """Upstream drains the pool's KV cache events here; events are refused above."""
+        return []
+
 
 # --------------------------------------------------------------------------------------------
 # The module table
@@ -443,7 +481,7 @@ TABLE: dict[str, tuple[str | None, Callable[[], dict[str, Any]]]] = {
         "mini_vllm.core.kv_cache_utils",
         _lazy("shim_sizing", "kv_cache_utils"),
     ),
-    "vllm.v1.core.block_pool": ("mini_vllm.core.block_pool", _static()),
+    "vllm.v1.core.block_pool": ("mini_vllm.core.block_pool", _static(BlockPool=BlockPool)),
     "vllm.v1.core.kv_cache_manager": (
         "mini_vllm.core.kv_cache_manager",
         _static(KVCacheManager=KVCacheManager, Request=Request),

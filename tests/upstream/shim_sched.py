@@ -130,22 +130,40 @@ class ModelRunnerOutput:
     num_nans_in_logits: Any = None
 
 
+@dataclasses.dataclass
 class SchedulerOutput(_output.SchedulerOutput):
-    """mini_vllm's ``SchedulerOutput``, accepting upstream's extra fields when empty."""
+    """mini_vllm's ``SchedulerOutput`` with upstream's fields that the engine does not carry.
 
-    def __init__(
-        self,
-        *args: Any,
-        scheduled_encoder_inputs: Any = None,
-        free_encoder_mm_hashes: Any = None,
-        **kwargs: Any,
-    ) -> None:
+    ``num_common_prefix_blocks`` is upstream's (cascade attention's shared prefix, per group);
+    the engine's runner does no cascade attention, so its scheduler does not count it every
+    step, and the :class:`Scheduler` adapter fills it in here. The encoder fields must be empty.
+    """
+
+    num_common_prefix_blocks: list[int] = dataclasses.field(default_factory=list)
+    scheduled_encoder_inputs: Any = None
+    free_encoder_mm_hashes: Any = None
+
+    def __post_init__(self) -> None:
         reject_unsupported(
             "SchedulerOutput",
-            scheduled_encoder_inputs=scheduled_encoder_inputs,
-            free_encoder_mm_hashes=free_encoder_mm_hashes,
+            scheduled_encoder_inputs=self.scheduled_encoder_inputs,
+            free_encoder_mm_hashes=self.free_encoder_mm_hashes,
         )
-        super().__init__(*args, **kwargs)
+
+
+def num_common_prefix_blocks(scheduler: _scheduler.Scheduler) -> list[int]:
+    """What upstream's ``schedule()`` puts in ``num_common_prefix_blocks``, asked of ours.
+
+    The leading blocks of the first running request that every request holding blocks shares,
+    per KV cache group; zeros when nothing runs (``Scheduler.schedule``
+    (vllm/v1/core/sched/scheduler.py:838-846)). Upstream counts them before
+    ``_update_after_schedule``, which changes no block, so asking after ``schedule()`` returns
+    gives the same figure.
+    """
+    manager = scheduler.kv_cache_manager
+    if not scheduler.running:
+        return [0] * manager.num_kv_cache_groups
+    return manager.get_num_common_prefix_blocks(scheduler.running[0].request_id)
 
 
 class _NoEncoderCache:
@@ -206,6 +224,12 @@ class Scheduler(_scheduler.Scheduler):
         self.encoder_cache_manager = _NoEncoderCache()
         self.connector = None
         self.ec_connector = None
+
+    def schedule(self) -> SchedulerOutput:
+        """mini_vllm's step, as upstream's output: ``num_common_prefix_blocks`` filled in."""
+        output = super().schedule()
+        fields = {f.name: getattr(output, f.name) for f in dataclasses.fields(output)}
+        return SchedulerOutput(**fields, num_common_prefix_blocks=num_common_prefix_blocks(self))
 
     def update_from_output(  # type: ignore[override]
         self, scheduler_output: _output.SchedulerOutput, model_runner_output: Any

@@ -7,11 +7,16 @@ also cover the upstream suite that just ran in the same process.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
+from dataclasses import fields
 
 import pytest
 
 from mini_vllm.core import kv_cache_utils as mini_kv_cache_utils
+from mini_vllm.core.block_pool import BlockPool as MiniBlockPool
+from mini_vllm.core.kv_cache_manager import KVCacheManager as MiniKVCacheManager
+from mini_vllm.core.sched.output import SchedulerOutput as MiniSchedulerOutput
 from mini_vllm.request import Request as MiniRequest
 
 from . import shim
@@ -127,3 +132,55 @@ def test_sizing_adapters_size_one_full_attention_group_only() -> None:
             get_kv_cache_configs(config, [{"a": full}, {"b": full}], [10**6, 10**6])
         with pytest.raises(ValueError, match="max seq len"):
             get_kv_cache_configs(config, [{"a": full}], [4 * block])  # 64 tokens need 4 + null
+
+
+def test_event_api_lives_in_the_shim_not_in_the_engine() -> None:
+    assert not hasattr(MiniBlockPool, "take_events")
+    assert not hasattr(MiniKVCacheManager, "take_events")
+    assert "enable_kv_cache_events" not in inspect.signature(MiniBlockPool).parameters
+    with shim.installed():
+        from vllm.v1.core.block_pool import BlockPool
+        from vllm.v1.core.kv_cache_manager import KVCacheManager
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+
+        pool = BlockPool(num_gpu_blocks=4, enable_caching=True, hash_block_size=4)
+        assert pool.take_events() == [] and pool.get_num_free_blocks() == 3
+        with pytest.raises(shim.UpstreamOnlyError, match="enable_kv_cache_events"):
+            BlockPool(4, True, 4, enable_kv_cache_events=True)
+        config = KVCacheConfig(5, [], [KVCacheGroupSpec(["layer"], FullAttentionSpec(4))])
+        assert KVCacheManager(config, max_model_len=64, hash_block_size=4).take_events() == []
+        with pytest.raises(shim.UpstreamOnlyError, match="enable_kv_cache_events"):
+            KVCacheManager(config, 64, 4, enable_kv_cache_events=True)
+
+
+@pytest.mark.parametrize(("caching", "expected"), [(True, [2]), (False, [0])])
+def test_scheduler_adapter_fills_in_the_common_prefix(caching: bool, expected: list[int]) -> None:
+    assert "num_common_prefix_blocks" not in {f.name for f in fields(MiniSchedulerOutput)}
+    with shim.installed():
+        from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, sha256
+        from vllm.v1.core.sched.output import SchedulerOutput
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.request import Request
+
+        config = VllmConfig(
+            scheduler_config=SchedulerConfig(max_model_len=64),
+            cache_config=CacheConfig(block_size=4, enable_prefix_caching=caching),
+        )
+        kv_config = KVCacheConfig(11, [], [KVCacheGroupSpec(["layer"], FullAttentionSpec(4))])
+        sched = Scheduler(config, kv_config, None, block_size=4)
+        assert sched.schedule().num_common_prefix_blocks == [0]  # nothing runs
+        hasher = get_request_block_hasher(4, sha256)
+        for req_id, prompt in (("a", list(range(9))), ("b", [*range(8), 50, 51])):
+            params = SamplingParams(max_tokens=4)
+            sched.add_request(Request(req_id, prompt, params, None, block_hasher=hasher))
+        out = sched.schedule()
+        # a holds blocks 1-3; with caching b shares 1 and 2 (ref_cnt 2 = every request).
+        assert isinstance(out, SchedulerOutput) and out.num_common_prefix_blocks == expected
+        assert out.num_scheduled_tokens == {"a": 9, "b": 2 if caching else 10}
+        runner_output = ModelRunnerOutput(["a", "b"], {"a": 0, "b": 1}, [[7], [8]])
+        sched.update_from_output(out, runner_output)  # the adapter's copy is a real output
+        assert [r.output_token_ids for r in sched.running] == [[7], [8]]

@@ -102,7 +102,9 @@ class SchedulerOutput:
     ``num_scheduled_tokens`` is the batch: request id -> how many tokens of it
     to run this step (a prefill chunk, a whole prompt, or 1 for a decode).
     Requests that finished or were preempted since the last step are listed so
-    the runner can drop their state.
+    the runner can drop their state. Upstream's ``num_common_prefix_blocks``
+    (the prefix every request shares, for cascade attention) is left out: no
+    runner here does cascade attention, so no step should pay to count it.
     """
 
     scheduled_new_reqs: list[NewRequestData]
@@ -110,8 +112,6 @@ class SchedulerOutput:
     num_scheduled_tokens: dict[str, int]
     # Equal to sum(num_scheduled_tokens.values()); never above the token budget.
     total_num_scheduled_tokens: int
-    # Leading blocks shared by every request holding blocks (cascade attention).
-    num_common_prefix_blocks: list[int]
     # Requests finished between the previous step and this one.
     finished_req_ids: set[str]
     # Requests preempted (blocks freed, back to waiting) in this step.
@@ -127,7 +127,6 @@ class SchedulerOutput:
             scheduled_cached_reqs=CachedRequestData.make_empty(),
             num_scheduled_tokens={},
             total_num_scheduled_tokens=0,
-            num_common_prefix_blocks=[],
             finished_req_ids=set(),
         )
 

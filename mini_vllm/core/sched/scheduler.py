@@ -464,12 +464,6 @@ class Scheduler:
             scheduled_running_reqs
         ) <= len(self.running)
 
-        num_common_prefix_blocks = [0] * self.kv_cache_manager.num_kv_cache_groups
-        if self.running:
-            num_common_prefix_blocks = self.kv_cache_manager.get_num_common_prefix_blocks(
-                self.running[0].request_id
-            )
-
         new_reqs_data = [
             NewRequestData.from_request(req, req_to_new_blocks[req.request_id].get_block_ids())
             for req in scheduled_new_reqs
@@ -487,7 +481,6 @@ class Scheduler:
             scheduled_cached_reqs=cached_reqs_data,
             num_scheduled_tokens=num_scheduled_tokens,
             total_num_scheduled_tokens=total_num_scheduled_tokens,
-            num_common_prefix_blocks=num_common_prefix_blocks,
             # Finished since the previous schedule(); a new set is started below.
             finished_req_ids=self.finished_req_ids,
             preempted_req_ids={req.request_id for req in preempted_reqs},

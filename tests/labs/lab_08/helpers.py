@@ -223,7 +223,6 @@ def scheduler_output(data: Any) -> SchedulerOutput:
         scheduled_cached_reqs=cached,
         num_scheduled_tokens=num_scheduled,
         total_num_scheduled_tokens=_int(data["total"], "total_num_scheduled_tokens"),
-        num_common_prefix_blocks=[0],
         finished_req_ids=set(_strs(data["finished"], "finished_req_ids")),
         preempted_req_ids=set(_strs(data["preempted"], "preempted_req_ids")),
     )

@@ -91,10 +91,12 @@ stubs: $(VENV)/.stamp-core
 lint: $(VENV)/.stamp-full
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
 
 test: $(VENV)/.stamp-full
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
 	$(PY) -m pytest -q tests
 
 upstream:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from mini_vllm.engine.llm_engine import (
     EngineArgs,
@@ -178,9 +178,9 @@ class LLM:
             raise ValueError("this model's tokenizer has no chat template; use generate()")
         conversations: list[list[ChatMessage]]
         if messages and isinstance(messages[0], dict):
-            conversations = [messages]  # type: ignore[list-item]
+            conversations = [messages]  # one conversation
         else:
-            conversations = messages  # type: ignore[assignment]
+            conversations = cast("list[list[ChatMessage]]", messages)  # a list of them, or none
         prompts: list[PromptType] = []
         for conversation in conversations:
             text = tokenizer.apply_chat_template(
@@ -233,9 +233,14 @@ class LLM:
         return sorted(outputs, key=lambda o: int(o.request_id))
 
 
+def _is_prompt(p: object) -> TypeGuard[PromptType]:
+    """A text or a dict prompt: the engine's ``add_request`` checks the dict's keys."""
+    return isinstance(p, str | dict)
+
+
 def _normalize_prompts(prompts: Any) -> list[PromptType]:
     """Accept one prompt or many; a flat list of ints is one tokenized prompt."""
-    if isinstance(prompts, str | dict):
+    if _is_prompt(prompts):
         return [prompts]
     prompts = list(prompts)
     if not prompts:
@@ -244,7 +249,7 @@ def _normalize_prompts(prompts: Any) -> list[PromptType]:
         return [{"prompt_token_ids": prompts}]
     normalized: list[PromptType] = []
     for p in prompts:
-        if isinstance(p, str | dict):
+        if _is_prompt(p):
             normalized.append(p)
         elif isinstance(p, list | tuple):
             normalized.append({"prompt_token_ids": list(p)})

@@ -205,7 +205,7 @@ class SamplingParams:
         if eos_ids is None:
             return
         extra = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids)
-        extra.discard(eos_token_id)  # type: ignore[arg-type]
+        extra.discard(eos_token_id)
         if extra:
             self._all_stop_token_ids.update(extra)
             if not self.ignore_eos:

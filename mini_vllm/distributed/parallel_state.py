@@ -134,16 +134,14 @@ def init_distributed_environment(
     """
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialised in this process")
-    kwargs = {}
-    if backend == "nccl" and device is not None:
-        kwargs["device_id"] = device  # binds the communicator to this rank's GPU up front
     dist.init_process_group(
         backend=backend,
         init_method=distributed_init_method,
         world_size=world_size,
         rank=rank,
         timeout=datetime.timedelta(seconds=timeout_s),
-        **kwargs,
+        # NCCL: bind the communicator to this rank's GPU up front (None: the default, unbound).
+        device_id=device if backend == "nccl" else None,
     )
 
 

@@ -166,9 +166,9 @@ class AsyncMPClient:
         if frame == ENGINE_CORE_DEAD:
             self.engine_dead = True
             error = EngineDeadError()
-            for future in self._utility_futures.values():
-                if not future.done():
-                    future.set_exception(error)
+            for waiter in self._utility_futures.values():
+                if not waiter.done():
+                    waiter.set_exception(error)
             self._utility_futures.clear()
             raise error
         outputs = self.decoder.decode(frame)

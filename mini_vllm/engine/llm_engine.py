@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, final
 
 import torch
 
@@ -36,8 +36,10 @@ from mini_vllm.core.sched.output import EngineCoreOutput, SchedulerOutput
 from mini_vllm.core.sched.scheduler import Scheduler
 from mini_vllm.distributed.sharding import check_tensor_parallel_size
 from mini_vllm.engine.logprobs import LogprobsProcessor
+from mini_vllm.executor.abstract import Executor
 from mini_vllm.executor.multiproc_executor import MultiprocExecutor, get_open_port
 from mini_vllm.logprobs import LogprobsLists
+from mini_vllm.model.llama import LlamaForCausalLM
 from mini_vllm.model.loader import (
     get_model,
     load_checkpoint,
@@ -50,18 +52,21 @@ from mini_vllm.outputs import CompletionOutput, RequestOutput
 from mini_vllm.request import Request, RequestStatus
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.worker import kv_sizing
-from mini_vllm.worker.model_runner import ModelRunner, ModelRunnerOutput, PendingOutput
+from mini_vllm.worker.model_runner import ModelRunner, ModelRunnerOutput
 from mini_vllm.worker.worker import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
 
+# Final: no other keys, so that `"prompt_token_ids" in prompt` tells the two apart (for mypy too).
+@final
 class TokensPrompt(TypedDict):
     """A prompt given as token ids (upstream: ``vllm.inputs.TokensPrompt``)."""
 
     prompt_token_ids: list[int]
 
 
+@final
 class TextPrompt(TypedDict):
     """A prompt given as text (upstream: ``vllm.inputs.TextPrompt``)."""
 
@@ -174,6 +179,8 @@ class LLMEngine:
 
         t0 = time.perf_counter()
         weights: dict[str, torch.Tensor] | None = None
+        # None with several ranks: only the workers hold the model, each a shard.
+        self.model: LlamaForCausalLM | None = None
         if args.tensor_parallel_size == 1:
             self.model, self.hf_config = get_model(source, self.device, args.dtype)
             self.dtype = next(self.model.parameters()).dtype
@@ -182,7 +189,6 @@ class LLMEngine:
             # the checkpoint once here, for the workers to take their shards from.
             check_tensor_parallel_size(load_hf_config(source), args.tensor_parallel_size)
             weights, self.hf_config = load_checkpoint(source)
-            self.model = None  # only the workers hold the model, each a shard
             self.dtype = resolve_dtype(args.dtype, self.hf_config, self.device)
         self.tokenizer = None if args.skip_tokenizer_init else load_tokenizer(source)
         logger.info(
@@ -212,7 +218,8 @@ class LLMEngine:
         self.eos_token_id, self._generation_config = self._eos_config()
 
         if weights is None:
-            self.model_runner = ModelRunner(
+            assert self.model is not None  # one rank: loaded above, in this process
+            self.model_runner: Executor = ModelRunner(
                 self.model,
                 self.device,
                 block_size=args.block_size,
@@ -260,7 +267,8 @@ class LLMEngine:
         self.stats = EngineStats(num_gpu_blocks=self.num_gpu_blocks, block_size=args.block_size)
         self._records: dict[str, _RequestRecord] = {}
         # Async scheduling: the step launched on the GPU and not yet collected.
-        self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
+        # (The pending handle is the runner's or the executor's own: see executor.abstract.)
+        self._in_flight: tuple[SchedulerOutput, Any] | None = None
         # The scheduler's per-request outputs of the last step (see _update_from_output).
         self.last_core_outputs: list[Any] = []
 
@@ -320,8 +328,10 @@ class LLMEngine:
     def _eos_config(self) -> tuple[int | None, dict[str, Any]]:
         config_eos = getattr(self.hf_config, "eos_token_id", None)
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
-        if eos is None:
-            eos = config_eos[0] if isinstance(config_eos, list) and config_eos else config_eos
+        if eos is None and isinstance(config_eos, list):
+            eos = config_eos[0] if config_eos else None
+        elif eos is None:
+            eos = config_eos
         return eos, {"eos_token_id": config_eos}
 
     def _initialize_kv_cache(self) -> int:
@@ -404,11 +414,14 @@ class LLMEngine:
         return self.tokenizer
 
     def _tokenize(self, prompt: PromptType | list[int]) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-            return None, [int(t) for t in prompt["prompt_token_ids"]]
-        if isinstance(prompt, list | tuple):
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" in prompt:
+                return None, [int(t) for t in prompt["prompt_token_ids"]]
+            text = prompt["prompt"]
+        elif isinstance(prompt, list | tuple):
             return None, [int(t) for t in prompt]
-        text = prompt["prompt"] if isinstance(prompt, dict) else prompt
+        else:
+            text = prompt
         if not isinstance(text, str):
             raise TypeError(
                 f"a prompt is a str, a {{'prompt_token_ids': [...]}} dict, not {prompt!r}"

@@ -47,7 +47,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.multiprocessing
@@ -273,7 +273,8 @@ class MultiprocExecutor:
         for rank in ranks:
             if (seq, rank) in self._stash:
                 results[rank] = self._stash.pop((seq, rank))
-        by_conn = {w.responses: w for w in self.workers}
+        # Keyed by object: `wait` hands back whichever of its waitables are ready, untyped.
+        by_conn: dict[object, _WorkerHandle] = {w.responses: w for w in self.workers}
         by_sentinel = {w.proc.sentinel: w for w in self.workers}
         while len(results) < len(ranks):
             remaining = deadline - time.monotonic()
@@ -301,13 +302,13 @@ class MultiprocExecutor:
 
     # ------------------------------------------------------------------ faults
 
-    def _fail(self, message: str, ranks: Sequence[int]) -> None:
+    def _fail(self, message: str, ranks: Sequence[int]) -> NoReturn:
         self.is_failed = True
         logger.error("%s", message)
         self.shutdown()
         raise WorkerFailedError(message, ranks)
 
-    def _fail_death(self, worker: _WorkerHandle, method: str) -> None:
+    def _fail_death(self, worker: _WorkerHandle, method: str) -> NoReturn:
         worker.proc.join(timeout=1.0)
         code = worker.proc.exitcode
         self._fail(
@@ -316,7 +317,7 @@ class MultiprocExecutor:
             [worker.rank],
         )
 
-    def _fail_error(self, worker: _WorkerHandle, method: str, error: str) -> None:
+    def _fail_error(self, worker: _WorkerHandle, method: str, error: str) -> NoReturn:
         """A rank raised. A peer's death makes the others' collectives fail too, so look for a
         dead rank first: that one is the cause, the errors are its consequence."""
         sentinels = {w.proc.sentinel: w for w in self.workers}
@@ -326,7 +327,7 @@ class MultiprocExecutor:
         message = f"tensor-parallel worker rank {worker.rank} failed in {method}:\n{error}"
         self._fail(message, [worker.rank])
 
-    def _fail_hang(self, seq: int, method: str, unanswered: list[int]) -> None:
+    def _fail_hang(self, seq: int, method: str, unanswered: list[int]) -> NoReturn:
         progress = self._progress
         never = [r for r in range(self.world_size) if progress[2 * r] < seq]
         stuck = [r for r in range(self.world_size) if progress[2 * r] >= seq > progress[2 * r + 1]]

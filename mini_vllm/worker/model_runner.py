@@ -24,6 +24,7 @@ from mini_vllm.logprobs import LogprobsLists, LogprobsTensors
 from mini_vllm.model.attention import AttentionMetadata
 from mini_vllm.sample.sampler import Sampler, SamplerOutput, SamplingMetadata
 from mini_vllm.worker import kv_sizing
+from mini_vllm.worker.cuda_graphs import CudaGraphManager
 from mini_vllm.worker.input_batch import InputBatch
 from mini_vllm.worker.model_inputs import ModelInputs
 
@@ -145,9 +146,7 @@ class ModelRunner:
         self.kv_cache: torch.Tensor | None = None
         self.kv_caches: list[torch.Tensor] = []
         self.num_gpu_blocks = 0
-        self.cudagraph_batch_sizes: list[int] = []
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._graph_outputs: dict[int, torch.Tensor] = {}
+        self.cuda_graphs: CudaGraphManager | None = None  # set by capture_model
 
     # ---------------------------------------------------------------- sizing and allocation
 
@@ -536,13 +535,10 @@ class ModelRunner:
         late: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Hidden states of each request's last token, ``[num_reqs, hidden_size]``."""
-        num_reqs = inputs.seq_lens.shape[0]
-        if (
-            self._graphs
-            and inputs.max_query_len == 1
-            and num_reqs <= self.cudagraph_batch_sizes[-1]
-        ):
-            return self._replay_cuda_graph(inputs, late)
+        if self.cuda_graphs is not None and self.cuda_graphs.can_replay(inputs):
+            return self.cuda_graphs.replay(
+                inputs, lambda input_ids: self._forward_late_tokens(input_ids, late)
+            )
         upload = self._upload
         attn_metadata = AttentionMetadata(
             slot_mapping=upload(inputs.slot_mapping),
@@ -611,9 +607,7 @@ class ModelRunner:
             all_greedy=False,
             all_random=not greedy.any(),
             top_p=None if (top_p >= 1.0).all() else torch.from_numpy(top_p).to(self.device),
-            top_k=None
-            if (top_k == vocab_size).all()
-            else torch.from_numpy(top_k).to(self.device),
+            top_k=None if (top_k == vocab_size).all() else torch.from_numpy(top_k).to(self.device),
             generators=generators,
             default_generator=self.generator,
             stop_token_masks=stop_token_masks,
@@ -625,108 +619,24 @@ class ModelRunner:
 
     @torch.inference_mode()
     def capture_model(self) -> None:
-        """Capture decode steps in CUDA graphs, one per padded batch size (upstream's name).
-
-        A decode step launches hundreds of small kernels whose launch cost exceeds their run
-        time at small batch sizes; a graph replays them all with one launch. Graphs freeze
-        shapes and addresses, so every input lives in a static buffer sized for the largest
-        batch, a batch is padded up to the next captured size (padding tokens write to slot -1,
-        i.e. nowhere, and read one token of the null block), and the block table is as wide as
-        ``max_model_len`` needs. Only decode-only batches replay graphs; anything else runs eagerly.
-        """
+        """Capture decode steps in CUDA graphs (upstream's name; ``cuda_graphs.py`` says how)."""
         if not self.use_cuda_graph or self.kv_cache is None:
             return
-        max_bs = min(self.max_num_seqs, 256)
-        sizes = sorted({s for s in [1, 2, 4, *range(8, max_bs + 1, 8)] if s <= max_bs} | {max_bs})
-        device = self.device
-        self._static = {
-            "input_ids": torch.zeros(max_bs, dtype=torch.long, device=device),
-            "positions": torch.zeros(max_bs, dtype=torch.long, device=device),
-            "slot_mapping": torch.full((max_bs,), -1, dtype=torch.long, device=device),
-            "block_tables": torch.zeros(
-                (max_bs, self.max_num_blocks_per_req), dtype=torch.int32, device=device
-            ),
-            "seq_lens": torch.ones(max_bs, dtype=torch.int32, device=device),
-            "query_start_loc": torch.arange(max_bs + 1, dtype=torch.int32, device=device),
-        }
-        # Pinned host twins of the static inputs: a step fills them, then copies them over
-        # asynchronously (a copy from pageable memory would block the host on each of them).
-        self._staging = {
-            name: torch.zeros_like(t, device="cpu").pin_memory() for name, t in self._static.items()
-        }
-        # numpy views of the same memory: filling them costs a fraction of torch's per-op
-        # dispatch, and the launch path fills five of them per step.
-        self._staging_np = {name: t.numpy() for name, t in self._staging.items()}
-        self._staging_free = torch.cuda.Event()
-        pool = torch.cuda.graph_pool_handle()
-        try:
-            for bs in reversed(sizes):
-                metadata = self._graph_metadata(bs)
-                static = self._static
-                for _ in range(2):  # warm up: Triton autotuning and lazy inits stay outside
-                    self.model(
-                        static["input_ids"][:bs], static["positions"][:bs], self.kv_caches, metadata
-                    )
-                torch.cuda.synchronize(device)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    out = self.model(
-                        static["input_ids"][:bs],
-                        static["positions"][:bs],
-                        self.kv_caches,
-                        metadata,
-                    )
-                self._graphs[bs] = graph
-                self._graph_outputs[bs] = out
-        except Exception as exc:  # never let an optimisation take the engine down
-            logger.warning("CUDA graph capture failed (%s); running decode eagerly", exc)
-            self._graphs.clear()
-            self._graph_outputs.clear()
-            return
-        self.cudagraph_batch_sizes = sizes
-        logger.info("captured CUDA graphs for decode batch sizes %s", sizes)
-
-    def _graph_metadata(self, bs: int) -> AttentionMetadata:
-        static = self._static
-        return AttentionMetadata(
-            slot_mapping=static["slot_mapping"][:bs],
-            block_tables=static["block_tables"][:bs],
-            query_start_loc=static["query_start_loc"][: bs + 1],
-            seq_lens=static["seq_lens"][:bs],
-            max_query_len=1,
-            max_seq_len=self.max_model_len,
-            use_triton=True,
+        graphs = CudaGraphManager(
+            self.model,
+            self.kv_caches,
+            self.device,
+            max_batch_size=min(self.max_num_seqs, 256),
+            max_num_blocks_per_req=self.max_num_blocks_per_req,
+            max_model_len=self.max_model_len,
         )
+        if graphs.capture():
+            self.cuda_graphs = graphs
 
-    def _replay_cuda_graph(
-        self,
-        inputs: ModelInputs,
-        late: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        num_reqs = inputs.seq_lens.shape[0]
-        bs = next(s for s in self.cudagraph_batch_sizes if s >= num_reqs)
-        width = inputs.block_tables.shape[1]
-        host = self._staging_np
-        self._staging_free.synchronize()  # the previous step's copies have left the buffers
-        # Padding rows embed token 0 at position 0 (any valid id: an id past the vocabulary
-        # would trip the embedding's bounds check), write nowhere (slot -1) and read one token
-        # of the null block. Table entries past a row's length are never read.
-        for name, value, pad in (
-            ("input_ids", inputs.input_ids, 0),
-            ("positions", inputs.positions, 0),
-            ("slot_mapping", inputs.slot_mapping, -1),
-            ("seq_lens", inputs.seq_lens, 1),
-        ):
-            host[name][:num_reqs] = value.numpy()
-            host[name][num_reqs:bs] = pad
-        host["block_tables"][:num_reqs, :width] = inputs.block_tables.numpy()
-        host["block_tables"][num_reqs:bs, 0] = 0
-        for name in ("input_ids", "positions", "slot_mapping", "seq_lens", "block_tables"):
-            self._static[name][:bs].copy_(self._staging[name][:bs], non_blocking=True)
-        self._staging_free.record()
-        self._forward_late_tokens(self._static["input_ids"], late)
-        self._graphs[bs].replay()
-        return self._graph_outputs[bs][:num_reqs]
+    @property
+    def cudagraph_batch_sizes(self) -> list[int]:
+        """The decode batch sizes captured in graphs (empty when none are)."""
+        return self.cuda_graphs.batch_sizes if self.cuda_graphs is not None else []
 
 
 # Upstream's name, for reading the two side by side.

@@ -126,6 +126,7 @@ class InputBatch:
         self.top_p[row] = params.top_p
         self.top_k[row] = params.top_k
         if params.sampling_type == SamplingType.RANDOM_SEED:
+            assert params.seed is not None  # what makes the type RANDOM_SEED
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed)
             self.generators[row] = generator

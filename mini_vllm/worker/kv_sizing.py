@@ -72,7 +72,9 @@ def kv_cache_dims(config: object) -> tuple[int, int, int]:
     return int(config.num_hidden_layers), num_kv_heads, head_dim  # type: ignore[attr-defined]
 
 
-def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+def bytes_per_token(
+    num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int | str
+) -> int:
     """KV cache bytes one token occupies across the whole model.
 
     Each layer stores one key and one value vector (the factor 2) per KV head. Query heads cost
@@ -84,7 +86,7 @@ def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_byt
 
 
 def bytes_per_block(
-    block_size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int
+    block_size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int | str
 ) -> int:
     """Bytes of one block across all layers: ``block_size`` tokens' worth.
 

@@ -394,7 +394,7 @@ class ModelRunner:
             sample_rows,
             late_rows,
             late_sources,
-            in_flight.sampled if late_rows else None,
+            in_flight.sampled if in_flight is not None and late_rows else None,
             num_known[complete] - batch.num_prompt_tokens[rows[complete]],
         )
 

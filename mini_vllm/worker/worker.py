@@ -123,7 +123,7 @@ class Worker:
             "rank": self.rank,
             "pid": os.getpid(),
             "device": str(self.device),
-            "num_heads": model.model.layers[0].self_attn.num_heads,
+            "num_heads": model.num_heads,
             "num_kv_heads": model.num_kv_heads,
             "kv_cache_block_bytes": self.runner.kv_cache_block_bytes,
             "dtype": str(self.runner.dtype).removeprefix("torch."),

@@ -45,7 +45,13 @@ if str(REPO) not in sys.path:
 
 from engine_measure import resolve_device, torch_setup  # noqa: E402  (same directory)
 from engine_systems import _drive  # noqa: E402
-from engine_workload import RANDOM_MODELS, SCALES, make_workload, stage_prepare  # noqa: E402
+from engine_workload import (  # noqa: E402
+    RANDOM_MODELS,
+    SCALES,
+    fill_decode_batch,
+    make_workload,
+    stage_prepare,
+)
 
 
 def is_collective(kernel: str) -> bool:
@@ -73,7 +79,7 @@ def profile_steps(engine: Any, num_steps: int) -> list[dict[str, tuple[int, floa
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
     """One configuration, in this process: the offline workload, then the decode-step profile."""
     device = resolve_device(args.device)
-    torch = torch_setup(device, 1)
+    torch_setup(device, 1)
     from mini_vllm.llm import LLM
     from mini_vllm.sampling_params import SamplingParams
 
@@ -103,13 +109,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     offline = _drive(engine, requests, [0.0] * len(requests), float("inf"))
     engine.kv_cache_manager.reset_prefix_cache()
 
-    gen = torch.Generator().manual_seed(0)
-    params = SamplingParams(temperature=0.0, max_tokens=10**6, ignore_eos=True)
-    for i in range(args.batch):
-        prompt = torch.randint(vocab, (args.context,), generator=gen).tolist()
-        engine.add_request(f"r{i}", {"prompt_token_ids": prompt}, params)
-    while sched.waiting or any(r.num_output_tokens == 0 for r in sched.running):
-        engine.step()
+    fill_decode_batch(engine, args.batch, args.context)
     for _ in range(args.warmup):
         engine.step()
     periods = []

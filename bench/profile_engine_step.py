@@ -40,6 +40,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import bench_engine  # noqa: E402  (same directory)
+from engine_workload import fill_decode_batch  # noqa: E402
 
 
 class PhaseTimer:
@@ -113,13 +114,9 @@ def main(argv: list[str] | None = None) -> int:
 
     sched = engine.scheduler
     vocab = engine.hf_config.vocab_size
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
     params = SamplingParams(temperature=0.0, max_tokens=10**6, ignore_eos=True)
-    for i in range(args.batch):
-        prompt = torch.randint(vocab, (args.context,), generator=gen).tolist()
-        engine.add_request(f"r{i}", {"prompt_token_ids": prompt}, params)
-    while sched.waiting or any(r.num_output_tokens == 0 for r in sched.running):
-        engine.step()
+    fill_decode_batch(engine, args.batch, args.context)
     for _ in range(5):  # warm
         engine.step()
 

@@ -572,6 +572,13 @@ def main() -> None:
         "--targets", action="store_true", help="only the 54 configurations the targets cover"
     )
     ap.add_argument("--sweep", action="store_true", help="tuning grid for the kernel, then exit")
+    ap.add_argument(
+        "--sweep-case",
+        action="append",
+        default=[],
+        metavar="BATCH,CONTEXT,HEADS,KV_HEADS,BLOCK",
+        help="with --sweep: tune this configuration instead of the default ones (repeatable)",
+    )
     ap.add_argument("--smoke", action="store_true", help="a tiny grid, on CPU if there is no GPU")
     ap.add_argument("--no-flex", dest="flex", action="store_false", help="skip FlexAttention")
     ap.add_argument("--time-budget", type=float, default=480.0, help="seconds before flex stops")
@@ -608,7 +615,8 @@ def main() -> None:
         run_sweep(pool, timer, gen, opts.time_budget, [smoke_case], [(16, 4, 2)], (1, 2))
         return
     if opts.sweep:
-        run_sweep(pool, timer, gen, opts.time_budget)
+        cases = [Case(*map(int, c.split(","))) for c in opts.sweep_case] or SWEEP_CASES
+        run_sweep(pool, timer, gen, opts.time_budget, cases)
         return
 
     rows: list[dict] = []

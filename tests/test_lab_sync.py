@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import ast
 import inspect
+from pathlib import Path
 
 import pytest
 
-from grading.labs import available_labs
+from grading.labs import REPO_ROOT, available_labs
 from grading.stubs import expected_stubs
 from grading.sync import solution_drift
 
@@ -62,3 +63,38 @@ def test_every_task_names_a_function_of_the_solution(lab):
         stub = (lab.stub_dir / filename).read_text()
         for qualname in tasks:
             assert f'"{lab.id}: {qualname} — ' in stub, f"{qualname} is not stubbed"
+
+
+# What a learner reads in labs/ and solutions/ speaks to the learner: the tooling that keeps the
+# copies in step is the maintainers' business (docs/dev/authoring-labs.md), and a header that
+# names it is copied into every stub. The READMEs may name ``solutions/`` (grading the reference
+# with ``--impl solutions/...`` is a learner's command); the code files may not.
+_MAINTAINER_WORDS = ("test_lab_sync", "grading sync", "grading stubs")
+
+
+def _learner_files() -> list[Path]:
+    return sorted(
+        path
+        for folder in ("labs", "solutions")
+        for path in (REPO_ROOT / folder).rglob("*")
+        if path.is_file()
+        and path.suffix in {".py", ".md"}
+        and "__pycache__" not in path.parts
+        and ".bak-" not in path.name
+    )
+
+
+def test_learner_facing_files_do_not_mention_maintainer_tooling():
+    files = _learner_files()
+    assert any(path.name == "block_pool.py" for path in files), "no lab files found"
+    offences = []
+    for path in files:
+        text = path.read_text()
+        words = [word for word in _MAINTAINER_WORDS if word in text]
+        if path.suffix == ".py" and "solutions/" in text:
+            words.append("solutions/")
+        offences += [f"{path.relative_to(REPO_ROOT)}: {word!r}" for word in words]
+    assert not offences, (
+        "learner-facing files name maintainer tooling (write to the learner: what the file is, "
+        "what they write, how it is judged):\n" + "\n".join(offences)
+    )

@@ -1,15 +1,21 @@
 # lab-01: write the functions below that raise NotImplementedError.
 # Grade your work: make lab-01   Guide: labs/lab-01-block-allocator/README.md
-"""The KV-cache block allocator: block metadata, the free queue and the block pool.
+"""The KV-cache block allocator, the free-block queue and the block pool: the file of lab-01.
 
-The file of lab-01, shared with lab-05: allocation (``FreeKVCacheBlockQueue``,
-``BlockPool.get_new_blocks`` / ``free_blocks``) is lab-01, prefix caching
-(``hash_block_tokens``, ``BlockHashToBlockMap``, ``BlockPool.cache_full_blocks`` / ``touch`` /
-eviction) is lab-05. In ``labs/`` the methods of lab-01 raise ``NotImplementedError`` and those
-of lab-05 are given, complete; in ``solutions/`` every class and function is a copy of the
-reference, kept identical by ``tests/test_lab_sync.py``. The reference keeps these in two
-modules, ``mini_vllm/core/kv_cache_utils.py`` and ``mini_vllm/core/block_pool.py``, like vLLM;
-the lab gathers them in one file so that you edit one file.
+You write the free-block queue (every method of ``FreeKVCacheBlockQueue`` but the given
+``_unlink_after``) and the allocating half of ``BlockPool``: ``__init__``, ``get_new_blocks``,
+``free_blocks``, ``get_num_free_blocks`` and ``get_usage``. ``KVCacheBlock`` is given (read it
+first), and so is everything about prefix caching (``hash_block_tokens``, ``BlockHashToBlockMap``,
+``cache_full_blocks``, ``touch``, eviction): that is lab-05, which works on this same file. The
+engine keeps these classes in two modules, ``mini_vllm/core/kv_cache_utils.py`` and
+``mini_vllm/core/block_pool.py``, as vLLM does; here they share one file so that you edit one file.
+
+The grader checks the ownership and queue invariants (I1, I2) by reading your objects' attributes,
+never through your own methods, so keep upstream's names (``prev_free_block``, ``next_free_block``,
+``ref_cnt``, ``free_block_queue``, ...); it also checks that a reused block loses its old hash, the
+eviction order, the misuse errors and that every operation costs O(1) per block. Every pool test
+builds a pool, so until the queue and ``BlockPool.__init__`` work those tests report NOT STARTED:
+write the queue first, and use ``get_all_free_blocks`` to look at it while you debug.
 """
 
 from __future__ import annotations

@@ -1,17 +1,18 @@
 # lab-03: write the functions below that raise NotImplementedError.
 # Grade your work: make lab-03   Guide: labs/lab-03-kv-cache-sizing/README.md
-"""How many KV cache blocks fit in memory: the arithmetic behind vLLM's startup log line.
+"""How many KV-cache blocks fit in memory, the arithmetic of vLLM's startup log: the file of lab-03.
 
-The file of lab-03. In ``solutions/`` every function is a copy of the reference,
-``mini_vllm/worker/kv_sizing.py``, kept identical by ``tests/test_lab_sync.py``; in ``labs/``
-the formulas raise ``NotImplementedError`` and the helper ``_check_positive`` is given
-(``cdiv``, ceiling division, is the engine's own, from ``mini_vllm.utils.math_utils``).
+You write the nine formulas, from ``dtype_size`` to ``max_concurrency``; ``DTYPE_SIZES``, the helper
+``_check_positive`` and ``cdiv`` (ceiling division, imported from the engine's
+``mini_vllm.utils.math_utils``) are given. Every function takes plain integers (a dtype may be named
+by a string) and returns integers, except ``max_concurrency``, a float as vLLM logs it. Keep the
+signatures: the engine calls the same functions, from ``mini_vllm/worker/kv_sizing.py``, and with
+``--chain`` later labs run the engine on yours.
 
-Every function takes plain integers (a dtype may be named by a string) and returns integers,
-except ``max_concurrency``, a float as upstream logs it. Bytes stay bytes until the very end:
-rounding to MiB or GiB early is how sizing bugs of a few blocks are born. The file needs nothing
-but the standard library (and ``cdiv``), so the formulas can be graded on any laptop; the engine
-that uses them (``LLMEngine._initialize_kv_cache``) is checked against them in the same suite.
+The grader checks your formulas to the byte on the published configs of real models, then starts the
+engine on a tiny random Llama and checks that it chose the block count your functions predict (with
+a GPU, one more test does the same from the memory the engine measured). Keep bytes in bytes until
+the very end: rounding to MiB or GiB early is how sizing bugs of a few blocks are born.
 """
 
 from __future__ import annotations

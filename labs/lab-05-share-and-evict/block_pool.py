@@ -1,15 +1,20 @@
 # lab-05: write the functions below that raise NotImplementedError.
 # Grade your work: make lab-05   Guide: labs/lab-05-share-and-evict/README.md
-"""The KV-cache block allocator: block metadata, the free queue and the block pool.
+"""Prefix caching in the block pool, shared blocks and the eviction order: the file of lab-05.
 
-The file of lab-05, shared with lab-01: allocation (``FreeKVCacheBlockQueue``,
-``BlockPool.get_new_blocks`` / ``free_blocks``) is lab-01, prefix caching
-(``hash_block_tokens``, ``BlockHashToBlockMap``, ``BlockPool.cache_full_blocks`` / ``touch`` /
-eviction) is lab-05. In ``labs/`` the methods of lab-05 raise ``NotImplementedError`` and those
-of lab-01 are given, complete; in ``solutions/`` every class and function is a copy of the
-reference, kept identical by ``tests/test_lab_sync.py``. The reference keeps these in two
-modules, ``mini_vllm/core/kv_cache_utils.py`` and ``mini_vllm/core/block_pool.py``, like vLLM;
-the lab gathers them in one file so that you edit one file.
+You write ``hash_block_tokens`` (a chained hash: the first block chains from ``NONE_HASH``), the
+three methods of ``BlockHashToBlockMap`` (``get_one_block``, ``insert``, ``pop``) and the caching
+half of ``BlockPool``: ``_maybe_evict_cached_block``, ``cache_full_blocks``, ``get_cached_block``,
+``touch``, ``evict_blocks`` and ``reset_prefix_cache``. The allocator of lab-01 (``KVCacheBlock``,
+``FreeKVCacheBlockQueue``, ``BlockPool.__init__``, ``get_new_blocks``, ``free_blocks``, ...) is
+given, complete, so this lab does not depend on yours. The engine keeps these classes in two
+modules, ``mini_vllm/core/kv_cache_utils.py`` and ``mini_vllm/core/block_pool.py``, as vLLM does;
+here they share one file so that you edit one file.
+
+The grader checks the cache-map and eviction invariants (I3, I4), the LRU and tail-first eviction
+order, the revival of a free block in O(1), and runs random shared-prefix workloads against an exact
+model. Write ``_maybe_evict_cached_block`` early: the given ``get_new_blocks`` calls it, so until it
+works most tests report NOT STARTED naming it.
 """
 
 from __future__ import annotations

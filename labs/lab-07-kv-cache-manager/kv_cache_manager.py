@@ -1,19 +1,22 @@
 # lab-07: write the functions below that raise NotImplementedError.
 # Grade your work: make lab-07   Guide: labs/lab-07-kv-cache-manager/README.md
-"""The KV cache manager: the scheduler's interface to the paged KV cache.
+"""The KV cache manager, the scheduler's interface to the paged KV cache: the file of lab-07.
 
-The file of lab-07. ``KVCacheManager`` knows requests (which blocks each one holds, how many of
-them are already published in the prefix cache, how many more a step needs); the block pool
-underneath knows blocks (reference counts, the free queue, the hash -> block map). Upstream
-spreads this over three layers, ``KVCacheManager`` -> ``KVCacheCoordinator`` ->
-``FullAttentionManager``; with one KV cache group the middle one has nothing to coordinate, so the
-reference folds them into one class and keeps upstream's method names
-(``find_longest_cache_hit``, ``get_num_blocks_to_allocate``, ``allocate_new_computed_blocks``,
-``allocate_new_blocks``, ``cache_blocks``).
+``KVCacheManager`` knows requests (which blocks each holds, how many of them are already published
+in the prefix cache, how many more a step needs); the ``BlockPool`` underneath knows blocks. You
+write eleven of its methods: ``usage``, ``get_block_ids``, ``find_longest_cache_hit``,
+``get_computed_blocks``, ``make_prefix_cache_stats``, ``allocate_slots`` with its four helpers
+(``get_num_blocks_to_allocate``, ``allocate_new_computed_blocks``, ``allocate_new_blocks``,
+``cache_blocks``) and ``free``. The rest is given (read ``__init__`` first). vLLM spreads this over
+three classes (``KVCacheManager``, ``KVCacheCoordinator``, ``FullAttentionManager``); with one KV
+cache group the middle one has nothing to coordinate, so here they are one class that keeps
+upstream's method names.
 
-The pool is imported from ``mini_vllm.core.block_pool``, so ``--chain`` runs this file on your
-own lab-01/lab-05 ``BlockPool``. Every class and function here is kept identical to
-``mini_vllm/core/kv_cache_manager.py`` by ``tests/test_lab_sync.py``.
+The grader reads your manager's attributes (``req_to_blocks``, ``num_cached_block``, the pool's
+reference counts, hashes and free queue) rather than trusting its methods, and runs a random
+workload checked after every step. The pool is imported from ``mini_vllm.core.block_pool``: the
+engine's, or with ``--chain`` your own lab-01/lab-05 ``BlockPool``. ``allocate_slots`` is all or
+nothing: count first, and return ``None`` before changing anything.
 """
 
 from __future__ import annotations

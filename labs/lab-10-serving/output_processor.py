@@ -1,38 +1,29 @@
 # lab-10: write the functions below that raise NotImplementedError.
 # Grade your work: make lab-10   Guide: labs/lab-10-serving/README.md
-"""The output processor: incremental detokenization, stop strings, finish reasons and aborts.
+"""The output processor, incremental detokenization, stop strings and aborts: the file of lab-10.
 
-The file of lab-10. The engine core sends token ids; a client wants text. This file is the
-front-end's half of serving: ``IncrementalDetokenizer`` turns each request's growing list of
-token ids into text deltas that stay correct when a character is split across tokens, and finds
-stop strings that span tokens (``check_stop_strings``); ``OutputProcessor`` runs one
-detokenizer per request, decides each request's finish reason, tells the caller which requests
-the core must abort (``reqs_to_abort``) and forgets every request exactly once.
+The engine core sends token ids; a client wants text. ``IncrementalDetokenizer`` turns a request's
+growing list of token ids into text deltas that stay correct when a character is split across
+tokens, and ``check_stop_strings`` finds stop strings that span tokens; ``OutputProcessor`` runs one
+detokenizer per request, decides its finish reason, tells the caller which requests the core must
+abort (``reqs_to_abort``) and forgets every request exactly once. You write ``_decode_next``,
+``update``, ``flush``, ``get_next_output_text``, ``check_stop_strings``, ``abort_requests`` and
+``process_outputs``; the rest is given (read ``IncrementalDetokenizer.__init__`` first). The engine
+keeps these in two modules, ``mini_vllm/engine/detokenizer.py`` and
+``mini_vllm/engine/output_processor.py``, as vLLM does; here they share one file so that you edit
+one file.
 
-``OutputProcessor.process_outputs`` works in four stages, one ``EngineCoreOutput`` at a time:
-
-1. the request's new token ids go through its ``IncrementalDetokenizer``;
-2. a stop *string* found in the new text finishes the request here, with finish reason
-   ``stop`` and the string as ``stop_reason``; the core has not seen it, so unless the core
-   finished the request in the same step its id goes into ``reqs_to_abort`` and the caller
-   sends the core an abort (which frees the blocks);
-3. a ``RequestOutput`` (a delta when streaming, the whole text so far otherwise) is put on the
-   request's queue, where the HTTP handler awaits it;
-4. a finished request is dropped from ``request_states``, and with ``iteration_stats`` the
-   timing of its tokens is recorded for the metrics (``_update_stats`` for an output with
-   tokens, before stage 1; ``_record_finished`` once it is dropped).
-
-Bookkeeping rule: a request id lives in ``request_states`` from ``add_request`` until exactly one
-of (the core finished it, a stop string finished it, the client aborted it). ``abort_requests``
-and ``process_outputs`` both tolerate ids already gone, because a step's outputs may still be on
-the wire when an abort crosses them.
-
-In ``labs/`` the methods of the lab raise ``NotImplementedError``; in ``solutions/`` every class
-and function is a copy of the reference, kept identical by ``tests/test_lab_sync.py``. The
-reference keeps these in two modules, ``mini_vllm/engine/detokenizer.py`` and
-``mini_vllm/engine/output_processor.py``, like vLLM (``vllm/v1/engine/detokenizer.py``,
-``vllm/v1/engine/output_processor.py``); the lab gathers them in one file so that you edit one
-file.
+``process_outputs`` works in four stages, one ``EngineCoreOutput`` at a time: (1) the request's new
+token ids go through its detokenizer; (2) a stop string found in the new text finishes the request
+here, with finish reason ``stop`` and the string as ``stop_reason``, and unless the core finished it
+in the same step its id goes into ``reqs_to_abort``; then its logprob rows go to its
+``LogprobsProcessor``; (3) a ``RequestOutput`` (a delta when streaming, the whole text so far
+otherwise) is put on the request's queue; (4) a finished request is dropped from ``request_states``
+(with ``iteration_stats``, ``_update_stats`` and ``_record_finished`` record the timing of its
+tokens for the metrics). ``abort_requests`` and ``process_outputs`` both tolerate ids already gone:
+a step's outputs may still be on the wire when an abort crosses them. The grader's oracle is a toy
+tokenizer's decode of the whole sequence: however the tokens are cut into steps, your deltas must
+add up to it.
 """
 
 from __future__ import annotations

@@ -1,20 +1,24 @@
 # lab-11: write the functions below that raise NotImplementedError.
 # Grade your work: make lab-11   Guide: labs/lab-11-tensor-parallel/README.md
-"""The arithmetic of tensor parallelism: who holds which heads, rows and columns, and how much KV.
+"""Tensor parallelism's arithmetic, which rank holds which heads, rows and KV: the file of lab-11.
 
-The file of lab-11. Every rule a rank needs to find its slice of a Llama-family model is one
-small pure function here: the even share of a dimension (``divide``, ``shard_range``), the query
-and KV heads per rank and the replication of KV heads when there are fewer of them than ranks
-(``num_kv_heads_per_rank``, ``num_kv_head_replicas``, ``kv_head_range``), the padded
-vocabulary and its ranges (``pad_vocab_size``, ``vocab_range``), the check that refuses a
-``tensor_parallel_size`` the model cannot be split by (``check_tensor_parallel_size``), a
-rank's slice of a weight (``shard_tensor``, ``shard_qkv_weight``), and what one KV block costs
-a rank and how many blocks every rank gets (``bytes_per_block_per_rank``,
-``num_gpu_blocks_across_ranks``).
+Every rule a rank needs to find its slice of a Llama-family model is one small pure function, and
+you write all thirteen: the even share of a dimension (``divide``, ``shard_range``), query and KV
+heads per rank and the replication of KV heads when there are fewer of them than ranks
+(``num_heads_per_rank``, ``num_kv_heads_per_rank``, ``num_kv_head_replicas``, ``kv_head_range``),
+the padded vocabulary (``pad_vocab_size``, ``vocab_range``), the check that refuses a
+``tensor_parallel_size`` the model cannot be split by (``check_tensor_parallel_size``), a rank's
+slice of a weight (``shard_tensor``, ``shard_qkv_weight``), and KV blocks per rank
+(``bytes_per_block_per_rank``, ``num_gpu_blocks_across_ranks``). Given: ``TPShapes``,
+``_check_rank``, ``_check_positive``, ``DEFAULT_VOCAB_PADDING_SIZE`` and lab-03's
+``bytes_per_block`` (imported from the engine).
 
-Given: ``TPShapes``, ``_check_rank``, ``_check_positive`` and lab-03's ``bytes_per_block``
-(imported). Every function here is kept identical to ``mini_vllm/distributed/sharding.py`` and
-``mini_vllm/worker/kv_sizing.py`` by ``tests/test_lab_sync.py``.
+The engine's parallel layers, workers and KV sizing call the same functions
+(``mini_vllm/distributed/sharding.py``; the last two live in ``mini_vllm/worker/kv_sizing.py``), so
+a wrong rule does not crash it: it attends to the wrong KV head or hands out block ids a rank cannot
+hold. The grader checks each rule over random shapes, cuts real tensors and reassembles your shards
+(views, not copies), and expects every refusal to be a ``ValueError`` that names the numbers. Write
+them in order: each builds on the ones before.
 """
 
 from __future__ import annotations

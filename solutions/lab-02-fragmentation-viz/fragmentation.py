@@ -1,9 +1,15 @@
-"""Contiguous versus paged KV-cache allocation, simulated step by step over a request trace.
+"""Contiguous versus paged KV-cache allocation, replayed over a request trace: the file of lab-02.
 
-lab-02. The model (what a request holds at each step, the order of events within a step, what
-each metric divides by) is in ``labs/lab-02-fragmentation-viz/README.md``, with a worked example
-to check your numbers against by hand. The solution's classes and functions are kept identical
-to the course's reference engine (``mini_vllm``) by ``tests/test_lab_sync.py``.
+You write ``ensure`` and ``free`` of both allocators (``ContiguousAllocator``: first fit, reserving
+``max_len`` slots, and coalescing on free; ``PagedAllocator``: whole blocks, all or nothing, with
+its ``tokens_to_hold``), ``split_held``, the simulation loop ``simulate`` and ``summarize``. The
+dataclasses, the constructors, ``held`` / ``num_free_tokens`` / ``largest_free_range``,
+``_validate`` and ``compare`` are given. The model the grader holds you to (what a request holds at
+each step, the order of events within a step, what each metric divides by) is in this lab's
+``README.md``, with a worked example to check your numbers against by hand.
+
+The grader checks the allocators on their own first, then whole simulations step by step, then the
+report's ratios and counts, so do the tasks in that order. The file needs only the standard library.
 """
 
 from __future__ import annotations

@@ -1,28 +1,21 @@
-"""Paged attention in Triton: the cache-write kernel and the split-K GQA decode kernel.
+"""Paged attention in Triton, the cache write and a split-K GQA decode kernel: the file of lab-04.
 
-The file of lab-04. In ``solutions/`` every function is a copy of the reference,
-``mini_vllm/attention/triton_paged_attention.py``, kept identical by ``tests/test_lab_sync.py``; in
-``labs/`` the three ``@triton.jit`` kernels raise ``NotImplementedError`` and everything else (the
-Python launchers that check shapes, pick the grid and the split count, and call the kernels) is
-given. Keep the kernels' names and parameters: the launchers pass arguments by position.
+You write the three ``@triton.jit`` kernels: ``_reshape_and_cache_kernel`` (one program per new
+token copies its K and V rows to its slot; a negative slot is padding and writes nothing),
+``_paged_decode_kernel`` (one program per sequence, KV head and split serves every query head of the
+group, so each K/V tile is loaded once; it walks tiles of ``BLOCK_N`` tokens through the block table
+with an online softmax in float32, base 2) and ``_merge_splits_kernel`` (combines the splits'
+partial outputs by their log-sum-exp). Everything else is given. Read the launchers
+``reshape_and_cache`` and ``paged_attention_decode`` first: they check shapes, choose the grid and
+the number of splits, and show exactly what each kernel receives. Keep the kernels' names and
+parameter lists: the launchers pass arguments by position, constexprs by name. Prefill and
+``compute_slot_mapping`` come from the torch path
+(``mini_vllm/attention/torch_paged_attention.py``).
 
-``reshape_and_cache``
-    One program per new token scatters its K and V rows to the token's slot (upstream's
-    ``reshape_and_cache_flash``); a negative slot is padding and writes nothing.
-
-``paged_attention_decode``
-    One query token per sequence against its cached tokens, read through its block table. It
-    is a bandwidth problem, and three decisions follow: one program per (sequence, KV head,
-    split) serves every query head of that KV head, so each K/V tile is loaded once (GQA); long
-    sequences are cut into ``num_splits`` ranges whose partial results a second kernel merges
-    with their log-sum-exp (split-K, vLLM's ``paged_attention_v2`` idea); the loop walks tiles of
-    ``BLOCK_N`` tokens and maps each token to ``block_table[t // block_size]``, so any
-    power-of-two block size works. The softmax is the online one, float32, base 2.
-
-Prefill on the GPU and :func:`compute_slot_mapping` come from the torch path
-(:mod:`mini_vllm.attention.torch_paged_attention`). Without a GPU, set ``TRITON_INTERPRET=1``
-before importing this module and the kernels run on CPU tensors in Triton's interpreter (the
-grader does this for you).
+Without a GPU the grader runs your kernels in Triton's interpreter on CPU tensors (set
+``TRITON_INTERPRET=1`` before importing this module to do the same yourself); with one it compiles
+them and adds tests at real shapes. A kernel that still contains ``raise NotImplementedError`` is
+reported NOT STARTED without being run: delete that line when you start a kernel.
 """
 
 from __future__ import annotations

@@ -1,33 +1,18 @@
-"""Paged attention in numpy: write the KV cache through slots, read it through block tables.
+"""Paged attention in numpy, writing through slots and reading through tables: the file of lab-06.
 
-The file of lab-06. In ``solutions/`` every function is a copy of the reference,
-``mini_vllm/teaching/paged_attention_numpy.py``, kept identical by ``tests/test_lab_sync.py``; in
-``labs/`` the eight functions you write raise ``NotImplementedError`` and the rest (the
-validation helpers and ``dense_attention``) is given.
+You write eight functions: ``compute_slot_mapping``, ``reshape_and_cache`` and ``_gather_sequence``
+(a slot is ``block_id * block_size + offset``), ``paged_attention_decode`` and
+``paged_attention_prefill``, and for part 3 decode split the way a GPU kernel splits it
+(``attend_split``, ``merge_splits``, ``paged_attention_decode_split_k``). ``dense_attention``, plain
+softmax attention over contiguous keys, is given with the validation helpers: read it first, since
+once your gather is right, decode and prefill are a call to it. With grouped-query attention, query
+head ``h`` reads KV head ``h // group``, where ``group = num_heads // num_kv_heads``. Each
+function's docstring gives its shapes (vLLM's flash layout).
 
-The cache is one pool of blocks, ``key_cache[num_blocks, block_size, num_kv_heads, head_dim]`` (and
-``value_cache`` alike), and a sequence's *block table* lists the physical blocks holding its
-logical blocks 0, 1, 2, ... Writing goes through *slots* (``block_id * block_size + offset``):
-``compute_slot_mapping`` turns positions into slots, ``reshape_and_cache`` scatters new K/V rows
-to them and skips padding (slot ``-1``). Reading goes the other way: ``_gather_sequence`` collects
-a sequence's first ``seq_len`` rows through its table, and ``paged_attention_decode`` /
-``paged_attention_prefill`` attend to them with ``dense_attention``, the plain softmax attention
-every paged path must equal (to 1e-12 in float64).
-
-Part 3 computes decode the way a GPU kernel spreads one long sequence over many programs
-(split-K, "flash-decoding", lab-04): ``attend_split`` attends to one piece of a sequence's keys
-and returns its output normalised by the piece's own softmax sum with the log-sum-exp of its
-scores; ``merge_splits`` combines the pieces exactly; ``paged_attention_decode_split_k`` does
-both for a batch.
-
-Shapes (vLLM's flash layout)::
-
-    key, value              [num_tokens, num_kv_heads, head_dim]
-    key_cache, value_cache  [num_blocks, block_size, num_kv_heads, head_dim]
-    query (decode), out     [num_seqs, num_heads, head_dim]
-    block_tables            [num_seqs, max_num_blocks_per_seq]   (entries past use: anything)
-
-Grouped-query attention: query head ``h`` reads KV head ``h // (num_heads // num_kv_heads)``.
+The grader compares every result with float64 attention over contiguous keys, to 1e-12: paging may
+move keys around, never change the answer. Padding is any negative slot, and skipping it is your
+job, since numpy happily writes ``cache[-1]``. Fancy indexing with the slots does the scatter and
+the gather without a loop per token.
 """
 
 from __future__ import annotations

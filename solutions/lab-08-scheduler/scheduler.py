@@ -1,16 +1,21 @@
-"""The scheduler: continuous batching under one token budget, chunked prefill, preemption.
+"""The scheduler, continuous batching with chunked prefill and preemption: the file of lab-08.
 
-The file of lab-08. Each step, ``Scheduler.schedule()`` hands out a budget of
-``max_num_batched_tokens`` tokens, running requests first and then waiting ones in arrival
-order, so that every request's ``num_computed_tokens`` catches up with its ``num_tokens``: a
-whole prompt, a chunk of one, or one decode token are all the same operation. When the KV cache
-manager cannot give a running request its slots, the last running request is preempted by
-recompute. ``update_from_output`` appends the sampled tokens and applies the stop rules of
-``check_stop``.
+Each step ``Scheduler.schedule()`` hands out a budget of ``max_num_batched_tokens`` tokens, running
+requests first and then waiting ones in queue order, so that every request's ``num_computed_tokens``
+catches up with its ``num_tokens``: a whole prompt, a chunk of one and one decode token are the same
+operation. When the KV cache manager cannot give a running request its slots, the lowest-priority
+running request (the last one, first come first served) is preempted by recompute.
+``update_from_output`` appends the sampled tokens and applies the stop rules of ``check_stop``. You
+write ``schedule``, ``update_from_output``, ``check_stop``, ``finish_requests`` and the helpers they
+call (``_update_request_with_output``, ``_free_request``, ``_update_after_schedule``,
+``_preempt_request``); the rest is given (read ``__init__`` first).
 
-The KV cache manager is imported from ``mini_vllm.core.kv_cache_manager``, so ``--chain`` runs
-this file on your own lab-07 ``KVCacheManager``. Every class and function here is kept identical
-to ``mini_vllm/core/sched/scheduler.py`` by ``tests/test_lab_sync.py``.
+The grader drives your scheduler with the simulator's fake model, whose output is known in advance:
+small traces, whole simulations step by step, random workloads on tiny pools. Only ``check_stop``
+scores on its own; every other test runs a whole step, so its row stays NOT STARTED until
+``schedule`` runs. The KV cache manager is imported from ``mini_vllm.core.kv_cache_manager``: the
+engine's, so when ``allocate_slots`` returns ``None`` it is right, or with ``--chain`` your own
+lab-07 manager.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def hash_block_tokens(
     chains from :data:`NONE_HASH`.
 
     Args:
-        hash_function: Maps any encodable value to bytes, e.g. :func:`sha256`.
+        hash_function: Maps ``(parent_hash, token_ids, extra_keys)`` to bytes, e.g. :func:`sha256`.
         parent_block_hash: Hash of the previous block, or ``None`` for the first block.
         curr_block_token_ids: The block's token ids; the block is assumed full.
         extra_keys: Anything else that changes the block's KV (adapter, salt, ...), or ``None``.

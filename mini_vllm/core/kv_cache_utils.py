@@ -20,8 +20,8 @@ Deliberate differences from upstream (each one makes misuse loud instead of sile
   upstream's generated ``__eq__`` compares fields and may walk the free list.
 * ``NONE_HASH`` is initialised at import time with :func:`sha256`, so the module is usable on its
   own; upstream leaves it unset until the engine calls ``init_none_hash``.
-* :func:`sha256` hashes our own canonical byte encoding (below) instead of pickle or CBOR, so block
-  hashes depend on neither the Python version nor an extra dependency.
+* :func:`sha256` hashes a fixed byte layout of the block (below) instead of a pickle or CBOR, so
+  block hashes depend on neither the Python version nor an extra dependency.
 * :func:`get_request_block_hasher` never adds extra keys: mini-vLLM has no multimodal inputs, LoRA
   adapters, cache salts or prompt embeddings, so a block's hash depends on its tokens and its
   parent only. :func:`hash_block_tokens` still accepts ``extra_keys`` so callers can add them.
@@ -77,85 +77,94 @@ def get_group_id(key: BlockHashWithGroupId) -> int:
 # Hashing
 # --------------------------------------------------------------------------------------------
 
-_INT64 = struct.Struct(">q")
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
+# The block header: tag b"t" (a tuple) and its 3 fields (parent hash, token ids, extra keys).
+_BLOCK_HEADER = b"t" + (3).to_bytes(8, "big")
 
 
-def _is_integer(value: object) -> bool:
-    # numpy integers are Integral but not int; bool is an int we want to keep distinct.
-    return type(value) is int or (
-        isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    )
+def _sized(tag: bytes, payload: bytes) -> bytes:
+    """``tag``, ``payload``'s length as 8 unsigned big-endian bytes, then ``payload``."""
+    return tag + len(payload).to_bytes(8, "big") + payload
 
 
-_INT_ONLY = frozenset({int})
+def _int64s(values: Sequence[int], what: str) -> bytes:
+    """``b"q"``, the count (8 bytes), then each value as 8 signed big-endian bytes."""
+    try:
+        return b"q" + len(values).to_bytes(8, "big") + struct.pack(f">{len(values)}q", *values)
+    except struct.error:
+        pass
+    for value in values:  # the slow path, only to say what is wrong
+        if not isinstance(value, numbers.Integral):
+            raise TypeError(f"{what} must be integers, got {type(value).__name__} {value!r}")
+    raise OverflowError(f"{what} must fit in 64 signed bits, got {list(values)!r}")
 
 
-def _all_integers(values: tuple[Any, ...] | list[Any]) -> bool:
-    # The hot path is a block of plain ints: collecting their types runs in C, without a Python
-    # call per token (the generator below costs ~1 µs per 16-token block, per block hashed).
-    return set(map(type, values)) <= _INT_ONLY or all(_is_integer(item) for item in values)
-
-
-def _encode(value: object, out: list[bytes]) -> None:
-    """Append the canonical encoding of ``value`` to ``out``.
-
-    Every encoding starts with a one-byte type tag and variable-size payloads carry their length,
-    so distinct values never share an encoding (``(1, 23)`` differs from ``(12, 3)``, ``True``
-    from ``1``, ``"a"`` from ``b"a"``). The chosen encoding depends only on the value: a sequence
-    whose items are all integers fitting in 64 bits is packed as one array (the hot path: every
-    block of token ids), any other sequence is encoded item by item.
-    """
-    if value is None:
-        out.append(b"N")
-    elif isinstance(value, bool):
-        out.append(b"T" if value else b"F")
-    # Containers, bytes and str are tested before the integers: no value is both, and the
-    # integer test is an ABC isinstance for anything but a plain int, the slowest test here
-    # (a block's hash would pay it twice: for the parent hash and for the token tuple).
-    elif isinstance(value, (tuple, list)):
-        header = len(value).to_bytes(8, "big")
-        if _all_integers(value):
-            try:
-                out.append(b"q" + header + struct.pack(f">{len(value)}q", *value))
-                return
-            except struct.error:
-                pass  # an item does not fit in 64 bits: fall back to item by item
-        out.append(b"t" + header)
-        for item in value:
-            _encode(item, out)
-    elif isinstance(value, (bytes, bytearray, memoryview)):
-        payload = bytes(value)
-        out.append(b"b" + len(payload).to_bytes(8, "big") + payload)
-    elif isinstance(value, str):
-        payload = value.encode("utf-8")
-        out.append(b"s" + len(payload).to_bytes(8, "big") + payload)
-    elif _is_integer(value):
-        number = int(value)  # type: ignore[call-overload]
-        if _INT64_MIN <= number <= _INT64_MAX:
-            out.append(b"i" + _INT64.pack(number))
+def _extra_keys(extra_keys: Sequence[str | int] | None) -> bytes:
+    """``b"N"`` for no keys; integers only as one int64 array; else each key with its tag."""
+    if extra_keys is None:
+        return b"N"
+    if not isinstance(extra_keys, tuple | list):
+        raise TypeError(f"extra_keys must be a tuple or None, got {type(extra_keys).__name__}")
+    if all(type(key) is int for key in extra_keys):
+        return _int64s(extra_keys, "integer extra keys")
+    parts = [b"t" + len(extra_keys).to_bytes(8, "big")]
+    for key in extra_keys:
+        if type(key) is str:
+            parts.append(_sized(b"s", key.encode("utf-8")))
+        elif type(key) is int:
+            parts.append(b"i" + key.to_bytes(8, "big", signed=True))
         else:
-            payload = number.to_bytes((number.bit_length() + 8) // 8, "big", signed=True)
-            out.append(b"I" + len(payload).to_bytes(8, "big") + payload)
+            raise TypeError(
+                f"an extra key must be a str or an int, got {type(key).__name__} {key!r} "
+                "(mini-vLLM has no multimodal inputs or prompt embeddings)"
+            )
+    return b"".join(parts)
+
+
+def sha256(input: tuple[bytes, Sequence[int], tuple[str | int, ...] | None] | str) -> bytes:
+    """SHA-256 of a block ``(parent_hash, token_ids, extra_keys)``, or of a seed string.
+
+    These are the only two things the engine hashes: :func:`hash_block_tokens` passes a block,
+    :func:`init_none_hash` the value of ``PYTHONHASHSEED``. Processes that share a prefix cache
+    must agree on every hash whatever their Python version or platform, so the bytes hashed
+    are a fixed layout, not a pickle (upstream's ``sha256``, whose bytes Python does not
+    promise to keep):
+
+    * block: ``b"t"`` + 3, then the parent hash as ``b"b"`` + length + its bytes, the token
+      ids as ``b"q"`` + count + one int64 each, and the extra keys: ``b"N"`` for ``None``,
+      ``b"q"`` + count + int64s when all are integers, otherwise ``b"t"`` + count and per key
+      ``b"s"`` + length + UTF-8 (a string) or ``b"i"`` + int64 (an integer);
+    * seed: ``b"s"`` + length + UTF-8.
+
+    Lengths and counts are 8 unsigned big-endian bytes, integers 8 signed big-endian bytes, with
+    ``struct``'s standard sizes, never the platform's. Every field is tagged and
+    length-prefixed, so different inputs never share bytes: tokens ``(1, 23)`` are not
+    ``(12, 3)``. The layout is byte for byte what the engine's former general encoder produced
+    for these shapes (``tests/reference/general_hash.py`` keeps it, and a property test compares
+    the two), so no hash changed with it. A token id is any integer that fits in 64 bits
+    (``struct`` packs a ``bool`` as 0 or 1).
+
+    Raises:
+        TypeError: ``input`` has another shape, or a token id or an extra key another type.
+        OverflowError: a token id or an integer extra key does not fit in 64 signed bits.
+    """
+    if type(input) is tuple and len(input) == 3 and type(input[0]) is bytes:
+        parent, token_ids, extra_keys = input
+        data = b"".join(
+            (
+                _BLOCK_HEADER,
+                _sized(b"b", parent),
+                _int64s(token_ids, "token ids"),
+                _extra_keys(extra_keys),
+            )
+        )
+    elif type(input) is str:
+        data = _sized(b"s", input.encode("utf-8"))
     else:
         raise TypeError(
-            f"Cannot hash a value of type {type(value).__name__} for prefix caching: only None, "
-            "bool, int, str, bytes and tuples/lists of them have a canonical encoding"
+            "sha256 hashes a block (parent_hash: bytes, token_ids, extra_keys: tuple | None) "
+            f"or a seed string, got {type(input).__name__} {input!r:.100}"
         )
-
-
-def sha256(input: Any) -> bytes:
-    """Hash ``input`` with SHA-256 over a canonical byte encoding; return the 32-byte digest.
-
-    Prefix-cache hits are only correct if equal inputs hash equally in every process that shares
-    the cache, and only safe if unequal inputs practically never collide. A cryptographic digest
-    of an injective, platform-independent encoding gives both; pickle (upstream's ``sha256``)
-    is neither guaranteed canonical nor stable across Python versions.
-    """
-    parts: list[bytes] = []
-    _encode(input, parts)
-    return hashlib.sha256(b"".join(parts)).digest()
+    return hashlib.sha256(data).digest()
 
 
 # The parent hash of the first block of every request. Starting every chain from a seed (instead
@@ -194,7 +203,7 @@ def hash_block_tokens(
     chains from :data:`NONE_HASH`.
 
     Args:
-        hash_function: Maps any encodable value to bytes, e.g. :func:`sha256`.
+        hash_function: Maps ``(parent_hash, token_ids, extra_keys)`` to bytes, e.g. :func:`sha256`.
         parent_block_hash: Hash of the previous block, or ``None`` for the first block.
         curr_block_token_ids: The block's token ids; the block is assumed full.
         extra_keys: Anything else that changes the block's KV (adapter, salt, ...), or ``None``.

@@ -316,9 +316,10 @@ MUTANTS = [
         "extra_keys)))",
         replace="return BlockHash(hash_function((tuple(curr_block_token_ids), parent_block_hash, "
         "extra_keys)))",
-        why="the hash covers the right three things in another order: chained, deterministic, "
-        "but not the documented hash_function((parent, tokens, extra_keys)), so it agrees "
-        "with no other process (nor upstream) on any block's hash",
+        why="the hash covers the right three things in another order, not the documented "
+        "hash_function((parent, tokens, extra_keys)): the reference sha256 refuses that shape "
+        "(TypeError), and a hash function that took it would agree with no other process (nor "
+        "upstream) on any block's hash",
     ),
     Mutant(
         name="cache_full_blocks_half_caches_on_error",

@@ -69,30 +69,52 @@ def test_block_hash_with_group_id_round_trip() -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# sha256 and its canonical encoding
+# sha256 and its fixed layout (tests/reference/test_block_hash_layout.py proves that it hashes
+# every block as the former general encoder did)
 # ------------------------------------------------------------------------------------------
 
 
-def test_sha256_is_deterministic_32_bytes() -> None:
-    value = (b"parent", (1, 2, 3), None)
-    assert sha256(value) == sha256(value)
-    assert len(sha256(value)) == 32
-    # The encoding of None is the single tag byte.
-    assert sha256(None) == hashlib.sha256(b"N").digest()
+def _sized(tag: bytes, payload: bytes) -> bytes:
+    return tag + len(payload).to_bytes(8, "big") + payload
+
+
+def test_sha256_hashes_the_documented_layout() -> None:
+    # Spelled out by hand from sha256's docstring: the layout is a format, not a detail.
+    parent = b"\x07" * 32
+    header = b"t" + (3).to_bytes(8, "big") + _sized(b"b", parent)
+    tokens = (
+        b"q"
+        + (2).to_bytes(8, "big")
+        + (5).to_bytes(8, "big")
+        + (-1).to_bytes(8, "big", signed=True)
+    )
+    block = (parent, (5, -1), None)
+    assert sha256(block) == hashlib.sha256(header + tokens + b"N").digest()
+    assert len(sha256(block)) == 32 and sha256(block) == sha256(block)
+    salt = (
+        b"t" + (2).to_bytes(8, "big") + _sized(b"s", "sé".encode()) + b"i" + (3).to_bytes(8, "big")
+    )
+    assert sha256((parent, (5, -1), ("sé", 3))) == hashlib.sha256(header + tokens + salt).digest()
+    ints = b"q" + (1).to_bytes(8, "big") + (3).to_bytes(8, "big")
+    assert sha256((parent, (5, -1), (3,))) == hashlib.sha256(header + tokens + ints).digest()
+    assert sha256("123") == hashlib.sha256(_sized(b"s", b"123")).digest()
+
+
+P = b"\x01" * 32
 
 
 @pytest.mark.parametrize(
     ("a", "b"),
     [
-        ((1, 23), (12, 3)),
-        ((True,), (1,)),
-        ("a", b"a"),
-        (None, b""),
-        ((), None),
-        (((1,), 2), (1, (2,))),
-        ((1, 2**70), (1, 2**70 + 1)),
-        ((0,), (0, 0)),
-        (2**63, 2**63 - 1),
+        ((P, (1, 23), None), (P, (12, 3), None)),
+        ((P, (0,), None), (P, (0, 0), None)),
+        ((P, (), None), (P, (), ())),
+        ((P, (1,), ("a",)), (P, (1,), ("b",))),
+        ((P, (1,), (1,)), (P, (1,), ("1",))),
+        ((P, (1,), ("a", "b")), (P, (1,), ("ab",))),
+        ((P, (1, 2), None), (P + b"\x00", (1, 2), None)),
+        ((P, (2**63 - 1,), None), (P, (-(2**63),), None)),
+        ((P, (1,), None), P.hex()),
     ],
 )
 def test_sha256_distinguishes_values(a: object, b: object) -> None:
@@ -100,19 +122,38 @@ def test_sha256_distinguishes_values(a: object, b: object) -> None:
 
 
 def test_sha256_depends_only_on_value() -> None:
-    # A list and a tuple of the same items are the same sequence; a sequence of integers hashes
-    # the same whatever integer type holds the items, also when one of them is too big for int64.
-    assert sha256([1, 2, 3]) == sha256((1, 2, 3))
-    assert sha256((1, 2**64)) == sha256([1, 2**64])
+    # Token ids hash alike whatever sequence or integer type holds them.
+    assert sha256((P, [1, 2, 3], None)) == sha256((P, (1, 2, 3), None))
+    assert sha256((P, (1,), ["x", 2])) == sha256((P, (1,), ("x", 2)))
+    assert sha256((P, range(4), None)) == sha256((P, (0, 1, 2, 3), None))
     numpy = pytest.importorskip("numpy")
-    tokens = numpy.array([5, 6, 7], dtype=numpy.int64)
-    assert sha256(tuple(tokens)) == sha256((5, 6, 7))
-    assert sha256(numpy.int32(9)) == sha256(9)
+    tokens = numpy.array([5, 6, 2**40], dtype=numpy.int64)
+    assert sha256((P, tuple(tokens), None)) == sha256((P, (5, 6, 2**40), None))
+    assert sha256((P, tokens.astype(numpy.int32)[:2], None)) == sha256((P, (5, 6), None))
 
 
-@pytest.mark.parametrize("value", [1.5, object(), {"a": 1}, {1, 2}, ((1, 2.0),)])
-def test_sha256_rejects_values_without_canonical_encoding(value: object) -> None:
-    with pytest.raises(TypeError, match="canonical encoding"):
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        (None, TypeError, "a block .* or a seed string, got NoneType"),
+        (b"bytes", TypeError, "got bytes"),
+        (("just a string",), TypeError, "got tuple"),
+        ((None, (), None), TypeError, "got tuple"),
+        ((P, (), None, None), TypeError, "got tuple"),
+        ((P, (1, 2.0), None), TypeError, "token ids must be integers, got float 2.0"),
+        ((P, (1, "2"), None), TypeError, "token ids must be integers, got str"),
+        ((P, (2**63,), None), OverflowError, "token ids must fit in 64 signed bits"),
+        ((P, (1,), (2**64,)), OverflowError, "integer extra keys must fit in 64 signed bits"),
+        ((P, (1,), ("a", 2**64)), OverflowError, "too big"),
+        ((P, (1,), "salt"), TypeError, "extra_keys must be a tuple or None, got str"),
+        ((P, (1,), (("mm-hash", 0),)), TypeError, "extra key must be a str or an int, got tuple"),
+        ((P, (1,), ("a", b"b")), TypeError, "got bytes"),
+        ((P, (1,), ("a", True)), TypeError, "got bool"),
+        ((P, (1,), ("a", 1.5)), TypeError, "got float"),
+    ],
+)
+def test_sha256_refuses_other_shapes(value: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
         sha256(value)
 
 
@@ -579,18 +620,19 @@ FreeQueueMachine.TestCase.settings = settings(
 TestFreeQueueMachine = FreeQueueMachine.TestCase
 
 
-# Digests of the canonical encoding, pinned: a prefix-cache hash must not change with the Python
-# version, the platform or a rewrite of the encoder (processes sharing a cache must agree), so
-# any change to these is a format change, to be made on purpose and documented.
+# Digests of block hashes, pinned: a prefix-cache hash must not change with the Python version,
+# the platform or a rewrite of the encoder (processes sharing a cache must agree), so any change
+# to these is a format change, to be made on purpose and documented. All four are digests of the
+# former general encoder, the first three pinned while it was the engine's (its pins of values
+# outside the block layout are in test_block_hash_layout.py).
 PINNED_SHA256 = [
     ((b"\x00" * 32, tuple(range(16)), None),
      "90dc92bff6494ed310f6e7f17c6418eb2a06c4eea2dc62a163fe799f924c4ce8"),
     ((b"\x01" * 32, (0, 1, 2**40, -5), ("lora", 3)),
      "cff7c0483d0dcd276a180b2e670bc6a2c89d45d31f54f653c5a640ca2f9799da"),
     ("seed-0", "c89768f391c2f49bc29179437b1f4776ba0f7cc5bfe6d0ab5e6c2aed832dce4b"),
-    ((None, (), None), "7d76cac2f0cf7273af4fcee6ed6676206006ec80474bc29feb1407d897a99be6"),
-    ((b"ab", [1, True, "x", b"y", 2**70], None),
-     "8e1796b1e2d14405562e9162a32f4c440dabfba93ab89edd00116a233fe2ccb7"),
+    ((bytes(range(32)), (128000, 0, 2**63 - 1, -(2**63)), ("lora-a", "salt-\u00e9", 7)),
+     "9f992c8274dfc4d01db73f45df997c8516f6adb8f999d38449a42f58e64d1970"),
 ]  # fmt: skip
 
 

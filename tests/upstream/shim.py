@@ -18,8 +18,9 @@ fake ``vllm``; mini_vllm's ``NONE_HASH`` is restored after each upstream test.
 
 Adaptations (each keeps the semantics the tests check; every other name is mini_vllm's own):
 
-* ``vllm.utils.hashing``: ``sha256`` is mini_vllm's ``sha256`` (SHA-256 of a canonical
-  encoding, the engine's hash); ``sha256_cbor`` needs ``cbor2``, not a dependency, so the
+* ``vllm.utils.hashing``: ``sha256`` is mini_vllm's ``sha256`` (SHA-256 of a block's fixed
+  byte layout, the engine's hash: the selected tests hash only blocks with flat extra keys and
+  seed strings, its whole domain); ``sha256_cbor`` needs ``cbor2``, not a dependency, so the
   second hash function the tests are parametrized over is SHA-256 of the pickled input
   (upstream's own ``sha256``). Both are deterministic, which is all the tests rely on.
 * ``Request(..., pooling_params, mm_features, lora_request, cache_salt, prompt_embeds,

@@ -147,13 +147,13 @@ def test_hash_is_the_documented_formula():
 
 
 def _as_tuples(value):
-    """Lists as tuples, at every level (the canonical sha256 encodes both alike)."""
+    """Lists as tuples, at every level (sha256 encodes both alike)."""
     if type(value) in (list, tuple):
         return tuple(_as_tuples(v) for v in value)
     return value
 
 
-def _key(tag: bytes):
+def _key(tag: str):
     return make_block_hash_with_group_id(sha256(tag), 0)
 
 
@@ -168,7 +168,7 @@ def test_map_keeps_several_blocks_per_hash():
     mod = bp()
     m = mod.BlockHashToBlockMap()
     a, b, c = mod.KVCacheBlock(1), mod.KVCacheBlock(2), mod.KVCacheBlock(3)
-    k, k2 = _key(b"x"), _key(b"y")
+    k, k2 = _key("x"), _key("y")
     assert m.get_one_block(k) is None, "an empty map has no block under any key"
     m.insert(k, a)
     m.insert(k, b)
@@ -182,4 +182,4 @@ def test_map_keeps_several_blocks_per_hash():
     assert m.pop(k, 2) is b, "pop(key, 2) must remove and return block 2"
     assert m.get_one_block(k) is None, "a key whose blocks were all popped must miss"
     assert m.get_one_block(k2) is c, "popping under one key must not touch another key"
-    assert m.pop(_key(b"missing"), 1) is None, "popping under a key never inserted returns None"
+    assert m.pop(_key("missing"), 1) is None, "popping under a key never inserted returns None"

@@ -23,7 +23,7 @@ from mini_vllm.teaching.invariants import walk_links
 BS = 4
 #: The parent hash of every request's first block. Fixed (instead of ``NONE_HASH``, which is
 #: random unless PYTHONHASHSEED is set), so the judge and the learner process agree on hashes.
-ROOT = sha256(("mini-vllm lab-07 root",))
+ROOT = sha256("mini-vllm lab-07 root")
 
 
 def block_hasher(block_size: int = BS) -> Any:

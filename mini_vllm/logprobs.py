@@ -2,14 +2,10 @@
 
 Mirrors ``vllm/logprobs.py`` (``Logprob``, ``SampleLogprobs``,
 ``append_logprobs_for_next_position``) and the two transport forms of ``vllm/v1/outputs.py``
-(``LogprobsTensors`` on the device, ``LogprobsLists`` on the host).
-
-A request asking for ``logprobs=k`` gets, for every token it generates, a dict of ``k + 1``
-entries at most: the sampled token first, with its rank in the vocabulary, then the ``k`` most
-likely tokens with ranks 1..k (the sampled token appears once when it is among them). The values
-are the model's own log-softmax, before temperature, top-k/top-p or the ``min_tokens`` mask:
-upstream's default ``logprobs_mode="raw_logprobs"``, so that a logprob describes the model,
-not the sampling settings that happened to draw from it.
+(``LogprobsTensors`` on the device, ``LogprobsLists`` on the host). For every generated token a
+request with ``logprobs=k`` gets the sampled token with its rank, then the ``k`` most likely
+tokens, all from the model's raw log-softmax (upstream's default ``logprobs_mode``); the exact
+shape of that dict is in docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

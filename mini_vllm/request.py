@@ -1,15 +1,11 @@
-"""The scheduler's view of one generation request.
+"""The scheduler's view of one generation request, the unit the scheduler and KV cache share.
 
-Mirrors ``vllm/v1/request.py`` at v0.22.1 (``Request``, ``RequestStatus``) and
-the ``FinishReason`` of ``vllm/v1/engine/__init__.py``, without the features the
-course does not build (pooling, multi-modal inputs, LoRA, structured output,
-KV transfer, streaming sessions, speculative decoding beyond an empty
-``spec_token_ids``).
-
-A request is the unit that the scheduler and the KV cache manager share: the
-scheduler moves ``num_computed_tokens`` forward, the KV cache manager keys the
-request's blocks by ``request_id`` and reads ``block_hashes`` to find and
-publish prefix-cache hits.
+Mirrors ``vllm/v1/request.py`` at v0.22.1 (``Request``, ``RequestStatus``) and the
+``FinishReason`` of ``vllm/v1/engine/__init__.py``, without the features the course does not
+build (pooling, multi-modal inputs, LoRA, structured output, KV transfer, streaming sessions,
+speculative decoding beyond an empty ``spec_token_ids``). The scheduler moves
+``num_computed_tokens`` forward; the KV cache manager keys the request's blocks by ``request_id``
+and reads ``block_hashes`` to find and publish prefix-cache hits.
 """
 
 from __future__ import annotations

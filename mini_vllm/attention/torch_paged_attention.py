@@ -2,18 +2,9 @@
 
 Same five names and semantics as :mod:`mini_vllm.teaching.paged_attention_numpy` on torch
 tensors, plus :func:`paged_attention_varlen`, the one entry point the model uses for a whole
-scheduler step. vLLM V1 flattens a step's tokens, prefills and decodes mixed, into one
-``[num_tokens, ...]`` batch described by ``query_start_loc`` and ``seq_lens`` (see
-``vllm/v1/attention/backends/flash_attn.py``); the model never branches on "prefill or decode".
-A decode is simply a sequence whose query length is 1.
-
-Vectorisation: every function works on whole tensors. ``paged_attention_decode`` handles all
-sequences at once (gather through a sanitised table, mask by length); ``paged_attention_varlen``
-loops over *sequences* (their query and key lengths differ) but never over tokens.
-
-Precision: half and bfloat16 inputs are computed in float32 (as the GPU kernels accumulate) and
-cast back; float32 and float64 are computed in their own precision, so float64 matches the numpy
-reference to 1e-12.
+scheduler step: as in vLLM V1, a step's tokens, prefills and decodes mixed, are one flat batch
+described by ``query_start_loc`` and ``seq_lens``, and a decode is a sequence whose query length
+is 1. Vectorisation and precision: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

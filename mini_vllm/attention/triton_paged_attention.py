@@ -1,49 +1,14 @@
 """Paged attention in Triton: the cache write and the decode kernel of lab-04.
 
-Two kernels carry the GPU side of the attention data path, with the names and shapes of the numpy
-reference (:mod:`mini_vllm.teaching.paged_attention_numpy`):
-
-``reshape_and_cache``
-    One program per new token scatters its K and V rows (all KV heads) to the token's slot, the
-    job of upstream's ``reshape_and_cache_flash``. A negative slot is padding: the program returns
-    before touching the cache.
-
-``paged_attention_decode``
-    One query token per sequence against that sequence's cached tokens, read through its block
-    table. Decode attention does almost no arithmetic per byte (every K/V element is used by one
-    multiply-add per query head), so the kernel is judged by one number: how close its KV read rate
-    comes to the memory bandwidth. Three design decisions follow from that.
-
-    1. *One program per (sequence, KV head, split), serving every query head of that KV head.*
-       vLLM's CUDA v1 kernel gives each *query* head its own thread block, so under grouped-query
-       attention a KV block is fetched once per query head sharing it (8 times for Llama-3-70B's
-       64/8 heads) and mostly served by L2. Here the group's queries form the rows of a small
-       matrix (padded to 16, the smallest ``tl.dot`` tile) and each K/V tile is loaded once for
-       the whole group: ``scores = Q_group @ K_tile^T``, ``acc += P @ V_tile``.
-    2. *Split-K ("flash-decoding").* A batch of a few long sequences has too few (sequence, KV
-       head) pairs to occupy every SM, yet each pair has a long serial loop. The token range of a
-       sequence is cut into ``num_splits`` contiguous pieces processed by separate programs; each
-       writes a partial output normalised by its own softmax sum plus the log-sum-exp of its
-       scores, and a second small kernel merges the pieces exactly, weighting each by
-       ``exp(lse_i - max lse)``. This is the idea of vLLM's ``paged_attention_v2`` (partitions
-       of 512 tokens and a reduce kernel). With enough sequences a single split is used and the
-       first kernel writes the final output directly, skipping the merge.
-    3. *Tiles of tokens, not of blocks.* The loop walks ``BLOCK_N`` tokens at a time and maps each
-       token to ``block_table[t // block_size]``; when a tile fits inside one KV block (block size
-       >= ``BLOCK_N``) that is a single table load and the rows are contiguous. So any power-of-two
-       block size works, from 1 (one table entry per token) to 128 and beyond.
-
-The softmax is the streaming ("online") form: scores are kept in the log2 domain (``exp2`` is the
-native instruction), the running maximum rescales the accumulator, and all of it is float32
-whatever the cache dtype (fp16, bf16 or fp32; fp32 uses IEEE dots, not TF32).
-
-A step that holds a prefill runs the varlen kernel of
-:mod:`mini_vllm.attention.triton_varlen_attention` (any query length per sequence, built on the same
-tiles). :func:`paged_attention_prefill` (one sequence) and :func:`compute_slot_mapping` are
-re-exported from :mod:`mini_vllm.attention.torch_paged_attention`.
-
-Under ``TRITON_INTERPRET=1`` (set before this module is imported) the same kernels run on CPU
-tensors through Triton's interpreter; the tests use that on machines without a GPU.
+``reshape_and_cache`` (upstream's ``reshape_and_cache_flash``) writes each new token's K and V to
+its slot; ``paged_attention_decode`` attends one query token per sequence through its block table,
+one program per (sequence, KV head, split) for the whole GQA group, split-K as in vLLM's
+``paged_attention_v2``. Names and shapes are the numpy reference's
+(:mod:`mini_vllm.teaching.paged_attention_numpy`); a step with a prefill runs
+:mod:`mini_vllm.attention.triton_varlen_attention`, and :func:`paged_attention_prefill` and
+:func:`compute_slot_mapping` are re-exported from :mod:`mini_vllm.attention.torch_paged_attention`.
+Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU tensors.
+The design decisions: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Paged attention for a whole mixed step in Triton: prefills, prefill chunks and decodes at once.
 
-The decode kernel of lab-04 (:mod:`mini_vllm.attention.triton_paged_attention`) assumes one new
-token per sequence. A step that holds a prefill has sequences of any query length side by side,
-and the torch reference (:func:`~mini_vllm.attention.torch_paged_attention.paged_attention_varlen`)
-serves it by looping over the sequences in Python, with host reads of the metadata, in every
-layer. On a GPU that loop was most of an engine run (docs/performance.md). This kernel does the
-whole step in one launch per layer, the job of upstream's
-``vllm/v1/attention/ops/triton_unified_attention.py``, with the same metadata as the reference:
-``query_start_loc``, ``seq_lens``, ``block_tables``.
-
-How a flat token axis becomes a grid, without asking the GPU anything:
-
-* A program owns a *query tile*: up to ``BLOCK_Q`` consecutive query tokens of one sequence, for
-  all the query heads of one KV head. Its ``BLOCK_M`` rows are (token, head) pairs, token-major,
-  so each K/V tile it loads serves every head of the group (the GQA packing of the decode
-  kernel) and every token of the tile.
-* Sequence ``i`` gets the program ids starting at ``query_start_loc[i] // BLOCK_Q + i``. That
-  start never runs into the next sequence's (the gap between two starts is at least
-  ``cdiv(query_len, BLOCK_Q)``), and the last start plus one tile is at most
-  ``num_tokens // BLOCK_Q + num_seqs``, a grid size the host knows without a device read. A
-  program finds its sequence by binary search over those starts and exits at once if it falls in
-  a gap. Nothing in the launch reads device memory, so the call is also capturable.
-* Query token ``j`` of a sequence with ``query_len`` new tokens out of ``seq_len`` sits at
-  position ``seq_len - query_len + j`` and sees keys ``0 ..`` that position (causal, aligned to
-  the end: the cached context is fully visible). The KV loop stops at the last key the tile's
-  last token can see, so a decode row reads its sequence once and a prefill tile reads only its
-  triangle's columns.
-
-The online softmax, the log2 domain and the float32 accumulation are those of the decode kernel.
+The decode kernel of lab-04 assumes one new token per sequence, and the torch reference
+(:func:`~mini_vllm.attention.torch_paged_attention.paged_attention_varlen`) loops over the
+sequences in Python. This kernel does the whole step in one launch per layer, the job of
+upstream's ``vllm/v1/attention/ops/triton_unified_attention.py``, with the reference's metadata
+(``query_start_loc``, ``seq_lens``, ``block_tables``) and a grid the host sizes without reading the
+GPU. How a flat token axis becomes that grid: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

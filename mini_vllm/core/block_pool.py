@@ -1,44 +1,12 @@
 """The block pool: every KV-cache page of the GPU, who uses it, and which prefix it caches.
 
-Mirrors ``vllm/v1/core/block_pool.py`` at v0.22.1 for a single full-attention KV cache group.
-The pool never moves data: it hands out page ids, counts references, and remembers which full
-pages hold which chained block hash so that a later request with the same prefix can reuse them.
-
-A block is always in exactly one of three states:
-
-* in use (``ref_cnt > 0``), owned by one or more running requests; never evicted;
-* free and cached (``ref_cnt == 0`` with a hash): in the free queue, but a prefix-cache hit can
-  still revive it from wherever it sits in the queue (:meth:`BlockPool.touch`);
-* free and empty (``ref_cnt == 0``, no hash).
-
-Allocation takes free blocks from the front of the free queue. When such a block still carries a
-hash, its old contents are about to be overwritten, so its stale hash leaves the cache map first
-(lazy eviction: a freed block stays reusable for as long as possible).
-
-Simplifications, relative to upstream:
-
-* KV cache events (``BlockStored``/``BlockRemoved``/``AllBlocksCleared``) are left out, and with
-  them upstream's ``enable_kv_cache_events`` argument and ``take_events``: the upstream-test shim
-  (``tests/upstream/shim.py``) supplies both, refusing the flag.
-* ``cache_full_blocks`` requires ``block_size == hash_block_size`` (one KV cache group; upstream
-  also regroups finer hashes for hybrid models with several block sizes).
-* ``metrics_collector`` is any object with upstream's hook methods (see
-  :class:`KVCacheMetricsCollector`); we ship no sampling collector. Prefix-cache hit counting is not
-  the pool's job at the pin either: ``KVCacheManager`` counts hits.
-
-Deliberate differences, where upstream only asserts or silently corrupts state and we raise:
-
-* ``BlockPool(...)`` with ``num_gpu_blocks < 1`` or ``hash_block_size < 1``: ``ValueError``.
-* ``get_new_blocks`` with a negative count or more blocks than are free: ``ValueError`` (upstream
-  raises too, with a shorter message); a popped block with ``ref_cnt != 0``: ``RuntimeError``.
-* ``free_blocks`` of the null block, or of a block whose ``ref_cnt`` would drop below 0 (double
-  free): ``ValueError``, and no block of the call is freed (upstream decrements blindly).
-* ``touch`` of the null block: ``ValueError`` (upstream increments its unused ``ref_cnt``; with one
-  full-attention group the null block never appears in a block table).
-* ``touch`` of a block with ``ref_cnt == 0`` that is not in the free queue: ``RuntimeError``.
-* ``cache_full_blocks`` with too few request hashes or blocks, or a mask of the wrong length:
-  ``ValueError``; with a block that already has a hash: ``RuntimeError`` before any block is cached.
-* ``evict_blocks`` with an id outside ``0 .. num_gpu_blocks - 1``: ``ValueError``.
+Mirrors ``vllm/v1/core/block_pool.py`` at v0.22.1 for a single full-attention KV cache group. The
+pool never moves data: it hands out page ids, counts references, and remembers which full pages
+hold which chained block hash, so that a later request with the same prefix can reuse them. A
+block is in use (``ref_cnt > 0``), free and cached (in the free queue, still revivable by a
+prefix hit), or free and empty; allocation drops a stale hash only when the block is reused
+(lazy eviction). The states, the simplifications and the errors raised where upstream asserts are
+in docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""The scheduler's interface to the paged KV cache.
+"""The scheduler's interface to the paged KV cache: which blocks each request holds.
 
-Mirrors ``vllm/v1/core/kv_cache_manager.py`` at v0.22.1 (``KVCacheBlocks``,
-``KVCacheManager``) for a model whose layers all use full attention, i.e. a single
-KV cache group. Upstream splits the work in three layers: ``KVCacheManager``
-(the API), a ``KVCacheCoordinator`` (one per model, fanning calls out to the
-groups) and a ``SingleTypeKVCacheManager`` per group (``FullAttentionManager``
-for us) that owns the request -> blocks table. With one group the middle layer
-has nothing to coordinate, so this module folds the coordinator and the
-full-attention manager into ``KVCacheManager``; their methods keep upstream's
-names (``find_longest_cache_hit``, ``get_num_blocks_to_allocate``,
-``allocate_new_computed_blocks``, ``allocate_new_blocks``, ``cache_blocks``) so
-the code reads side by side with ``kv_cache_coordinator.py`` and
-``single_type_kv_cache_manager.py``.
-
-The block pool underneath (``mini_vllm.core.block_pool.BlockPool``) knows blocks,
-reference counts, the free queue and the hash -> block map; this module knows
-requests: which blocks each one holds, how many of them are already published
-in the prefix cache, and how many more a step needs.
+Mirrors ``vllm/v1/core/kv_cache_manager.py`` at v0.22.1 (``KVCacheBlocks``, ``KVCacheManager``)
+for a model whose layers all use full attention, i.e. a single KV cache group, so upstream's
+``KVCacheCoordinator`` and ``FullAttentionManager`` are folded into ``KVCacheManager`` under their
+own method names. The block pool underneath knows blocks; this module knows requests: which
+blocks each one holds, how many are already published in the prefix cache, and how many more a
+step needs (the three layers it folds: docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations

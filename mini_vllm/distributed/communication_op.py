@@ -1,14 +1,9 @@
 """The collectives the model calls, by upstream's names (``vllm/distributed/communication_op.py``).
 
-Three are enough for a Megatron-style Llama:
-
-* ``tensor_model_parallel_all_reduce`` after every row-parallel layer (``o_proj``,
-  ``down_proj``) and after the vocab-parallel embedding: each rank holds a partial sum.
-* ``tensor_model_parallel_all_gather`` of the LM head's vocabulary slices, so that every rank
-  holds the full logits and samples the same token (upstream's default on GPUs: its
-  ``LogitsProcessor`` all-gathers, since ``Platform.use_all_gather()`` is True).
-* ``tensor_model_parallel_gather`` to one rank, the alternative that upstream keeps for
-  platforms which prefer it; unused by our engine, kept for the lab and the exercises.
+Three are enough for a Megatron-style Llama: an all-reduce after every row-parallel layer and the
+vocab-parallel embedding, an all-gather of the LM head's vocabulary slices, and a gather to one
+rank that our engine does not use (kept for the lab and the exercises); where each is called and
+why: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

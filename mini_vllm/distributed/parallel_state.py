@@ -1,18 +1,10 @@
 """Which tensor-parallel group this process belongs to, and its rank in it.
 
-Upstream's ``vllm/distributed/parallel_state.py`` keeps one ``GroupCoordinator`` per kind of
-parallelism (tensor, pipeline, data, expert ...) in module globals, set once per worker process
-by ``init_distributed_environment`` and ``initialize_model_parallel``; layers ask
-``get_tensor_model_parallel_world_size()`` and ``get_tensor_model_parallel_rank()`` while they
-are built, and call the group's collectives while they run. Here there is only tensor
-parallelism, so the tensor-parallel group is the whole world.
-
-Nothing is initialised in the single-process engine (``tensor_parallel_size=1``): the getters
-then answer rank 0 of 1 and every collective returns its input, so the model code needs no
-``if distributed`` branch and the single-process path starts no process group at all.
-
-The collectives are ``torch.distributed``'s own: gloo on CPU, NCCL on CUDA. Nothing here sends
-bytes by hand.
+Mirrors upstream's ``vllm/distributed/parallel_state.py`` for tensor parallelism only, so the
+tensor-parallel group is the whole world. Nothing is initialised in the single-process engine
+(``tensor_parallel_size=1``): the getters then answer rank 0 of 1 and every collective returns its
+input, so the model code needs no ``if distributed`` branch and the single-process path starts no
+process group at all (upstream's layout: docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations

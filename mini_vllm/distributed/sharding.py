@@ -1,27 +1,10 @@
 """The arithmetic of tensor parallelism: who holds which heads, rows and columns, and how much KV.
 
 Every rule a rank needs to find its slice of the model lives here as a small pure function, so
-that it can be read, tested and graded apart from the processes and collectives that use it
-(the layers in ``mini_vllm/model/linear.py`` and ``vocab_parallel_embedding.py`` call them while
-loading weights; the KV cache sizing calls them per rank). Upstream spreads the same rules over
-``vllm/distributed/utils.py`` (``divide``), ``vllm/config/model.py`` (the head divisibility check,
-``get_num_kv_heads``), ``QKVParallelLinear.__init__`` (KV-head replication) and
-``vocab_parallel_embedding.py`` (vocabulary padding and ranges).
-
-The three rules, in one place:
-
-* **Query heads are split, never replicated.** ``total_num_heads`` must be a multiple of
-  ``tp_size``; rank ``r`` holds heads ``[r * h, (r + 1) * h)`` with ``h = total / tp_size``.
-* **KV heads are split when there are enough of them, replicated otherwise.** With at least as
-  many KV heads as ranks, each rank holds ``total_kv / tp_size`` of them (so that must divide);
-  with fewer, each rank holds exactly one, and ``tp_size / total_kv`` consecutive ranks hold the
-  same one (so that must divide). Replication is what keeps every query head next to its KV
-  head: rank ``r``'s query heads all belong to KV head ``r // replicas``.
-* **The vocabulary is padded, then split evenly** (to a multiple of 64, as upstream does, so that
-  each shard has the same shape); padded rows are zeros and their logits are cut off.
-
-Only ``shard_tensor`` touches a tensor (through ``.narrow``, so it copies nothing); everything
-else is integers in, integers out.
+that it can be read, tested and graded apart from the processes and collectives that use it (the
+parallel layers of ``mini_vllm/model/`` call them while loading weights; the KV cache sizing calls
+them per rank); upstream spreads the same rules over four files. The three rules (query heads,
+KV heads, vocabulary) and where upstream keeps them: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

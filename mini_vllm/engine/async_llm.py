@@ -4,12 +4,9 @@ Mirrors ``vllm/v1/engine/async_llm.py``: it owns the tokenizer, the ``AsyncMPCli
 engine-core process and the ``OutputProcessor``, and runs one background task, the *output
 handler*, that pulls ``EngineCoreOutputs`` off the socket, turns them into per-request outputs and
 feeds the metrics. Each HTTP handler calls ``generate()``, an async generator of
-``RequestOutput``s for one request, and never touches a socket itself.
-
-Aborts follow the generator's life: when the HTTP task is cancelled (the client hung up) or the
-generator is closed early, its ``finally`` drops the request from the output processor and sends
-ABORT to the core at once, without awaiting, so that the request's KV blocks are back in the
-free queue before the core's next ``schedule()``.
+``RequestOutput``s for one request, and never touches a socket itself; when that generator is
+cancelled or closed early, the request is aborted at once (docs/upstream-fidelity.md, module
+notes).
 """
 
 from __future__ import annotations

@@ -2,26 +2,10 @@
 
 Mirrors ``vllm/v1/engine/core.py`` (``EngineCore``, ``EngineCoreProc.run_busy_loop``) and the
 wire messages of ``vllm/v1/engine/__init__.py`` (``EngineCoreRequest``, ``EngineCoreOutputs``,
-``EngineCoreRequestType``), much smaller.
-
-Why a separate process. The API server spends its time in Python that has nothing to do with
-the GPU: parsing HTTP, tokenizing, detokenizing, formatting JSON for hundreds of streams. If that
-ran in the same process as the scheduler, the GIL would make the model wait for it between every
-step. Split off, the engine core does nothing but "take in new requests and aborts, step,
-send out the step's tokens", and the front-end's work overlaps the model's.
-
-The two processes share nothing but two ZeroMQ sockets carrying msgspec-encoded messages:
-
-* input (front-end PUSH -> core PULL): ``[request type, payload]`` frames; ADD carries an
-  ``EngineCoreRequest`` (token ids already: the core never sees text), ABORT a list of request
-  ids, UTILITY ``(call_id, method, args)``;
-* output (core PUSH -> front-end PULL): one ``EngineCoreOutputs`` per step, with every request's
-  new token ids, the finish reasons and a ``SchedulerStats`` snapshot for the metrics; or the
-  ``ENGINE_CORE_DEAD`` frame when the core fails.
-
-An abort is applied between two steps: the request leaves the scheduler and its KV blocks go back
-to the free queue before the next ``schedule()``, so a client that hangs up frees its memory
-within one step.
+``EngineCoreRequestType``), much smaller. The core has its own process so that the model never
+waits on the GIL for the front-end's Python (HTTP, tokenizing, JSON) between two steps; it talks
+over two ZeroMQ sockets and applies aborts between steps. Why, and the frames on the wire:
+docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

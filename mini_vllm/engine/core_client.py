@@ -1,19 +1,10 @@
 """The front-end's handle on the engine-core process: start it, talk to it, notice its death.
 
 Mirrors ``vllm/v1/engine/core_client.py`` (``MPClient``, ``AsyncMPClient``), reduced to one
-engine and asyncio.
-
-The client binds two IPC sockets in a fresh temporary folder and spawns the engine core
-(``multiprocessing`` with the ``spawn`` method: a fresh interpreter, so no CUDA context, lock or
-thread is inherited from the front-end), which connects to them. The core's first message is its
-handshake: ready, with the configuration it settled on (``max_model_len`` after auto-fit, the
-KV block count), or the exception that stopped it loading the model.
-
-Death is noticed two ways. A core that fails inside its loop sends ``ENGINE_CORE_DEAD`` before it
-exits; a core that is killed outright (OOM killer, ``kill -9``) cannot, so a monitor thread waits
-on the process's sentinel and, when it fires unexpectedly, pushes the same frame into the output
-socket itself. Either way the output loop sees one message, fails every pending request with
-``EngineDeadError`` and the server answers 503 from then on, instead of streams hanging forever.
+engine and asyncio: the client spawns the core in a fresh interpreter, waits for its handshake,
+and turns a core that fails or is killed into ``EngineDeadError`` for every pending request (a
+503 at the server) instead of streams that hang. The startup handshake and the two ways death is
+noticed: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

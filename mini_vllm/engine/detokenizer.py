@@ -2,30 +2,10 @@
 
 Mirrors the "slow" incremental path of ``vllm/v1/engine/detokenizer.py``
 (``SlowIncrementalDetokenizer`` over ``detokenize_incrementally``) and its stop-string check
-(``check_stop_strings``), written for the course.
-
-Why decoding one token at a time is wrong. A token is a run of *bytes*, not of characters: in a
-byte-level BPE vocabulary (GPT-2, Llama 3, SmolLM2) a Chinese character or an emoji is often
-split over two or three tokens, each holding an incomplete UTF-8 sequence. Decoding such a token
-alone yields U+FFFD (the replacement character), and so does decoding the text up to it. And in
-SentencePiece vocabularies (Llama 2) a token's leading space depends on what precedes it. So the
-detokenizer re-decodes a short *window* of recent tokens and emits only what the window added:
-
-* ``prefix_offset .. read_offset`` is the window already turned into text (``prefix_text``);
-* ``prefix_offset .. len(tokens)`` is the window plus the tokens not emitted yet;
-* if decoding the latter is longer than ``prefix_text`` and does not end in U+FFFD, the extra
-  characters are the delta and both offsets move forward; otherwise the new tokens wait (they end
-  in the middle of a character) and the next token is tried together with them.
-
-Each step costs two decodes of a handful of tokens, not a decode of the whole output, which is
-what makes streaming affordable. At the end (``flush``) tokens still held back are emitted as
-they decode, replacement character included, so the concatenated deltas always equal the
-tokenizer's own decode of the whole sequence.
-
-Stop strings are matched on the text, not on tokens: ``"\\n\\n"`` can be one token, two tokens,
-or the end of one token and the start of the next. ``check_stop_strings`` therefore searches only
-the tail that the newest characters could have completed, and a streaming client is held back the
-last ``len(longest stop) - 1`` characters, which could still turn out to begin a stop string.
+(``check_stop_strings``), written for the course. A token is a run of bytes, not of characters,
+so each step re-decodes a short window of recent tokens and emits only what it added, holding
+back tokens that end mid-character; stop strings are matched on the text's tail. Why, and the
+window's offsets: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """The engine loop: requests in, one scheduler step at a time, finished outputs out.
 
 Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``) together with the engine core it drives
-in-process (``vllm/v1/engine/core.py``: ``EngineCore.step`` is schedule -> execute -> update).
-Upstream separates them into processes for throughput; here they are one object, so that one
-``step()`` reads top to bottom:
-
-1. ``Scheduler.schedule()`` picks this step's batch under the token budget and KV blocks;
-2. ``ModelRunner.execute_model()`` runs it and samples a token per completed request;
-3. ``Scheduler.update_from_output()`` appends the tokens, applies stop conditions, frees blocks;
-4. finished requests are detokenized into ``RequestOutput``.
-
-Startup follows upstream's order too: load the model, measure memory, size and allocate the KV
-cache (refusing a cache that cannot hold one request of ``max_model_len`` tokens), run one
-dummy step so that the kernels compile before the first request does, capture CUDA
-graphs, then build the KV cache manager and scheduler on the block count just decided.
-
-With ``tensor_parallel_size > 1`` (phase 07) the engine process holds no model: a
-``MultiprocExecutor`` starts one worker process per rank and takes the runner's place, offering
-the same calls, so the steps above read the same; the scheduler still runs once, here.
+in-process (``vllm/v1/engine/core.py``: ``EngineCore.step`` is schedule -> execute -> update), as
+one object so that one ``step()`` reads top to bottom; startup follows upstream's order (load,
+measure, size the KV cache, warm up, capture graphs, build the scheduler), and with
+``tensor_parallel_size > 1`` a ``MultiprocExecutor`` takes the runner's place. The step and the
+startup, spelled out: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

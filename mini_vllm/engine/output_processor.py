@@ -1,25 +1,11 @@
 """Turn the engine core's per-step token ids into per-request text deltas, in the front-end.
 
 Mirrors ``vllm/v1/engine/output_processor.py`` (``OutputProcessor``, ``RequestState``) and the
-per-iteration statistics of ``vllm/v1/metrics/stats.py`` (``IterationStats``), much smaller.
-
-The engine core only knows token ids and the stops it can see in them (EOS, stop token ids,
-``max_tokens``). Everything textual happens here, one ``EngineCoreOutputs`` at a time:
-
-1. each request's new token ids go through its ``IncrementalDetokenizer``;
-2. a stop *string* found in the new text finishes the request here, with finish reason
-   ``stop`` and the string as ``stop_reason``; the core has not seen it, so its id goes into
-   ``reqs_to_abort`` and the caller sends the core an abort (which frees the blocks);
-   the step's logprob rows, if the request asked for them, go to its ``LogprobsProcessor``;
-3. a ``RequestOutput`` (a delta when streaming, the whole text so far otherwise) is put on the
-   request's queue, where the HTTP handler awaits it;
-4. finished requests are dropped, and the timing of every token (time to first token,
-   inter-token latency, end-to-end latency) is recorded for the metrics.
-
-Bookkeeping rule: a request id lives in ``request_states`` from ``add_request`` until exactly one
-of (the core finished it, a stop string finished it, the client aborted it). ``abort_requests``
-and ``process_outputs`` both tolerate ids already gone, because a step's outputs may still be on
-the wire when an abort crosses them.
+per-iteration statistics of ``vllm/v1/metrics/stats.py`` (``IterationStats``), much smaller. The
+core knows only token ids and the stops it can see in them; everything textual happens here
+(detokenizing, stop strings, which the core must then be told to abort, the request's output
+queue, the latency metrics). The four steps per ``EngineCoreOutputs`` and the bookkeeping rule
+for request ids: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

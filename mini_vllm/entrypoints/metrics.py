@@ -1,15 +1,10 @@
 """``/metrics``: the engine's state and every request's latencies, under vLLM's metric names.
 
-Mirrors ``PrometheusStatLogger`` of ``vllm/v1/metrics/loggers.py`` at the pin: the same names,
-the same ``model_name`` and ``engine`` labels and the same kinds (gauges for the scheduler's
-state, counters for tokens and prefix-cache lookups, histograms for latencies), so that a
-Grafana dashboard or an alert written for vLLM reads a mini-vLLM server unchanged. Counters get
-prometheus_client's ``_total`` suffix on the wire, as upstream's do.
-
-Where the numbers come from (the same split as upstream): the gauges and the prefix-cache
-counters are measured by the engine core after each step (``SchedulerStats``, sent with the
-step's outputs); the token counts and latencies are measured in the front-end, when the tokens
-arrive there (``IterationStats``), which is what a client experiences.
+Mirrors ``PrometheusStatLogger`` of ``vllm/v1/metrics/loggers.py`` at the pin: the same names, the
+same ``model_name`` and ``engine`` labels and the same kinds (gauges for the scheduler's state,
+counters for tokens and prefix-cache lookups, histograms for latencies), so that a Grafana
+dashboard or an alert written for vLLM reads a mini-vLLM server unchanged. Where each number is
+measured: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
 """One worker process per tensor-parallel rank, driven from the engine process.
 
-Mirrors ``vllm/v1/executor/multiproc_executor.py`` (``MultiprocExecutor`` and ``WorkerProc``)
-in a much smaller form. The engine process keeps the scheduler and the KV cache manager (one of
-each, whatever the number of ranks) and never runs the model; each step it sends the same
-``SchedulerOutput`` to every worker, every worker runs the step on its shard (the collectives
-happen between workers, over ``torch.distributed``), and only rank 0 answers with the sampled
-tokens (upstream's ``output_rank``): the other ranks computed the same tokens.
-
-The transport, and how it differs from upstream's:
-
-* **Engine -> workers.** Upstream serialises each call once into a shared-memory ring buffer
-  (``MessageQueue`` in ``shm_broadcast.py``) that every worker reads: one write, N readers. Here
-  each call is pickled once and the bytes are put on one ``multiprocessing.Queue`` per worker.
-  A queue's feeder thread does the writing, so the engine never blocks on a worker that stopped
-  reading (a hung worker must not hang the engine).
-* **Workers -> engine.** One pipe per worker. A rank answers when it is the call's reply rank,
-  or when the call failed on it (then any rank answers, so the error names the rank).
-
-Faults are detected, named and cleaned up, never waited out:
-
-* a worker that **dies** is seen through its process sentinel while the engine waits (upstream:
-  its ``MultiprocWorkerMonitor`` thread); the engine raises naming the rank and exit code;
-* a worker that **hangs** is caught by a deadline on every call (upstream's
-  ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS``; ours is ``MINI_VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS``,
-  default 300). Each worker records in shared memory the last call it picked up and the last it
-  finished, so the error can tell a rank that never picked the step up (the culprit) from ranks
-  stuck in a collective waiting for it;
-* on any failure every worker is stopped (its death pipe closed, then SIGTERM, then SIGKILL), and
-  a worker whose engine dies without a word sees its death pipe close and exits: no orphans.
+Mirrors ``vllm/v1/executor/multiproc_executor.py`` (``MultiprocExecutor`` and ``WorkerProc``) in a
+much smaller form: each step the engine process sends the same ``SchedulerOutput`` to every
+worker, the workers run it on their shards, and rank 0 answers with the sampled tokens. A worker
+that dies or hangs is detected, named and cleaned up, never waited out. The transport, how it
+differs from upstream's, and the fault handling: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

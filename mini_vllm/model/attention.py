@@ -1,14 +1,10 @@
 """The attention layer that reads and writes the paged KV cache, and the metadata it needs.
 
 Upstream splits this between ``vllm/model_executor/layers/attention/`` (the layer) and one
-metadata class per backend (``FlashAttentionMetadata``). Here one small dataclass serves both of
-our backends: the torch reference (any batch, any device) and the Triton kernels (GPU): the
-decode kernel for batches where every request brings exactly one new token, the varlen kernel
-for any other step.
-
-The model itself never learns what a block is: the runner turns block tables into a
-``slot_mapping`` (where each new token's K/V goes) and hands the tables to the attention kernel
-(where each request's past K/V lives). That separation is the whole point of paged attention.
+metadata class per backend (``FlashAttentionMetadata``); here one small dataclass serves both of
+our backends, the torch reference and the Triton kernels. The model never learns what a block is:
+the runner hands it a ``slot_mapping`` and the block tables, and the attention kernel does the
+rest, which is the whole point of paged attention (docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """The small layers every Llama-family decoder is built from: RMSNorm, rotary embeddings, SwiGLU.
 
 Each mirrors the upstream layer of the same name (``vllm/model_executor/layers/layernorm.py``,
-``rotary_embedding/``, ``activation.py``) in behaviour, written for one device and no kernels.
-The arithmetic follows Hugging Face's Llama step by step (same dtype casts, same order) because the
-engine's correctness is proven by matching its logits to 1e-4 in float32.
-
-On a GPU each layer hands CUDA tensors to one fused Triton kernel instead
-(:mod:`mini_vllm.model.triton_ops`): the torch form launches up to eighteen tiny kernels per
-call, and at decode time those launches, not the arithmetic, are the cost.
+``rotary_embedding/``, ``activation.py``) in behaviour, written for one device and no kernels,
+following Hugging Face's Llama step by step (same dtype casts, same order) so that the logits
+match to 1e-4 in float32. On a GPU each layer hands CUDA tensors to one fused Triton kernel
+instead (:mod:`mini_vllm.model.triton_ops`), because there the launches, not the arithmetic, are
+the cost (docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Megatron-style parallel linear layers (upstream: ``vllm/model_executor/layers/linear.py``).
 
-A transformer block has two matmul pairs: attention's ``qkv_proj`` then ``o_proj``, and the MLP's
-``gate_up_proj`` then ``down_proj``. Tensor parallelism splits the first of each pair by output
-(**column-parallel**: rank ``r`` computes a slice of the outputs, e.g. its attention heads) and
-the second by input (**row-parallel**: rank ``r`` multiplies the slice it already holds by the
-matching rows of ``W^T`` and gets a *partial sum* of the full output). Whatever runs between the
-two (attention per head, SiLU-and-multiply per element) works on the slice alone, so a pair needs
-exactly one collective, the all-reduce that adds the partial sums at its end: two per layer.
-
-On one rank (``tensor_parallel_size=1``) every class here is ``nn.Linear`` with the same weight
-shape and the same ``F.linear`` call, so the single-process engine runs exactly as before.
-
-Each layer knows how to cut its own shard out of a full checkpoint tensor (``weight_loader``),
-as upstream's do: the model's ``load_weights`` hands every layer the whole tensor and the layer
-keeps its rows or columns. The index arithmetic is in ``mini_vllm.distributed.sharding``.
+Tensor parallelism splits the first matmul of each pair of a block by output (column-parallel)
+and the second by input (row-parallel), so that a pair needs one all-reduce; each layer cuts its
+own shard out of a full checkpoint tensor (``weight_loader``). On one rank
+(``tensor_parallel_size=1``) every class here is ``nn.Linear`` with the same weight shape and the
+same ``F.linear`` call, so the single-process engine runs exactly as before. The pairs and the
+loading: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

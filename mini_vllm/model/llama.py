@@ -2,17 +2,10 @@
 
 Mirrors ``vllm/model_executor/models/llama.py``: the same class names, the fused ``qkv_proj`` and
 ``gate_up_proj`` matrices, ``forward(input_ids, positions, ...)`` over a flat token axis with no
-batch or padding dimension, and ``compute_logits`` kept separate so that the runner projects only
-the hidden states it will sample from (one row per request, not one per prompt token: for a 1,000
-token prompt that is a 1,000x smaller ``lm_head`` matmul).
-
-Covers what the Llama family varies: grouped-query attention, an explicit ``head_dim``, biases on
-the projections, RoPE with llama3 or linear scaling, tied or untied embeddings.
-
-Tensor parallelism (phase 07) is built in the way upstream builds it: the projections are the
-parallel layers of ``linear.py`` and the embedding and head those of
-``vocab_parallel_embedding.py``; each layer sizes itself from the tensor-parallel group it is
-built in, so the same classes make the whole model on one rank and one rank's shard on many.
+batch or padding dimension, and ``compute_logits`` kept separate. Covers what the Llama family
+varies (grouped-query attention, an explicit ``head_dim``, biases on the projections, RoPE with
+llama3 or linear scaling, tied or untied embeddings), and builds tensor parallelism in as upstream
+does (docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Find a checkpoint, read its config and weights through transformers, build our model.
 
 Upstream's loader (``vllm/model_executor/model_loader/``) maps safetensors shards straight onto
-the GPU. We let transformers do the reading instead: it understands every format the course
-meets (safetensors directories, and the GGUF file of the default model, which it dequantizes to
-float32), so one code path covers them all. The Hugging Face model only lives long enough to hand
-over its ``state_dict``; our ``load_weights`` copies it and the original is freed.
-
-Everything here is local: no hub access is attempted (``local_files_only``), so a wrong path fails
-at once with a message instead of hanging on the network.
+the GPU; we let transformers read every format the course meets (safetensors directories, and the
+GGUF file of the default model) and copy its ``state_dict`` into our model. Nothing touches the
+hub (``local_files_only``), so a wrong path fails at once (docs/upstream-fidelity.md, module
+notes).
 """
 
 from __future__ import annotations

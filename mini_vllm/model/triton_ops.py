@@ -1,20 +1,12 @@
 """Fused GPU kernels for the small layers: RMSNorm (with the residual add), rotary, SiLU-and-mul.
 
-Written in torch ops, a decoder layer launches about 45 kernels, most of them elementwise passes
-over a few kilobytes: an RMSNorm is nine (add, cast, square, mean, add, rsqrt, multiply, cast,
-scale), the rotary embedding eighteen. At decode time on a GPU each costs a launch slot of 2-3
-microseconds whatever its size, so a 30-layer model spent more time in them than in attention
-(``bench/profile_engine_step.py``). Upstream replaces them with custom ops of the same names
-(``vllm/_custom_ops.py``: ``rms_norm``, ``fused_add_rms_norm``, ``rotary_embedding``,
-``silu_and_mul``); these are Triton versions, one launch each.
-
-They reproduce the torch layers' arithmetic in :mod:`mini_vllm.model.layers` rounding for
-rounding where it is cheap to (the residual sum and the normalised value are rounded to the model
-dtype exactly where the torch code rounds them) and compute the rest in float32, so in float32
-they agree with the torch path to float rounding, and in half precision they are at least as
-accurate. The layers call them only for CUDA tensors; the CPU path, which the course proves
-against Hugging Face, stays in torch. Under ``TRITON_INTERPRET=1`` they also run on CPU tensors,
-which is how the tests compare them with the torch layers without a GPU.
+Upstream replaces the torch layers with custom ops of the same names (``vllm/_custom_ops.py``:
+``rms_norm``, ``fused_add_rms_norm``, ``rotary_embedding``, ``silu_and_mul``); these are Triton
+versions, one launch each instead of up to eighteen, reproducing the rounding of the torch
+layers of :mod:`mini_vllm.model.layers` where it is cheap to. The layers call them only for CUDA
+tensors; under ``TRITON_INTERPRET=1`` they also run on CPU tensors, which is how the tests
+compare them with the torch layers. The launch counts and the rounding:
+docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

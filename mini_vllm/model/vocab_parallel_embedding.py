@@ -1,19 +1,10 @@
 """The embedding and LM head split by vocabulary (upstream: ``vocab_parallel_embedding.py``).
 
-The embedding matrix is ``[vocab, hidden]``: the biggest single tensor of a small model (SmolLM2:
-28 M of its 135 M parameters), read once per token on the way in and multiplied by every
-sampled row on the way out. Both uses split it by vocabulary rows:
-
-* **Embedding.** Rank ``r`` holds the rows of token ids ``[start_r, end_r)``. Each rank looks up
-  the tokens in its range, writes zeros for the others, and an all-reduce sums the results:
-  exactly one rank contributed each token's row, so the sum is the lookup.
-* **LM head.** Rank ``r`` computes the logits of its vocabulary slice, and an all-gather
-  concatenates the slices on every rank, so every rank can sample (upstream's default on GPUs).
-
-The vocabulary is padded to a multiple of 64 first so that every rank's slice has one shape;
-padded rows are zeros, and the padded logits are cut off before sampling. On one rank nothing
-is padded or gathered: the layers are ``nn.Embedding`` and a bias-free ``nn.Linear`` in all
-but name.
+Both uses of the ``[vocab, hidden]`` matrix split it by vocabulary rows: the embedding looks up
+each rank's token range and all-reduces, the LM head all-gathers each rank's logit slice; the
+vocabulary is padded to a multiple of 64 first. On one rank nothing is padded or gathered: the
+layers are ``nn.Embedding`` and a bias-free ``nn.Linear`` in all but name. Why the split works:
+docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Turn one row of logits per request into one token per request: greedy, temperature, top-k/p.
 
 Mirrors ``vllm/v1/sample/sampler.py`` (``Sampler``), ``vllm/v1/sample/metadata.py``
-(``SamplingMetadata``) and ``vllm/v1/sample/ops/topk_topp_sampler.py``
-(``apply_top_k_top_p``, ``random_sample``), minus penalties and logits processors.
-
-The whole batch is sampled with tensor ops, whatever mix of greedy and random requests it holds:
-greedy rows are an ``argmax``, random rows are temperature-scaled, truncated, and drawn with the
-exponential-race trick, and ``torch.where`` picks per row. Only the draws are per request, because
-a request with a ``seed`` owns a ``torch.Generator``: its tokens must then depend on its seed alone,
-not on which other requests happened to share the batch.
-
-Logprobs, when any row asks for them, are taken from the logits as the model produced them,
-before ``min_tokens`` masking, temperature and truncation (upstream's default
-``logprobs_mode="raw_logprobs"``): one ``[num_reqs, vocab]`` log-softmax, then a top-k of the
-batch's largest request and a gather of each sampled token (see ``mini_vllm/logprobs.py``).
+(``SamplingMetadata``) and ``vllm/v1/sample/ops/topk_topp_sampler.py`` (``apply_top_k_top_p``,
+``random_sample``), minus penalties and logits processors. The whole batch is sampled with tensor
+ops, greedy and random rows mixed; only the draws are per request, so that a seeded request's
+tokens depend on its seed alone, and logprobs come from the raw logits (details:
+docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Decode steps replayed from CUDA graphs, one graph per padded batch size.
 
 A decode step launches hundreds of small kernels whose launch cost exceeds their run time at
-small batch sizes; a graph replays them all with one launch. Graphs freeze shapes and
-addresses, so every input lives in a static buffer sized for the largest batch, a batch is
-padded up to the next captured size (padding tokens write to slot -1, i.e. nowhere, and read
-one token of the null block), and the block table is as wide as ``max_model_len`` needs. Only
-decode-only batches replay graphs; anything else runs eagerly. Under tensor parallelism the
-all-reduces are captured with the rest: every rank captures the same sizes in the same order,
-so the collectives pair up on replay.
-
-Upstream's ``CudaGraphManager`` (``vllm/v1/worker/gpu/cudagraph_utils.py``) also captures
-piecewise graphs around attention for mixed batches; this one captures full decode graphs only.
+small batch sizes; a graph replays them all with one launch. Graphs freeze shapes and addresses,
+so inputs live in static buffers and a decode-only batch is padded up to the next captured size;
+anything else runs eagerly. Upstream's ``CudaGraphManager`` also captures piecewise graphs for
+mixed batches (padding, tensor parallelism and that difference: docs/upstream-fidelity.md,
+module notes).
 """
 
 from __future__ import annotations

@@ -3,17 +3,10 @@
 Upstream's ``InputBatch`` (``vllm/v1/worker/gpu_input_batch.py``). The scheduler sends a
 request's prompt, parameters and blocks once, then only what changed; the runner applies those
 diffs to arrays it keeps from step to step (token ids, progress, block table, sampling
-parameters), so that flattening a step is a few numpy gathers over the scheduled rows instead
-of rebuilding per-request lists. ``model_inputs.prepare_inputs`` (lab-09) computes the same
-``ModelInputs`` from such lists, from scratch; the two are held equal by a property test.
-
-A row belongs to its request from the step it arrives to the step it finishes, preempted
-stretches included (a resumed request gets its new block table and tokens written over its
-row). Rows are addressed through ``req_id_to_index``, never by position in a step: a step
-schedules any subset of the rows, in the scheduler's order, and a freed row is reused by the
-next arrival. Upstream instead keeps only the scheduled requests and condenses the rows to the
-front after removals, because its kernels read ``[:num_reqs]`` slices; this runner gathers the
-rows of each step anyway (``rows``), so holes cost nothing.
+parameters), so that flattening a step is a few numpy gathers over the scheduled rows instead of
+rebuilding per-request lists. ``model_inputs.prepare_inputs`` (lab-09) computes the same
+``ModelInputs`` from such lists, from scratch; the two are held equal by a property test. How rows
+are owned and reused: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

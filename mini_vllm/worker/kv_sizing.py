@@ -1,26 +1,12 @@
 """How many KV cache blocks fit in memory: the arithmetic behind vLLM's startup log line.
 
-vLLM decides the size of its KV cache once, at startup, and never again: it measures what the
-model needs (weights plus the activation peak of a profiling forward pass at the largest batch),
-gives everything else that ``gpu_memory_utilization`` allows to the cache, and cuts that budget
-into fixed-size blocks. Upstream spreads this over ``Worker.determine_available_memory``
-(``vllm/v1/worker/gpu_worker.py``), ``AttentionSpec.page_size_bytes``
-(``vllm/v1/kv_cache_interface.py``) and ``get_num_blocks`` /
-``get_max_concurrency_for_kv_cache_config`` (``vllm/v1/core/kv_cache_utils.py``); here the pure
-arithmetic lives in one place, with no torch, so it can be read, tested and graded alone.
-
-Every function takes plain integers and returns integers (``max_concurrency`` a float, as
-upstream reports it): bytes are never rounded to MiB before the last step.
-
-The last four (``may_override_num_blocks``, ``estimate_max_model_len``,
-``check_enough_kv_cache_memory``, ``auto_fit_max_model_len``) run the sizing the other way, from
-blocks to the longest request: upstream's startup check and its auto-fit of ``max_model_len=-1``
-(``_check_enough_kv_cache_memory``, ``_auto_fit_max_model_len`` in
-``vllm/v1/core/kv_cache_utils.py``). Unlike upstream's, they count the null block.
-
-The last two (``bytes_per_block_per_rank``, ``num_gpu_blocks_across_ranks``) are tensor
-parallelism's share (phase 07): what one block costs a rank that holds only its KV heads, and
-the one block count all ranks agree on.
+vLLM sizes its KV cache once, at startup, and never again: it measures what the model needs
+(weights plus the activation peak of a profiling forward pass at the largest batch), gives
+everything else that ``gpu_memory_utilization`` allows to the cache, and cuts that budget into
+fixed-size blocks. Here that arithmetic, upstream's startup check and auto-fit of
+``max_model_len`` (which, unlike upstream's, count the null block) and tensor parallelism's share
+live in one place, integers in and out, with no torch, so they can be read, tested and graded
+alone; where upstream keeps each piece: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

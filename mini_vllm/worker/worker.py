@@ -3,15 +3,8 @@
 Mirrors ``vllm/v1/worker/gpu_worker.py`` (``Worker``): the object a worker process builds and the
 executor calls methods on by name (``init_device``, ``load_model``,
 ``determine_available_memory``, ``initialize_kv_cache``, ``compile_or_warm_up_model``,
-``execute_model``). All the per-step work is the single-process ``ModelRunner``'s: the runner does
-not know it runs on a shard, because the model's parallel layers do the collectives and the
-KV cache it allocates is sized by the model's per-rank KV heads.
-
-Every rank executes every step in full, sampling included, and gets the same tokens: the LM head
-all-gathers the logits, so all ranks sample from identical rows, with identically seeded
-generators (upstream's workers do the same; the executor reads rank 0's answer only). Each rank
-appends its own sampled token to its request states, which is how a decode step's input token is
-already there on every rank without being sent.
+``execute_model``). The per-step work is the single-process ``ModelRunner``'s, unaware of the
+shard, and every rank samples the same tokens (docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Async scheduling: plan step N+1 while step N is still on the GPU.
 
 Mirrors ``vllm/v1/core/sched/async_scheduler.py`` (``AsyncScheduler``), on by default at the pin.
-
-Without it an engine step is strictly serial: schedule (Python, per request), prepare the inputs,
-run the GPU, wait, append the sampled tokens (Python, per request). At 256 running requests the
-two Python phases took longer than the GPU step of a 135M model (``bench/profile_engine_step.py``),
-so the GPU sat idle most of the time. The engine (``LLMEngine.step``) therefore calls
-``schedule()`` for the next step right after launching the current one, while the GPU works.
-
-The catch is that the next step is planned before this step's tokens exist. Each request that
-will get a token from the step in flight carries an *output placeholder*
-(``Request.num_output_placeholders``): ``schedule()`` counts it as a known token, so a decoding
-request is scheduled for its next position at once. The engine queues that next step on the GPU
-before it reads the token, and the runner copies the real id into its inputs on the device.
-When the token reaches the host, ``_update_request_with_output`` retires the placeholder. A
-request that stops on the token in flight (a stop token) has already been launched once more;
-``update_from_output`` skips it, since it is finished, so that extra token is discarded, as
-upstream does. The length limit is checked ahead (``schedule()`` skips a request whose
-placeholders already reach ``max_tokens``).
+The engine calls ``schedule()`` for the next step right after launching the current one, so the
+Python of scheduling and output handling overlaps the GPU; each request that will get a token from
+the step in flight carries an output placeholder (``Request.num_output_placeholders``) that
+``schedule()`` counts as a known token and ``_update_request_with_output`` retires when the token
+arrives. Why it pays, and what happens to a request that stops on the token in flight:
+docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """What the scheduler tells the model runner each step, and what it reports back.
 
-Mirrors ``vllm/v1/core/sched/output.py`` at v0.22.1 (``NewRequestData``,
-``CachedRequestData``, ``SchedulerOutput``) and the per-request
-``EngineCoreOutput`` of ``vllm/v1/engine/__init__.py``.
-
-The split between new and cached requests is a bandwidth decision upstream
-(the runner lives in another process): a request's prompt and sampling
-parameters travel once, in ``NewRequestData``; afterwards only the diff
-(new block ids, the computed-token count) travels, in ``CachedRequestData``.
-The runner keeps the rest in its own per-request state. mini-vLLM keeps the
-same contract so that its model runner reads like upstream's.
+Mirrors ``vllm/v1/core/sched/output.py`` at v0.22.1 (``NewRequestData``, ``CachedRequestData``,
+``SchedulerOutput``) and the per-request ``EngineCoreOutput`` of ``vllm/v1/engine/__init__.py``,
+with upstream's contract: a request's prompt and sampling parameters travel once, in
+``NewRequestData``, and afterwards only the diff (new block ids, the computed-token count), in
+``CachedRequestData``, so that the model runner reads like upstream's.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The OpenAI-compatible HTTP server: ``python -m mini_vllm serve``.
 
 Mirrors ``vllm/entrypoints/openai/api_server.py`` (``build_app``, ``run_server``, the lifespan
-that starts the engine) with FastAPI and uvicorn, as upstream uses them.
-
-Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (JSON, or server-sent events
-with ``"stream": true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus).
-
-Status codes are part of the contract: anything wrong with the request (malformed JSON, a field
-of the wrong type, an unknown model, a prompt longer than ``max_model_len``, a parameter the
-engine rejects) is a 400 in OpenAI's error shape, which the ``openai`` client raises as
-``BadRequestError``; a dead engine core is a 503 (and ``/health`` fails), never a hang; a 500
-means a bug in the server.
+that starts the engine) with FastAPI and uvicorn, as upstream uses them. Status codes are part of
+the contract: a bad request is a 400 in OpenAI's error shape, a dead engine core a 503, never a
+hang, and a 500 a bug in the server. The routes and the status rules: docs/upstream-fidelity.md
+(module notes).
 """
 
 from __future__ import annotations

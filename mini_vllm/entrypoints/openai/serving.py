@@ -2,19 +2,10 @@
 
 Mirrors ``vllm/entrypoints/openai/completion/serving.py`` and ``chat_completion/serving.py`` (and
 the checks of ``engine/serving.py``), in one module because here the two differ only in how the
-prompt is built and how a choice is formatted.
-
-Every request goes through the same four stages, and the first three can only fail with a 400:
-
-1. check the model name and the sampling parameters (the engine's own ``SamplingParams``
-   validation decides, so the server and offline ``LLM`` accept the same values);
-2. build the prompt's token ids (a chat goes through the tokenizer's chat template) and check
-   that prompt plus ``max_tokens`` fits ``max_model_len``;
-3. add one engine request per (prompt, sample): ``n > 1`` is fanned out here into ``n`` requests
-   with the same prompt, as upstream's ``ParentRequest`` does. They share the prompt's KV blocks
-   through the prefix cache, and a seeded request's sample ``i`` gets ``seed + i``;
-4. stream or collect the outputs. Only now does the HTTP response start, so a failure before
-   it is a proper status code, never a broken stream.
+prompt is built and how a choice is formatted. Every request goes through the same four stages
+(check, build the prompt, add one engine request per sample, stream or collect), and only the
+last starts the HTTP response, so a failure before it is a proper status code, never a broken
+stream (the stages: docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations

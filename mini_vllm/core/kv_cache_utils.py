@@ -9,22 +9,8 @@ token ids and the hash of the block before it, so equal hashes mean equal whole 
 merely equal blocks. Two requests that share a system prompt therefore produce the same hashes for
 the shared blocks and can share their KV pages.
 
-Deliberate differences from upstream (each one makes misuse loud instead of silent):
-
-* ``KVCacheBlock.block_hash``'s setter raises ``RuntimeError`` when the block already has a hash
-  (upstream asserts, which ``python -O`` strips).
-* ``FreeKVCacheBlockQueue.popleft_n`` raises ``ValueError`` when asked for more blocks than are
-  free (upstream asserts); ``append``/``append_n`` raise ``RuntimeError`` for a block that is
-  already linked into a queue, and leave the queue unchanged (upstream silently corrupts the list).
-* ``KVCacheBlock`` compares by identity (``eq=False``) and is hashable, so blocks can live in sets;
-  upstream's generated ``__eq__`` compares fields and may walk the free list.
-* ``NONE_HASH`` is initialised at import time with :func:`sha256`, so the module is usable on its
-  own; upstream leaves it unset until the engine calls ``init_none_hash``.
-* :func:`sha256` hashes a fixed byte layout of the block (below) instead of a pickle or CBOR, so
-  block hashes depend on neither the Python version nor an extra dependency.
-* :func:`get_request_block_hasher` never adds extra keys: mini-vLLM has no multimodal inputs, LoRA
-  adapters, cache salts or prompt embeddings, so a block's hash depends on its tokens and its
-  parent only. :func:`hash_block_tokens` still accepts ``extra_keys`` so callers can add them.
+Its deliberate differences from upstream (each makes misuse loud instead of silent) are listed
+in docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mini_vllm.engine.logprobs import LogprobsProcessor
+from mini_vllm.metrics.stats import FinishedRequestStats, IterationStats
 from mini_vllm.outputs import CompletionOutput, RequestOutput
 
 if TYPE_CHECKING:  # annotations only: the engine core's module needs the serve extra (pyzmq)
@@ -147,28 +148,6 @@ def check_stop_strings(
         "lab-10: check_stop_strings — search only the tail the new characters could have "
         "completed; the match that starts first wins; say where to cut"
     )
-
-
-@dataclass
-class FinishedRequestStats:
-    """One finished request, as the request-level histograms see it."""
-
-    finish_reason: str
-    e2e_latency: float
-    num_prompt_tokens: int
-    num_generation_tokens: int
-    mean_time_per_output_token: float
-
-
-@dataclass
-class IterationStats:
-    """What one batch of engine-core outputs contributed to the metrics."""
-
-    num_prompt_tokens: int = 0
-    num_generation_tokens: int = 0
-    time_to_first_tokens_iter: list[float] = field(default_factory=list)
-    inter_token_latencies_iter: list[float] = field(default_factory=list)
-    finished_requests: list[FinishedRequestStats] = field(default_factory=list)
 
 
 @dataclass

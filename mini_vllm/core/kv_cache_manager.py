@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
 from mini_vllm.core.block_pool import BlockPool
-from mini_vllm.core.kv_cache_metrics import PrefixCacheStats
+from mini_vllm.metrics.stats import PrefixCacheStats
 from mini_vllm.utils.math_utils import cdiv
 
 if TYPE_CHECKING:

@@ -17,9 +17,10 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Protocol
 
-from mini_vllm.engine.core import EngineCoreRequest, EngineCoreSamplingParams, SchedulerStats
+from mini_vllm.engine.core import EngineCoreRequest, EngineCoreSamplingParams
 from mini_vllm.engine.core_client import AsyncMPClient, EngineDeadError
-from mini_vllm.engine.output_processor import IterationStats, OutputProcessor
+from mini_vllm.engine.output_processor import OutputProcessor
+from mini_vllm.metrics.stats import IterationStats, SchedulerStats
 from mini_vllm.outputs import RequestOutput
 
 logger = logging.getLogger(__name__)

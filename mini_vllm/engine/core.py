@@ -24,6 +24,7 @@ import msgspec
 import zmq
 
 from mini_vllm.logprobs import LogprobsLists
+from mini_vllm.metrics.stats import SchedulerStats
 
 logger = logging.getLogger(__name__)
 
@@ -101,21 +102,6 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
-
-
-class SchedulerStats(msgspec.Struct, omit_defaults=True, gc=False):
-    """What the scheduler looked like after a step (upstream: ``vllm/v1/metrics/stats.py``).
-
-    Gauges are snapshots; the prefix-cache and preemption figures are increments since the
-    previous snapshot, so the front-end adds them to its counters.
-    """
-
-    num_running_reqs: int = 0
-    num_waiting_reqs: int = 0
-    kv_cache_usage: float = 0.0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    num_preemptions: int = 0
 
 
 class UtilityOutput(msgspec.Struct, omit_defaults=True):

@@ -19,29 +19,8 @@ from typing import Any
 from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest
 from mini_vllm.engine.detokenizer import IncrementalDetokenizer
 from mini_vllm.engine.logprobs import LogprobsProcessor
+from mini_vllm.metrics.stats import FinishedRequestStats, IterationStats
 from mini_vllm.outputs import CompletionOutput, RequestOutput
-
-
-@dataclass
-class FinishedRequestStats:
-    """One finished request, as the request-level histograms see it."""
-
-    finish_reason: str
-    e2e_latency: float
-    num_prompt_tokens: int
-    num_generation_tokens: int
-    mean_time_per_output_token: float
-
-
-@dataclass
-class IterationStats:
-    """What one batch of engine-core outputs contributed to the metrics."""
-
-    num_prompt_tokens: int = 0
-    num_generation_tokens: int = 0
-    time_to_first_tokens_iter: list[float] = field(default_factory=list)
-    inter_token_latencies_iter: list[float] = field(default_factory=list)
-    finished_requests: list[FinishedRequestStats] = field(default_factory=list)
 
 
 @dataclass

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest, EngineCoreSamplingParams
-from mini_vllm.engine.output_processor import IterationStats, OutputProcessor
+from mini_vllm.engine.output_processor import OutputProcessor
+from mini_vllm.metrics.stats import IterationStats
 
 
 @pytest.fixture()

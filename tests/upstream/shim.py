@@ -504,7 +504,7 @@ TABLE: dict[str, tuple[str | None, Callable[[], dict[str, Any]]]] = {
             KVCacheTensor=KVCacheTensor,
         ),
     ),
-    "vllm.v1.metrics.stats": ("mini_vllm.core.kv_cache_metrics", _static()),
+    "vllm.v1.metrics.stats": ("mini_vllm.metrics.stats", _static()),
     "vllm.v1.engine": ("mini_vllm.request", _static()),
     "vllm.v1.utils": (None, _static(ConstantList=_request.ConstantList)),
     "vllm.config": (None, _sched("vllm.config")),

@@ -25,7 +25,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mini_vllm.engine.async_llm import AsyncLLM
 from mini_vllm.engine.core_client import EngineDeadError
-from mini_vllm.entrypoints.metrics import PrometheusStatLogger
 from mini_vllm.entrypoints.openai.cli_args import DEFAULT_SERVED_MODEL_NAME, engine_args_from_cli
 from mini_vllm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -34,6 +33,7 @@ from mini_vllm.entrypoints.openai.protocol import (
     ModelList,
 )
 from mini_vllm.entrypoints.openai.serving import BadRequestError, OpenAIServing, error_response
+from mini_vllm.metrics.loggers import PrometheusStatLogger
 
 logger = logging.getLogger("mini_vllm.serve")
 

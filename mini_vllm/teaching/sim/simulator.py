@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mini_vllm.core.kv_cache_manager import KVCacheManager
-from mini_vllm.core.kv_cache_metrics import PrefixCacheStats
 from mini_vllm.core.kv_cache_utils import get_request_block_hasher, sha256
 from mini_vllm.core.sched.scheduler import Scheduler
+from mini_vllm.metrics.stats import PrefixCacheStats
 from mini_vllm.request import FinishReason, Request, RequestStatus
 from mini_vllm.teaching.invariants import check_block_pool
 from mini_vllm.teaching.sim.fake_model import FakeModelRunner, expected_output

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from mini_vllm.engine.core import SchedulerStats
-from mini_vllm.engine.output_processor import IterationStats
+from mini_vllm.metrics.stats import IterationStats, SchedulerStats
 
 # Seconds: from a millisecond-scale GPU step up to minutes-long requests on a loaded CPU.
 _LATENCY_BUCKETS = [

@@ -1,0 +1,1 @@
+"""Metrics: the stats snapshots (``stats.py``) and the Prometheus logger (``loggers.py``)."""

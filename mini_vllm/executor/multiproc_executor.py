@@ -126,6 +126,7 @@ class MultiprocExecutor:
         self._stash: dict[tuple[int, int], Any] = {}
         self._method_of: dict[int, str] = {}
         self.workers: list[_WorkerHandle] = []
+        self.cudagraph_batch_sizes: list[int] = []  # set by warm_up_model
         self._max_model_len = config.max_model_len
 
         ctx = torch.multiprocessing.get_context("spawn")
@@ -376,7 +377,13 @@ class MultiprocExecutor:
         self.collective_rpc("initialize_kv_cache", args=(num_gpu_blocks,))
 
     def warm_up_model(self) -> None:
-        self.collective_rpc("compile_or_warm_up_model", timeout=max(self.execute_timeout_s, 600.0))
+        """Warm up and capture on every rank; keep rank 0's captured sizes (all ranks capture
+        the same ones, or their collectives would not pair up)."""
+        self.cudagraph_batch_sizes = self.collective_rpc(
+            "compile_or_warm_up_model",
+            timeout=max(self.execute_timeout_s, 600.0),
+            unique_reply_rank=self.output_rank,
+        )
 
     def capture_model(self) -> None:
         """Done by ``warm_up_model`` on each rank (``compile_or_warm_up_model``)."""

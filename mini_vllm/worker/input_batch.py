@@ -18,7 +18,7 @@ import torch
 
 from mini_vllm.sampling_params import SamplingParams, SamplingType
 from mini_vllm.worker import kv_sizing
-from mini_vllm.worker.block_table import BlockTable
+from mini_vllm.worker.block_table import BlockTable, grow_rows
 from mini_vllm.worker.model_inputs import ModelInputs, _get_cumsum_and_arange, compute_slot_mapping
 
 
@@ -33,7 +33,6 @@ class InputBatch:
         block_size: int,
         device: torch.device,
     ) -> None:
-        self.max_model_len = max_model_len
         self.block_size = block_size
         self.device = device
         self.req_id_to_index: dict[str, int] = {}
@@ -57,22 +56,13 @@ class InputBatch:
         self.num_logprobs: dict[int, int] = {}  # rows that asked for logprobs
         self._grow(max_num_reqs)
 
-    @property
-    def num_reqs(self) -> int:
-        return len(self.req_id_to_index)
-
     def _grow(self, capacity: int) -> None:
         """Room for ``capacity`` rows. Rows outnumber ``max_num_seqs`` only while preempted
         requests wait to resume, so this is rare and doubles the arrays."""
         old = self._capacity
         if capacity <= old:
             return
-
-        def extend(array: np.ndarray) -> np.ndarray:
-            pad = np.zeros((capacity - old, *array.shape[1:]), dtype=array.dtype)
-            return np.concatenate([array, pad])
-
-        self.token_ids_cpu = extend(self.token_ids_cpu)
+        self.token_ids_cpu = grow_rows(self.token_ids_cpu, capacity)
         for name in (
             "num_tokens",
             "num_prompt_tokens",
@@ -82,7 +72,7 @@ class InputBatch:
             "top_k",
             "is_greedy",
         ):
-            setattr(self, name, extend(getattr(self, name)))
+            setattr(self, name, grow_rows(getattr(self, name), capacity))
         self.block_table.grow(capacity)
         self.sampling_params.extend([None] * (capacity - old))
         self._free_rows.extend(range(capacity - 1, old - 1, -1))  # pop() gives the lowest

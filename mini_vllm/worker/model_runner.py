@@ -385,6 +385,7 @@ class ModelRunner:
             inputs = self._prepare_inputs_from_lists(rows, num_scheduled, num_known)
         # Only requests whose every known token is now computed get a token: the logits of a
         # partial prefill predict a prompt token we already know, so they are not computed.
+        # (From the batch, not from inputs.seq_lens: under lab-09 the inputs are the learner's.)
         complete = batch.num_computed_tokens_cpu[rows] + num_scheduled == num_known
         sample_rows = np.flatnonzero(complete).tolist()
         return PreparedStep(
@@ -468,12 +469,14 @@ class ModelRunner:
                 sampled_token_ids[i] = [token_id]
             batch = self.input_batch
             assert batch is not None
-            index = batch.req_id_to_index
-            live = [k for k, i in enumerate(pending.sample_rows) if req_ids[i] in index]
-            rows = np.fromiter(
-                (index[req_ids[pending.sample_rows[k]]] for k in live), np.int64, len(live)
-            )
-            batch.append_sampled(rows, np.asarray(tokens, dtype=np.int32)[live])
+            live: list[int] = []  # indices into tokens of the requests still in the batch
+            rows: list[int] = []
+            for k, i in enumerate(pending.sample_rows):
+                row = batch.req_id_to_index.get(req_ids[i])
+                if row is not None:
+                    live.append(k)
+                    rows.append(row)
+            batch.append_sampled(np.array(rows, np.int64), np.asarray(tokens, np.int32)[live])
         logprobs = None
         if pending.logprobs_host is not None:
             first_rows = np.cumsum([0] + [len(t) for t in sampled_token_ids[:-1]]).tolist()

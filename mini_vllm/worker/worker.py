@@ -134,9 +134,11 @@ class Worker:
         """Allocate this rank's cache: ``num_gpu_blocks`` blocks of its own KV heads."""
         self.runner.initialize_kv_cache(num_gpu_blocks)
 
-    def compile_or_warm_up_model(self) -> None:
+    def compile_or_warm_up_model(self) -> list[int]:
+        """Warm up, capture the decode graphs; return the captured batch sizes."""
         self.runner.warm_up_model()
         self.runner.capture_model()
+        return self.runner.cudagraph_batch_sizes
 
     def set_max_model_len(self, max_model_len: int) -> None:
         """Follow the engine's auto-fit of ``max_model_len`` (block-table width included)."""

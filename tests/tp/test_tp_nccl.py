@@ -75,6 +75,7 @@ def test_ranks_use_nccl_on_their_own_gpu(two_gpus: LLM) -> None:
     eager = two_gpus.llm_engine.args.enforce_eager
     for info in infos:
         assert bool(info["cudagraph_batch_sizes"]) != eager, info
+    assert executor.cudagraph_batch_sizes == infos[0]["cudagraph_batch_sizes"]
 
 
 def test_two_gpus_equal_one(one_gpu: dict[str, list], two_gpus: LLM) -> None:

@@ -496,13 +496,20 @@ SWEEP_CASES = [
 SWEEP_LAUNCH = [(bn, w, s) for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
 
 
+def sweep_launch() -> list[tuple[int, int, int]]:
+    """The launch grid; small heads also try longer tiles and fewer warps (same bytes per tile)."""
+    if HEAD_DIM > 64:
+        return SWEEP_LAUNCH
+    return [(bn, w, s) for bn in (32, 64, 128, 256) for w in (2, 4, 8) for s in (2, 3, 4)]
+
+
 def run_sweep(
     pool: Pool,
     timer: Timer,
     gen: torch.Generator,
     budget_s: float,
     cases: list[Case] = SWEEP_CASES,
-    launch: list[tuple[int, int, int]] = SWEEP_LAUNCH,
+    launch: list[tuple[int, int, int]] | None = None,
     split_counts: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
 ) -> None:
     """Tuning grid for the launch options and the split count, on a few representative shapes."""
@@ -515,7 +522,7 @@ def run_sweep(
             case.batch, case.num_kv_heads, case.context, tpa._num_sms(args[0].device)
         )
         results = []
-        for bn, w, s in launch:
+        for bn, w, s in launch or sweep_launch():
             if time.perf_counter() - start > budget_s:
                 break
             try:
@@ -547,8 +554,17 @@ def run_sweep(
             f"sweep {case.label()} default splits={default}: copy {2 * gbs / t_copy:.0f} GB/s, "
             f"sdpa {t_sdpa * 1e3:.1f} us {gbs / t_sdpa:.0f} GB/s"
         )
-        for t, bn, w, s in results[:5]:
-            print(f"  block_n={bn} warps={w} stages={s}: {t * 1e3:.1f} us {gbs / t:.0f} GB/s")
+        one = default == 1
+        default_launch = (
+            tpa._ONE_SPLIT_BLOCK_N if one else tpa._BLOCK_N,
+            tpa._NUM_WARPS,
+            tpa._ONE_SPLIT_NUM_STAGES if one else tpa._NUM_STAGES,
+        )
+        for rank, (t, bn, w, s) in enumerate(results, 1):
+            if rank <= 5 or (bn, w, s) == default_launch:
+                mark = " (default)" if (bn, w, s) == default_launch else ""
+                speed = f"{t * 1e3:.1f} us {gbs / t:.0f} GB/s"
+                print(f"  #{rank} block_n={bn} warps={w} stages={s}{mark}: {speed}")
         if not results:
             continue
         _, bn, w, s = results[0]
@@ -565,6 +581,7 @@ def run_sweep(
 
 
 def main() -> None:
+    global DEVICE, HEAD_DIM
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the markdown table here")
     ap.add_argument("--quick", action="store_true", help="a subset of the sweep")
@@ -579,11 +596,12 @@ def main() -> None:
         metavar="BATCH,CONTEXT,HEADS,KV_HEADS,BLOCK",
         help="with --sweep: tune this configuration instead of the default ones (repeatable)",
     )
+    ap.add_argument("--head-dim", type=int, default=HEAD_DIM, help="head size of every case")
     ap.add_argument("--smoke", action="store_true", help="a tiny grid, on CPU if there is no GPU")
     ap.add_argument("--no-flex", dest="flex", action="store_false", help="skip FlexAttention")
     ap.add_argument("--time-budget", type=float, default=480.0, help="seconds before flex stops")
     opts = ap.parse_args()
-    global DEVICE
+    HEAD_DIM = opts.head_dim
     if not torch.cuda.is_available():
         if not opts.smoke:
             sys.exit("bench_paged_decode.py needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1)")
@@ -597,7 +615,10 @@ def main() -> None:
     print(env)
     command = "python " + " ".join(sys.argv)
 
+    sweep_cases = [Case(*map(int, c.split(","))) for c in opts.sweep_case] or SWEEP_CASES
     num_kv_heads = {kv for _, kv in grid["heads"]}
+    if opts.sweep and not opts.smoke:
+        num_kv_heads = {case.num_kv_heads for case in sweep_cases}
     assert len(num_kv_heads) == 1, "one pool shape: all head configs share num_kv_heads"
     lcm = math.lcm(*grid["block_size"])
     tokens = max(grid["batch"]) * max(grid["context"]) + 4 * lcm  # the largest need, plus slack
@@ -615,8 +636,7 @@ def main() -> None:
         run_sweep(pool, timer, gen, opts.time_budget, [smoke_case], [(16, 4, 2)], (1, 2))
         return
     if opts.sweep:
-        cases = [Case(*map(int, c.split(","))) for c in opts.sweep_case] or SWEEP_CASES
-        run_sweep(pool, timer, gen, opts.time_budget, cases)
+        run_sweep(pool, timer, gen, opts.time_budget, sweep_cases)
         return
 
     rows: list[dict] = []

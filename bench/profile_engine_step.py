@@ -97,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="profile the default async loop (phases overlap the GPU) instead of the serial one",
     )
+    p.add_argument(
+        "--trace-gaps",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="trace STEPS steps and attribute the GPU's idle time to the host phase running",
+    )
     p.add_argument("--device", default="cuda", help="cpu: only checks the script")
     args = p.parse_args(argv)
 
@@ -194,7 +201,101 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(table)
         print("```")
+    if args.trace_gaps and args.device == "cuda":
+        trace_gaps(engine, args.trace_gaps)
     return 0
+
+
+HOST_PHASES = {
+    "schedule": ("scheduler", "schedule"),
+    "update from output": ("scheduler", "update_from_output"),
+    "update states": ("model_runner", "_update_states"),
+    "prepare inputs": ("model_runner", "flatten_step"),
+    "launch": ("model_runner", "launch_step"),
+    "collect tokens": ("model_runner", "get_output"),
+}
+
+
+def trace_gaps(engine: Any, steps: int, min_gap_us: float = 5.0) -> None:
+    """Trace ``steps`` engine steps and say what the host was doing while the GPU sat idle.
+
+    Every idle stretch between two device operations longer than ``min_gap_us`` is charged to
+    the innermost host phase (a ``record_function`` range around each phase) running when the
+    GPU went idle; ``(between phases)`` is the engine's own code. Garbage-collector pauses are
+    counted separately (their clock is not the trace's).
+    """
+    import gc
+    import json
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    def annotate(name: str, fn: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with record_function(f"host: {name}"):
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+    for name, (owner, attr) in HOST_PHASES.items():
+        obj = getattr(engine, owner)
+        setattr(obj, attr, annotate(name, getattr(obj, attr)))
+    gc_pauses: list[float] = []
+    gc_start: list[float] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_start.append(time.perf_counter())
+        elif gc_start:
+            gc_pauses.append(time.perf_counter() - gc_start.pop())
+
+    for _ in range(3):
+        engine.step()
+    torch.cuda.synchronize()
+    gc.callbacks.append(on_gc)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    gc.callbacks.remove(on_gc)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    device_ops = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
+    phases = [
+        (e["ts"], e["ts"] + e["dur"], e["name"].removeprefix("host: "))
+        for e in events
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("host: ")
+    ]
+    busy_end = device_ops[0][1]
+    idle: dict[str, float] = defaultdict(float)
+    gaps = 0
+    for start, end in device_ops[1:]:
+        if start - busy_end > min_gap_us:
+            running = [p for p in phases if p[0] <= busy_end < p[1]]
+            innermost = min(running, key=lambda p: p[1] - p[0])[2] if running else None
+            idle[innermost or "(between phases)"] += start - busy_end
+            gaps += 1
+        busy_end = max(busy_end, end)
+    span = busy_end - device_ops[0][0]
+    total_idle = sum(idle.values())
+    print(f"### GPU idle time over {steps} async steps ({wall / steps * 1e3:.3f} ms a step)\n")
+    print(f"Device busy span {span / steps / 1e3:.3f} ms a step, of which idle in gaps over")
+    print(f"{min_gap_us:.0f} µs: {total_idle / steps / 1e3:.3f} ms a step ({gaps} gaps).\n")
+    print("| host phase running when the GPU went idle | idle ms per step |\n|---|---:|")
+    for name, us in sorted(idle.items(), key=lambda kv: -kv[1]):
+        print(f"| {name} | {us / steps / 1e3:.3f} |")
+    print(
+        f"\nGarbage collector: {len(gc_pauses)} pauses, {sum(gc_pauses) * 1e3:.2f} ms in all, "
+        f"longest {max(gc_pauses, default=0) * 1e3:.2f} ms.\n"
+    )
 
 
 if __name__ == "__main__":

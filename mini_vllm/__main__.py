@@ -1,10 +1,7 @@
 """Command line: ``python -m mini_vllm generate "What is the capital of France?" --max-tokens 32``.
 
-Prints the completion, then the two numbers the course is about: how many KV cache blocks the
-request actually held (against how many the budget allowed) and the prefix-cache hit rate.
-On a model with a chat template the prompt is sent as one user message in that template (what an
-instruction-tuned model such as the default SmolLM2-135M-Instruct expects; without it, it often
-answers nothing); ``--no-chat`` completes the raw text instead.
+Prints the completion, the KV cache blocks held at peak and the prefix-cache hit rate. A model
+with a chat template gets the prompt as one user message in it (``--no-chat``: the raw text).
 ``python -m mini_vllm serve`` starts the OpenAI-compatible server (phase 06).
 """
 
@@ -33,13 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
     gen.add_argument(
         "--chat",
-        dest="chat",
-        action="store_true",
-        default=None,
-        help="apply the model's chat template (the default when the model has one)",
-    )
-    gen.add_argument(
-        "--no-chat", dest="chat", action="store_false", help="raw completion of the prompt text"
+        action=argparse.BooleanOptionalAction,
+        help="apply the model's chat template (default: when the model has one)",
     )
     gen.add_argument("--block-size", type=int, default=16)
     gen.add_argument("--max-model-len", type=int, default=None)

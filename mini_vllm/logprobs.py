@@ -1,12 +1,5 @@
-"""Log-probabilities of sampled tokens, from the sampler's tensors to what a user reads.
-
-Mirrors ``vllm/logprobs.py`` (``Logprob``, ``SampleLogprobs``,
-``append_logprobs_for_next_position``) and the two transport forms of ``vllm/v1/outputs.py``
-(``LogprobsTensors`` on the device, ``LogprobsLists`` on the host). For every generated token a
-request with ``logprobs=k`` gets the sampled token with its rank, then the ``k`` most likely
-tokens, all from the model's raw log-softmax (upstream's default ``logprobs_mode``); the exact
-shape of that dict is in docs/upstream-fidelity.md (module notes).
-"""
+"""Log-probabilities of sampled tokens, from the sampler's tensors to what a user reads: mirrors
+``vllm/logprobs.py`` and the transport forms of ``vllm/v1/outputs.py`` (upstream-fidelity.md)."""
 
 from __future__ import annotations
 
@@ -32,13 +25,8 @@ SampleLogprobs = list[dict[int, Logprob]]
 
 
 class LogprobsLists(NamedTuple):
-    """One step's logprobs on the host, one row per sampled token.
-
-    Row ``r`` holds the sampled token and the batch's ``max_num_logprobs`` best tokens
-    (``logprob_token_ids[r, 0]`` is the sampled one); a request that asked for fewer reads only
-    the first ``num_logprobs + 1`` columns. ``cu_num_generated_tokens[i]`` is the first row of the
-    ``i``-th request of the step (requests that sampled nothing own zero rows).
-    """
+    """One step's logprobs on the host, one row per sampled token: the sampled token, then the
+    batch's ``max_num_logprobs`` best. ``cu_num_generated_tokens[i]``: request ``i``'s first row."""
 
     logprob_token_ids: list[list[int]]
     logprobs: list[list[float]]
@@ -49,11 +37,9 @@ class LogprobsLists(NamedTuple):
         """The rows of the ``req_idx``-th request: its first ``num_positions`` tokens."""
         cu = self.cu_num_generated_tokens
         start = req_idx if cu is None else cu[req_idx]
-        end = start + num_positions
+        rows = slice(start, start + num_positions)
         return LogprobsLists(
-            self.logprob_token_ids[start:end],
-            self.logprobs[start:end],
-            self.sampled_token_ranks[start:end],
+            self.logprob_token_ids[rows], self.logprobs[rows], self.sampled_token_ranks[rows]
         )
 
 
@@ -65,12 +51,8 @@ class LogprobsTensors(NamedTuple):
     selected_token_ranks: torch.Tensor  # [num_rows] int64
 
     def tolists(self, cu_num_generated_tokens: list[int] | None = None) -> LogprobsLists:
-        return LogprobsLists(
-            self.logprob_token_ids.tolist(),
-            self.logprobs.tolist(),
-            self.selected_token_ranks.tolist(),
-            cu_num_generated_tokens,
-        )
+        token_ids, logprobs, ranks = (t.tolist() for t in self)
+        return LogprobsLists(token_ids, logprobs, ranks, cu_num_generated_tokens)
 
     def to_cpu_nonblocking(self) -> LogprobsTensors:
         """Pinned host copies queued behind the step (read them after its event fired)."""
@@ -96,11 +78,8 @@ def append_logprobs_for_next_position(
     num_logprobs: int,
 ) -> None:
     """Append one position's dict: the sampled token (its own rank) then ranks 1..num_logprobs.
-
-    ``zip`` stops at the request's own ``num_logprobs + 1`` entries, dropping the extra columns
-    a batch-mate's larger request made the sampler gather. A sampled token that is also in the
-    top ``num_logprobs`` is written twice with the same values, so it appears once.
-    """
+    ``zip`` stops at the request's own ``num_logprobs + 1`` entries (a batch-mate may have asked
+    for more); a sampled token also in the top ones is written twice, the same, so once."""
     ranks = [rank, *range(1, num_logprobs + 1)]
     request_logprobs.append(
         {

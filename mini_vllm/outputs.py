@@ -1,11 +1,5 @@
-"""What ``LLM.generate`` returns: one ``RequestOutput`` per prompt, holding its completion.
-
-Mirrors ``vllm/outputs.py`` (``RequestOutput``, ``CompletionOutput``) with the fields the course
-engine fills; the names are upstream's so that code reading vLLM's results reads ours unchanged
-(``outputs[0].outputs[0].text``). There is always exactly one completion (``n == 1``). Sample
-logprobs are filled when a request asks for them (``SamplingParams.logprobs``); prompt logprobs
-are not computed, so ``prompt_logprobs`` stays None.
-"""
+"""What ``LLM.generate`` returns: ``vllm/outputs.py``'s classes with the fields the engine fills,
+so code reading vLLM's results (``outputs[0].outputs[0].text``) reads ours unchanged."""
 
 from __future__ import annotations
 
@@ -16,12 +10,8 @@ from mini_vllm.logprobs import SampleLogprobs
 
 @dataclass
 class CompletionOutput:
-    """One generated sequence: its tokens, their text, and why generation stopped.
-
-    ``finish_reason`` is ``"stop"`` (EOS or a stop token) or ``"length"`` (``max_tokens`` or
-    ``max_model_len`` reached); ``stop_reason`` is the stop token id when one ended it (None for
-    EOS, as upstream). The stop token itself is kept in ``token_ids``.
-    """
+    """One generated sequence; ``stop_reason`` is the stop token id that ended it (None for EOS,
+    as upstream)."""
 
     index: int
     text: str
@@ -37,11 +27,8 @@ class CompletionOutput:
 
 @dataclass
 class RequestOutput:
-    """The result of one request: its prompt, its completion(s), and whether it is finished.
-
-    ``num_cached_tokens`` is the number of prompt tokens served from the prefix cache when the
-    request was first scheduled: the tokens the engine did not have to compute.
-    """
+    """The result of one request; ``num_cached_tokens``: prompt tokens served from the prefix
+    cache when it was first scheduled. Prompt logprobs are not computed."""
 
     request_id: str
     prompt: str | None

@@ -1,12 +1,5 @@
-"""The scheduler's view of one generation request, the unit the scheduler and KV cache share.
-
-Mirrors ``vllm/v1/request.py`` at v0.22.1 (``Request``, ``RequestStatus``) and the
-``FinishReason`` of ``vllm/v1/engine/__init__.py``, without the features the course does not
-build (pooling, multi-modal inputs, LoRA, structured output, KV transfer, streaming sessions,
-speculative decoding beyond an empty ``spec_token_ids``). The scheduler moves
-``num_computed_tokens`` forward; the KV cache manager keys the request's blocks by ``request_id``
-and reads ``block_hashes`` to find and publish prefix-cache hits.
-"""
+"""One generation request, the unit the scheduler and KV cache share: mirrors
+``vllm/v1/request.py`` (v0.22.1) and ``FinishReason`` of ``vllm/v1/engine/__init__.py``."""
 
 from __future__ import annotations
 
@@ -22,13 +15,8 @@ if TYPE_CHECKING:
 
 
 class ConstantList(Sequence[int]):
-    """A read-only view of a token list owned by a ``Request``.
-
-    ``all_token_ids`` and ``output_token_ids`` must grow together (and the block
-    hashes with them), so callers get a view that reads like a list but refuses
-    to be mutated; every change goes through ``Request.append_output_token_ids``.
-    Slicing returns a plain list copy, which is what hashing a block needs.
-    """
+    """A read-only view of a ``Request``'s token list: the token lists and block hashes must
+    grow together, through ``Request.append_output_token_ids``. Slicing returns a list copy."""
 
     __slots__ = ("_x",)
 
@@ -60,33 +48,21 @@ class ConstantList(Sequence[int]):
             return self._x == other
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  # mutable underneath: not hashable
-
     def __repr__(self) -> str:
         return f"ConstantList({self._x})"
 
     def copy(self) -> list[int]:
-        """A mutable copy of the tokens."""
         return self._x.copy()
 
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError(
-            "token lists of a Request are read-only; use Request.append_output_token_ids"
-        )
+        raise TypeError("a Request's token lists are read-only: use append_output_token_ids")
 
     append = extend = insert = pop = remove = clear = __setitem__ = __delitem__ = _refuse
 
 
 class FinishReason(enum.IntEnum):
-    """Why a request finished, as reported to the client.
-
-    ``stop``: EOS or a stop token was generated. ``length``: ``max_tokens`` or
-    the model's length limit was reached (also for prompts that could never
-    fit). ``abort``: the client gave up. ``error``: the engine failed the request.
-    ``repetition``: the output ended in a pattern repeated often enough
-    (``SamplingParams.repetition_detection``), the usual sign of a model stuck
-    in a loop.
-    """
+    """Why a request finished, as reported to the client. ``stop``: EOS or a stop token;
+    ``length``: ``max_tokens`` or the model's length limit (or a prompt that could never fit)."""
 
     STOP = 0
     LENGTH = 1
@@ -99,16 +75,11 @@ class FinishReason(enum.IntEnum):
 
 
 class RequestStatus(enum.IntEnum):
-    """Where a request is in its life cycle.
-
-    The order matters: every status after ``PREEMPTED`` is a finished one, so
-    ``is_finished`` is a single comparison on the hot path of the scheduler.
-    """
+    """Where a request is in its life cycle; every status after ``PREEMPTED`` is finished."""
 
     WAITING = enum.auto()
     RUNNING = enum.auto()
     PREEMPTED = enum.auto()
-    # Everything below is a finished status.
     FINISHED_STOPPED = enum.auto()
     FINISHED_LENGTH_CAPPED = enum.auto()
     FINISHED_ABORTED = enum.auto()
@@ -121,22 +92,17 @@ class RequestStatus(enum.IntEnum):
 
     @staticmethod
     def is_finished(status: RequestStatus) -> bool:
-        """True for the terminal statuses (those after PREEMPTED)."""
         return status > _LAST_UNFINISHED_STATUS
 
     @staticmethod
     def get_finished_reason(status: RequestStatus) -> FinishReason | None:
-        """The client-facing reason for a terminal status, None otherwise."""
         return _FINISHED_REASON_MAP.get(status)
 
 
-# Every status after this one is finished. Bound once because the check runs for every request
-# of every step, and before Python 3.12 reading a member off an Enum class costs ~0.1 µs (the
-# class's metaclass defines __getattr__, which slows every attribute read on it).
+# Bound once (per request per step): before Python 3.12 an Enum member read costs ~0.1 µs.
 _LAST_UNFINISHED_STATUS = RequestStatus.PREEMPTED
 
-# An ignored request had a prompt too long for the model: like upstream (and the
-# OpenAI API), that is reported as "length".
+# An ignored request's prompt was too long: "length", like upstream (and the OpenAI API).
 _FINISHED_REASON_MAP = {
     RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
     RequestStatus.FINISHED_LENGTH_CAPPED: FinishReason.LENGTH,
@@ -148,35 +114,11 @@ _FINISHED_REASON_MAP = {
 
 
 class Request:
-    """One prompt being generated, with the counters the scheduler steers by.
-
-    There is no "prefill phase" or "decode phase" field: a request has
-    ``num_tokens`` (prompt plus generated tokens) and ``num_computed_tokens``
-    (tokens whose KV is in the cache), and every step the scheduler tries to
-    close the gap. A long prompt closes it in several chunks, a decode step
-    closes a gap of one, a prefix-cache hit jumps ``num_computed_tokens``
-    forward, and a preemption by recompute resets it to zero.
-
-    ``block_hashes`` holds the chained hash of every *full* block of
-    ``all_token_ids``. It is extended incrementally (by ``block_hasher``) when
-    the request is created and whenever tokens are appended, so that looking up
-    and publishing prefix-cache blocks never rehashes the whole sequence.
-
-    Args:
-        request_id: Unique id; the KV cache manager keys blocks by it.
-        prompt_token_ids: The tokenized prompt (must not be empty).
-        sampling_params: How to sample; its ``max_tokens`` may be None, in which
-            case the scheduler fills it in from ``max_model_len`` on admission.
-        eos_token_id: The model's end-of-sequence token. When None, the
-            ``sampling_params.eos_token_id`` set by the engine (if any) is used.
-            Ignored under ``sampling_params.ignore_eos``.
-        arrival_time: Wall-clock arrival time; defaults to now.
-        block_hasher: ``get_request_block_hasher(block_size, hash_fn)``; returns
-            the hashes of the full blocks not hashed yet. Needed for prefix
-            caching; without it the request never hits nor publishes blocks.
-        priority: Under the priority policy, smaller runs first (and is
-            preempted last); ignored under FCFS. Any int, negatives included.
-    """
+    """One prompt being generated, with the counters the scheduler steers by: no phase field,
+    each step closes the gap between ``num_tokens`` (prompt plus output) and
+    ``num_computed_tokens`` (KV in the cache). ``block_hashes`` (of full blocks) grow through
+    ``block_hasher`` (none: no prefix caching) as tokens are appended, so prefix lookups never
+    rehash the sequence. ``eos_token_id`` defaults to ``sampling_params``'."""
 
     def __init__(
         self,
@@ -199,15 +141,12 @@ class Request:
             raise TypeError(f"request {request_id!r}: priority must be an int, got {priority!r}")
         self.priority = priority
 
-        if sampling_params.ignore_eos:
-            self.eos_token_id: int | None = None
-        elif eos_token_id is not None:
-            self.eos_token_id = eos_token_id
-        else:
-            self.eos_token_id = sampling_params.eos_token_id
+        if eos_token_id is None:
+            eos_token_id = sampling_params.eos_token_id
+        self.eos_token_id = None if sampling_params.ignore_eos else eos_token_id
 
         self.status = RequestStatus.WAITING
-        # The stop token id that ended the request (None for EOS or length).
+        # The stop token id (or "repetition_detected") that ended the request.
         self.stop_reason: int | str | None = None
         # None until the scheduler resolves it against max_model_len.
         self.max_tokens: int | None = sampling_params.max_tokens
@@ -216,25 +155,19 @@ class Request:
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self._output_token_ids: list[int] = []
         self._all_token_ids: list[int] = self.prompt_token_ids.copy()
-        # Read-only views: the two lists must grow together, see ConstantList.
         self.output_token_ids = ConstantList(self._output_token_ids)
         self.all_token_ids = ConstantList(self._all_token_ids)
 
-        # Draft tokens of speculative decoding; always empty in mini-vLLM but
-        # kept so that num_tokens_with_spec reads as upstream's scheduler does.
+        # Always empty (no speculative decoding); kept so the scheduler reads as upstream's.
         self.spec_token_ids: list[int] = []
-        # Tokens being sampled by a step still on the GPU (async scheduling only): the
-        # scheduler plans the next step as if they were known, see AsyncScheduler.
+        # Tokens a step still on the GPU is sampling (async scheduling), see AsyncScheduler.
         self.num_output_placeholders = 0
         self.num_computed_tokens = 0
-        # True while the request is scheduled for a non-final prefill chunk: the
-        # model runner must not sample a token for it in that step.
+        # Scheduled for a non-final prefill chunk: the runner samples no token for it.
         self.is_prefill_chunk = False
         self.num_preemptions = 0
 
         self.block_hashes: list[BlockHash] = []
-        # Stored unbound (not as a bound method) so the request does not hold a
-        # reference cycle through its own hasher.
         self._block_hasher = block_hasher
         self.update_block_hashes()
 
@@ -254,12 +187,8 @@ class Request:
             self.block_hashes.extend(self._block_hasher(self))
 
     def __lt__(self, other: Request) -> bool:
-        """The priority policy's order: lower ``priority``, then earlier arrival.
-
-        Ties fall back to the request id (and, for one id seen twice, object
-        identity) so that the waiting heap never has to compare two requests as
-        equal: its order is then total and deterministic.
-        """
+        """The priority policy's order: lower ``priority``, earlier arrival, then the request id
+        and object identity, so that the heap's order is total."""
         if self.priority != other.priority:
             return self.priority < other.priority
         if self.arrival_time != other.arrival_time:
@@ -270,7 +199,6 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        """Prompt plus generated tokens."""
         return len(self._all_token_ids)
 
     @property
@@ -280,11 +208,9 @@ class Request:
 
     @property
     def num_output_tokens(self) -> int:
-        """Tokens generated so far."""
         return len(self._output_token_ids)
 
     def is_finished(self) -> bool:
-        """True once the request reached a terminal status."""
         return self.status > _LAST_UNFINISHED_STATUS
 
     def get_finished_reason(self) -> FinishReason | None:

@@ -1,37 +1,24 @@
-"""Sampling parameters of one generation request.
-
-Mirrors ``vllm/sampling_params.py`` (``SamplingParams``, ``SamplingType``) at
-v0.22.1, restricted to what the course engine implements: temperature, top-p,
-top-k, a per-request seed, length limits, stop tokens and ``ignore_eos``, for a
-single output sequence per prompt (``n == 1``). Names, defaults and the
-validation rules follow upstream so that a script written against
-``vllm.SamplingParams`` runs unchanged when it stays inside this subset.
-"""
+"""Sampling parameters of one generation request: the subset of ``vllm/sampling_params.py``
+(v0.22.1) that the engine implements, with upstream's names, defaults and validation."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import cached_property
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-# Temperatures below this are treated as exactly zero, i.e. greedy decoding.
-_SAMPLING_EPS = 1e-5
-# Positive temperatures below this are raised to it: dividing logits by a tiny
-# temperature overflows to inf/nan in low-precision arithmetic.
+_SAMPLING_EPS = 1e-5  # temperatures below this are exactly zero: greedy decoding
+# Positive temperatures below this are raised to it: dividing by less overflows in low precision.
 _MAX_TEMP = 1e-2
 
 
 class SamplingType(IntEnum):
-    """How the sampler must draw the next token for a request.
-
-    The model runner groups requests by this value: greedy requests need only
-    an argmax, seeded ones need their own generator so that a seed reproduces
-    the same tokens whatever else shares the batch.
-    """
+    """How the sampler draws a request's next token: argmax, the shared generator, or the
+    request's own (so that a seed's tokens do not depend on the batch-mates)."""
 
     GREEDY = 0
     RANDOM = 1
@@ -40,29 +27,18 @@ class SamplingType(IntEnum):
 
 @dataclass
 class RepetitionDetectionParams:
-    """Stop a request whose output ends in an n-gram repeated ``min_count`` times.
-
-    A model stuck in a loop keeps repeating the same phrase until ``max_tokens``;
-    each repetition costs a decode step and KV blocks for nothing. Patterns of
-    ``min_pattern_size`` (0 means 1) to ``max_pattern_size`` tokens are tried
-    against the tail of the output after every token. ``max_pattern_size=0``
-    turns the check off.
-    """
+    """Stop a request (stuck in a loop) whose output ends in an n-gram repeated ``min_count``
+    times; n from ``min_pattern_size`` (0 means 1) to ``max_pattern_size`` (0: off)."""
 
     max_pattern_size: int = 0
     min_pattern_size: int = 0
     min_count: int = 0
 
     def __post_init__(self) -> None:
-        if (
-            self.max_pattern_size < 0
-            or self.min_pattern_size < 0
-            or self.min_pattern_size > self.max_pattern_size
-        ):
+        if not 0 <= self.min_pattern_size <= self.max_pattern_size:
             raise ValueError(
-                f"repetition detection needs 0 <= min_pattern_size <= max_pattern_size, got "
-                f"min_pattern_size={self.min_pattern_size}, "
-                f"max_pattern_size={self.max_pattern_size} (both 0 turns it off)"
+                "repetition detection needs 0 <= min_pattern_size <= max_pattern_size (both 0: "
+                f"off), got {self.min_pattern_size} and {self.max_pattern_size}"
             )
         if self.max_pattern_size > 0 and self.min_count < 2:
             raise ValueError(
@@ -73,40 +49,21 @@ class RepetitionDetectionParams:
 
 @dataclass
 class SamplingParams:
-    """What to generate for one prompt, and when to stop.
+    """What to generate for one prompt, and when to stop. Only ``n == 1`` (upstream fans
+    ``n > 1`` out above the engine core). The EOS token belongs to the model: the engine fills
+    it in (``update_from_generation_config``), or a ``Request`` carries it."""
 
-    Only ``n == 1`` is supported: upstream fans ``n > 1`` out into sibling
-    requests above the engine core, a layer the course does not build.
-
-    The end-of-sequence token is not a field: it is a property of the model,
-    so upstream's input processor fills it in (``update_from_generation_config``)
-    after the user built the object. A ``Request`` may also carry it directly
-    (``Request(..., eos_token_id=...)``), which is what the course engine does.
-    """
-
-    n: int = 1
-    """Number of output sequences per prompt; must be 1 here."""
-    temperature: float = 1.0
-    """Softmax temperature; 0 means greedy decoding (argmax)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass in (0, 1]; 1 keeps every token."""
-    top_k: int = 0
-    """Keep only the k most likely tokens; 0 (or -1) keeps every token."""
-    seed: int | None = None
-    """Per-request random seed; None draws from the engine's generator."""
-    stop_token_ids: list[int] | None = None
-    """Token ids that end generation; the stop token is kept in the output."""
-    ignore_eos: bool = False
-    """Keep generating after the end-of-sequence token (benchmarks use this)."""
-    max_tokens: int | None = 16
-    """Most tokens to generate; None means up to the model's length limit."""
-    min_tokens: int = 0
-    """Fewest tokens to generate before EOS or a stop token may end the request."""
+    n: int = 1  # output sequences per prompt: 1
+    temperature: float = 1.0  # 0: greedy decoding (argmax)
+    top_p: float = 1.0  # nucleus mass in (0, 1]; 1 keeps every token
+    top_k: int = 0  # keep the k most likely tokens; 0 (or -1) keeps every token
+    seed: int | None = None  # per-request seed; None draws from the engine's generator
+    stop_token_ids: list[int] | None = None  # end generation; kept in the output
+    ignore_eos: bool = False  # generate past EOS (benchmarks do)
+    max_tokens: int | None = 16  # None: up to the model's length limit
+    min_tokens: int = 0  # before EOS or a stop token may end the request
     repetition_detection: RepetitionDetectionParams | None = None
-    """Stop when the output ends in a repeated pattern (finish reason ``repetition``)."""
-    logprobs: int | None = None
-    """Return, per output token, its logprob and the ``logprobs`` most likely tokens' (-1: the
-    whole vocabulary); None returns none. Capped by the engine's ``max_logprobs``."""
+    logprobs: int | None = None  # per output token, its own and the top ones' (-1: all)
 
     _eos_token_id: int | None = field(default=None, repr=False)
     _all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
@@ -114,24 +71,15 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if 0 < self.temperature < _MAX_TEMP:
             logger.warning(
-                "temperature %s is below %s and would overflow the logits; using %s",
-                self.temperature,
-                _MAX_TEMP,
-                _MAX_TEMP,
+                "temperature %s would overflow the logits; using %s", self.temperature, _MAX_TEMP
             )
             self.temperature = _MAX_TEMP
         if self.seed == -1:
             self.seed = None
-        if self.stop_token_ids is None:
-            self.stop_token_ids = []
-        else:
-            self.stop_token_ids = list(self.stop_token_ids)
-
+        self.stop_token_ids = [] if self.stop_token_ids is None else list(self.stop_token_ids)
         self._verify_args()
-
         if self.temperature < _SAMPLING_EPS:
-            # Greedy decoding ignores the truncation knobs; normalise them so that
-            # two greedy requests always compare (and batch) the same way.
+            # Greedy ignores the truncation knobs: normalised, greedy requests compare equal.
             self.top_p = 1.0
             self.top_k = 0
         self._all_stop_token_ids.update(self.stop_token_ids)
@@ -140,9 +88,7 @@ class SamplingParams:
         if not isinstance(self.n, int) or isinstance(self.n, bool):
             raise ValueError(f"n must be an int, got {type(self.n).__name__}")
         if self.n != 1:
-            raise ValueError(
-                f"n must be 1, got {self.n}: mini-vLLM generates one sequence per prompt"
-            )
+            raise ValueError(f"n must be 1 (one sequence per prompt), got {self.n}")
         if self.temperature < 0.0:
             raise ValueError(f"temperature must be non-negative, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
@@ -164,9 +110,7 @@ class SamplingParams:
         if self.min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            raise ValueError(
-                f"min_tokens must be <= max_tokens={self.max_tokens}, got {self.min_tokens}"
-            )
+            raise ValueError(f"min_tokens={self.min_tokens} exceeds max_tokens={self.max_tokens}")
         assert isinstance(self.stop_token_ids, list)
         if not all(
             isinstance(tok, int) and not isinstance(tok, bool) for tok in self.stop_token_ids
@@ -187,16 +131,10 @@ class SamplingParams:
             )
 
     def update_from_generation_config(
-        self,
-        generation_config: dict[str, Any],
-        eos_token_id: int | None = None,
+        self, generation_config: dict[str, Any], eos_token_id: int | None = None
     ) -> None:
-        """Record the model's end-of-sequence token(s).
-
-        Called by the engine once per request, on its own copy (``clone``): a
-        user's object may be shared by many prompts. Extra EOS ids listed in the
-        generation config become stop tokens unless ``ignore_eos`` is set.
-        """
+        """Record the model's EOS token(s); the config's extra EOS ids become stop tokens.
+        Called by the engine on its per-request ``clone``: a user's object may be shared."""
         if not self.ignore_eos:
             self._eos_token_id = eos_token_id
         if eos_token_id is not None:
@@ -214,26 +152,15 @@ class SamplingParams:
 
     def clone(self) -> SamplingParams:
         """A deep-enough copy that the engine may update per request."""
-        new = SamplingParams(
-            n=self.n,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            stop_token_ids=list(self.stop_token_ids or []),
-            ignore_eos=self.ignore_eos,
-            max_tokens=self.max_tokens,
-            min_tokens=self.min_tokens,
-            repetition_detection=self.repetition_detection,
-            logprobs=self.logprobs,
+        # Built afresh (validated, normalised); the stop-id set is then the original's, copied.
+        new = replace(
+            self, stop_token_ids=list(self.stop_token_ids or []), _all_stop_token_ids=set()
         )
-        new._eos_token_id = self._eos_token_id
         new._all_stop_token_ids = set(self._all_stop_token_ids)
         return new
 
     @cached_property
     def sampling_type(self) -> SamplingType:
-        """Greedy, random, or random with the request's own seed."""
         if self.temperature < _SAMPLING_EPS:
             return SamplingType.GREEDY
         if self.seed is not None:

@@ -1,12 +1,8 @@
 """``AsyncLLM``: the front-end half of the engine, for an asyncio server.
 
-Mirrors ``vllm/v1/engine/async_llm.py``: it owns the tokenizer, the ``AsyncMPClient`` to the
-engine-core process and the ``OutputProcessor``, and runs one background task, the *output
-handler*, that pulls ``EngineCoreOutputs`` off the socket, turns them into per-request outputs and
-feeds the metrics. Each HTTP handler calls ``generate()``, an async generator of
-``RequestOutput``s for one request, and never touches a socket itself; when that generator is
-cancelled or closed early, the request is aborted at once (docs/upstream-fidelity.md, module
-notes).
+Mirrors ``vllm/v1/engine/async_llm.py``: one background task, the *output handler*, pulls the
+core's messages and feeds each request's queue and the metrics; an HTTP handler only iterates
+``generate()``, whose early close aborts the request (docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations
@@ -37,8 +33,7 @@ class StatLogger(Protocol):
 class AsyncLLM:
     """Tokenizer + engine-core client + output processor, behind ``generate`` and ``abort``.
 
-    Build it inside the event loop that will use it (``await AsyncLLM.create(args)``): the
-    sockets and the output-handler task belong to that loop.
+    Build it with ``await AsyncLLM.create(args)`` in the event loop that will use it.
     """
 
     def __init__(self, engine_args: Any, stat_loggers: Sequence[StatLogger] = ()) -> None:
@@ -76,8 +71,6 @@ class AsyncLLM:
         llm._output_handler = asyncio.create_task(llm._run_output_handler(), name="output-handler")
         return llm
 
-    # ----------------------------------------------------------------- state
-
     @property
     def max_model_len(self) -> int:
         return int(self.config["max_model_len"])
@@ -90,8 +83,6 @@ class AsyncLLM:
     @property
     def dead_error(self) -> BaseException:
         return self._dead_error or EngineDeadError()
-
-    # ------------------------------------------------------------- requests
 
     async def add_request(
         self,
@@ -169,8 +160,6 @@ class AsyncLLM:
     async def reset_prefix_cache(self) -> bool:
         return await self.engine_core.call_utility_async("reset_prefix_cache")
 
-    # --------------------------------------------------------- output loop
-
     async def _run_output_handler(self) -> None:
         """Pull every core message, process it, feed the metrics; fail all on core death."""
         try:
@@ -184,8 +173,6 @@ class AsyncLLM:
                     await self.engine_core.abort_requests_async(processed.reqs_to_abort)
                 for stat_logger in self.stat_loggers:
                     stat_logger.record(outputs.scheduler_stats, iteration_stats)
-        except asyncio.CancelledError:
-            raise
         except EngineDeadError as exc:
             self._dead_error = exc
             self.output_processor.propagate_error(exc)
@@ -193,8 +180,6 @@ class AsyncLLM:
             logger.exception("the output handler failed")
             self._dead_error = EngineDeadError(f"the output handler failed: {exc!r}")
             self.output_processor.propagate_error(self._dead_error)
-
-    # -------------------------------------------------------------- shutdown
 
     def shutdown(self) -> None:
         if self._output_handler is not None:

@@ -1,10 +1,7 @@
 """The engine core: the scheduler and the model in a busy loop, in a process of its own.
 
-Mirrors ``vllm/v1/engine/core.py`` (``EngineCore``, ``EngineCoreProc.run_busy_loop``) and the
-wire messages of ``vllm/v1/engine/__init__.py`` (``EngineCoreRequest``, ``EngineCoreOutputs``,
-``EngineCoreRequestType``), much smaller. The core has its own process so that the model never
-waits on the GIL for the front-end's Python (HTTP, tokenizing, JSON) between two steps; it talks
-over two ZeroMQ sockets and applies aborts between steps. Why, and the frames on the wire:
+Mirrors ``vllm/v1/engine/core.py`` (``EngineCore``, ``EngineCoreProc``) and the wire messages of
+``vllm/v1/engine/__init__.py``, much smaller. Why a process, and the frames on the wire:
 docs/upstream-fidelity.md (module notes).
 """
 
@@ -28,8 +25,7 @@ from mini_vllm.metrics.stats import SchedulerStats
 
 logger = logging.getLogger(__name__)
 
-# Sent on the output socket instead of an EngineCoreOutputs when the core dies (upstream's
-# EngineCoreProc.ENGINE_CORE_DEAD): the front-end fails every request at once instead of waiting.
+# Sent instead of an EngineCoreOutputs when the core dies: the front-end fails every request.
 ENGINE_CORE_DEAD = b"ENGINE_CORE_DEAD"
 # The call id of the startup handshake (the core's first message: ready, with its config).
 HANDSHAKE_CALL_ID = 0
@@ -46,8 +42,7 @@ class EngineCoreRequestType(enum.Enum):
 
 
 class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
-    """The engine's ``SamplingParams`` fields on the wire (one sequence: ``n`` is fanned out by
-    the front-end, stop strings are matched by the front-end's detokenizer)."""
+    """The engine's ``SamplingParams`` on the wire (``n``, stop strings: the front-end's)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -62,17 +57,7 @@ class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
     def to_sampling_params(self) -> Any:
         from mini_vllm.sampling_params import SamplingParams
 
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            max_tokens=self.max_tokens,
-            min_tokens=self.min_tokens,
-            stop_token_ids=list(self.stop_token_ids),
-            ignore_eos=self.ignore_eos,
-            logprobs=self.logprobs,
-        )
+        return SamplingParams(**msgspec.structs.asdict(self))  # the fields share their names
 
 
 class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -87,8 +72,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """One request's share of one step: its new tokens, and why it finished if it did.
 
-    ``finish_reason`` is ``"stop"``, ``"length"``, ``"abort"`` or ``"error"`` (then ``error``
-    says what went wrong, e.g. the core refused the request).
+    ``finish_reason`` is ``"stop"``, ``"length"``, ``"abort"`` or ``"error"`` (see ``error``).
     """
 
     request_id: str
@@ -122,21 +106,14 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True, gc=
 
 
 class EngineCore:
-    """An ``LLMEngine`` driven one step at a time, reporting every request's new tokens.
-
-    It adds what the serving loop needs on top of the offline engine: requests by token ids
-    with their own ids, aborts, per-step outputs for *all* requests (not just finished ones),
-    a scheduler snapshot, and a few utility methods the front-end may call.
-    """
+    """An ``LLMEngine`` driven one step at a time, reporting every request's new tokens
+    (not just the finished ones), a scheduler snapshot, and a few utility methods."""
 
     def __init__(self, engine_args: Any) -> None:
         from mini_vllm.engine.llm_engine import LLMEngine
 
         self.engine = LLMEngine.from_engine_args(engine_args)
-        self._last_prefix = (0, 0)
-        self._last_preemptions = 0
-
-    # --------------------------------------------------------------- requests
+        self._last_counts = (0, 0, 0)  # prefix-cache queries and hits, preemptions
 
     def add_request(self, request: EngineCoreRequest) -> EngineCoreOutput | None:
         """Queue a request; if the engine refuses it, the error output to send back."""
@@ -173,24 +150,20 @@ class EngineCore:
         ]
 
     def make_stats(self) -> SchedulerStats:
-        engine = self.engine
-        running, waiting = engine.scheduler.get_request_counts()
-        stats = engine.stats
-        queries, hits = stats.prefix_cache_queries, stats.prefix_cache_hits
-        last_queries, last_hits = self._last_prefix
-        self._last_prefix = (queries, hits)
-        preemptions = stats.num_preemptions - self._last_preemptions
-        self._last_preemptions = stats.num_preemptions
+        """A snapshot of the gauges, and the counters' increments since the last one."""
+        running, waiting = self.engine.scheduler.get_request_counts()
+        stats = self.engine.stats
+        counts = (stats.prefix_cache_queries, stats.prefix_cache_hits, stats.num_preemptions)
+        queries, hits, preemptions = (now - last for now, last in zip(counts, self._last_counts))
+        self._last_counts = counts
         return SchedulerStats(
             num_running_reqs=running,
             num_waiting_reqs=waiting,
-            kv_cache_usage=float(engine.kv_cache_manager.usage),
-            prefix_cache_queries=queries - last_queries,
-            prefix_cache_hits=hits - last_hits,
+            kv_cache_usage=float(self.engine.kv_cache_manager.usage),
+            prefix_cache_queries=queries,
+            prefix_cache_hits=hits,
             num_preemptions=preemptions,
         )
-
-    # -------------------------------------------------------------- utilities
 
     def get_config(self) -> dict[str, Any]:
         engine = self.engine
@@ -220,9 +193,8 @@ class EngineCore:
 class EngineCoreProc(EngineCore):
     """``EngineCore`` behind two ZeroMQ sockets, running the busy loop until told to stop.
 
-    The loop (upstream's ``run_busy_loop``): drain the input socket (blocking only when there is
-    nothing to run), then take one step and send its outputs. Requests that arrive during a
-    step wait for the next one; aborts are applied before the next ``schedule()``.
+    Each turn drains the input socket (blocking only when nothing can run), then takes one step:
+    requests that arrive during a step wait for the next, aborts apply before its ``schedule()``.
     """
 
     def __init__(self, engine_args: Any, input_address: str, output_address: str) -> None:
@@ -242,18 +214,12 @@ class EngineCoreProc(EngineCore):
         try:
             super().__init__(engine_args)
         except BaseException as exc:
-            failure = f"{type(exc).__name__}: {exc}"
-            self._send(
-                EngineCoreOutputs(utility_output=UtilityOutput(HANDSHAKE_CALL_ID, None, failure))
-            )
+            failed = UtilityOutput(HANDSHAKE_CALL_ID, None, f"{type(exc).__name__}: {exc}")
+            self._send(EngineCoreOutputs(utility_output=failed))
             self.close()  # flushes the failure (LINGER) before the process exits
             raise
-        self._send(
-            EngineCoreOutputs(
-                utility_output=UtilityOutput(HANDSHAKE_CALL_ID, self.get_config()),
-                scheduler_stats=self.make_stats(),
-            )
-        )
+        ready = UtilityOutput(HANDSHAKE_CALL_ID, self.get_config())
+        self._send(EngineCoreOutputs(utility_output=ready, scheduler_stats=self.make_stats()))
 
     def _send(self, outputs: EngineCoreOutputs) -> None:
         outputs.timestamp = time.monotonic()
@@ -324,11 +290,8 @@ class EngineCoreProc(EngineCore):
 
 
 def run_engine_core(engine_args: dict[str, Any], input_address: str, output_address: str) -> None:
-    """Entry point of the engine-core process (started with the ``spawn`` method).
-
-    SIGTERM and SIGINT end the loop through ``SystemExit``; any other failure is reported to the
-    front-end as ``ENGINE_CORE_DEAD`` before the process exits with status 1.
-    """
+    """Entry point of the engine-core process (``spawn``): SIGTERM ends it with status 0; any
+    other failure is reported as ``ENGINE_CORE_DEAD`` and exits with status 1."""
     from mini_vllm.engine.llm_engine import EngineArgs
 
     def _terminate(signum: int, frame: Any) -> None:

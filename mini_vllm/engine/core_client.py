@@ -1,10 +1,8 @@
 """The front-end's handle on the engine-core process: start it, talk to it, notice its death.
 
-Mirrors ``vllm/v1/engine/core_client.py`` (``MPClient``, ``AsyncMPClient``), reduced to one
-engine and asyncio: the client spawns the core in a fresh interpreter, waits for its handshake,
-and turns a core that fails or is killed into ``EngineDeadError`` for every pending request (a
-503 at the server) instead of streams that hang. The startup handshake and the two ways death is
-noticed: docs/upstream-fidelity.md (module notes).
+Mirrors ``vllm/v1/engine/core_client.py`` (``AsyncMPClient``), for one engine: a core that fails
+or is killed becomes ``EngineDeadError`` for every pending request instead of streams that hang.
+The handshake and the two ways death is noticed: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Awaitable
 from dataclasses import asdict
 from typing import Any
 
@@ -53,9 +52,8 @@ class EngineStartupError(RuntimeError):
 class AsyncMPClient:
     """Owns the engine-core process and the two sockets to it, for an asyncio front-end.
 
-    Every coroutine here must run on one event loop (the server's). ``get_output_async`` is
-    meant to be awaited by a single consumer, the output handler, which also resolves the
-    futures of utility calls.
+    All coroutines run on one event loop; ``get_output_async`` has a single consumer, the output
+    handler, which also resolves the futures of utility calls.
     """
 
     def __init__(self, engine_args: Any) -> None:
@@ -83,10 +81,9 @@ class AsyncMPClient:
             target=run_engine_core,
             args=(asdict(engine_args), self.input_address, self.output_address),
             name="MiniVllmEngineCore",
-            # Not daemonic, as upstream's: a daemonic process may not start children, and with
-            # tensor_parallel_size > 1 the core starts one worker per rank. A front-end that
-            # exits without shutdown() still stops it (the atexit hook below, which runs before
-            # multiprocessing's own join of its children), and the core watches its parent pid.
+            # Not daemonic, as upstream's: a daemonic process may not start the workers of
+            # tensor_parallel_size > 1. The atexit hook below (run before multiprocessing joins
+            # its children) and the core's watch on its parent pid stop it instead.
         )
         try:
             self.proc.start()
@@ -98,12 +95,6 @@ class AsyncMPClient:
             target=self._monitor_engine_core, name="EngineCoreMonitor", daemon=True
         )
         self._monitor.start()
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid
-
-    # ---------------------------------------------------------------- startup
 
     async def wait_for_ready(self, timeout_s: float = 600.0) -> dict[str, Any]:
         """Wait for the core's handshake; return its configuration or raise why it failed."""
@@ -147,8 +138,6 @@ class AsyncMPClient:
         finally:
             ctx.term()
 
-    # -------------------------------------------------------------- messaging
-
     async def get_output_async(self) -> EngineCoreOutputs:
         """The next message from the core; raises ``EngineDeadError`` once it is gone."""
         if self.engine_dead and self._shutting_down:
@@ -183,24 +172,19 @@ class AsyncMPClient:
             (EngineCoreRequestType.ADD.value, self.encoder.encode(request))
         )
 
-    def abort_requests_nowait(self, request_ids: list[str]) -> None:
-        """Send an abort without awaiting: callable from ``finally`` blocks of cancelled tasks.
-
-        A PUSH socket below its high-water mark queues the message at once, so the returned
-        future needs no awaiting for the frame to leave.
-        """
+    def abort_requests_nowait(self, request_ids: list[str]) -> Awaitable[Any] | None:
+        """Send an abort from a ``finally`` of a cancelled task: a PUSH socket below its
+        high-water mark queues the frame at once, so the future returned needs no awaiting."""
         if not request_ids or self.engine_dead or self._shutting_down:
-            return
-        self.input_socket.send_multipart(
+            return None
+        return self.input_socket.send_multipart(
             (EngineCoreRequestType.ABORT.value, self.encoder.encode(list(request_ids)))
         )
 
     async def abort_requests_async(self, request_ids: list[str]) -> None:
-        if not request_ids or self.engine_dead or self._shutting_down:
-            return
-        await self.input_socket.send_multipart(
-            (EngineCoreRequestType.ABORT.value, self.encoder.encode(list(request_ids)))
-        )
+        sent = self.abort_requests_nowait(request_ids)
+        if sent is not None:
+            await sent
 
     async def call_utility_async(self, method: str, *args: Any, timeout_s: float = 30.0) -> Any:
         """Run ``EngineCore.<method>(*args)`` in the core; its reply comes via the output loop."""
@@ -215,8 +199,6 @@ class AsyncMPClient:
             return await asyncio.wait_for(future, timeout_s)
         finally:
             self._utility_futures.pop(call_id, None)
-
-    # --------------------------------------------------------------- shutdown
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Stop the core (SIGTERM, then SIGKILL after ``timeout_s``) and release the sockets."""

@@ -1,11 +1,9 @@
 """Incremental detokenization: token ids arrive one step at a time, text leaves as deltas.
 
-Mirrors the "slow" incremental path of ``vllm/v1/engine/detokenizer.py``
-(``SlowIncrementalDetokenizer`` over ``detokenize_incrementally``) and its stop-string check
-(``check_stop_strings``), written for the course. A token is a run of bytes, not of characters,
-so each step re-decodes a short window of recent tokens and emits only what it added, holding
-back tokens that end mid-character; stop strings are matched on the text's tail. Why, and the
-window's offsets: docs/upstream-fidelity.md (module notes).
+Mirrors ``SlowIncrementalDetokenizer`` and ``check_stop_strings`` of
+``vllm/v1/engine/detokenizer.py``. A token is bytes, not characters, so each step re-decodes a
+short window and emits only what the new tokens added. Why, and the window's offsets:
+docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations
@@ -22,13 +20,9 @@ REPLACEMENT_CHAR = "\ufffd"
 class IncrementalDetokenizer:
     """Turns a growing list of token ids into text deltas, correct across split characters.
 
-    Args:
-        tokenizer: A Hugging Face tokenizer (``decode`` is the only method used).
-        prompt_token_ids: The request's prompt; its last few tokens seed the window so that the
-            first output token decodes in context. They are never part of the output text.
-        skip_special_tokens: Passed to ``decode`` (True hides EOS and chat-role markers).
-        stop: Stop strings; the output is cut before (or after, with
-            ``include_stop_str_in_output``) the first one found.
+    The prompt's last few tokens seed the window (the first output token decodes in context) and
+    are never part of the output; ``tokenizer.decode`` is the only tokenizer call. The output is
+    cut before the first stop string found (after it, with ``include_stop_str_in_output``).
     """
 
     def __init__(
@@ -73,10 +67,9 @@ class IncrementalDetokenizer:
     def update(
         self, new_token_ids: Sequence[int], finished: bool = False, stop_terminated: bool = False
     ) -> str | None:
-        """Add one step's tokens; return the stop string that ended the text, if any.
+        """Add one step's tokens; return the stop string that ended the text, if any (then
+        ``output_text`` is cut at it, and the caller must finish the request).
 
-        After a stop string is found ``output_text`` is truncated at it and the caller must
-        finish the request (the engine keeps generating until it is told to abort).
         ``stop_terminated``: the engine stopped on the last token (EOS or a stop token id); as
         upstream, that token's text is left out unless ``include_stop_str_in_output``.
         """
@@ -115,9 +108,8 @@ class IncrementalDetokenizer:
     def get_next_output_text(self, finished: bool, delta: bool) -> str:
         """The text to send now: new characters since the last call (``delta``) or all of it.
 
-        While unfinished, the last ``stop_buffer_length`` characters are withheld: they might be
-        the start of a stop string that the next token completes, and text once streamed to a
-        client cannot be taken back.
+        While unfinished, the last ``stop_buffer_length`` characters are withheld: they may start
+        a stop string, and text once streamed cannot be taken back.
         """
         length = (
             len(self.output_text)
@@ -138,13 +130,10 @@ def check_stop_strings(
 ) -> tuple[str, int] | None:
     """Find a stop string that the last ``new_char_count`` characters completed.
 
-    Only a match ending inside the new characters can be new: an earlier one would have stopped
-    the request a step ago. So the search starts ``len(stop_str) - 1`` characters before the new
-    text, which still catches a stop string spanning the old and the new tokens.
-
-    When several stop strings occur, the one that starts first wins (it is what a client reading
-    the text would have seen first). Returns ``(stop_str, truncate_to)``: the output must be cut
-    to ``truncate_to`` characters (-1: nothing to cut), or None when no stop string was found.
+    Only a match ending in the new characters is new (an earlier one stopped the request a step
+    ago), so the search starts ``len(stop_str) - 1`` characters before the new text; of several,
+    the one that starts first wins. Returns ``(stop_str, truncate_to)``: cut the output to
+    ``truncate_to`` characters (-1: nothing to cut); None when no stop string was found.
     """
     if not new_char_count:
         return None

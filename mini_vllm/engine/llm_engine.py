@@ -1,11 +1,8 @@
 """The engine loop: requests in, one scheduler step at a time, finished outputs out.
 
 Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``) together with the engine core it drives
-in-process (``vllm/v1/engine/core.py``: ``EngineCore.step`` is schedule -> execute -> update), as
-one object so that one ``step()`` reads top to bottom; startup follows upstream's order (load,
-measure, size the KV cache, warm up, capture graphs, build the scheduler), and with
-``tensor_parallel_size > 1`` a ``MultiprocExecutor`` takes the runner's place. The step and the
-startup, spelled out: docs/upstream-fidelity.md (module notes).
+in-process (``vllm/v1/engine/core.py``), as one object so that one ``step()`` reads top to
+bottom. The step and the startup order: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations
@@ -68,12 +65,9 @@ PromptType = str | TextPrompt | TokensPrompt
 class EngineArgs:
     """Every knob of the engine, with ``LLM``'s defaults (upstream: ``vllm/engine/arg_utils.py``).
 
-    ``max_num_batched_tokens=None`` means 8192 with chunked prefill (the per-step token budget
-    upstream's offline ``LLM`` uses) and at least ``max_model_len`` without it, since an unchunked
-    prompt must fit one step. ``max_model_len=None`` means the checkpoint's
-    ``max_position_embeddings``; ``-1`` means the checkpoint's, lowered to what the KV cache
-    holds (upstream's auto-fit). ``kv_cache_memory_bytes`` overrides the measured budget;
-    ``num_gpu_blocks_override`` overrides the block count it gives.
+    ``max_num_batched_tokens=None``: 8192 with chunked prefill (upstream's offline budget), else
+    at least ``max_model_len`` (an unchunked prompt must fit one step). ``max_model_len=None``:
+    the checkpoint's; ``-1``: the checkpoint's, lowered to what the KV cache holds.
     """
 
     model: str | None = None
@@ -106,11 +100,10 @@ class EngineArgs:
 
 @dataclass
 class EngineStats:
-    """Counters the engine keeps over its lifetime, for logs, the CLI and the benchmarks.
+    """Lifetime counters for logs, the CLI and the benchmarks.
 
-    ``kv_blocks_used_peak`` is the most blocks held by requests at once (cached-but-free blocks
-    excluded), the figure to compare with ``num_gpu_blocks`` when sizing the cache. The prefix
-    cache counters count prompt tokens of new requests (resumed ones excluded, as upstream).
+    ``kv_blocks_used_peak`` excludes cached-but-free blocks; the prefix-cache counters count
+    prompt tokens of new requests only (resumed ones excluded, as upstream).
     """
 
     num_gpu_blocks: int = 0
@@ -152,12 +145,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 class LLMEngine:
-    """Owns the tokenizer, the model runner, the KV cache manager and the scheduler.
-
-    ``add_request`` queues a prompt; each ``step`` advances every running request by one
-    scheduled chunk and returns the requests that finished in it. ``LLM`` is a loop around these
-    two calls.
-    """
+    """Owns the tokenizer, the model runner, the KV cache manager and the scheduler."""
 
     def __init__(self, args: EngineArgs) -> None:
         self.args = args
@@ -173,8 +161,7 @@ class LLMEngine:
             self.model, self.hf_config = get_model(source, self.device, args.dtype)
             self.dtype = next(self.model.parameters()).dtype
         else:
-            # Refuse a size the model cannot be split by before reading any weight; then read
-            # the checkpoint once here, for the workers to take their shards from.
+            # Check the split before reading any weight; the workers shard this one copy.
             check_tensor_parallel_size(load_hf_config(source), args.tensor_parallel_size)
             weights, self.hf_config = load_checkpoint(source)
             self.dtype = resolve_dtype(args.dtype, self.hf_config, self.device)
@@ -205,21 +192,21 @@ class LLMEngine:
         self.block_size = args.block_size
         self.eos_token_id, self._generation_config = self._eos_config()
 
+        # The runner's shape, the same whether it runs here or in every worker process.
+        runner_shape: dict[str, Any] = {
+            "block_size": args.block_size,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "enforce_eager": args.enforce_eager,
+            "seed": args.seed,
+        }
         if weights is None:
             assert self.model is not None  # one rank: loaded above, in this process
-            self.model_runner: Executor = ModelRunner(
-                self.model,
-                self.device,
-                block_size=args.block_size,
-                max_model_len=self.max_model_len,
-                max_num_seqs=self.max_num_seqs,
-                max_num_batched_tokens=self.max_num_batched_tokens,
-                enforce_eager=args.enforce_eager,
-                seed=args.seed,
-            )
+            self.model_runner: Executor = ModelRunner(self.model, self.device, **runner_shape)
         else:
             # The executor offers the runner's calls; each worker process runs a ModelRunner.
-            self.model_runner = self._make_executor(weights)
+            self.model_runner = self._make_executor(weights, runner_shape)
             del weights
         try:
             self.num_gpu_blocks = self._initialize_kv_cache()
@@ -254,8 +241,7 @@ class LLMEngine:
         )
         self.stats = EngineStats(num_gpu_blocks=self.num_gpu_blocks, block_size=args.block_size)
         self._records: dict[str, _RequestRecord] = {}
-        # Async scheduling: the step launched on the GPU and not yet collected.
-        # (The pending handle is the runner's or the executor's own: see executor.abstract.)
+        # Async scheduling: the step launched and not yet collected, with the runner's handle.
         self._in_flight: tuple[SchedulerOutput, Any] | None = None
         # The scheduler's per-request outputs of the last step (see _update_from_output).
         self.last_core_outputs: list[Any] = []
@@ -269,29 +255,24 @@ class LLMEngine:
         if isinstance(self.model_runner, MultiprocExecutor):
             self.model_runner.shutdown()
 
-    def _make_executor(self, weights: dict[str, torch.Tensor]) -> MultiprocExecutor:
+    def _make_executor(
+        self, weights: dict[str, torch.Tensor], runner_shape: dict[str, Any]
+    ) -> MultiprocExecutor:
         """Start one worker process per rank (phase 07); each builds its shard of the model."""
-        args = self.args
-        if self.device.type == "cuda" and torch.cuda.device_count() < args.tensor_parallel_size:
+        world_size = self.args.tensor_parallel_size
+        if self.device.type == "cuda" and torch.cuda.device_count() < world_size:
             raise ValueError(
-                f"tensor_parallel_size={args.tensor_parallel_size} needs one GPU per rank, but "
+                f"tensor_parallel_size={world_size} needs one GPU per rank, but "
                 f"torch sees {torch.cuda.device_count()}"
             )
         config = WorkerConfig(
-            world_size=args.tensor_parallel_size,
+            world_size=world_size,
             distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}",
             device_type=self.device.type,
             dtype=str(self.dtype).removeprefix("torch."),
-            block_size=args.block_size,
-            max_model_len=self.max_model_len,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            seed=args.seed,
-            enforce_eager=args.enforce_eager,
+            **runner_shape,
         )
         return MultiprocExecutor(config, self.hf_config, weights)
-
-    # ------------------------------------------------------------------ startup
 
     def _resolve_max_model_len(self, max_model_len: int | None) -> int:
         limit = int(getattr(self.hf_config, "max_position_embeddings", 0) or 0)
@@ -325,9 +306,8 @@ class LLMEngine:
     def _initialize_kv_cache(self) -> int:
         """Decide the block count from the memory budget, check it, allocate the cache.
 
-        The check mirrors upstream's ``check_enough_kv_cache_memory``: an engine whose cache
-        cannot hold a single request of ``max_model_len`` tokens would accept prompts it can
-        never finish, so it refuses to start and says by how much the budget falls short.
+        As upstream's ``check_enough_kv_cache_memory``, a cache that cannot hold one request of
+        ``max_model_len`` tokens refuses to start: it would accept prompts it can never finish.
         """
         args = self.args
         runner = self.model_runner
@@ -368,10 +348,8 @@ class LLMEngine:
     def _fit_max_model_len(self, num_gpu_blocks: int) -> None:
         """``max_model_len=-1``: lower the checkpoint's length to what the cache holds.
 
-        Upstream's ``_auto_fit_max_model_len`` (``vllm/v1/core/kv_cache_utils.py``), on the
-        block count (override applied), with the null block left out so that the startup check
-        that follows passes. The runner was built for the longer length before the budget was
-        known; its block-table width shrinks with it, before the warm-up and graph capture.
+        Upstream's ``_auto_fit_max_model_len``. The runner was built for the longer length; its
+        block-table width shrinks with it, before the warm-up and graph capture.
         """
         fitted = kv_sizing.auto_fit_max_model_len(
             num_gpu_blocks, self.args.block_size, self.max_model_len
@@ -394,22 +372,19 @@ class LLMEngine:
         self.model_runner.max_model_len = fitted
         self.model_runner.max_num_blocks_per_req = kv_sizing.cdiv(fitted, self.args.block_size)
 
-    # ------------------------------------------------------------------ requests
-
     def get_tokenizer(self) -> Any:
         if self.tokenizer is None:
             raise ValueError("the engine was created with skip_tokenizer_init=True")
         return self.tokenizer
 
     def _tokenize(self, prompt: PromptType | list[int]) -> tuple[str | None, list[int]]:
+        text = prompt
         if isinstance(prompt, dict):
             if "prompt_token_ids" in prompt:
                 return None, [int(t) for t in prompt["prompt_token_ids"]]
             text = prompt["prompt"]
         elif isinstance(prompt, list | tuple):
             return None, [int(t) for t in prompt]
-        else:
-            text = prompt
         if not isinstance(text, str):
             raise TypeError(
                 f"a prompt is a str, a {{'prompt_token_ids': [...]}} dict, not {prompt!r}"
@@ -429,10 +404,8 @@ class LLMEngine:
         arrival_time: float | None = None,
         priority: int = 0,
     ) -> str:
-        """Validate, tokenize and queue one prompt; nothing runs until ``step``.
-
-        ``priority`` matters only under ``scheduling_policy="priority"`` (smaller runs first).
-        """
+        """Validate, tokenize and queue one prompt (under the priority policy, smaller
+        ``priority`` runs first); nothing runs until ``step``."""
         if not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         if request_id in self._records:
@@ -484,22 +457,14 @@ class LLMEngine:
     def get_num_unfinished_requests(self) -> int:
         return self.scheduler.get_num_unfinished_requests()
 
-    # ------------------------------------------------------------------ the loop
-
     def step(self) -> list[RequestOutput]:
         """Run one scheduler step; return the requests that finished in it.
 
-        Only finished requests are reported (upstream's ``FINAL_ONLY`` output kind, which its
-        offline ``LLM`` uses): detokenizing every request at every step would cost more than
-        the step on a small model.
-
-        With async scheduling a call schedules and launches the next step while the previous one
-        is still on the GPU, and only then waits for the previous one's tokens and applies them:
-        the host's Python (scheduling, input preparation, token updates) overlaps the GPU's work,
-        and the GPU always has the next step queued. The next step's input ids come from the
-        previous step's samples on the device (``ModelRunner.launch_step``). A request that stops
-        on the token being collected has already been launched once more; that step's token for
-        it is discarded (``update_from_output`` skips finished requests), as upstream does.
+        Only finished requests are reported (upstream's ``FINAL_ONLY``): detokenizing every
+        request at every step would cost more than the step on a small model. With async
+        scheduling a call launches the next step before it collects the previous one, so the
+        host's Python overlaps the GPU's work; a request that stops on the token collected has
+        been launched once more, and that extra token is discarded, as upstream does.
         """
         if not self.args.async_scheduling:
             scheduler_output = self._schedule()
@@ -541,8 +506,7 @@ class LLMEngine:
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output.to_dict())
         if runner_output.logprobs is not None:
             self._attach_logprobs(core_outputs, runner_output)
-        # Every request's new tokens of this step, finished or not: the serving engine core
-        # (mini_vllm/engine/core.py) streams these, where step() reports finished requests only.
+        # Every request's new tokens of this step, finished or not, for EngineCore to stream.
         self.last_core_outputs = core_outputs
         prefix_stats = self.kv_cache_manager.make_prefix_cache_stats()
         if prefix_stats is not None:
@@ -562,12 +526,8 @@ class LLMEngine:
     def _attach_logprobs(
         self, core_outputs: list[EngineCoreOutput], runner_output: ModelRunnerOutput
     ) -> None:
-        """Give each output that asked for logprobs the rows of the tokens it kept (a stop trims
-        the rest); batch-mates that did not ask get none, so none travel to the front-end.
-
-        Upstream slices them inside ``Scheduler.update_from_output``; here the scheduler (lab-08)
-        keeps taking plain token lists, and the engine adds the rows afterwards.
-        """
+        """Give each output that asked for logprobs the rows of the tokens it kept (upstream
+        does it in ``Scheduler.update_from_output``; our lab-08 scheduler takes plain tokens)."""
         assert runner_output.logprobs is not None
         for core_output in core_outputs:
             record = self._records.get(core_output.request_id)

@@ -1,10 +1,8 @@
 """One request's logprobs, accumulated step by step from the engine core's rows.
 
-Mirrors ``vllm/v1/engine/logprobs.py`` (``LogprobsProcessor``), sample logprobs only: the
-offline engine and the serving front-end both keep one per request that asked for logprobs.
-Token texts are decoded one id at a time (``tokenizer.decode([id])``), as upstream's
-``convert_ids_list_to_tokens`` does: a token holding half of a multi-byte character shows as
-U+FFFD, which is what an OpenAI client expects from a per-token view.
+Mirrors ``vllm/v1/engine/logprobs.py`` (``LogprobsProcessor``), sample logprobs only. Token
+texts are decoded one id at a time, as upstream's ``convert_ids_list_to_tokens``: half of a
+multi-byte character shows as U+FFFD, what an OpenAI client expects from a per-token view.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Turn the engine core's per-step token ids into per-request text deltas, in the front-end.
 
-Mirrors ``vllm/v1/engine/output_processor.py`` (``OutputProcessor``, ``RequestState``) and the
-per-iteration statistics of ``vllm/v1/metrics/stats.py`` (``IterationStats``), much smaller. The
-core knows only token ids and the stops it can see in them; everything textual happens here
-(detokenizing, stop strings, which the core must then be told to abort, the request's output
-queue, the latency metrics). The four steps per ``EngineCoreOutputs`` and the bookkeeping rule
-for request ids: docs/upstream-fidelity.md (module notes).
+Mirrors ``vllm/v1/engine/output_processor.py`` (``OutputProcessor``, ``RequestState``), much
+smaller: the core knows only token ids, everything textual happens here. The steps per message
+and the bookkeeping rule for request ids: docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations
@@ -111,7 +108,13 @@ class OutputProcessor:
         now: float | None = None,
         iteration_stats: IterationStats | None = None,
     ) -> OutputProcessorOutput:
-        """Apply one step's outputs; see the module docstring for the four stages."""
+        """Apply one step's outputs, in order, to the requests still tracked (others are skipped).
+
+        Each is detokenized; a stop string finishes it (listed in ``reqs_to_abort`` if the core
+        still runs it); its logprob rows are added; its ``RequestOutput`` is queued (streaming:
+        only once there is text to show); a finished request is forgotten. An ``error`` output
+        puts a ``ValueError`` on the queue instead.
+        """
         now = time.monotonic() if now is None else now
         result = OutputProcessorOutput()
         for out in engine_core_outputs:

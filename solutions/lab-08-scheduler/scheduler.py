@@ -20,8 +20,6 @@ lab-07 manager.
 
 from __future__ import annotations
 
-import itertools
-import logging
 from collections.abc import Iterable, Sequence
 
 from mini_vllm.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
@@ -35,46 +33,30 @@ from mini_vllm.core.sched.request_queue import SchedulingPolicy, create_request_
 from mini_vllm.request import Request, RequestStatus
 from mini_vllm.sampling_params import RepetitionDetectionParams
 
-logger = logging.getLogger(__name__)
-
 
 def check_sequence_repetition(token_ids: Sequence[int], params: RepetitionDetectionParams) -> bool:
-    """Whether ``token_ids`` ends in a pattern repeated ``params.min_count`` times.
-
-    Only the tail matters: the check runs after every new token, so a loop is
-    caught the step it completes its ``min_count``-th round. Pattern lengths are
-    tried from the shortest; once ``length * min_count`` exceeds the output,
-    no longer pattern can repeat often enough either.
-    """
-    shortest = max(params.min_pattern_size, 1)
+    """Whether ``token_ids`` ends in a pattern repeated ``params.min_count`` times (only the
+    tail: the check runs after every token, so a loop is caught the step it completes)."""
     if params.max_pattern_size <= 0 or params.min_count < 2:
         return False
-    for length in range(shortest, params.max_pattern_size + 1):
-        if length * params.min_count > len(token_ids):
+    n = len(token_ids)
+    for length in range(max(params.min_pattern_size, 1), params.max_pattern_size + 1):
+        if length * params.min_count > n:
             return False
-        tail = token_ids[len(token_ids) - length :]
-        if all(
-            token_ids[len(token_ids) - length * (k + 1) : len(token_ids) - length * k] == tail
-            for k in range(1, params.min_count)
-        ):
+        tail = list(token_ids[n - length :])
+        if list(token_ids[n - length * params.min_count :]) == tail * params.min_count:
             return True
     return False
 
 
 def check_stop(request: Request, max_model_len: int) -> bool:
     """Decide whether the token just appended ends ``request``; set its status if so.
-
-    Checked in upstream's order: nothing stops a request before ``min_tokens``
-    outputs; then EOS (unless ignored), then a stop token (recorded as
-    ``stop_reason``), then the length limits (``max_tokens`` outputs, or
-    ``max_model_len`` tokens in total, beyond which the KV cache has no room),
-    and last a repeated pattern if the request asked for that check
-    (``stop_reason`` ``"repetition_detected"``).
-    """
+    Upstream's order: nothing stops a request before ``min_tokens`` outputs; then EOS (unless
+    ignored), a stop token (kept as ``stop_reason``), the length limits (``max_tokens`` outputs
+    or ``max_model_len`` tokens in all), a repeated pattern (``"repetition_detected"``)."""
     sampling_params = request.sampling_params
     if request.num_output_tokens < sampling_params.min_tokens:
         return False
-
     last_token_id = request.output_token_ids[-1]
     if request.eos_token_id is not None and last_token_id == request.eos_token_id:
         request.status = RequestStatus.FINISHED_STOPPED
@@ -98,56 +80,16 @@ def check_stop(request: Request, max_model_len: int) -> bool:
 class Scheduler:
     """Picks, every step, which requests run and how many tokens each.
 
-    One step of ``schedule()``:
-
-    1. **Running requests first**, in order. Each asks for the tokens it is
-       missing (``num_tokens_with_spec - num_computed_tokens``: 1 while
-       generating, the rest of the prompt while prefilling), capped by
-       ``long_prefill_token_threshold`` (if set) and by the budget left. If the
-       KV cache cannot hold them (``allocate_slots`` returns None), the
-       lowest-priority running request is preempted by recompute: its blocks
-       are freed, its progress reset, and it goes back to the waiting queue
-       (under FCFS that is the *last* admitted, and it goes to the front; under
-       the priority policy the largest ``(priority, arrival_time)``, placed by
-       the heap). Then the allocation is retried.
-       If the request being scheduled is itself the one preempted, the loop
-       stops: nobody after it can be served either.
-    2. **Waiting requests next**, in queue order, but only if step 1 preempted nobody
-       (memory is tight: admitting someone now would only cause the next
-       preemption). Admission stops at ``max_num_seqs`` running requests, an
-       exhausted budget, or the first request that does not fit (with the
-       admission gate, the first whose whole sequence does not fit). A request's
-       cached prefix (``get_computed_blocks``) is skipped over; without
-       chunked prefill, a prompt that does not fit the budget left waits for
-       the next step.
-    3. ``num_computed_tokens`` of every scheduled request is advanced *after*
-       the output is built (``_update_after_schedule``): the runner needs the old
-       value to know where the scheduled tokens start, and the next
-       ``schedule()`` must see them as computed so a chunked prompt continues
-       where the last chunk ended even before the step's results are in.
-
-    ``update_from_output`` then appends the sampled tokens, checks the stop
-    conditions and frees finished requests.
-
-    Args:
-        kv_cache_manager: The KV cache the scheduler allocates from.
-        max_num_batched_tokens: Token budget of one step.
-        max_num_seqs: Most requests running at once.
-        max_model_len: Longest sequence (prompt + output) a request may reach.
-        enable_chunked_prefill: Whether a prompt may be split across steps.
-        long_prefill_token_threshold: If > 0, no request gets more than this
-            many tokens in one step, so one long prompt cannot starve the
-            decodes sharing its batch.
-        scheduler_reserve_full_isl: The admission gate (on by default, as
-            upstream): a waiting request is admitted only if the free blocks
-            could hold its whole current sequence, not just its first chunk
-            (``allocate_slots(..., full_sequence_must_fit=True)``). Admitting on
-            the first chunk alone lets several long prompts start that cannot
-            all finish, and the scheduler later preempts one mid-prefill.
-        policy: ``"fcfs"`` (the default) or ``"priority"``. Under priority the
-            waiting queue is a heap on ``(request.priority, arrival_time)`` and
-            the request preempted for memory is the running one that sorts
-            last, not the last admitted.
+    1. Running requests first, in order, each asking for its missing tokens, capped by
+       ``long_prefill_token_threshold`` (> 0: a long prompt cannot starve the decodes) and the
+       budget left. If the KV cache cannot hold them, the lowest-priority running request (FCFS:
+       the last admitted; priority: the largest ``(priority, arrival_time)``) is preempted by
+       recompute and the allocation retried; if the victim is the request itself, stop.
+    2. Waiting requests in queue order, only if nobody was preempted (else memory is tight), until
+       ``max_num_seqs``, an empty budget, or one that does not fit: through the admission gate
+       (``scheduler_reserve_full_isl``, on as upstream) its whole sequence must fit, so that no
+       prompt is started only to be preempted mid-prefill.
+    3. ``num_computed_tokens`` advances once the output is built (``_update_after_schedule``).
     """
 
     def __init__(
@@ -170,9 +112,8 @@ class Scheduler:
             )
         if not enable_chunked_prefill and max_num_batched_tokens < max_model_len:
             raise ValueError(
-                f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller than "
-                f"max_model_len ({max_model_len}) with chunked prefill disabled: a long "
-                f"prompt could never be scheduled"
+                f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller than max_model_len "
+                f"({max_model_len}) with chunked prefill disabled: a long prompt could never run"
             )
         if long_prefill_token_threshold < 0:
             raise ValueError(
@@ -184,7 +125,6 @@ class Scheduler:
                 f"({kv_cache_manager.max_model_len})"
             )
         self.kv_cache_manager = kv_cache_manager
-        self.block_size = kv_cache_manager.block_size
         self.max_num_scheduled_tokens = max_num_batched_tokens
         self.max_num_running_reqs = max_num_seqs
         self.max_model_len = max_model_len
@@ -192,36 +132,23 @@ class Scheduler:
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
 
-        # request_id -> Request, for every request not finished yet.
-        self.requests: dict[str, Request] = {}
+        self.requests: dict[str, Request] = {}  # every request not finished yet
         self.policy = SchedulingPolicy(policy)
         self.waiting = create_request_queue(self.policy)
         # In admission order: under FCFS the last one is the first to be preempted.
         self.running: list[Request] = []
-        # Finished between the previous step and the current one; sent to the
-        # runner with the next SchedulerOutput so it can drop their state.
+        # Finished since the last schedule(): the next output tells the runner to drop them.
         self.finished_req_ids: set[str] = set()
-        # Scheduled in the previous step: the runner's state of these is current.
-        self.prev_step_scheduled_req_ids: set[str] = set()
-
-    # ------------------------------------------------------------- requests
+        self.prev_step_scheduled_req_ids: set[str] = set()  # their runner state is current
 
     def add_request(self, request: Request) -> None:
-        """Queue a new request at the back of the waiting queue.
-
-        The prompt must leave room for at least one output token within
-        ``max_model_len`` (upstream's input processor enforces the same before
-        the request reaches the scheduler), and ``min_tokens`` must fit in what
-        it leaves. ``max_tokens=None`` is resolved here to whatever
-        ``max_model_len`` leaves after the prompt. Under the priority policy the
-        request's ``priority`` places it in the waiting heap.
-        """
+        """Queue a new request. Its prompt must leave room within ``max_model_len`` for one
+        output token (as upstream's input processor checks) and for ``min_tokens``;
+        ``max_tokens=None`` becomes that room."""
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         if request.status != RequestStatus.WAITING:
-            raise ValueError(
-                f"request {request.request_id!r} must be WAITING to be added, is {request.status}"
-            )
+            raise ValueError(f"only a WAITING request can be added: {request!r}")
         if request.num_prompt_tokens >= self.max_model_len:
             raise ValueError(
                 f"request {request.request_id!r}: prompt of {request.num_prompt_tokens} tokens "
@@ -229,8 +156,7 @@ class Scheduler:
             )
         room = self.max_model_len - request.num_prompt_tokens
         if request.sampling_params.min_tokens > room:
-            # Upstream accepts such a request; after a preemption it then schedules a
-            # negative number of tokens for it. The request could never be served.
+            # Upstream accepts it, and schedules a negative token count for it after a preemption.
             raise ValueError(
                 f"request {request.request_id!r}: min_tokens={request.sampling_params.min_tokens}"
                 f" cannot be reached: the prompt of {request.num_prompt_tokens} tokens leaves "
@@ -244,15 +170,10 @@ class Scheduler:
     def finish_requests(
         self, request_ids: str | Iterable[str] | None, finished_status: RequestStatus
     ) -> list[str]:
-        """Finish requests from outside the scheduler (e.g. a client abort).
-
-        ``request_ids=None`` finishes every request. Unknown or already finished
-        ids are ignored. Their blocks are freed at once; the runner hears about
-        it through the next ``SchedulerOutput.finished_req_ids``.
-
-        Returns:
-            The ids of the requests actually finished by this call.
-        """
+        """Finish requests from outside the scheduler (e.g. a client abort); return their ids.
+        ``None`` finishes every request; unknown or finished ids are ignored; a status that is
+        not a finished one raises ValueError. Blocks are freed at once; the runner hears of it
+        through the next ``SchedulerOutput.finished_req_ids``."""
         if not RequestStatus.is_finished(finished_status):
             raise ValueError(f"{finished_status} is not a finished status")
         if isinstance(request_ids, str):
@@ -284,30 +205,21 @@ class Scheduler:
         return [request.request_id for request in valid]
 
     def get_num_unfinished_requests(self) -> int:
-        """Requests waiting or running."""
         return len(self.waiting) + len(self.running)
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
-        """Forget every cached prefix (e.g. after new weights made the cached KV stale).
-
-        The block pool refuses while any block is held, so by default this only
-        succeeds when nothing runs. With ``reset_running_requests`` every running
-        request is first preempted by recompute, last first, so that they return to
-        the front of the waiting queue in their original order.
-        """
+        """Forget every cached prefix (e.g. new weights made the cached KV stale). The pool
+        refuses while a block is held; ``reset_running_requests`` first preempts every running
+        request, last first, so they requeue in their original order."""
         if reset_running_requests:
             while self.running:
                 self._preempt_request(self.running.pop())
         reset = self.kv_cache_manager.reset_prefix_cache()
         if reset_running_requests and not reset:
-            raise RuntimeError(
-                "the prefix cache could not be reset although every running request "
-                "was preempted: some blocks are still held"
-            )
+            raise RuntimeError("prefix cache not reset: blocks held after preempting all requests")
         return reset
 
     def has_unfinished_requests(self) -> bool:
-        """Whether any request is still waiting or running."""
         return self.get_num_unfinished_requests() > 0
 
     def has_finished_requests(self) -> bool:
@@ -317,8 +229,6 @@ class Scheduler:
     def get_request_counts(self) -> tuple[int, int]:
         """(running, waiting) request counts."""
         return len(self.running), len(self.waiting)
-
-    # ------------------------------------------------------------- schedule
 
     def schedule(self) -> SchedulerOutput:
         """Pick this step's batch; see the class docstring for the policy."""
@@ -335,7 +245,6 @@ class Scheduler:
         req_index = 0
         while req_index < len(self.running) and token_budget > 0:
             request = self.running[req_index]
-
             if (
                 request.num_output_placeholders > 0
                 and request.max_tokens is not None
@@ -356,15 +265,12 @@ class Scheduler:
             )
             if 0 < self.long_prefill_token_threshold < num_new_tokens:
                 num_new_tokens = self.long_prefill_token_threshold
-            num_new_tokens = min(num_new_tokens, token_budget)
             # The input positions must stay below max_model_len.
-            num_new_tokens = min(
-                num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens
-            )
+            room = self.max_model_len - 1 - request.num_computed_tokens
+            num_new_tokens = min(num_new_tokens, token_budget, room)
             if num_new_tokens <= 0:
-                # Nothing to run for it this step (its last token has not been
-                # sampled yet). Skip it but keep serving the others: strict FCFS
-                # is bent here on purpose, as upstream does.
+                # Its last token is not sampled yet. Serve the others: FCFS is bent on
+                # purpose, as upstream does.
                 req_index += 1
                 continue
 
@@ -407,23 +313,20 @@ class Scheduler:
                     break
                 request = self.waiting.peek_request()
 
-                # A resumed request also looks up its cache: its own blocks were
-                # freed on preemption but may still be cached and unevicted.
+                # A resumed request too: its freed blocks may still be cached.
                 new_computed_blocks, num_new_local_computed_tokens = (
                     self.kv_cache_manager.get_computed_blocks(request)
                 )
                 num_computed_tokens = num_new_local_computed_tokens
                 assert num_computed_tokens < request.num_tokens
 
-                # num_tokens, not num_prompt_tokens: a resumed request must also
-                # recompute the outputs it had generated before preemption.
+                # num_tokens: a resumed request also recomputes its earlier outputs.
                 num_new_tokens = request.num_tokens - num_computed_tokens
                 threshold = self.long_prefill_token_threshold
                 if 0 < threshold < num_new_tokens:
                     num_new_tokens = threshold
                 if not self.enable_chunked_prefill and num_new_tokens > token_budget:
-                    # Without chunking the prompt must fit whole; stop admitting
-                    # (FCFS: nobody may overtake it).
+                    # Without chunking the prompt must fit whole; nobody may overtake it.
                     break
                 num_new_tokens = min(num_new_tokens, token_budget)
                 assert num_new_tokens > 0
@@ -471,10 +374,7 @@ class Scheduler:
             for req in scheduled_new_reqs
         ]
         cached_reqs_data = self._make_cached_request_data(
-            scheduled_running_reqs,
-            scheduled_resumed_reqs,
-            num_scheduled_tokens,
-            req_to_new_blocks,
+            scheduled_running_reqs, scheduled_resumed_reqs, num_scheduled_tokens, req_to_new_blocks
         )
         self.prev_step_scheduled_req_ids = set(num_scheduled_tokens)
 
@@ -491,18 +391,11 @@ class Scheduler:
         return scheduler_output
 
     def _preempt_request(self, request: Request) -> None:
-        """Preempt by recompute: free the blocks, reset progress, requeue at the front.
-
-        The caller has already removed ``request`` from ``self.running``. The
-        tokens generated so far are kept; when the request is readmitted it
-        recomputes the KV of all of them (minus any prefix still cached) and
-        continues generating where it stopped.
-        """
+        """Preempt by recompute: free the blocks, reset progress, count it, requeue at the front.
+        The caller took the request (RUNNING, else RuntimeError) out of ``self.running``; its
+        tokens are kept, and once readmitted it recomputes their KV."""
         if request.status != RequestStatus.RUNNING:
-            raise RuntimeError(
-                f"only running requests can be preempted; {request.request_id!r} is "
-                f"{request.status}"
-            )
+            raise RuntimeError(f"only running requests can be preempted: {request!r}")
         self.kv_cache_manager.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
@@ -511,13 +404,9 @@ class Scheduler:
         self.waiting.prepend_request(request)
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        """Advance ``num_computed_tokens`` of the scheduled requests.
-
-        Done after the output was built, which must carry the old values, and
-        before the step runs, so that a chunked prompt's next chunk can be
-        scheduled right away. ``is_prefill_chunk`` tells the runner (and
-        ``update_from_output``) not to expect a sampled token for the request.
-        """
+        """Advance ``num_computed_tokens`` of the scheduled requests; start a new finished set.
+        Done once the output (which carries the old values) is built, before the step runs, so a
+        prompt's next chunk can be scheduled at once. ``is_prefill_chunk``: no token is sampled."""
         for req_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = self.requests[req_id]
             request.num_computed_tokens += num_tokens
@@ -533,57 +422,40 @@ class Scheduler:
         req_to_new_blocks: dict[str, KVCacheBlocks],
     ) -> CachedRequestData:
         """Describe the scheduled requests the runner already knows (see CachedRequestData)."""
-        req_ids: list[str] = []
+        reqs = running_reqs + resumed_reqs
+        resumed_req_ids = {req.request_id for req in resumed_reqs}
+        # The runner's token list is current only for a request it ran last step, unpreempted.
+        current = self.prev_step_scheduled_req_ids - resumed_req_ids
         new_token_ids: list[list[int]] = []
-        new_block_ids: list[tuple[list[int], ...] | None] = []
-        all_token_ids: dict[str, list[int]] = {}
-        num_computed_tokens: list[int] = []
-        num_output_tokens: list[int] = []
-        resumed_req_ids: set[str] = set()
-        num_running_reqs = len(running_reqs)
-        for idx, req in enumerate(itertools.chain(running_reqs, resumed_reqs)):
-            req_id = req.request_id
-            req_ids.append(req_id)
+        for req in reqs:
             start = req.num_computed_tokens
-            new_token_ids.append(req.all_token_ids[start : start + num_scheduled_tokens[req_id]])
-            if idx >= num_running_reqs:
-                resumed_req_ids.add(req_id)
-            if req_id not in self.prev_step_scheduled_req_ids or req_id in resumed_req_ids:
-                all_token_ids[req_id] = req.all_token_ids.copy()
-            new_block_ids.append(req_to_new_blocks[req_id].get_block_ids(allow_none=True))
-            num_computed_tokens.append(req.num_computed_tokens)
-            # Counting the tokens a step in flight is sampling (async scheduling), as upstream.
-            num_output_tokens.append(req.num_output_tokens + req.num_output_placeholders)
+            end = start + num_scheduled_tokens[req.request_id]
+            new_token_ids.append(req.all_token_ids[start:end])
         return CachedRequestData(
-            req_ids=req_ids,
+            req_ids=[req.request_id for req in reqs],
             resumed_req_ids=resumed_req_ids,
             new_token_ids=new_token_ids,
-            all_token_ids=all_token_ids,
-            new_block_ids=new_block_ids,
-            num_computed_tokens=num_computed_tokens,
-            num_output_tokens=num_output_tokens,
+            all_token_ids={
+                req.request_id: req.all_token_ids.copy()
+                for req in reqs
+                if req.request_id not in current
+            },
+            new_block_ids=[
+                req_to_new_blocks[req.request_id].get_block_ids(allow_none=True) for req in reqs
+            ],
+            num_computed_tokens=[req.num_computed_tokens for req in reqs],
+            # Counting the tokens a step in flight is sampling (async scheduling), as upstream.
+            num_output_tokens=[req.num_output_tokens + req.num_output_placeholders for req in reqs],
         )
 
-    # ------------------------------------------------------------ outputs
-
     def update_from_output(
-        self,
-        scheduler_output: SchedulerOutput,
-        sampled_token_ids: dict[str, list[int]],
+        self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, list[int]]
     ) -> list[EngineCoreOutput]:
         """Apply one executed step: append sampled tokens, stop and free requests.
-
-        Args:
-            scheduler_output: The output of the ``schedule()`` that was executed.
-            sampled_token_ids: request id -> tokens sampled for it this step
-                (one per request without speculative decoding). A request in
-                the middle of its prefill must get none (missing or empty): the
-                logits of a non-final prompt chunk are not a prediction.
-
-        Returns:
-            One ``EngineCoreOutput`` per request that got tokens or finished, in
-            scheduling order.
-        """
+        ``sampled_token_ids``: request id -> this step's tokens. A request mid-prefill must get
+        none (a non-final chunk's logits predict nothing): else ValueError, before any change.
+        Returns one ``EngineCoreOutput`` per request that got tokens or finished, in scheduling
+        order; finished requests leave ``running`` (or ``waiting``, if preempted meanwhile)."""
         # Reject a runner bug before changing anything.
         for req_id, tokens in sampled_token_ids.items():
             request = self.requests.get(req_id)
@@ -607,7 +479,6 @@ class Scheduler:
             status_before_stop = request.status
             if new_token_ids:
                 new_token_ids, stopped = self._update_request_with_output(request, new_token_ids)
-
             finish_reason = None
             if stopped:
                 finish_reason = request.get_finished_reason()
@@ -619,14 +490,8 @@ class Scheduler:
                     # scheduling): it waits in the waiting queue, not in running.
                     stopped_preempted_reqs.add(request)
             if new_token_ids or stopped:
-                outputs.append(
-                    EngineCoreOutput(
-                        request_id=req_id,
-                        new_token_ids=new_token_ids,
-                        finish_reason=finish_reason,
-                        stop_reason=request.stop_reason,
-                    )
-                )
+                output = EngineCoreOutput(req_id, new_token_ids, finish_reason, request.stop_reason)
+                outputs.append(output)
         if stopped_running_reqs:
             self.running = [req for req in self.running if req not in stopped_running_reqs]
         if stopped_preempted_reqs:

@@ -1,13 +1,5 @@
-"""Async scheduling: plan step N+1 while step N is still on the GPU.
-
-Mirrors ``vllm/v1/core/sched/async_scheduler.py`` (``AsyncScheduler``), on by default at the pin.
-The engine calls ``schedule()`` for the next step right after launching the current one, so the
-Python of scheduling and output handling overlaps the GPU; each request that will get a token from
-the step in flight carries an output placeholder (``Request.num_output_placeholders``) that
-``schedule()`` counts as a known token and ``_update_request_with_output`` retires when the token
-arrives. Why it pays, and what happens to a request that stops on the token in flight:
-docs/upstream-fidelity.md (module notes).
-"""
+"""Async scheduling (``vllm/v1/core/sched/async_scheduler.py``, on by default): plan step N+1
+while step N is still on the GPU (why, and how: docs/upstream-fidelity.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +9,8 @@ from mini_vllm.request import Request, RequestStatus
 
 
 class AsyncScheduler(Scheduler):
-    """The scheduler with output placeholders for the step in flight."""
+    """The scheduler with output placeholders for the step in flight: ``schedule()`` counts a
+    request's placeholder as a known token; the sampled token's arrival retires it."""
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         super()._update_after_schedule(scheduler_output)
@@ -34,10 +27,8 @@ class AsyncScheduler(Scheduler):
         new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids)
         request.num_output_placeholders -= len(new_token_ids)
         assert request.num_output_placeholders >= 0
-        # The token's block may now be full: publish it to the prefix cache right away (a
-        # preempted request's blocks are gone). Only blocks whose KV is computed: a request
-        # that stops here may still have a step in flight, whose placeholder stays counted,
-        # and the block that step's token completes holds no KV for it yet.
+        # Publish the blocks the token filled now (a preempted request has none), only those
+        # with KV: a step still in flight holds a placeholder whose KV is not written yet.
         if status_before_update == RequestStatus.RUNNING:
             self.kv_cache_manager.cache_blocks(
                 request, request.num_computed_tokens - request.num_output_placeholders

@@ -27,11 +27,13 @@ Usage (script, never a test)::
     python bench/bench_paged_decode.py --quick                              # a subset
     python bench/bench_paged_decode.py --targets                            # the 54 target cases
     python bench/bench_paged_decode.py --sweep                              # tuning grid
+    python bench/bench_paged_decode.py --split-floor 256,64                 # floor A/B
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import sys
@@ -580,6 +582,76 @@ def run_sweep(
         sys.stdout.flush()
 
 
+def run_split_floor(
+    pool: Pool, timer: Timer, gen: torch.Generator, grid: dict, floors: list[int]
+) -> list[str]:
+    """A/B of ``_MIN_TOKENS_PER_SPLIT``: the configurations of ``grid`` whose default split count
+    depends on the floor, each timed at its default launch under every floor, interleaved.
+
+    Small batches are launch-bound, and an eager call's time includes the host launching two
+    kernels; the engine replays them from a CUDA graph. So each floor is timed both ways: eager,
+    and as one captured graph replay (what a decode step pays). Returns the markdown rows.
+    """
+    scale = HEAD_DIM**-0.5
+    sms = tpa._num_sms(torch.device(DEVICE))
+    saved = tpa._MIN_TOKENS_PER_SPLIT
+
+    def splits_by_floor(case: Case) -> list[int]:
+        counts = []
+        for floor in floors:
+            tpa._MIN_TOKENS_PER_SPLIT = floor
+            counts.append(tpa.default_num_splits(case.batch, case.num_kv_heads, case.context, sms))
+        tpa._MIN_TOKENS_PER_SPLIT = saved
+        return counts
+
+    cases = [
+        Case(batch, context, heads, kv, block_size)
+        for block_size in grid["block_size"]
+        for heads, kv in grid["heads"]
+        for batch in grid["batch"]
+        for context in grid["context"]
+    ]
+    rows = []
+    for case in cases:
+        splits = splits_by_floor(case)
+        if len(set(splits)) == 1:
+            continue
+        inp = make_inputs(case, pool, gen)
+        args = [inp[k] for k in ("q", "kc", "vc", "tables", "seq_lens")]
+        out = torch.empty_like(args[0])
+        calls: list[Callable[[], object]] = []
+        for n in splits:
+            call = functools.partial(
+                tpa.paged_attention_decode, *args, scale, max_seq_len=case.context,
+                num_splits=n, out=out,
+            )  # fmt: skip
+            call()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                call()
+            calls += [call, graph.replay]
+        times: list[list[float]] = [[] for _ in calls]
+        for _ in range(3):  # interleaved rounds: drift hits every floor alike
+            for i, call in enumerate(calls):
+                times[i].append(timer(call, target_ms=10))
+        us = [statistics.median(t) * 1e3 for t in times]
+        eager, graphed = us[0::2], us[1::2]
+        row = (
+            f"| {case.label()} | {' / '.join(map(str, splits))} | "
+            f"{' / '.join(f'{t:.1f}' for t in eager)} | "
+            f"{' / '.join(f'{t:.1f}' for t in graphed)} | {graphed[0] / graphed[-1]:.2f} |"
+        )
+        print(row, flush=True)
+        rows.append(row)
+    floors_txt = " / ".join(map(str, floors))
+    return [
+        f"| configuration | splits (floor {floors_txt}) | eager µs | graph replay µs | "
+        "graph: first floor / last |",
+        "|---|---|---|---|---:|",
+        *rows,
+    ]
+
+
 def main() -> None:
     global DEVICE, HEAD_DIM
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -595,6 +667,11 @@ def main() -> None:
         default=[],
         metavar="BATCH,CONTEXT,HEADS,KV_HEADS,BLOCK",
         help="with --sweep: tune this configuration instead of the default ones (repeatable)",
+    )
+    ap.add_argument(
+        "--split-floor",
+        metavar="A,B",
+        help="A/B of the tokens-per-split floor on the configurations it changes, then exit",
     )
     ap.add_argument("--head-dim", type=int, default=HEAD_DIM, help="head size of every case")
     ap.add_argument("--smoke", action="store_true", help="a tiny grid, on CPU if there is no GPU")
@@ -637,6 +714,13 @@ def main() -> None:
         return
     if opts.sweep:
         run_sweep(pool, timer, gen, opts.time_budget, sweep_cases)
+        return
+    if opts.split_floor:
+        floors = [int(f) for f in opts.split_floor.split(",")]
+        table = "\n".join(run_split_floor(pool, timer, gen, grid, floors))
+        print(table)
+        if opts.out:
+            opts.out.write_text(f"{env}\n\nCommand: `{command}`\n\n{table}\n")
         return
 
     rows: list[dict] = []

@@ -61,7 +61,11 @@ class PhaseTimer:
 
 
 def build_engine(args: argparse.Namespace, model_dir: Path) -> Any:
+    from mini_vllm.attention import triton_paged_attention
     from mini_vllm.llm import LLM
+
+    if args.min_tokens_per_split:  # before the engine captures its decode graphs
+        triton_paged_attention._MIN_TOKENS_PER_SPLIT = args.min_tokens_per_split
 
     prep_args = argparse.Namespace(
         random_model=args.random_model, model_dir=str(model_dir), threads=1, model=None
@@ -104,11 +108,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STEPS",
         help="trace STEPS steps and attribute the GPU's idle time to the host phase running",
     )
+    p.add_argument(
+        "--min-tokens-per-split",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the decode kernel's split floor for this run (A/B of _MIN_TOKENS_PER_SPLIT)",
+    )
     p.add_argument("--device", default="cuda", help="cpu: only checks the script")
     args = p.parse_args(argv)
 
     import torch
 
+    from mini_vllm.attention import triton_paged_attention
     from mini_vllm.sampling_params import SamplingParams
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         f"## {args.random_model}: decode steps at batch {batch}, context ~{args.context}, {loop}\n"
     )
     device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
-    print(f"Device: {device}, torch {torch.__version__}\n")
+    floor = triton_paged_attention._MIN_TOKENS_PER_SPLIT
+    print(
+        f"Device: {device}, torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
+        f"split floor {floor} tokens\n"
+    )
     print("| phase | median (ms) |\n|---|---:|")
     for name, values in timer.times.items():
         print(f"| {name} | {statistics.median(values[-args.steps :]) * 1e3:.3f} |")

@@ -1,9 +1,11 @@
 """Solutions are the reference, symbol for symbol; this module checks and restores that.
 
-A lab's solution file holds copies of reference classes and functions (``lab.json`` names the
-reference modules). ``solution_drift`` reports every copied symbol whose code differs from the
-reference (compared as ASTs, docstrings included), and ``update_solution`` rewrites the copies
-from the reference, keeping the solution's own header (module docstring and imports).
+A lab's solution file holds copies of reference classes, functions and module-level constants
+(``lab.json`` names the reference modules). ``solution_drift`` reports every copied symbol whose
+code differs from the reference (compared as ASTs, docstrings included), and ``update_solution``
+rewrites the copies from the reference, keeping the solution's own header (module docstring and
+imports). Constants count: a tuned launch default or a hash seed that drifted would make the
+solution, and the stubs made from it, behave unlike the reference.
 """
 
 from __future__ import annotations
@@ -15,11 +17,31 @@ from pathlib import Path
 
 from grading.labs import Lab
 
-Symbol = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+Symbol = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | ast.Assign | ast.AnnAssign
+
+
+def _name(node: ast.stmt) -> str | None:
+    """The name a top-level statement defines, if it is a definition or ``NAME = ...``."""
+    if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return node.name
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return node.target.id
+    if (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+    ):
+        return node.targets[0].id
+    return None
 
 
 def _symbols(tree: ast.Module) -> dict[str, Symbol]:
-    return {n.name: n for n in tree.body if isinstance(n, Symbol)}
+    found: dict[str, Symbol] = {}
+    for node in tree.body:
+        name = _name(node)
+        if name is not None and isinstance(node, Symbol):
+            found[name] = node
+    return found
 
 
 def _reference_symbols(lab: Lab) -> dict[str, tuple[str, Symbol]]:
@@ -32,7 +54,8 @@ def _reference_symbols(lab: Lab) -> dict[str, tuple[str, Symbol]]:
 
 
 def _span(node: Symbol) -> tuple[int, int]:
-    start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    decorators = getattr(node, "decorator_list", [])
+    start = min([node.lineno] + [d.lineno for d in decorators])
     return start - 1, node.end_lineno or node.lineno
 
 
@@ -44,6 +67,8 @@ def solution_drift(lab: Lab) -> list[str]:
         path = lab.solution_dir / filename
         tree = ast.parse(path.read_text())
         for name, node in _symbols(tree).items():
+            if name not in reference and isinstance(node, ast.Assign | ast.AnnAssign):
+                continue  # the solution's own constant (e.g. a quiz's answers)
             if name not in reference:
                 refs = ", ".join(lab.reference)
                 problems.append(f"{path}: {name} is not in the reference ({refs})")

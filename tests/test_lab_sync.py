@@ -98,3 +98,23 @@ def test_learner_facing_files_do_not_mention_maintainer_tooling():
         "learner-facing files name maintainer tooling (write to the learner: what the file is, "
         "what they write, how it is judged):\n" + "\n".join(offences)
     )
+
+
+def test_a_drifted_constant_is_reported_and_restored(tmp_path, monkeypatch):
+    """Module constants are copies too: a tuned default edited in the solution alone is drift."""
+    import grading.labs
+    from grading.labs import load_lab
+    from grading.sync import update_solution
+
+    lab = load_lab("lab-04")
+    folder = tmp_path / "solutions" / lab.dirname
+    folder.mkdir(parents=True)
+    original = (lab.solution_dir / lab.files[0]).read_text()
+    constant = next(line for line in original.splitlines() if line.startswith("_MAX_SPLITS = "))
+    drifted = original.replace(constant, "_MAX_SPLITS = 3")
+    (folder / lab.files[0]).write_text(drifted)
+    monkeypatch.setattr(grading.labs, "REPO_ROOT", tmp_path)
+    assert [p for p in solution_drift(lab) if "_MAX_SPLITS differs" in p]
+    assert update_solution(lab) == [folder / lab.files[0]]
+    assert (folder / lab.files[0]).read_text() == original
+    assert solution_drift(lab) == []

@@ -273,32 +273,41 @@ class Simulation:
     num_preemptions: int = 0
 
 
-def _validate(trace: Sequence[TraceRequest], allocator: Allocator,
-              max_model_len: int | None) -> dict[str, int]:
+def _validate(
+    trace: Sequence[TraceRequest], allocator: Allocator, max_model_len: int | None
+) -> dict[str, int]:
     """Check the trace; return each request's reservation limit (its ``max_len``)."""
     limits: dict[str, int] = {}
     for req in trace:
         if req.request_id in limits:
             raise ValueError(f"request id {req.request_id!r} appears twice in the trace")
         if req.arrival_step < 0 or req.prompt_len < 1 or req.output_len < 1:
-            raise ValueError(f"request {req.request_id}: arrival_step must be >= 0, prompt_len "
-                             "and output_len >= 1")
+            raise ValueError(
+                f"request {req.request_id}: arrival_step must be >= 0, prompt_len "
+                "and output_len >= 1"
+            )
         limit = req.max_len if req.max_len is not None else max_model_len
         if limit is None:
-            raise ValueError(f"request {req.request_id} has no max_len and no max_model_len "
-                             "was given")
+            raise ValueError(
+                f"request {req.request_id} has no max_len and no max_model_len was given"
+            )
         if limit < req.final_len:
-            raise ValueError(f"request {req.request_id} reaches {req.final_len} tokens but its "
-                             f"maximum length is {limit}")
+            raise ValueError(
+                f"request {req.request_id} reaches {req.final_len} tokens but its "
+                f"maximum length is {limit}"
+            )
         if allocator.tokens_to_hold(req.final_len, limit) > allocator.capacity_tokens:
-            raise ValueError(f"request {req.request_id} could never run: it needs more than the "
-                             f"{allocator.capacity_tokens} slots of memory")
+            raise ValueError(
+                f"request {req.request_id} could never run: it needs more than the "
+                f"{allocator.capacity_tokens} slots of memory"
+            )
         limits[req.request_id] = limit
     return limits
 
 
-def simulate(trace: Iterable[TraceRequest], allocator: Allocator,
-             max_model_len: int | None = None) -> Simulation:
+def simulate(
+    trace: Iterable[TraceRequest], allocator: Allocator, max_model_len: int | None = None
+) -> Simulation:
     """Replay ``trace`` step by step on ``allocator``, measuring the memory at every step.
 
     See the module docstring for the order of events within a step. Requests that arrive at the
@@ -360,16 +369,22 @@ def summarize(sim: Simulation) -> FragmentationReport:
     )
 
 
-def compare(trace: Iterable[TraceRequest], capacity_tokens: int, block_size: int,
-            max_model_len: int | None = None) -> dict[str, FragmentationReport]:
+def compare(
+    trace: Iterable[TraceRequest],
+    capacity_tokens: int,
+    block_size: int,
+    max_model_len: int | None = None,
+) -> dict[str, FragmentationReport]:
     """Run one trace on both allocators over the same memory.
 
     Returns ``{"contiguous": report, "paged": report}``.
     """
     trace = list(trace)
     return {
-        "contiguous": summarize(simulate(trace, ContiguousAllocator(capacity_tokens),
-                                         max_model_len)),
-        "paged": summarize(simulate(trace, PagedAllocator(capacity_tokens, block_size),
-                                    max_model_len)),
+        "contiguous": summarize(
+            simulate(trace, ContiguousAllocator(capacity_tokens), max_model_len)
+        ),
+        "paged": summarize(
+            simulate(trace, PagedAllocator(capacity_tokens, block_size), max_model_len)
+        ),
     }

@@ -42,14 +42,16 @@ _LOG2E = math.log2(math.e)  # exp(x) == exp2(x * log2(e))
 # memory per program, so more programs per SM and more loads in flight; 32 also keeps any block
 # size >= 32 on the one-table-entry-per-tile path. With one split (large batches) each program
 # walks its whole sequence in one long loop, which wants more loads in flight: 64-token tiles
-# with three stages measured 2-17 % faster at batch 128 and within 2 % at batch 64.
+# with three stages measured 2-17 % faster at batch 128 and within 2 % at batch 64. Splits of
+# 64 tokens (not 256) made the batch-1 and batch-8 x 512 launches 1.07-1.78x faster and change
+# nothing at batch >= 32 (``bench_paged_decode.py --split-floor 256,64``).
 _BLOCK_N = 32
 _NUM_WARPS = 4
 _NUM_STAGES = 2
 _ONE_SPLIT_BLOCK_N = 64
 _ONE_SPLIT_NUM_STAGES = 3
 _PROGRAMS_PER_SM = 4
-_MIN_TOKENS_PER_SPLIT = 256
+_MIN_TOKENS_PER_SPLIT = 64
 _MAX_SPLITS = 64
 
 

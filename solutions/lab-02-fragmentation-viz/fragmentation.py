@@ -292,32 +292,41 @@ class Simulation:
     num_preemptions: int = 0
 
 
-def _validate(trace: Sequence[TraceRequest], allocator: Allocator,
-              max_model_len: int | None) -> dict[str, int]:
+def _validate(
+    trace: Sequence[TraceRequest], allocator: Allocator, max_model_len: int | None
+) -> dict[str, int]:
     """Check the trace; return each request's reservation limit (its ``max_len``)."""
     limits: dict[str, int] = {}
     for req in trace:
         if req.request_id in limits:
             raise ValueError(f"request id {req.request_id!r} appears twice in the trace")
         if req.arrival_step < 0 or req.prompt_len < 1 or req.output_len < 1:
-            raise ValueError(f"request {req.request_id}: arrival_step must be >= 0, prompt_len "
-                             "and output_len >= 1")
+            raise ValueError(
+                f"request {req.request_id}: arrival_step must be >= 0, prompt_len "
+                "and output_len >= 1"
+            )
         limit = req.max_len if req.max_len is not None else max_model_len
         if limit is None:
-            raise ValueError(f"request {req.request_id} has no max_len and no max_model_len "
-                             "was given")
+            raise ValueError(
+                f"request {req.request_id} has no max_len and no max_model_len was given"
+            )
         if limit < req.final_len:
-            raise ValueError(f"request {req.request_id} reaches {req.final_len} tokens but its "
-                             f"maximum length is {limit}")
+            raise ValueError(
+                f"request {req.request_id} reaches {req.final_len} tokens but its "
+                f"maximum length is {limit}"
+            )
         if allocator.tokens_to_hold(req.final_len, limit) > allocator.capacity_tokens:
-            raise ValueError(f"request {req.request_id} could never run: it needs more than the "
-                             f"{allocator.capacity_tokens} slots of memory")
+            raise ValueError(
+                f"request {req.request_id} could never run: it needs more than the "
+                f"{allocator.capacity_tokens} slots of memory"
+            )
         limits[req.request_id] = limit
     return limits
 
 
-def simulate(trace: Iterable[TraceRequest], allocator: Allocator,
-             max_model_len: int | None = None) -> Simulation:
+def simulate(
+    trace: Iterable[TraceRequest], allocator: Allocator, max_model_len: int | None = None
+) -> Simulation:
     """Replay ``trace`` step by step on ``allocator``, measuring the memory at every step.
 
     See the module docstring for the order of events within a step. Requests that arrive at the
@@ -373,19 +382,29 @@ def simulate(trace: Iterable[TraceRequest], allocator: Allocator,
                     raise RuntimeError(
                         f"step {step}: request {req.request_id} does not fit in memory that no "
                         f"request holds ({allocator.num_free_tokens()} slots free, largest range "
-                        f"{allocator.largest_free_range()}): the allocator lost memory")
+                        f"{allocator.largest_free_range()}): the allocator lost memory"
+                    )
                 break
         used = reserved = internal = 0
         for req in running:
             u, r, n = split_held(length(req), req.final_len, allocator.held(req.request_id))
             used, reserved, internal = used + u, reserved + r, internal + n
         free = allocator.num_free_tokens()
-        sim.steps.append(StepStats(
-            step=step, running=tuple(r.request_id for r in running), used_tokens=used,
-            reserved_tokens=reserved, internal_tokens=internal, free_tokens=free,
-            largest_free_range=allocator.largest_free_range(), waiting=len(waiting),
-            blocked=blocked, external_tokens=free if blocked is not None else 0,
-            preempted=tuple(preempted)))
+        sim.steps.append(
+            StepStats(
+                step=step,
+                running=tuple(r.request_id for r in running),
+                used_tokens=used,
+                reserved_tokens=reserved,
+                internal_tokens=internal,
+                free_tokens=free,
+                largest_free_range=allocator.largest_free_range(),
+                waiting=len(waiting),
+                blocked=blocked,
+                external_tokens=free if blocked is not None else 0,
+                preempted=tuple(preempted),
+            )
+        )
         sim.num_preemptions += len(preempted)
         # Every running request produces one token; finished ones free their memory.
         for req in list(running):
@@ -453,8 +472,9 @@ def summarize(sim: Simulation) -> FragmentationReport:
         token_share_at_peak=share(peak.used_tokens, peak.held_tokens) if peak else 0.0,
         reserved_share=share(sum(s.reserved_tokens for s in steps), held),
         internal_fragmentation=share(sum(s.internal_tokens for s in steps), held),
-        external_fragmentation=share(sum(s.external_tokens for s in steps),
-                                     sim.capacity_tokens * len(steps)),
+        external_fragmentation=share(
+            sum(s.external_tokens for s in steps), sim.capacity_tokens * len(steps)
+        ),
         max_running=max(busy, default=0),
         mean_running=share(sum(busy), len(busy)),
         blocked_steps=sum(s.blocked is not None for s in steps),
@@ -463,16 +483,22 @@ def summarize(sim: Simulation) -> FragmentationReport:
     )
 
 
-def compare(trace: Iterable[TraceRequest], capacity_tokens: int, block_size: int,
-            max_model_len: int | None = None) -> dict[str, FragmentationReport]:
+def compare(
+    trace: Iterable[TraceRequest],
+    capacity_tokens: int,
+    block_size: int,
+    max_model_len: int | None = None,
+) -> dict[str, FragmentationReport]:
     """Run one trace on both allocators over the same memory.
 
     Returns ``{"contiguous": report, "paged": report}``.
     """
     trace = list(trace)
     return {
-        "contiguous": summarize(simulate(trace, ContiguousAllocator(capacity_tokens),
-                                         max_model_len)),
-        "paged": summarize(simulate(trace, PagedAllocator(capacity_tokens, block_size),
-                                    max_model_len)),
+        "contiguous": summarize(
+            simulate(trace, ContiguousAllocator(capacity_tokens), max_model_len)
+        ),
+        "paged": summarize(
+            simulate(trace, PagedAllocator(capacity_tokens, block_size), max_model_len)
+        ),
     }

@@ -434,9 +434,15 @@ def paged_attention_decode_split_k(
         seq_len = int(seq_lens[i])
         k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)
         per_split = cdiv(seq_len, num_splits)
-        pieces = [attend_split(query[i], k[j * per_split : (j + 1) * per_split],
-                               v[j * per_split : (j + 1) * per_split], scale)
-                  for j in range(num_splits)]
+        pieces = [
+            attend_split(
+                query[i],
+                k[j * per_split : (j + 1) * per_split],
+                v[j * per_split : (j + 1) * per_split],
+                scale,
+            )
+            for j in range(num_splits)
+        ]
         partial = np.stack([p for p, _ in pieces])
         lse = np.stack([m for _, m in pieces])
         out[i] = merge_splits(partial, lse)

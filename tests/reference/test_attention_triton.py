@@ -216,7 +216,9 @@ def test_default_num_splits() -> None:
     assert tpa.default_num_splits(1, 8, 16384, 132) > 1
     assert tpa.default_num_splits(128, 8, 16384, 132) == 1
     # never shorter than the minimum split length, never more than the cap
-    assert tpa.default_num_splits(1, 1, 300, 132) <= 2
+    floor = tpa._MIN_TOKENS_PER_SPLIT
+    assert tpa.default_num_splits(1, 1, 300, 132) == -(-300 // floor)
+    assert tpa.default_num_splits(1, 1, floor, 132) == 1
     assert 1 <= tpa.default_num_splits(1, 1, 10**7, 10**4) <= 64
     for pairs in (1, 8, 64, 256, 4096):
         assert tpa.default_num_splits(pairs, 1, 2048, 132) >= tpa.default_num_splits(

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
+import msgspec
 from pydantic import BaseModel
 
 from mini_vllm.engine.async_llm import AsyncLLM
@@ -43,7 +44,7 @@ from mini_vllm.entrypoints.openai.protocol import (
     random_uuid,
 )
 from mini_vllm.logprobs import SampleLogprobs
-from mini_vllm.outputs import RequestOutput
+from mini_vllm.outputs import CompletionOutput, RequestOutput
 from mini_vllm.sampling_params import SamplingParams
 
 # Largest seed a torch.Generator takes.
@@ -239,8 +240,8 @@ class OpenAIServing:
         request: SamplingRequestMixin,
         params: EngineCoreSamplingParams,
         max_tokens: list[int],
-    ) -> list[AsyncGenerator[RequestOutput, None]]:
-        """One generator per (prompt, sample); choice index = prompt_index * n + sample."""
+    ) -> AsyncGenerator[tuple[int, RequestOutput], None]:
+        """One engine request per (prompt, sample), merged; choice index = prompt * n + sample."""
         if params.min_tokens > min(max_tokens):
             raise BadRequestError(
                 f"min_tokens={params.min_tokens} exceeds the {min(max_tokens)} tokens this "
@@ -251,16 +252,10 @@ class OpenAIServing:
         stop = request.stop_list()
         for p_index, prompt in enumerate(prompts):
             for sample in range(request.n):
-                child = EngineCoreSamplingParams(
-                    temperature=params.temperature,
-                    top_p=params.top_p,
-                    top_k=params.top_k,
+                child = msgspec.structs.replace(
+                    params,
                     seed=None if params.seed is None else params.seed + sample,
                     max_tokens=max_tokens[p_index],
-                    min_tokens=params.min_tokens,
-                    stop_token_ids=params.stop_token_ids,
-                    ignore_eos=params.ignore_eos,
-                    logprobs=params.logprobs,
                 )
                 generators.append(
                     self.engine.generate(
@@ -274,9 +269,11 @@ class OpenAIServing:
                         stream=request.stream,
                     )
                 )
-        return generators
+        return merge_async_iterators(generators)
 
-    async def _prepare_completion(self, request: CompletionRequest) -> tuple[Any, ...]:
+    async def create_completion(
+        self, request: CompletionRequest
+    ) -> CompletionResponse | AsyncIterator[str]:
         self.check_model(request.model)
         params = self._check_sampling(
             request,
@@ -293,99 +290,52 @@ class OpenAIServing:
         max_tokens = [
             self._check_length(len(p.token_ids), request.max_tokens, "max_tokens") for p in prompts
         ]
-        return params, prompts, max_tokens
-
-    async def create_completion(
-        self, request: CompletionRequest
-    ) -> CompletionResponse | AsyncIterator[str]:
-        params, prompts, max_tokens = await self._prepare_completion(request)
         request_id = f"cmpl-{random_uuid()}"
         created = int(time.time())
-        generators = await self._start(request_id, prompts, request, params, max_tokens)
-        merged = merge_async_iterators(generators)
-        if request.stream:
-            return self._completion_stream(request, request_id, created, prompts, merged)
-
-        finals: dict[int, RequestOutput] = {}
-        async for index, output in merged:
-            finals[index] = output
-        choices = []
-        completion_tokens = 0
-        for index in sorted(finals):
-            completion = finals[index].outputs[0]
-            completion_tokens += len(completion.token_ids)
-            choices.append(
-                CompletionResponseChoice(
-                    index=index,
-                    text=completion.text,
-                    logprobs=completion_logprobs(
-                        completion.token_ids, completion.logprobs, request.logprobs
-                    ),
-                    finish_reason=completion.finish_reason,
-                    stop_reason=completion.stop_reason,
-                )
-            )
+        merged = await self._start(request_id, prompts, request, params, max_tokens)
         prompt_tokens = sum(len(p.token_ids) for p in prompts)
-        return CompletionResponse(
-            id=request_id,
-            created=created,
-            model=self.served_model_name,
-            choices=choices,
-            usage=_usage(prompt_tokens, completion_tokens),
-        )
-
-    async def _completion_stream(
-        self,
-        request: CompletionRequest,
-        request_id: str,
-        created: int,
-        prompts: list[_Prompt],
-        merged: AsyncGenerator[tuple[int, RequestOutput], None],
-    ) -> AsyncIterator[str]:
-        completion_tokens = 0
+        if not request.stream:
+            outputs, completion_tokens = await _collect(merged)
+            return CompletionResponse(
+                id=request_id,
+                created=created,
+                model=self.served_model_name,
+                choices=[
+                    CompletionResponseChoice(
+                        index=index,
+                        text=out.text,
+                        logprobs=completion_logprobs(out.token_ids, out.logprobs, request.logprobs),
+                        finish_reason=out.finish_reason,
+                        stop_reason=out.stop_reason,
+                    )
+                    for index, out in outputs
+                ],
+                usage=_usage(prompt_tokens, completion_tokens),
+            )
         # Per choice, the characters streamed so far: where the next chunk's text_offset starts.
         text_offsets: dict[int, int] = {}
-        try:
-            async for index, output in merged:
-                completion = output.outputs[0]
-                completion_tokens += len(completion.token_ids)
-                logprobs = completion_logprobs(
-                    completion.token_ids,
-                    completion.logprobs,
-                    request.logprobs,
-                    initial_text_offset=text_offsets.get(index, 0),
-                )
-                text_offsets[index] = text_offsets.get(index, 0) + len(completion.text)
-                chunk = CompletionStreamResponse(
-                    id=request_id,
-                    created=created,
-                    model=self.served_model_name,
-                    choices=[
-                        CompletionResponseStreamChoice(
-                            index=index,
-                            text=completion.text,
-                            logprobs=logprobs,
-                            finish_reason=completion.finish_reason,
-                            stop_reason=completion.stop_reason,
-                        )
-                    ],
-                )
-                yield _sse(chunk)
-            if request.stream_options and request.stream_options.include_usage:
-                prompt_tokens = sum(len(p.token_ids) for p in prompts)
-                usage = CompletionStreamResponse(
-                    id=request_id,
-                    created=created,
-                    model=self.served_model_name,
-                    choices=[],
-                    usage=_usage(prompt_tokens, completion_tokens),
-                )
-                yield _sse(usage)
-        except Exception as exc:
-            yield _sse_error(exc)
-        finally:
-            await merged.aclose()
-        yield "data: [DONE]\n\n"
+
+        def chunk(index: int, out: CompletionOutput) -> CompletionStreamResponse:
+            offset = text_offsets.get(index, 0)
+            text_offsets[index] = offset + len(out.text)
+            logprobs = completion_logprobs(
+                out.token_ids, out.logprobs, request.logprobs, initial_text_offset=offset
+            )
+            choice = CompletionResponseStreamChoice(
+                index=index,
+                text=out.text,
+                logprobs=logprobs,
+                finish_reason=out.finish_reason,
+                stop_reason=out.stop_reason,
+            )
+            return CompletionStreamResponse(
+                id=request_id, created=created, model=self.served_model_name, choices=[choice]
+            )
+
+        usage = CompletionStreamResponse(
+            id=request_id, created=created, model=self.served_model_name, choices=[]
+        )
+        return _stream(merged, chunk, [], usage, prompt_tokens, request)
 
     async def create_chat_completion(
         self, request: ChatCompletionRequest
@@ -406,95 +356,88 @@ class OpenAIServing:
         max_tokens = self._check_length(len(prompt.token_ids), wanted, field)
         request_id = f"chatcmpl-{random_uuid()}"
         created = int(time.time())
-        generators = await self._start(request_id, [prompt], request, params, [max_tokens])
-        merged = merge_async_iterators(generators)
-        if request.stream:
-            return self._chat_stream(request, request_id, created, prompt, merged)
+        merged = await self._start(request_id, [prompt], request, params, [max_tokens])
+        if not request.stream:
+            outputs, completion_tokens = await _collect(merged)
+            return ChatCompletionResponse(
+                id=request_id,
+                created=created,
+                model=self.served_model_name,
+                choices=[
+                    ChatCompletionResponseChoice(
+                        index=index,
+                        message=ChatResponseMessage(content=out.text),
+                        logprobs=chat_logprobs(out.token_ids, out.logprobs, request.top_logprobs),
+                        finish_reason=out.finish_reason,
+                        stop_reason=out.stop_reason,
+                    )
+                    for index, out in outputs
+                ],
+                usage=_usage(len(prompt.token_ids), completion_tokens),
+            )
 
-        finals: dict[int, RequestOutput] = {}
-        async for index, output in merged:
-            finals[index] = output
-        choices = []
-        completion_tokens = 0
-        for index in sorted(finals):
-            completion = finals[index].outputs[0]
-            completion_tokens += len(completion.token_ids)
-            choices.append(
-                ChatCompletionResponseChoice(
-                    index=index,
-                    message=ChatResponseMessage(content=completion.text),
-                    logprobs=chat_logprobs(
-                        completion.token_ids, completion.logprobs, request.top_logprobs
-                    ),
-                    finish_reason=completion.finish_reason,
-                    stop_reason=completion.stop_reason,
+        def chunk(index: int, out: CompletionOutput | None = None) -> ChatCompletionStreamResponse:
+            if out is None:  # the role comes first, once per choice (as OpenAI sends it)
+                choice = ChatCompletionResponseStreamChoice(
+                    index=index, delta=DeltaMessage(role="assistant", content="")
                 )
-            )
-        prompt_tokens = len(prompt.token_ids)
-        return ChatCompletionResponse(
-            id=request_id,
-            created=created,
-            model=self.served_model_name,
-            choices=choices,
-            usage=_usage(prompt_tokens, completion_tokens),
-        )
-
-    async def _chat_stream(
-        self,
-        request: ChatCompletionRequest,
-        request_id: str,
-        created: int,
-        prompt: _Prompt,
-        merged: AsyncGenerator[tuple[int, RequestOutput], None],
-    ) -> AsyncIterator[str]:
-        def chunk(
-            index: int,
-            delta: DeltaMessage,
-            finish: str | None = None,
-            stop: Any = None,
-            logprobs: ChatCompletionLogProbs | None = None,
-        ) -> ChatCompletionStreamResponse:
-            choice = ChatCompletionResponseStreamChoice(
-                index=index, delta=delta, logprobs=logprobs, finish_reason=finish, stop_reason=stop
-            )
+            else:
+                choice = ChatCompletionResponseStreamChoice(
+                    index=index,
+                    delta=DeltaMessage(content=out.text),
+                    logprobs=chat_logprobs(out.token_ids, out.logprobs, request.top_logprobs),
+                    finish_reason=out.finish_reason,
+                    stop_reason=out.stop_reason,
+                )
             return ChatCompletionStreamResponse(
                 id=request_id, created=created, model=self.served_model_name, choices=[choice]
             )
 
-        completion_tokens = 0
-        try:
-            # The role comes first, once per choice, before any content (as OpenAI sends it).
-            for index in range(request.n):
-                yield _sse(chunk(index, DeltaMessage(role="assistant", content="")))
-            async for index, output in merged:
-                completion = output.outputs[0]
-                completion_tokens += len(completion.token_ids)
-                yield _sse(
-                    chunk(
-                        index,
-                        DeltaMessage(content=completion.text),
-                        completion.finish_reason,
-                        completion.stop_reason,
-                        chat_logprobs(
-                            completion.token_ids, completion.logprobs, request.top_logprobs
-                        ),
-                    )
-                )
-            if request.stream_options and request.stream_options.include_usage:
-                prompt_tokens = len(prompt.token_ids)
-                usage = ChatCompletionStreamResponse(
-                    id=request_id,
-                    created=created,
-                    model=self.served_model_name,
-                    choices=[],
-                    usage=_usage(prompt_tokens, completion_tokens),
-                )
-                yield _sse(usage)
-        except Exception as exc:
-            yield _sse_error(exc)
-        finally:
-            await merged.aclose()
-        yield "data: [DONE]\n\n"
+        usage = ChatCompletionStreamResponse(
+            id=request_id, created=created, model=self.served_model_name, choices=[]
+        )
+        roles = [chunk(index) for index in range(request.n)]
+        return _stream(merged, chunk, roles, usage, len(prompt.token_ids), request)
+
+
+async def _collect(
+    merged: AsyncGenerator[tuple[int, RequestOutput], None],
+) -> tuple[list[tuple[int, CompletionOutput]], int]:
+    """Every choice's final output in index order, and the tokens generated over all of them."""
+    finals = {index: output.outputs[0] async for index, output in merged}
+    outputs = sorted(finals.items())
+    return outputs, sum(len(out.token_ids) for _, out in outputs)
+
+
+async def _stream(
+    merged: AsyncGenerator[tuple[int, RequestOutput], None],
+    chunk: Callable[[int, CompletionOutput], BaseModel],
+    first: Sequence[BaseModel],
+    usage: CompletionStreamResponse | ChatCompletionStreamResponse,
+    prompt_tokens: int,
+    request: SamplingRequestMixin,
+) -> AsyncIterator[str]:
+    """Server-sent events: ``first``, one chunk per output, the usage chunk if asked, ``[DONE]``.
+
+    The response has started by now (status 200), so a failure becomes an error event in the
+    stream; leaving early closes ``merged``, which aborts the unfinished requests.
+    """
+    completion_tokens = 0
+    try:
+        for event in first:
+            yield _sse(event)
+        async for index, output in merged:
+            completion = output.outputs[0]
+            completion_tokens += len(completion.token_ids)
+            yield _sse(chunk(index, completion))
+        if request.stream_options and request.stream_options.include_usage:
+            usage.usage = _usage(prompt_tokens, completion_tokens)
+            yield _sse(usage)
+    except Exception as exc:
+        yield _sse_error(exc)
+    finally:
+        await merged.aclose()
+    yield "data: [DONE]\n\n"
 
 
 def chat_num_logprobs(request: ChatCompletionRequest) -> int | None:

@@ -109,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         help="trace STEPS steps and attribute the GPU's idle time to the host phase running",
     )
     p.add_argument(
+        "--idle-gpu-schedule",
+        action="store_true",
+        help="diagnostic: wait for the GPU to drain before each schedule() (outside its timing), "
+        "to compare the scheduler's time beside an idle and a busy GPU",
+    )
+    p.add_argument(
         "--min-tokens-per-split",
         type=int,
         default=0,
@@ -141,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
 
     timer = PhaseTimer()
     sched.schedule = timer.wrap("schedule", sched.schedule)
+    if args.idle_gpu_schedule:
+        timed_schedule = sched.schedule
+
+        def schedule_on_idle_gpu() -> Any:
+            sync()
+            return timed_schedule()
+
+        sched.schedule = schedule_on_idle_gpu
     sched.update_from_output = timer.wrap("update from output", sched.update_from_output)
     runner._update_states = timer.wrap("update states", runner._update_states)
     runner.flatten_step = timer.wrap("prepare inputs", runner.flatten_step)

@@ -271,8 +271,9 @@ MUTANTS = [
         name="external_fragmentation_over_held",
         file=FILE,
         find="""
-            external_fragmentation=share(sum(s.external_tokens for s in steps),
-                                         sim.capacity_tokens * len(steps)),
+        external_fragmentation=share(
+            sum(s.external_tokens for s in steps), sim.capacity_tokens * len(steps)
+        ),
         """,
         replace="""
             external_fragmentation=share(sum(s.external_tokens for s in steps), held),
@@ -309,9 +310,8 @@ MUTANTS = [
     Mutant(
         name="waiting_counts_future_arrivals",
         file=FILE,
-        find="largest_free_range=allocator.largest_free_range(), waiting=len(waiting),",
-        replace="largest_free_range=allocator.largest_free_range(),\n"
-        "            waiting=len(waiting) + len(pending),",
+        find="waiting=len(waiting),",
+        replace="waiting=len(waiting) + len(pending),",
         why="counts the requests of the trace that have not arrived yet as waiting",
     ),
 ]

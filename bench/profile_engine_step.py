@@ -61,11 +61,7 @@ class PhaseTimer:
 
 
 def build_engine(args: argparse.Namespace, model_dir: Path) -> Any:
-    from mini_vllm.attention import triton_paged_attention
     from mini_vllm.llm import LLM
-
-    if args.min_tokens_per_split:  # before the engine captures its decode graphs
-        triton_paged_attention._MIN_TOKENS_PER_SPLIT = args.min_tokens_per_split
 
     prep_args = argparse.Namespace(
         random_model=args.random_model, model_dir=str(model_dir), threads=1, model=None
@@ -128,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from mini_vllm.attention import triton_paged_attention
     from mini_vllm.sampling_params import SamplingParams
+
+    if args.min_tokens_per_split:  # before the engine captures its decode graphs
+        triton_paged_attention._MIN_TOKENS_PER_SPLIT = args.min_tokens_per_split
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = build_engine(args, Path(tmp) / "model")

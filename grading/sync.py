@@ -53,10 +53,16 @@ def _reference_symbols(lab: Lab) -> dict[str, tuple[str, Symbol]]:
     return found
 
 
-def _span(node: Symbol) -> tuple[int, int]:
+def _span(node: Symbol, lines: list[str]) -> tuple[int, int]:
+    """The symbol's lines, decorators included. A constant also takes the comment lines right
+    above it: a constant's why lives there (a definition has its docstring, and the comment
+    above a definition is the solution's own, e.g. a lab's section heading)."""
     decorators = getattr(node, "decorator_list", [])
-    start = min([node.lineno] + [d.lineno for d in decorators])
-    return start - 1, node.end_lineno or node.lineno
+    start = min([node.lineno] + [d.lineno for d in decorators]) - 1
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        while start > 0 and lines[start - 1].lstrip().startswith("#"):
+            start -= 1
+    return start, node.end_lineno or node.lineno
 
 
 def solution_drift(lab: Lab) -> list[str]:
@@ -92,9 +98,10 @@ def update_solution(lab: Lab) -> list[Path]:
             if name not in reference:
                 continue
             ref_source, ref_node = reference[name]
-            r_start, r_end = _span(ref_node)
-            start, end = _span(node)
-            lines[start:end] = ref_source.splitlines()[r_start:r_end]
+            ref_lines = ref_source.splitlines()
+            r_start, r_end = _span(ref_node, ref_lines)
+            start, end = _span(node, lines)
+            lines[start:end] = ref_lines[r_start:r_end]
         new = "\n".join(lines) + "\n"
         if new != text:
             path.write_text(new)

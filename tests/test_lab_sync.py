@@ -101,7 +101,8 @@ def test_learner_facing_files_do_not_mention_maintainer_tooling():
 
 
 def test_a_drifted_constant_is_reported_and_restored(tmp_path, monkeypatch):
-    """Module constants are copies too: a tuned default edited in the solution alone is drift."""
+    """Module constants are copies too: a tuned default edited in the solution alone is drift,
+    and rewriting it also restores the comment right above it (a constant's why)."""
     import grading.labs
     from grading.labs import load_lab
     from grading.sync import update_solution
@@ -111,7 +112,10 @@ def test_a_drifted_constant_is_reported_and_restored(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     original = (lab.solution_dir / lab.files[0]).read_text()
     constant = next(line for line in original.splitlines() if line.startswith("_MAX_SPLITS = "))
-    drifted = original.replace(constant, "_MAX_SPLITS = 3")
+    lines = original.splitlines()
+    comment = lines[lines.index("_BLOCK_N = 32") - 1]
+    assert comment.startswith("# ")
+    drifted = original.replace(constant, "_MAX_SPLITS = 3").replace(comment, "# stale reasoning")
     (folder / lab.files[0]).write_text(drifted)
     monkeypatch.setattr(grading.labs, "REPO_ROOT", tmp_path)
     assert [p for p in solution_drift(lab) if "_MAX_SPLITS differs" in p]

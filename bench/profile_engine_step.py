@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         sched.schedule = schedule_on_idle_gpu
     sched.update_from_output = timer.wrap("update from output", sched.update_from_output)
     runner._update_states = timer.wrap("update states", runner._update_states)
-    runner.flatten_step = timer.wrap("prepare inputs", runner.flatten_step)
+    runner._flatten_step = timer.wrap("prepare inputs", runner._flatten_step)
     runner._run_model = timer.wrap("model launch", runner._run_model)
     runner.model.compute_logits = timer.wrap("logits", runner.model.compute_logits)
     runner._sample = timer.wrap("sample", runner._sample)
@@ -239,7 +239,7 @@ HOST_PHASES = {
     "schedule": ("scheduler", "schedule"),
     "update from output": ("scheduler", "update_from_output"),
     "update states": ("model_runner", "_update_states"),
-    "prepare inputs": ("model_runner", "flatten_step"),
+    "prepare inputs": ("model_runner", "_flatten_step"),
     "launch": ("model_runner", "launch_step"),
     "collect tokens": ("model_runner", "get_output"),
 }

@@ -369,8 +369,7 @@ class LLMEngine:
             num_gpu_blocks,
         )
         self.max_model_len = fitted
-        self.model_runner.max_model_len = fitted
-        self.model_runner.max_num_blocks_per_req = kv_sizing.cdiv(fitted, self.args.block_size)
+        self.model_runner.set_max_model_len(fitted)
 
     def get_tokenizer(self) -> Any:
         if self.tokenizer is None:
@@ -471,11 +470,12 @@ class LLMEngine:
             runner_output = self.model_runner.execute_model(scheduler_output)
             return self._update_from_output(scheduler_output, runner_output)
 
+        runner = self.model_runner
         if self._in_flight is None:
             scheduler_output = self._schedule()
             self._in_flight = (
                 scheduler_output,
-                self.model_runner.execute_model_async(scheduler_output),
+                runner.launch_step(runner.prepare_step(scheduler_output)),
             )
         scheduler_output, pending = self._in_flight
         # The GPU is busy with `scheduler_output`; plan, flatten and queue the next step behind
@@ -484,9 +484,9 @@ class LLMEngine:
         self._record_schedule(next_output)
         self._in_flight = None  # an empty schedule: the next call schedules afresh
         if next_output.total_num_scheduled_tokens:
-            prepared = self.model_runner.prepare_step(next_output, in_flight=pending)
-            self._in_flight = (next_output, self.model_runner.launch_step(prepared))
-        runner_output = self.model_runner.get_output(pending)
+            prepared = runner.prepare_step(next_output, in_flight=pending)
+            self._in_flight = (next_output, runner.launch_step(prepared))
+        runner_output = runner.get_output(pending)
         return self._update_from_output(scheduler_output, runner_output)
 
     def _schedule(self) -> SchedulerOutput:

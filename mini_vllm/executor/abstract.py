@@ -19,21 +19,20 @@ if TYPE_CHECKING:
 class Executor(Protocol):
     """The calls the engine makes, startup to step; ``ModelRunner`` and ``MultiprocExecutor``.
 
-    The async trio (``execute_model_async``/``prepare_step``/``launch_step`` then
-    ``get_output``) passes handles the engine never looks into: a pending step and a prepared
-    one, whose types differ per implementation (device tensors in-process, a sequence number
-    across processes). They are typed ``Any`` here for that reason: the engine only hands each
-    one back to the object that made it.
+    A step is ``prepare_step``, ``launch_step``, then ``get_output`` (``execute_model`` runs
+    the three in a row). They pass handles the engine never looks into: a prepared step and a
+    pending one, whose types differ per implementation (device tensors in-process, a sequence
+    number across processes). They are typed ``Any`` here for that reason: the engine only
+    hands each one back to the object that made it.
     """
-
-    # Set by the engine when it fits max_model_len to the KV cache, before warm-up.
-    max_model_len: int
-    max_num_blocks_per_req: int
 
     @property
     def kv_cache_block_bytes(self) -> int:
         """Bytes of one KV block across all layers (per rank)."""
         ...
+
+    def set_max_model_len(self, max_model_len: int) -> None:
+        """The engine fitted ``max_model_len`` to the KV cache (before allocating it)."""
 
     def determine_available_memory(
         self, gpu_memory_utilization: float, kv_cache_memory_bytes: int | None
@@ -46,8 +45,6 @@ class Executor(Protocol):
     def capture_model(self) -> None: ...
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput: ...
-
-    def execute_model_async(self, scheduler_output: SchedulerOutput) -> Any: ...
 
     def prepare_step(self, scheduler_output: SchedulerOutput, in_flight: Any = None) -> Any: ...
 

@@ -127,7 +127,6 @@ class MultiprocExecutor:
         self._method_of: dict[int, str] = {}
         self.workers: list[_WorkerHandle] = []
         self.cudagraph_batch_sizes: list[int] = []  # set by warm_up_model
-        self._max_model_len = config.max_model_len
 
         ctx = torch.multiprocessing.get_context("spawn")
         # Per rank: [seq of the last call picked up, seq of the last call finished].
@@ -388,34 +387,11 @@ class MultiprocExecutor:
     def capture_model(self) -> None:
         """Done by ``warm_up_model`` on each rank (``compile_or_warm_up_model``)."""
 
-    @property
-    def max_model_len(self) -> int:
-        return self._max_model_len
-
-    @max_model_len.setter
-    def max_model_len(self, value: int) -> None:
-        self._max_model_len = value
-        self.collective_rpc("set_max_model_len", args=(value,))
-
-    @property
-    def max_num_blocks_per_req(self) -> int:
-        return kv_sizing.cdiv(self._max_model_len, self.config.block_size)
-
-    @max_num_blocks_per_req.setter
-    def max_num_blocks_per_req(self, value: int) -> None:
-        """Set with ``max_model_len`` by the workers themselves (``Worker.set_max_model_len``)."""
+    def set_max_model_len(self, max_model_len: int) -> None:
+        self.collective_rpc("set_max_model_len", args=(max_model_len,))
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
-        return self.get_output(self.execute_model_async(scheduler_output))
-
-    def execute_model_async(self, scheduler_output: SchedulerOutput) -> PendingStep:
-        """Send a step to every rank and return at once (the engine schedules meanwhile)."""
-        return self.collective_rpc(
-            "execute_model",
-            args=(scheduler_output,),
-            unique_reply_rank=self.output_rank,
-            non_block=True,
-        )
+        return self.get_output(self.launch_step(scheduler_output))
 
     def prepare_step(
         self, scheduler_output: SchedulerOutput, in_flight: PendingStep | None = None
@@ -428,7 +404,10 @@ class MultiprocExecutor:
         return scheduler_output
 
     def launch_step(self, prepared: SchedulerOutput) -> PendingStep:
-        return self.execute_model_async(prepared)
+        """Send a step to every rank and return at once (the engine schedules meanwhile)."""
+        return self.collective_rpc(
+            "execute_model", args=(prepared,), unique_reply_rank=self.output_rank, non_block=True
+        )
 
     def get_output(self, pending: PendingStep) -> ModelRunnerOutput:
         """Wait (up to the step's deadline) for rank 0's tokens of a launched step."""

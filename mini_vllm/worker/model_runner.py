@@ -150,6 +150,12 @@ class ModelRunner:
 
     # ---------------------------------------------------------------- sizing and allocation
 
+    def set_max_model_len(self, max_model_len: int) -> None:
+        """Follow the engine's auto-fit of ``max_model_len``, before the cache is allocated
+        (the input batch's block-table width is derived from it)."""
+        self.max_model_len = max_model_len
+        self.max_num_blocks_per_req = kv_sizing.cdiv(max_model_len, self.block_size)
+
     @property
     def kv_cache_block_bytes(self) -> int:
         """Bytes of one block across all layers (keys and values)."""
@@ -328,15 +334,9 @@ class ModelRunner:
 
     # ---------------------------------------------------------------- execution
 
-    @torch.inference_mode()
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
-        """Run one step; return a sampled token for every request whose prompt is complete."""
-        return self.get_output(self.execute_model_async(scheduler_output))
-
-    @torch.inference_mode()
-    def execute_model_async(self, scheduler_output: SchedulerOutput) -> PendingOutput:
-        """Prepare and launch one step; return without waiting for the GPU."""
-        return self.launch_step(self.prepare_step(scheduler_output))
+        """Run one step start to end (the serial loop): prepare, launch, wait for its tokens."""
+        return self.get_output(self.launch_step(self.prepare_step(scheduler_output)))
 
     def prepare_step(
         self, scheduler_output: SchedulerOutput, in_flight: PendingOutput | None = None
@@ -350,10 +350,10 @@ class ModelRunner:
         real id over it from ``in_flight``'s sampled tokens, so the launch waits for nothing.
         """
         self._update_states(scheduler_output)
-        return self.flatten_step(scheduler_output, in_flight)
+        return self._flatten_step(scheduler_output, in_flight)
 
-    def flatten_step(
-        self, scheduler_output: SchedulerOutput, in_flight: PendingOutput | None = None
+    def _flatten_step(
+        self, scheduler_output: SchedulerOutput, in_flight: PendingOutput | None
     ) -> PreparedStep:
         """The flattening half of ``prepare_step``: the batch is already up to date."""
         req_ids = list(scheduler_output.num_scheduled_tokens)

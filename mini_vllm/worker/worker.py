@@ -141,11 +141,7 @@ class Worker:
         return self.runner.cudagraph_batch_sizes
 
     def set_max_model_len(self, max_model_len: int) -> None:
-        """Follow the engine's auto-fit of ``max_model_len`` (block-table width included)."""
-        from mini_vllm.utils.math_utils import cdiv
-
-        self.runner.max_model_len = max_model_len
-        self.runner.max_num_blocks_per_req = cdiv(max_model_len, self.config.block_size)
+        self.runner.set_max_model_len(max_model_len)
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         return self.runner.execute_model(scheduler_output)

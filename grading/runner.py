@@ -367,10 +367,11 @@ def unfinished_tasks(lab: Lab, folder: Path, filename: str) -> list[str]:
     """
     import ast
 
+    from grading.sandbox import parse_python
     from grading.stubs import StubError, _find_function
 
     try:
-        tree = ast.parse((folder / filename).read_text(errors="replace"))
+        tree = parse_python((folder / filename).read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return ["(the file does not parse)"]
     unfinished = []

@@ -33,6 +33,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,9 +83,21 @@ class Staging:
         return cls(root, lab, [tuple(c) for c in meta["chain"]])  # type: ignore[misc]
 
 
+# CPython 3.11 keeps ast.parse's recursion-depth count per interpreter, not per thread, and can
+# raise "SystemError: AST constructor recursion depth mismatch" when threads parse at once
+# (CPython gh-106905). Suites are graded in threads (check_suites), so parses take turns.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse``, safe to call from several threads at once."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def _stub_source(source: str, qualnames: list[str], lab_id: str) -> str:
     """``source`` with the body of each function named in ``qualnames`` that it defines replaced."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     lines = source.splitlines()
     edits = []
     for qualname in qualnames:

@@ -104,6 +104,7 @@ class AsyncLLM:
             prompt_token_ids=list(prompt_token_ids),
             sampling_params=params,
             arrival_time=time.time(),
+            eos_token_id=self.tokenizer.eos_token_id,
         )
         queue = self.output_processor.add_request(
             request,

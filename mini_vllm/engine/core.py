@@ -8,13 +8,13 @@ docs/upstream-fidelity.md (module notes).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import logging
 import os
 import signal
 import time
 import traceback
-from dataclasses import asdict
 from typing import Any
 
 import msgspec
@@ -61,12 +61,17 @@ class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
 
 
 class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """One request, already tokenized and validated by the front-end."""
+    """One request, already tokenized and validated by the front-end.
+
+    ``eos_token_id`` is the front-end tokenizer's (the core loads no tokenizer); None leaves the
+    checkpoint config's.
+    """
 
     request_id: str
     prompt_token_ids: list[int]
     sampling_params: EngineCoreSamplingParams
     arrival_time: float = 0.0
+    eos_token_id: int | None = None
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -107,11 +112,15 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True, gc=
 
 class EngineCore:
     """An ``LLMEngine`` driven one step at a time, reporting every request's new tokens
-    (not just the finished ones), a scheduler snapshot, and a few utility methods."""
+    (not just the finished ones), a scheduler snapshot, and a few utility methods.
+
+    Without a tokenizer: text is the front-end's, and so is the EOS id (on each request).
+    """
 
     def __init__(self, engine_args: Any) -> None:
         from mini_vllm.engine.llm_engine import LLMEngine
 
+        engine_args = dataclasses.replace(engine_args, skip_tokenizer_init=True)
         self.engine = LLMEngine.from_engine_args(engine_args)
         self._last_counts = (0, 0, 0)  # prefix-cache queries and hits, preemptions
 
@@ -123,6 +132,7 @@ class EngineCore:
                 {"prompt_token_ids": request.prompt_token_ids},
                 request.sampling_params.to_sampling_params(),
                 arrival_time=request.arrival_time or None,
+                eos_token_id=request.eos_token_id,
             )
         except (ValueError, TypeError) as exc:
             return EngineCoreOutput(request.request_id, [], finish_reason="error", error=str(exc))
@@ -179,7 +189,7 @@ class EngineCore:
 
     def get_stats(self) -> dict[str, Any]:
         """The engine's lifetime counters, plus the free-block count (leak checks read it)."""
-        out = asdict(self.engine.stats)
+        out = dataclasses.asdict(self.engine.stats)
         out["num_free_blocks"] = self.engine.kv_cache_manager.block_pool.get_num_free_blocks()
         out["num_unfinished_requests"] = self.engine.get_num_unfinished_requests()
         return out

@@ -402,9 +402,15 @@ class LLMEngine:
         params: SamplingParams | None = None,
         arrival_time: float | None = None,
         priority: int = 0,
+        *,
+        eos_token_id: int | None = None,
     ) -> str:
         """Validate, tokenize and queue one prompt (under the priority policy, smaller
-        ``priority`` runs first); nothing runs until ``step``."""
+        ``priority`` runs first); nothing runs until ``step``.
+
+        ``eos_token_id`` overrides the engine's: the engine core has no tokenizer, so the
+        front-end sends its tokenizer's with each request (upstream's
+        ``EngineCoreRequest.eos_token_id``)."""
         if not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
         if request_id in self._records:
@@ -429,12 +435,13 @@ class LLMEngine:
             params.verify_logprobs(self.max_logprobs, self.vocab_size)
         except ValueError as exc:
             raise ValueError(f"request {request_id!r}: {exc}") from None
-        params.update_from_generation_config(self._generation_config, self.eos_token_id)
+        eos = self.eos_token_id if eos_token_id is None else eos_token_id
+        params.update_from_generation_config(self._generation_config, eos)
         request = Request(
             request_id,
             token_ids,
             params,
-            eos_token_id=self.eos_token_id,
+            eos_token_id=eos,
             arrival_time=arrival_time,
             block_hasher=self.block_hasher,
             priority=priority,

@@ -1,0 +1,52 @@
+"""``EngineCore`` in-process: what the busy loop runs, without sockets.
+
+The core loads no tokenizer (text is the front-end's), so the EOS id it stops on is the one each
+request brings from the front-end's tokenizer, as upstream's ``EngineCoreRequest.eos_token_id``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mini_vllm.engine.core import EngineCore, EngineCoreRequest, EngineCoreSamplingParams
+from mini_vllm.engine.llm_engine import EngineArgs
+from tests.serve.conftest import TINY_KV_BYTES, TINY_MAX_MODEL_LEN
+
+PROMPT = [1, 17, 230, 41, 9]
+
+
+@pytest.fixture(scope="module")
+def core(tiny_serve_dir: Path) -> EngineCore:
+    return EngineCore(
+        EngineArgs(
+            model=str(tiny_serve_dir),
+            max_model_len=TINY_MAX_MODEL_LEN,
+            kv_cache_memory_bytes=TINY_KV_BYTES,
+            device="cpu",
+        )
+    )
+
+
+def _run(core: EngineCore, request: EngineCoreRequest) -> list:
+    assert core.add_request(request) is None
+    outputs = []
+    while core.has_unfinished_requests():
+        outputs += [out for out in core.step() if out.request_id == request.request_id]
+    return outputs
+
+
+def test_the_core_loads_no_tokenizer(core):
+    assert core.engine.tokenizer is None
+
+
+def test_the_core_stops_on_the_eos_the_request_brings(core):
+    greedy = EngineCoreSamplingParams(temperature=0.0, max_tokens=4)
+    free = _run(core, EngineCoreRequest("free", PROMPT, greedy, eos_token_id=None))
+    tokens = [t for out in free for t in out.new_token_ids]
+    assert len(tokens) == 4, "without its EOS among them, the request runs to max_tokens"
+    # The front-end says the model's first greedy token is the EOS: it must stop right there.
+    stopped = _run(core, EngineCoreRequest("eos", PROMPT, greedy, eos_token_id=tokens[0]))
+    assert [t for out in stopped for t in out.new_token_ids] == tokens[:1]
+    assert stopped[-1].finish_reason == "stop"

@@ -107,16 +107,12 @@ def main(argv: list[str] | None = None) -> int:
 
     sched = engine.scheduler
     schedule, update = sched.schedule, sched.update_from_output
-    times: dict[str, list[float]] = {}
+    timer = profile_engine_step.PhaseTimer()
 
-    def timed(name: str, fn: Any, drain: bool) -> Any:
-        def wrapper(*fn_args: Any) -> Any:
-            if drain:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = fn(*fn_args)
-            times.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
-            return out
+    def drained(fn: Any) -> Any:
+        def wrapper() -> Any:
+            torch.cuda.synchronize()  # outside the timing: the timer wraps fn itself
+            return fn()
 
         return wrapper
 
@@ -124,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
           "| `update_from_output` ms | whole step ms |\n|---|---|---:|---:|---:|")  # fmt: skip
     for window in range(args.windows):
         drain = window % 2 == 1
-        times.clear()
-        sched.schedule = timed("schedule", schedule, drain)
-        sched.update_from_output = timed("update", update, False)
+        timed_schedule = timer.wrap("schedule", schedule)
+        sched.schedule = drained(timed_schedule) if drain else timed_schedule
+        sched.update_from_output = timer.wrap("update", update)
         for _ in range(3):
             engine.step()
-        times.clear()
+        timer.times.clear()
         t0 = time.perf_counter()
         for _ in range(args.window):
             engine.step()
@@ -137,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         step_ms = (time.perf_counter() - t0) * 1e3 / args.window
         print(
             f"| {window + 1} | {'drained' if drain else 'busy'} "
-            f"| {statistics.median(times['schedule']):.3f} "
-            f"| {statistics.median(times['update']):.3f} | {step_ms:.3f} |"
+            f"| {statistics.median(timer.times['schedule']) * 1e3:.3f} "
+            f"| {statistics.median(timer.times['update']) * 1e3:.3f} | {step_ms:.3f} |"
         )
     sched.schedule, sched.update_from_output = schedule, update
     return 0

@@ -12,8 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.labs import Lab
+from grading.labs import Lab, matches, test_name
 from grading.mutants import Mutant, mutants_for
+from grading.protocol import TestInfo, TestResult
 from grading.report import totals
 from grading.runner import SuiteRunner
 
@@ -28,26 +29,37 @@ class Verdict:
     detail: str = ""
 
 
-def grade_folder(lab: Lab, folder: Path, fail_fast: bool = False) -> tuple[int, int, list]:
-    runner = SuiteRunner(lab, folder, fail_fast=fail_fast, preflight=not fail_fast)
+def grade_folder(lab: Lab, folder: Path) -> tuple[int, int, list[TestResult]]:
+    runner = SuiteRunner(lab, folder)
     results = runner.run(runner.collect())
     score, total = totals(results)
     return score, total, results
 
 
-def check_mutant(lab: Lab, mutant: Mutant) -> Verdict:
+def check_mutant(lab: Lab, mutant: Mutant, tests: list[TestInfo]) -> Verdict:
+    """Grade ``mutant`` on ``tests`` (the suite as collected once for all mutants): its
+    ``caught_by`` test first, stopping at the first failure, without the pre-import (a
+    mutant of the solution imports). Ok when it loses points on that very test."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         folder = mutant.materialize(lab, Path(tmp) / lab.dirname)
-        score, total, results = grade_folder(lab, folder, fail_fast=True)
-    failed = [r.info.name for r in results if r.outcome not in ("passed", "skipped")]
-    return Verdict(
-        f"bug: {mutant.name}",
-        score,
-        total,
-        "< full",
-        score < total,
-        ", ".join(failed[:4]) + (" …" if len(failed) > 4 else ""),
+        runner = SuiteRunner(lab, folder, fail_fast=True, preflight=False)
+        results = runner.run(mutant.first(tests))
+    score, total = totals(results)
+    failed = [r for r in results if r.outcome not in ("passed", "skipped")]
+    if not failed:
+        return Verdict(f"bug: {mutant.name}", score, total, "< full", False, "full marks for a bug")
+    caught = test_name(failed[0].info.nodeid)
+    named = mutant.caught_by and matches(mutant.caught_by, failed[0].info.nodeid)
+    detail = (
+        caught
+        if named
+        else (
+            f"caught by {caught}, but caught_by names {mutant.caught_by or 'no test'}: "
+            f'write caught_by="{caught}" in tests/buggy/{lab.kind}_{lab.number}.py'
+            + (" (or find why that test stopped catching it)" if mutant.caught_by else "")
+        )
     )
+    return Verdict(f"bug: {mutant.name}", score, total, "< full", bool(named), detail)
 
 
 def check_lab(lab: Lab, workers: int = 2) -> list[Verdict]:
@@ -67,8 +79,9 @@ def check_lab(lab: Lab, workers: int = 2) -> list[Verdict]:
     score, total, results = grade_folder(lab, lab.solution_dir)
     failed = [r.info.name for r in results if r.outcome != "passed"]
     verdicts.append(Verdict("solution", score, total, "full", score == total, ", ".join(failed)))
+    tests = SuiteRunner(lab, lab.solution_dir).collect()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        verdicts.extend(pool.map(lambda m: check_mutant(lab, m), mutants_for(lab)))
+        verdicts.extend(pool.map(lambda m: check_mutant(lab, m, tests), mutants_for(lab)))
     return verdicts
 
 

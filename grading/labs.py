@@ -122,18 +122,27 @@ def load_lab(name: str) -> Lab:
     )
 
 
-def order_key(lab: Lab, nodeid: str) -> int:
-    """Where a test comes in ``lab.order``: the first entry its node id matches (a file name,
-    or a ``file::test`` prefix); tests matching none come last, in collection order."""
+def test_name(nodeid: str) -> str:
+    """``file::test`` of a node id, the way lab.json and the mutants name tests: the suite
+    file's name and the test's, without the folder or a parametrized case's ``[...]``."""
     path, _, name = nodeid.partition("::")
-    filename = path.rsplit("/", 1)[-1]
-    for i, entry in enumerate(lab.order):
-        file_part, _, test_part = entry.partition("::")
-        if file_part == filename and (
-            not test_part or name == test_part or name.startswith(test_part + "[")
-        ):
-            return i
-    return len(lab.order)
+    return f"{path.rsplit('/', 1)[-1]}::{name.split('[', 1)[0]}"
+
+
+def matches(entry: str, nodeid: str) -> bool:
+    """Whether a test's node id is meant by ``entry``: a suite file name (``test_stop.py``)
+    or a ``file::test`` name, which also covers the test's parametrized cases."""
+    path, _, name = nodeid.partition("::")
+    file_part, _, test_part = entry.partition("::")
+    return path.rsplit("/", 1)[-1] == file_part and (
+        not test_part or name == test_part or name.startswith(test_part + "[")
+    )
+
+
+def order_key(lab: Lab, nodeid: str) -> int:
+    """Where a test comes in ``lab.order``: the first entry its node id :func:`matches`; tests
+    matching none come last, in collection order."""
+    return next((i for i, entry in enumerate(lab.order) if matches(entry, nodeid)), len(lab.order))
 
 
 def available_labs() -> list[Lab]:

@@ -5,6 +5,11 @@ forward free instead of a reverse one. Keeping each as an edit (a ``find`` text 
 exactly once in the solution, and its ``replace``) instead of a copy of the whole file keeps the
 set small and readable, and makes it fail loudly when the solution changes under it.
 ``python -m grading check-suites`` grades every mutant and reports which ones a suite misses.
+
+Each mutant also names the graded test that catches it (``caught_by``). That test runs first,
+so checking a suite costs about one test per mutant instead of every test written before the
+bug's function, and the name is checked: a test that stops catching its bug is reported even
+when a later test still catches it.
 """
 
 from __future__ import annotations
@@ -15,18 +20,27 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.labs import REPO_ROOT, Lab
+from grading.labs import REPO_ROOT, Lab, matches
+from grading.protocol import TestInfo
 
 
 @dataclass(frozen=True)
 class Mutant:
-    """One buggy implementation: ``find`` (exactly once in ``file``) becomes ``replace``."""
+    """One buggy implementation: ``find`` (exactly once in ``file``) becomes ``replace``;
+    ``caught_by`` is the suite's test that fails on it (``test_file.py::test_name``)."""
 
     name: str
     file: str
     find: str
     replace: str
     why: str
+    caught_by: str = ""
+
+    def first(self, tests: list[TestInfo]) -> list[TestInfo]:
+        """``tests`` with the ones ``caught_by`` names moved to the front (a stable sort)."""
+        return sorted(
+            tests, key=lambda t: not (self.caught_by and matches(self.caught_by, t.nodeid))
+        )
 
     def materialize(self, lab: Lab, dest: Path) -> Path:
         """Write the solution with this bug applied into ``dest``; return ``dest``."""

@@ -6,9 +6,10 @@ mutants in ``tests/buggy/lab_NN.py`` (the solution with one plausible learner mi
 the same verdicts as a table.
 
 Grading one implementation takes seconds (child processes, property tests, timing tests; half a
-minute for the labs that need torch or the model), so each mutant is graded fail-fast (its first
-failing test is enough), the mutants of one lab are graded two at a time in one test, and every
-miss is reported at once rather than one per run.
+minute for the labs that need torch or the model), so each mutant is graded the way
+``check-suites`` grades it (``grading.check_suites.check_mutant``): the test it names in
+``caught_by`` first, stopping at the first failure. The mutants of one lab are graded two at a
+time in one test, and every miss is reported at once rather than one per run.
 """
 
 from __future__ import annotations
@@ -16,17 +17,13 @@ from __future__ import annotations
 import ast
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
+from grading.check_suites import check_mutant
 from grading.labs import REPO_ROOT, Lab, available_labs
-from grading.mutants import Mutant, mutants_for
-from grading.report import totals
+from grading.mutants import mutants_for
 from grading.runner import SuiteRunner
-
-if TYPE_CHECKING:  # imported by name, pytest would try to collect the class TestInfo
-    from grading.protocol import TestInfo
 
 #: A lab keeps at least this many mutants; a quiz's answer sheet has fewer ways to be wrong.
 MIN_MUTANTS = {"lab": 10, "quiz": 1}
@@ -56,6 +53,11 @@ def test_lab_keeps_enough_mutants(lab: Lab):
     for mutant in mutants:
         assert mutant.file in lab.files, f"{lab.id} {mutant.name}: {mutant.file} is not a lab file"
         assert len(mutant.why) > 20, f"{lab.id} {mutant.name}: say why this is a bug"
+        file, _, test = mutant.caught_by.partition("::")
+        assert test and (lab.suite_dir / file).is_file(), (
+            f"{lab.id} {mutant.name}: caught_by={mutant.caught_by!r} names no test file of "
+            f"{lab.suite_dir.relative_to(REPO_ROOT)} (write it as 'test_file.py::test_name')"
+        )
 
 
 @pytest.mark.parametrize("lab", LABS_WITH_MUTANTS, ids=[lab.id for lab in LABS_WITH_MUTANTS])
@@ -79,25 +81,20 @@ def test_mutants_apply_to_the_current_solution(lab: Lab, tmp_path: Path):
     assert not problems, "\n".join(problems)
 
 
-def _grade(lab: Lab, tests: list[TestInfo], mutant: Mutant, root: Path) -> tuple[int, int]:
-    folder = mutant.materialize(lab, root / mutant.name / lab.dirname)
-    return totals(SuiteRunner(lab, folder, fail_fast=True).run(tests))
-
-
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("lab", LABS_WITH_MUTANTS, ids=[lab.id for lab in LABS_WITH_MUTANTS])
-def test_every_mutant_loses_points(lab: Lab, tmp_path: Path):
+def test_every_mutant_loses_points(lab: Lab):
     mutants = mutants_for(lab)
     tests = SuiteRunner(lab, lab.solution_dir).collect()  # the test list is the same for all
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        graded = list(pool.map(lambda m: _grade(lab, tests, m, tmp_path), mutants))
-    missed = [
-        f"- {m.name}: scored {score}/{total}, full marks for a bug: {m.why}"
-        for m, (score, total) in zip(mutants, graded)
-        if score >= total
+        verdicts = list(pool.map(lambda m: check_mutant(lab, m, tests), mutants))
+    wrong = [
+        f"- {m.name}: scored {v.score}/{v.total}, {v.detail} ({m.why})"
+        for m, v in zip(mutants, verdicts)
+        if not v.ok
     ]
     suite = lab.suite_dir.relative_to(REPO_ROOT)
-    assert not missed, (
-        f"the {lab.id} suite misses {len(missed)} of {len(mutants)} buggy implementations "
-        f"(strengthen {suite}/):\n" + "\n".join(missed)
+    assert not wrong, (
+        f"{len(wrong)} of the {len(mutants)} buggy implementations of {lab.id} are not caught "
+        f"by the test they name (strengthen {suite}/ or correct caught_by):\n" + "\n".join(wrong)
     )

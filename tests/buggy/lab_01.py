@@ -25,6 +25,7 @@ MUTANTS = [
         """,
         why="the constructor links the tail sentinel back to the last block but leaves the last "
         "block's next_free_block None: walking forward falls off the list (I2)",
+        caught_by="test_free_queue.py::test_new_queue_links_blocks_in_order",
     ),
     Mutant(
         name="popleft_keeps_links",
@@ -42,6 +43,7 @@ MUTANTS = [
         """,
         why="popleft relinks the neighbours but leaves the popped block's prev/next set, so the "
         "block still looks queued (append refuses it, remove corrupts the list)",
+        caught_by="test_free_queue.py::test_popleft_takes_the_front",
     ),
     Mutant(
         name="popleft_n_refuses_the_last_block",
@@ -50,6 +52,7 @@ MUTANTS = [
         replace="if n >= self.num_free_blocks:",
         why="off-by-one in popleft_n's bound: popping exactly the number of free blocks is "
         "refused, so the pool can never be drained",
+        caught_by="test_free_queue.py::test_popleft_n",
     ),
     Mutant(
         name="popleft_n_keeps_links",
@@ -67,6 +70,7 @@ MUTANTS = [
         """,
         why="popleft_n relinks the head sentinel past the popped run but never clears the "
         "popped blocks' own links",
+        caught_by="test_free_queue.py::test_popleft_n",
     ),
     Mutant(
         name="popleft_n_front_not_linked_back",
@@ -82,6 +86,7 @@ MUTANTS = [
         """,
         why="popleft_n moves the head sentinel's next pointer but the new front block still "
         "points back at a popped block: walking backward breaks (I2)",
+        caught_by="test_free_queue.py::test_popleft_n",
     ),
     Mutant(
         name="remove_does_not_relink_prev",
@@ -99,6 +104,7 @@ MUTANTS = [
         """,
         why="remove fixes the forward link only: the next block's prev_free_block still points "
         "at the removed block, so forward and backward walks disagree (I2)",
+        caught_by="test_free_queue.py::test_remove_from_middle_head_and_tail",
     ),
     Mutant(
         name="remove_does_not_decrement_count",
@@ -114,6 +120,7 @@ MUTANTS = [
         """,
         why="remove unlinks the block but forgets num_free_blocks, so the counter overstates "
         "the free blocks (I2) and the pool hands out blocks it does not have",
+        caught_by="test_free_queue.py::test_remove_from_middle_head_and_tail",
     ),
     Mutant(
         name="remove_walks_the_list",
@@ -132,6 +139,7 @@ MUTANTS = [
         """,
         why="remove searches the list for the block before unlinking it: O(n) per removal, "
         "which makes every prefix-cache hit cost a walk of the free queue",
+        caught_by="test_free_queue.py::test_operations_are_constant_time",
     ),
     Mutant(
         name="remove_not_in_queue_unchecked",
@@ -149,6 +157,7 @@ MUTANTS = [
         """,
         why="remove trusts its caller: removing a block that is not queued dereferences None "
         "instead of raising a clear error",
+        caught_by="test_free_queue.py::test_remove_block_not_in_queue_is_an_error",
     ),
     Mutant(
         name="append_to_the_front",
@@ -175,6 +184,7 @@ MUTANTS = [
         """,
         why="append links the block in right after the head sentinel: a freed block becomes "
         "the next to be reused, the opposite of LRU",
+        caught_by="test_free_queue.py::test_append_goes_to_the_back",
     ),
     Mutant(
         name="append_n_reverses_order",
@@ -191,6 +201,7 @@ MUTANTS = [
         """,
         why="append_n appends its blocks last to first, so a request's blocks are evicted in "
         "the wrong order",
+        caught_by="test_free_queue.py::test_append_n_keeps_order",
     ),
     Mutant(
         name="append_n_count_not_updated",
@@ -204,6 +215,7 @@ MUTANTS = [
         """,
         why="append_n links the blocks in but forgets num_free_blocks (append does it, append_n "
         "does not)",
+        caught_by="test_free_queue.py::test_append_n_keeps_order",
     ),
     # -- BlockPool ------------------------------------------------------------------------------
     Mutant(
@@ -213,6 +225,7 @@ MUTANTS = [
         replace="self.null_block = self.blocks[0]",
         why="the null block is marked but left in the free queue, so get_new_blocks hands out "
         "block 0 like any other (I1)",
+        caught_by="test_block_pool.py::test_null_block_is_reserved",
     ),
     Mutant(
         name="get_new_blocks_pops_from_the_back",
@@ -231,6 +244,7 @@ MUTANTS = [
         """,
         why="get_new_blocks takes the most recently freed blocks (the back of the queue) "
         "instead of the least recently used ones at the front",
+        caught_by="test_block_pool.py::test_get_new_blocks_pops_from_the_front",
     ),
     Mutant(
         name="partial_allocation",
@@ -249,6 +263,7 @@ MUTANTS = [
         """,
         why="asking for more blocks than are free returns what is there instead of raising: "
         "the caller believes it got every block it asked for",
+        caught_by="test_block_pool.py::test_null_block_never_handed_out",
     ),
     Mutant(
         name="stale_hash_not_evicted",
@@ -260,6 +275,7 @@ MUTANTS = [
         replace="",
         why="get_new_blocks reuses a free cached block without evicting its hash: the cache map "
         "still points new requests at a page that is about to be overwritten (I4)",
+        caught_by="test_block_pool.py::test_reused_block_loses_its_stale_hash",
     ),
     Mutant(
         name="free_appends_shared_blocks",
@@ -275,6 +291,7 @@ MUTANTS = [
         """,
         why="free_blocks appends every block it is given, even one another request still holds "
         "(ref_cnt > 0): a block in use can be handed out again (I1)",
+        caught_by="test_block_pool.py::test_shared_block_freed_only_at_zero",
     ),
     Mutant(
         name="free_zeroes_ref_cnt",
@@ -291,6 +308,7 @@ MUTANTS = [
         why="free_blocks sets ref_cnt to 0 instead of dropping one reference: a block that "
         "another request still holds (a shared prefix, ref_cnt 2) is queued again and can "
         "be handed out while in use (I1)",
+        caught_by="test_block_pool.py::test_shared_block_freed_only_at_zero",
     ),
     Mutant(
         name="free_appends_in_reverse",
@@ -299,6 +317,7 @@ MUTANTS = [
         replace="self.free_block_queue.append_n(reversed(newly_free))",
         why="free_blocks reverses the order it was given, so a request's head blocks are "
         "evicted before its tail (I4 eviction order)",
+        caught_by="test_block_pool.py::test_free_blocks_appends_in_given_order",
     ),
     Mutant(
         name="double_free_unchecked",
@@ -313,6 +332,7 @@ MUTANTS = [
         replace="",
         why="free_blocks decrements without checking: a double free drives ref_cnt negative "
         "instead of raising ValueError",
+        caught_by="test_block_pool.py::test_double_free_is_an_error",
     ),
     Mutant(
         name="failed_free_not_rolled_back",
@@ -329,6 +349,7 @@ MUTANTS = [
         """,
         why="free_blocks raises on a double free in the middle of its list but keeps the "
         "decrements it already made: the refused call half-happened",
+        caught_by="test_block_pool.py::test_double_free_is_an_error",
     ),
     Mutant(
         name="usage_counts_the_null_block",
@@ -337,6 +358,7 @@ MUTANTS = [
         replace="total = self.num_gpu_blocks",
         why="get_usage divides by num_gpu_blocks, counting the null block as usable memory: "
         "a full pool never reaches 100 %",
+        caught_by="test_block_pool.py::test_usage",
     ),
     Mutant(
         name="num_free_blocks_by_walking",
@@ -345,6 +367,7 @@ MUTANTS = [
         replace="return len(self.free_block_queue.get_all_free_blocks())",
         why="get_num_free_blocks counts the queue by walking it: O(n) on every call, and the "
         "scheduler calls it every step",
+        caught_by="test_block_pool.py::test_pool_operations_are_constant_time",
     ),
     # -- added with the judge/learner split (issue #20): bugs no earlier test reached ---------------
     Mutant(
@@ -362,6 +385,7 @@ MUTANTS = [
         """,
         why="append trusts its caller: appending a block that is still queued links it in a "
         "second time and the list loops (the misuse table says RuntimeError)",
+        caught_by="test_free_queue.py::test_appending_a_queued_block_is_an_error",
     ),
     Mutant(
         name="failed_free_rollback_resets_to_one",
@@ -371,6 +395,7 @@ MUTANTS = [
         why="a refused free_blocks 'rolls back' by setting ref_cnt = 1 on the blocks it had "
         "already decremented: right for a block with one holder, but a shared block "
         "(ref_cnt 2) loses a reference and is later freed while still in use (I1)",
+        caught_by="test_block_pool.py::test_double_free_is_an_error",
     ),
     Mutant(
         name="usage_of_a_null_only_pool_divides_by_zero",
@@ -385,5 +410,6 @@ MUTANTS = [
         """,
         why="get_usage divides by num_gpu_blocks - 1 without the guard: a pool of one block "
         "(only the null block) raises ZeroDivisionError instead of reporting 0.0",
+        caught_by="test_block_pool.py::test_usage",
     ),
 ]

@@ -29,6 +29,7 @@ MUTANTS = [
         """,
         why="ensure picks the smallest free range that fits (best fit) instead of the lowest "
         "one (first fit)",
+        caught_by="test_allocators.py::test_first_fit_and_refusal_despite_enough_free",
     ),
     Mutant(
         name="reserves_length_not_max_len",
@@ -55,6 +56,7 @@ MUTANTS = [
         """,
         why="the contiguous allocator reserves the current length instead of max_len, as if "
         "the request could never grow (the premise of contiguous allocation)",
+        caught_by="test_allocators.py::test_contiguous_reserves_max_len_up_front",
     ),
     Mutant(
         name="exact_fit_leaves_empty_range",
@@ -69,6 +71,7 @@ MUTANTS = [
             self.free_ranges[i] = (start + max_len, size - max_len)
         """,
         why="an exact fit leaves a zero-length free range behind instead of removing it",
+        caught_by="test_allocators.py::test_contiguous_reserves_max_len_up_front",
     ),
     Mutant(
         name="free_does_not_merge_with_next",
@@ -80,6 +83,7 @@ MUTANTS = [
         replace="",
         why="free merges a returned range with the free range before it but not with the one "
         "after it: memory stays cut into pieces that could be one",
+        caught_by="test_allocators.py::test_free_coalesces_neighbours",
     ),
     Mutant(
         name="free_does_not_merge_with_previous",
@@ -93,6 +97,7 @@ MUTANTS = [
         replace="",
         why="free merges a returned range with the free range after it but not with the one "
         "before it",
+        caught_by="test_allocators.py::test_free_coalesces_neighbours",
     ),
     # -- PagedAllocator -----------------------------------------------------------------------
     Mutant(
@@ -102,6 +107,7 @@ MUTANTS = [
         replace="needed = length // self.block_size - len(table)",
         why="ensure rounds the number of blocks down (length // block_size): the tokens of a "
         "partly filled last block have nowhere to go",
+        caught_by="test_allocators.py::test_paged_holds_whole_blocks_covering_the_tokens",
     ),
     Mutant(
         name="paged_partial_allocation",
@@ -124,6 +130,7 @@ MUTANTS = [
         """,
         why="ensure takes blocks one by one and gives up when they run out, keeping the blocks "
         "it took: not all or nothing",
+        caught_by="test_allocators.py::test_paged_ensure_is_all_or_nothing",
     ),
     Mutant(
         name="paged_free_to_the_front",
@@ -131,6 +138,7 @@ MUTANTS = [
         find="self.free_block_ids.extend(self.block_tables.pop(request_id))",
         replace="self.free_block_ids.extendleft(self.block_tables.pop(request_id))",
         why="free puts the blocks back at the front of the free list (LIFO) instead of the back",
+        caught_by="test_allocators.py::test_paged_free_returns_the_blocks",
     ),
     # -- split_held -----------------------------------------------------------------------------
     Mutant(
@@ -140,6 +148,7 @@ MUTANTS = [
         replace="return current_len, 0, held - current_len",
         why="every held slot without a token counts as internal fragmentation, even the slots "
         "the request will fill before it finishes",
+        caught_by="test_allocators.py::test_split_held",
     ),
     Mutant(
         name="split_ignores_final_len",
@@ -148,6 +157,7 @@ MUTANTS = [
         replace="will_fill = held",
         why="split_held assumes the request fills everything it holds: no internal "
         "fragmentation ever",
+        caught_by="test_allocators.py::test_split_held",
     ),
     # -- simulate -------------------------------------------------------------------------------
     Mutant(
@@ -156,6 +166,7 @@ MUTANTS = [
         find="while pending and pending[0].arrival_step <= step:",
         replace="while pending and pending[0].arrival_step < step:",
         why="off-by-one: a request joins the queue one step after its arrival_step",
+        caught_by="test_simulation.py::test_worked_example_contiguous",
     ),
     Mutant(
         name="preempts_the_oldest",
@@ -164,6 +175,7 @@ MUTANTS = [
         replace="victim = running.pop(0)",
         why="preemption takes the first admitted running request instead of the most recently "
         "admitted one",
+        caught_by="test_simulation.py::test_preemption_newest_first",
     ),
     Mutant(
         name="preempted_to_the_back",
@@ -172,6 +184,7 @@ MUTANTS = [
         replace="waiting.append(victim)",
         why="a preempted request goes to the back of the waiting queue, behind requests that "
         "arrived after it",
+        caught_by="test_simulation.py::test_preemption_newest_first",
     ),
     Mutant(
         name="preemption_restarts_from_scratch",
@@ -186,6 +199,7 @@ MUTANTS = [
             waiting.appendleft(victim)
         """,
         why="a preempted request forgets the tokens it produced and generates them all again",
+        caught_by="test_simulation.py::test_preemption_newest_first",
     ),
     Mutant(
         name="no_head_of_line_blocking",
@@ -216,6 +230,7 @@ MUTANTS = [
         """,
         why="admission lets later requests that fit overtake the request at the head of the "
         "queue (not first come, first served)",
+        caught_by="test_simulation.py::test_worked_example_contiguous",
     ),
     Mutant(
         name="blocked_even_without_enough_free",
@@ -228,6 +243,7 @@ MUTANTS = [
             blocked = req.request_id
         """,
         why="every refusal counts as external fragmentation, even when memory is simply full",
+        caught_by="test_simulation.py::test_worked_example_contiguous",
     ),
     Mutant(
         name="finished_one_step_late",
@@ -235,6 +251,7 @@ MUTANTS = [
         find="sim.finished[req.request_id] = step",
         replace="sim.finished[req.request_id] = step + 1",
         why="off-by-one: a request is recorded as finished in the step after its last token",
+        caught_by="test_simulation.py::test_worked_example_contiguous",
     ),
     # -- summarize ------------------------------------------------------------------------------
     Mutant(
@@ -245,6 +262,7 @@ MUTANTS = [
         "if s.held_tokens), sum(1 for s in steps if s.held_tokens)),",
         why="token_share averages the per-step ratios instead of dividing the sums: a step "
         "holding little memory weighs as much as a full one",
+        caught_by="test_report.py::test_report_worked_example_contiguous",
     ),
     Mutant(
         name="peak_is_most_used",
@@ -252,6 +270,7 @@ MUTANTS = [
         find="peak = max(steps, key=lambda s: s.held_tokens, default=None)",
         replace="peak = max(steps, key=lambda s: s.used_tokens, default=None)",
         why="the peak is taken at the step with the most tokens instead of the most held memory",
+        caught_by="test_report.py::test_report_worked_example_contiguous",
     ),
     Mutant(
         name="peak_is_last_on_ties",
@@ -259,6 +278,7 @@ MUTANTS = [
         find="peak = max(steps, key=lambda s: s.held_tokens, default=None)",
         replace="peak = max(reversed(steps), key=lambda s: s.held_tokens, default=None)",
         why="among steps holding the same most memory, the last is taken instead of the first",
+        caught_by="test_report.py::test_report_worked_example_contiguous",
     ),
     Mutant(
         name="mean_running_counts_idle_steps",
@@ -266,6 +286,7 @@ MUTANTS = [
         find="mean_running=share(sum(busy), len(busy)),",
         replace="mean_running=share(sum(busy), len(steps)),",
         why="mean concurrency divides by every step, idle ones included",
+        caught_by="test_report.py::test_report_definitions_on_handmade_steps",
     ),
     Mutant(
         name="external_fragmentation_over_held",
@@ -280,6 +301,7 @@ MUTANTS = [
         """,
         why="external fragmentation is divided by the held memory; it is free memory, a share "
         "of the whole capacity",
+        caught_by="test_report.py::test_report_worked_example_contiguous",
     ),
     Mutant(
         name="delayed_counts_steps",
@@ -287,6 +309,7 @@ MUTANTS = [
         find="delayed_with_enough_free=len({s.blocked for s in steps if s.blocked is not None}),",
         replace="delayed_with_enough_free=sum(s.blocked is not None for s in steps),",
         why="delayed_with_enough_free counts blocked steps, not distinct requests",
+        caught_by="test_report.py::test_report_worked_example_contiguous",
     ),
     Mutant(
         name="trace_assumed_sorted_by_arrival",
@@ -295,6 +318,7 @@ MUTANTS = [
         replace="pending = deque(trace)",
         why="takes the trace in its own order instead of by arrival_step: a request listed "
         "after a later arrival waits for it, although it arrived first",
+        caught_by="test_simulation.py::test_random_traces_match_the_reference",
     ),
     Mutant(
         name="self_preemption_keeps_growing",
@@ -306,6 +330,7 @@ MUTANTS = [
         replace="",
         why="a request that preempts itself (it is the newest) goes on asking for blocks: it "
         "gets memory back while it waits, outside the running set",
+        caught_by="test_simulation.py::test_random_traces_match_the_reference",
     ),
     Mutant(
         name="waiting_counts_future_arrivals",
@@ -313,5 +338,6 @@ MUTANTS = [
         find="waiting=len(waiting),",
         replace="waiting=len(waiting) + len(pending),",
         why="counts the requests of the trace that have not arrived yet as waiting",
+        caught_by="test_simulation.py::test_preemption_newest_first",
     ),
 ]

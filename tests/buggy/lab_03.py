@@ -19,6 +19,7 @@ MUTANTS = [
         replace="return num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)",
         why="counts only keys (or only values): every size is half the truth, so the engine "
         "would allocate twice the blocks its memory holds",
+        caught_by="test_formulas.py::test_bytes_per_token_of_real_models",
     ),
     Mutant(
         name="query_heads_instead_of_kv_heads",
@@ -27,6 +28,7 @@ MUTANTS = [
         replace="num_kv_heads = num_heads",
         why="sizes the cache by query heads: GQA models (Llama-3: 32 query, 8 KV heads) look 4x "
         "bigger than they are",
+        caught_by="test_formulas.py::test_kv_cache_dims_reads_real_configs",
     ),
     Mutant(
         name="head_dim_always_hidden_over_heads",
@@ -34,6 +36,7 @@ MUTANTS = [
         find='head_dim = int(getattr(config, "head_dim", None) or hidden_size // num_heads)',
         replace="head_dim = hidden_size // num_heads",
         why="ignores an explicit head_dim (Gemma-7B: 256, not 3072 / 16 = 192)",
+        caught_by="test_formulas.py::test_kv_cache_dims_reads_real_configs",
     ),
     Mutant(
         name="dtype_bytes_assumed_two",
@@ -42,6 +45,7 @@ MUTANTS = [
         replace="return 2 * num_layers * num_kv_heads * head_dim * 2",
         why="assumes a 16-bit cache: the float32 cache of the CPU engine (and an fp8 one) is "
         "sized wrong",
+        caught_by="test_formulas.py::test_bytes_per_token_of_real_models",
     ),
     Mutant(
         name="dtype_torch_prefix_not_stripped",
@@ -49,6 +53,7 @@ MUTANTS = [
         find='name = str(dtype).removeprefix("torch.")',
         replace="name = str(dtype)",
         why="str(torch.bfloat16) is 'torch.bfloat16': the engine's own dtype is refused",
+        caught_by="test_formulas.py::test_dtype_size",
     ),
     Mutant(
         name="block_bytes_of_one_layer",
@@ -56,6 +61,7 @@ MUTANTS = [
         find="return block_size * bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)",
         replace="return block_size * bytes_per_token(1, num_kv_heads, head_dim, dtype_bytes)",
         why="upstream's page_size_bytes is per layer; a block id costs that in every layer",
+        caught_by="test_formulas.py::test_bytes_per_block",
     ),
     Mutant(
         name="utilization_applied_to_memory_left_after_the_model",
@@ -64,6 +70,7 @@ MUTANTS = [
         replace="return math.ceil((total_memory - int(non_kv_cache_memory)) * gpu_memory_utilization)",
         why="takes the utilization share of the memory left after the model instead of the whole "
         "device: 0.5 of 80 GiB with a 10 GiB model gives 35 GiB instead of 30",
+        caught_by="test_formulas.py::test_available_kv_cache_memory",
     ),
     Mutant(
         name="budget_rounded_down",
@@ -71,6 +78,7 @@ MUTANTS = [
         find="return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
         replace="return int(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
         why="truncates the requested share where upstream's request_memory rounds it up",
+        caught_by="test_formulas.py::test_available_kv_cache_memory_rounds_up",
     ),
     Mutant(
         name="utilization_not_checked",
@@ -81,6 +89,7 @@ MUTANTS = [
         """,
         replace="",
         why="accepts a utilization of 1.5: the engine would plan for more memory than exists",
+        caught_by="test_formulas.py::test_available_kv_cache_memory_rejects_bad_utilization",
     ),
     Mutant(
         name="blocks_rounded_up",
@@ -88,6 +97,7 @@ MUTANTS = [
         find="return max(int(budget_bytes) // block_bytes, 0)",
         replace="return max(-(-int(budget_bytes) // block_bytes), 0)",
         why="ceil instead of floor: a partial block is counted, and the cache overruns its budget",
+        caught_by="test_formulas.py::test_num_gpu_blocks_from_budget_floors",
     ),
     Mutant(
         name="negative_budget_gives_negative_blocks",
@@ -95,6 +105,7 @@ MUTANTS = [
         find="return max(int(budget_bytes) // block_bytes, 0)",
         replace="return int(budget_bytes) // block_bytes",
         why="a model that does not fit gives a negative block count instead of 0",
+        caught_by="test_formulas.py::test_num_gpu_blocks_from_budget_floors",
     ),
     Mutant(
         name="blocks_per_request_floored",
@@ -102,6 +113,7 @@ MUTANTS = [
         find="return cdiv(num_tokens, block_size)",
         replace="return num_tokens // block_size",
         why="forgets the partly filled last block: 17 tokens in 16-token blocks need 2, not 1",
+        caught_by="test_formulas.py::test_blocks_per_request_ceils",
     ),
     Mutant(
         name="null_block_not_counted",
@@ -110,6 +122,7 @@ MUTANTS = [
         replace="return num_requests * blocks_per_request(max_model_len, block_size)",
         why="forgets block 0, the null block: a cache of exactly that size cannot hold the "
         "full-length request it was sized for",
+        caught_by="test_formulas.py::test_min_num_gpu_blocks_counts_the_null_block_once",
     ),
     Mutant(
         name="null_block_per_request",
@@ -117,6 +130,7 @@ MUTANTS = [
         find="return num_requests * blocks_per_request(max_model_len, block_size) + 1",
         replace="return num_requests * (blocks_per_request(max_model_len, block_size) + 1)",
         why="counts a null block per request; there is one per cache",
+        caught_by="test_formulas.py::test_min_num_gpu_blocks_counts_the_null_block_once",
     ),
     Mutant(
         name="max_concurrency_without_the_null_block",
@@ -124,6 +138,7 @@ MUTANTS = [
         find="return num_gpu_blocks / blocks_per_request(max_model_len, block_size)",
         replace="return (num_gpu_blocks - 1) / blocks_per_request(max_model_len, block_size)",
         why="off by one against upstream's figure, which divides all of the cache's blocks",
+        caught_by="test_formulas.py::test_max_concurrency",
     ),
     Mutant(
         name="max_concurrency_integer_division",
@@ -131,6 +146,7 @@ MUTANTS = [
         find="return num_gpu_blocks / blocks_per_request(max_model_len, block_size)",
         replace="return float(num_gpu_blocks // blocks_per_request(max_model_len, block_size))",
         why="rounds the concurrency down: upstream logs 54.50x, not 54x",
+        caught_by="test_formulas.py::test_max_concurrency",
     ),
     Mutant(
         name="max_concurrency_counts_tokens_not_blocks",
@@ -139,6 +155,7 @@ MUTANTS = [
         replace="return num_gpu_blocks * block_size / max_model_len",
         why="divides the cache's tokens by max_model_len: a request's partly filled last block "
         "still takes a whole block, so 10 blocks of 16 hold 5 requests of 17 tokens, not 9.4",
+        caught_by="test_formulas.py::test_max_concurrency",
     ),
     Mutant(
         name="full_utilization_refused",
@@ -146,6 +163,7 @@ MUTANTS = [
         find="if not 0.0 < gpu_memory_utilization <= 1.0:",
         replace="if not 0.0 < gpu_memory_utilization < 1.0:",
         why="refuses gpu_memory_utilization = 1.0, a valid setting (the whole device)",
+        caught_by="test_formulas.py::test_available_kv_cache_memory",
     ),
     Mutant(
         name="blocks_per_request_numpy_ceil",
@@ -158,5 +176,6 @@ MUTANTS = [
         """,
         why="np.ceil returns a numpy float: 2.0 blocks equals 2, but a block count that is a "
         "float cannot size the engine's tensors (and every count built on it is a float)",
+        caught_by="test_formulas.py::test_blocks_per_request_ceils",
     ),
 ]

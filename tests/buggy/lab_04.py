@@ -24,6 +24,7 @@ MUTANTS = [
         replace="",
         why="no early return for padding: slot -1 is block -1 // 16 == 0, row -1 % 16 == -1 in "
         "Triton's C-style arithmetic, so a padding token is stored just before the cache",
+        caught_by="test_cache_write.py::test_padding_slots_write_nothing",
     ),
     Mutant(
         name="cache_block_and_row_swapped",
@@ -38,6 +39,7 @@ MUTANTS = [
         """,
         why="slot // block_size and slot % block_size swapped: rows land in the wrong block at "
         "the wrong offset",
+        caught_by="test_cache_write.py::test_cache_write_scatters_rows",
     ),
     Mutant(
         name="cache_write_ignores_the_tile_axis",
@@ -46,6 +48,7 @@ MUTANTS = [
         replace="idx = tl.arange(0, TILE)",
         why="every program along grid axis 1 copies the first tile: rows wider than one tile "
         "(many KV heads x a large head_dim) are written only in part",
+        caught_by="test_cache_write.py::test_cache_write_rows_wider_than_a_tile",
     ),
     Mutant(
         name="slot_zero_taken_for_padding",
@@ -60,6 +63,7 @@ MUTANTS = [
         """,
         why="off-by-one in the padding test: slot 0 (block 0, row 0) is a real slot, but its "
         "token is skipped and the cache keeps what was there",
+        caught_by="test_cache_write.py::test_cache_write_scatters_rows",
     ),
     Mutant(
         name="key_read_as_contiguous",
@@ -69,6 +73,7 @@ MUTANTS = [
         why="addresses the key as a contiguous [tokens, kv_heads, head_dim] tensor instead of "
         "through its strides: keys sliced out of a fused QKV projection are read from the "
         "wrong columns (the launcher keeps such views as they are)",
+        caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
     ),
     Mutant(
         name="key_stored_into_value_cache",
@@ -76,6 +81,7 @@ MUTANTS = [
         find="tl.store(v_dst + dim, v, mask=mask)",
         replace="tl.store(v_dst + dim, k, mask=mask)",
         why="copy-paste slip: the key row is stored into both caches",
+        caught_by="test_cache_write.py::test_cache_write_scatters_rows",
     ),
     # -- _paged_decode_kernel: addressing ----------------------------------------------------------
     Mutant(
@@ -85,6 +91,7 @@ MUTANTS = [
         replace="heads = offs_g * tl.num_programs(1) + kv_head",
         why="the program of KV head j serves query heads j, j + num_kv_heads, ...: query head h "
         "reads KV head h % num_kv_heads instead of h // group",
+        caught_by="test_decode.py::test_decode_one_sequence",
     ),
     Mutant(
         name="block_table_row_stride_ignored",
@@ -93,6 +100,7 @@ MUTANTS = [
         replace="table = block_tables_ptr + seq.to(tl.int64)",
         why="forgets the table's row stride: sequence i reads its block ids from row 0, "
         "starting i entries in, i.e. another sequence's blocks",
+        caught_by="test_decode.py::test_decode_blocks_smaller_than_a_tile",
     ),
     Mutant(
         name="tile_row_off_by_one",
@@ -101,6 +109,7 @@ MUTANTS = [
         replace="in_block = start % BLOCK_SIZE + offs_t + 1",
         why="off-by-one in the block offset when a tile lies inside one block: every token reads "
         "the next token's K/V row",
+        caught_by="test_decode.py::test_decode_blocks_larger_than_a_tile",
     ),
     Mutant(
         name="token_row_off_by_one",
@@ -108,6 +117,7 @@ MUTANTS = [
         find="in_block = offs_n % BLOCK_SIZE",
         replace="in_block = (offs_n + 1) % BLOCK_SIZE",
         why="off-by-one in the block offset when a tile spans blocks: positions counted from 1",
+        caught_by="test_decode.py::test_decode_one_sequence",
     ),
     Mutant(
         name="tile_assumed_inside_one_block",
@@ -116,6 +126,7 @@ MUTANTS = [
         replace="if True:",
         why="always one table entry per tile: with blocks smaller than the tile, the tile's "
         "later tokens are read from whatever physical blocks follow the first one",
+        caught_by="test_decode.py::test_decode_one_sequence",
     ),
     Mutant(
         name="no_mask_past_seq_len",
@@ -124,6 +135,7 @@ MUTANTS = [
         replace="s = s * qk_scale",
         why="positions past seq_len keep score 0 (their K loads are masked to 0) instead of -inf: "
         "they take softmax weight and dilute the output",
+        caught_by="test_decode.py::test_decode_one_sequence",
     ),
     # -- _paged_decode_kernel: split boundaries ----------------------------------------------------
     Mutant(
@@ -133,6 +145,7 @@ MUTANTS = [
         replace="tiles_per_split = num_tiles // num_splits",
         why="each split's share is rounded down: the last num_tiles % num_splits tiles belong to "
         "no split (and with more splits than tiles nothing is read)",
+        caught_by="test_decode.py::test_decode_split_k_is_exact",
     ),
     Mutant(
         name="split_end_off_by_one",
@@ -140,6 +153,7 @@ MUTANTS = [
         find="tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)",
         replace="tile_hi = tl.minimum(tile_lo + tiles_per_split - 1, num_tiles)",
         why="inclusive/exclusive confusion in the split's range: its last tile is skipped",
+        caught_by="test_decode.py::test_decode_one_sequence",
     ),
     # -- _paged_decode_kernel: online softmax ------------------------------------------------------
     Mutant(
@@ -149,6 +163,7 @@ MUTANTS = [
         replace="m_new = tl.zeros([GROUP_PAD], dtype=tl.float32)",
         why="exp2 of raw scores: scores of a few hundred (log2 units above 128) overflow float32 "
         "to inf, and inf / inf = nan",
+        caught_by="test_decode.py::test_decode_large_logits_fp16",
     ),
     Mutant(
         name="exp_instead_of_exp2",
@@ -157,6 +172,7 @@ MUTANTS = [
         replace="p = tl.exp(s - m_new[:, None])",
         why="qk_scale already holds log2(e): using exp on base-2 scores applies the wrong "
         "temperature (and disagrees with the exp2 rescaling of acc and l)",
+        caught_by="test_decode.py::test_decode_one_sequence",
     ),
     Mutant(
         name="accumulator_not_rescaled",
@@ -165,6 +181,7 @@ MUTANTS = [
         replace="acc = acc + pv",
         why="when a tile raises the running max, the old accumulator keeps its old scale: earlier "
         "tiles are overweighted",
+        caught_by="test_decode.py::test_decode_blocks_larger_than_a_tile",
     ),
     Mutant(
         name="sum_not_rescaled",
@@ -172,6 +189,7 @@ MUTANTS = [
         find="l_i = l_i * alpha + tl.sum(p, 1)",
         replace="l_i = l_i + tl.sum(p, 1)",
         why="the running softmax sum is not rescaled when the max grows: the normaliser is wrong",
+        caught_by="test_decode.py::test_decode_blocks_larger_than_a_tile",
     ),
     Mutant(
         name="empty_split_divides_by_zero",
@@ -180,6 +198,7 @@ MUTANTS = [
         replace="out = acc / l_i[:, None]",
         why="an empty split (more splits than tiles) computes 0 / 0 = nan, which the merge "
         "multiplies by weight 0 and still gets nan",
+        caught_by="test_decode.py::test_decode_split_k_is_exact",
     ),
     Mutant(
         name="lse_without_running_max",
@@ -188,6 +207,7 @@ MUTANTS = [
         replace='lse = tl.where(nonempty, tl.log2(l_safe), float("-inf"))',
         why="the split's log-sum-exp forgets the max its sum was shifted by: splits are weighted "
         "as if all had the same maximum score",
+        caught_by="test_decode.py::test_decode_split_k_is_exact",
     ),
     # -- _merge_splits_kernel ------------------------------------------------------------------------
     Mutant(
@@ -197,6 +217,7 @@ MUTANTS = [
         replace="weight = tl.exp2(lse)",
         why="merge weights 2**lse without subtracting the largest lse: overflows to inf when "
         "scores are large (inf / inf = nan)",
+        caught_by="test_decode.py::test_decode_large_logits_fp16",
     ),
     Mutant(
         name="merge_plain_average",
@@ -205,5 +226,6 @@ MUTANTS = [
         replace='weight = tl.where(lse > float("-inf"), 1.0, 0.0)',
         why="averages the non-empty splits' partial outputs: a split's weight must be its share "
         "of the softmax sum, 2**lse_i / sum 2**lse_j",
+        caught_by="test_decode.py::test_decode_split_k_is_exact",
     ),
 ]

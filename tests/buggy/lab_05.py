@@ -21,6 +21,7 @@ MUTANTS = [
         replace="return BlockHash(hash_function((tuple(curr_block_token_ids), extra_keys)))",
         why="the block hash ignores the parent's hash: the same tokens after different prefixes "
         "collide, and a hit would serve KV computed for another prefix (I3)",
+        caught_by="test_hashing.py::test_hash_is_chained",
     ),
     Mutant(
         name="parent_none_not_mapped_to_none_hash",
@@ -32,6 +33,7 @@ MUTANTS = [
         replace="",
         why="the first block hashes (None, tokens) instead of chaining from NONE_HASH, so it "
         "disagrees with hashes seeded explicitly (I3)",
+        caught_by="test_hashing.py::test_hash_is_chained",
     ),
     Mutant(
         name="extra_keys_ignored",
@@ -41,6 +43,7 @@ MUTANTS = [
         replace="return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids))))",
         why="extra keys (LoRA adapter, cache salt) are left out of the hash, so two adapters "
         "share KV they did not compute (I3)",
+        caught_by="test_hashing.py::test_hash_is_chained",
     ),
     Mutant(
         name="hash_ignores_hash_function",
@@ -59,6 +62,7 @@ MUTANTS = [
         """,
         why="hash_block_tokens hard-codes sha256 instead of the hash_function it is given, so the "
         "engine cannot choose its hash",
+        caught_by="test_hashing.py::test_uses_the_given_hash_function",
     ),
     # -- BlockHashToBlockMap --------------------------------------------------------------------
     Mutant(
@@ -78,6 +82,7 @@ MUTANTS = [
         """,
         why="the cache map keeps one block per hash: inserting a duplicate forgets the first, "
         "which keeps its hash while no longer being indexed (I3)",
+        caught_by="test_hashing.py::test_map_keeps_several_blocks_per_hash",
     ),
     Mutant(
         name="map_pop_removes_whole_key",
@@ -95,6 +100,7 @@ MUTANTS = [
         """,
         why="popping one of several blocks cached under a hash drops the whole key, losing the "
         "duplicates that still hold the content (I3)",
+        caught_by="test_hashing.py::test_map_keeps_several_blocks_per_hash",
     ),
     # -- BlockPool: caching and lookups ---------------------------------------------------------
     Mutant(
@@ -111,6 +117,7 @@ MUTANTS = [
         """,
         why="get_cached_block claims the blocks it finds: a lookup that is not used leaks a "
         "reference (and revives the block from the free queue)",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_indexes_new_full_blocks",
     ),
     Mutant(
         name="get_cached_block_ignores_group",
@@ -119,6 +126,7 @@ MUTANTS = [
         replace="key = make_block_hash_with_group_id(block_hash, 0)",
         why="the lookup always uses group 0, so a hash cached for one KV cache group hits for "
         "every group",
+        caught_by="test_prefix_cache.py::test_get_cached_block_hit_and_miss",
     ),
     Mutant(
         name="cache_from_zero",
@@ -131,6 +139,7 @@ MUTANTS = [
         """,
         why="cache_full_blocks re-caches from block 0 instead of from num_cached_blocks: the "
         "blocks and hashes no longer line up, and already cached blocks are hashed twice",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_indexes_new_full_blocks",
     ),
     Mutant(
         name="cache_stops_one_block_short",
@@ -143,6 +152,7 @@ MUTANTS = [
         """,
         why="off-by-one: the last full block is never cached, so a request's final full block "
         "never produces a hit",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_indexes_new_full_blocks",
     ),
     Mutant(
         name="cache_ignores_block_mask",
@@ -150,6 +160,7 @@ MUTANTS = [
         find="if not block.is_null and (block_mask is None or block_mask[i])",
         replace="if not block.is_null",
         why="cache_full_blocks caches blocks whose block_mask entry is False",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_skips_null_and_masked_blocks",
     ),
     Mutant(
         name="cache_hashes_the_null_block",
@@ -158,6 +169,7 @@ MUTANTS = [
         replace="if block_mask is None or block_mask[i]",
         why="cache_full_blocks gives the null block a hash: a placeholder page then serves "
         "prefix-cache hits",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_skips_null_and_masked_blocks",
     ),
     # -- BlockPool: touch, eviction, reset --------------------------------------------------------
     Mutant(
@@ -173,6 +185,7 @@ MUTANTS = [
         """,
         why="touch counts a reference but leaves a revived block in the free queue: it will be "
         "evicted and overwritten while a request uses it (I1, I4)",
+        caught_by="test_prefix_cache.py::test_touch_revives_from_the_middle",
     ),
     Mutant(
         name="touch_does_not_count_the_reference",
@@ -188,6 +201,7 @@ MUTANTS = [
         """,
         why="touch takes a revived block out of the queue but does not count the new user: the "
         "block is neither free nor held (I1)",
+        caught_by="test_prefix_cache.py::test_touch_revives_from_the_middle",
     ),
     Mutant(
         name="touch_sets_ref_cnt_to_one",
@@ -204,6 +218,7 @@ MUTANTS = [
         """,
         why="touch sets ref_cnt = 1 instead of adding one, so a block shared by two running "
         "requests is freed when the first one finishes",
+        caught_by="test_prefix_cache.py::test_touch_shared_block_in_use",
     ),
     Mutant(
         name="touch_rebuilds_the_queue",
@@ -222,6 +237,7 @@ MUTANTS = [
         """,
         why="touch rebuilds the free queue without the block instead of unlinking it: correct "
         "order, but O(n) per hit",
+        caught_by="test_prefix_cache.py::test_touch_is_constant_time",
     ),
     Mutant(
         name="touch_accepts_the_null_block",
@@ -236,6 +252,7 @@ MUTANTS = [
         """,
         replace="",
         why="touch takes a reference on the null block instead of refusing it",
+        caught_by="test_prefix_cache.py::test_touch_null_block_is_an_error",
     ),
     Mutant(
         name="evict_forgets_reset_hash",
@@ -253,6 +270,7 @@ MUTANTS = [
         """,
         why="_maybe_evict_cached_block removes the map entry but the block keeps its hash: the "
         "reused block cannot be cached again and claims content it no longer holds (I3, I4)",
+        caught_by="test_prefix_cache.py::test_eviction_is_lru_and_tail_first",
     ),
     Mutant(
         name="evict_forgets_the_map",
@@ -269,6 +287,7 @@ MUTANTS = [
         """,
         why="_maybe_evict_cached_block clears the block's hash but leaves its map entry: the "
         "cache still serves the overwritten page (I3, I4)",
+        caught_by="test_prefix_cache.py::test_eviction_is_lru_and_tail_first",
     ),
     Mutant(
         name="evict_blocks_evicts_all",
@@ -282,6 +301,7 @@ MUTANTS = [
                 self._maybe_evict_cached_block(block)
         """,
         why="evict_blocks empties the whole prefix cache instead of the given block ids",
+        caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
     ),
     Mutant(
         name="reset_while_in_use",
@@ -296,6 +316,7 @@ MUTANTS = [
         replace="",
         why="reset_prefix_cache resets even while requests hold blocks, whose hashes are needed "
         "when they free them",
+        caught_by="test_prefix_cache.py::test_reset_prefix_cache",
     ),
     Mutant(
         name="reset_keeps_block_hashes",
@@ -307,6 +328,7 @@ MUTANTS = [
         replace="",
         why="reset_prefix_cache empties the map but leaves every block's hash set: blocks can "
         "never be cached again (I3)",
+        caught_by="test_prefix_cache.py::test_reset_prefix_cache",
     ),
     # -- added with the judge/learner split (issue #20): bugs no earlier test reached ---------------
     Mutant(
@@ -320,6 +342,7 @@ MUTANTS = [
         "hash_function((parent, tokens, extra_keys)): the reference sha256 refuses that shape "
         "(TypeError), and a hash function that took it would agree with no other process (nor "
         "upstream) on any block's hash",
+        caught_by="test_hashing.py::test_hash_is_chained",
     ),
     Mutant(
         name="cache_full_blocks_half_caches_on_error",
@@ -340,6 +363,7 @@ MUTANTS = [
         why="cache_full_blocks relies on the block_hash setter to refuse a block that already "
         "has a hash: the blocks before it in the call are cached anyway, so a refused call "
         "half-happened",
+        caught_by="test_prefix_cache.py::test_hashing_a_block_twice_is_an_error",
     ),
     Mutant(
         name="evict_blocks_unchecked_ids",
@@ -354,5 +378,6 @@ MUTANTS = [
         replace="",
         why="evict_blocks indexes self.blocks with whatever id it is given: -1 silently evicts "
         "the last block, a too large id raises IndexError after evicting the ids before it",
+        caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
     ),
 ]

@@ -20,6 +20,7 @@ MUTANTS = [
         replace="slots = block_ids * block_size + (positions + 1) % block_size",
         why="counts positions from 1 inside the block: every token lands one slot late, and the "
         "last token of a block wraps onto the block's first slot",
+        caught_by="test_cache_write.py::test_slot_mapping_worked_example",
     ),
     Mutant(
         name="slot_div_mod_swapped",
@@ -38,6 +39,7 @@ MUTANTS = [
         """,
         why="p % block_size and p // block_size swapped: the offset picks the table entry and "
         "the logical block number becomes the offset",
+        caught_by="test_cache_write.py::test_slot_mapping_worked_example",
     ),
     # -- reshape_and_cache -----------------------------------------------------------------------
     Mutant(
@@ -54,6 +56,7 @@ MUTANTS = [
         """,
         why="padding slots are not skipped: slot -1 is block -1, offset block_size - 1 in numpy, "
         "so a padding token overwrites the last slot of the cache (someone else's token)",
+        caught_by="test_cache_write.py::test_padding_slots_are_skipped",
     ),
     Mutant(
         name="cache_write_into_a_copy",
@@ -70,6 +73,7 @@ MUTANTS = [
         """,
         why="writes through a flattened reshape: for a non-contiguous cache (K and V interleaved "
         "in one buffer) reshape returns a copy and the write is silently lost",
+        caught_by="test_cache_write.py::test_writes_land_in_a_strided_cache",
     ),
     # -- _gather_sequence --------------------------------------------------------------------------
     Mutant(
@@ -85,6 +89,7 @@ MUTANTS = [
         """,
         why="attends to whole blocks: the slots of the last block past seq_len hold stale K/V of "
         "another request and get softmax weight",
+        caught_by="test_paged_attention.py::test_decode_partial_last_block",
     ),
     Mutant(
         name="gather_blocks_in_id_order",
@@ -93,6 +98,7 @@ MUTANTS = [
         replace="ids = np.unique(block_table[:used]).astype(np.int64)",
         why="collects the sequence's blocks as a set (sorted by id) instead of in table order: "
         "with scattered blocks the tokens come back shuffled",
+        caught_by="test_paged_attention.py::test_decode_partial_last_block",
     ),
     # -- paged_attention_decode ------------------------------------------------------------------
     Mutant(
@@ -110,6 +116,7 @@ MUTANTS = [
         """,
         why="expands KV heads with np.tile (kv0, kv1, kv0, kv1, ...) instead of repeating each: "
         "query head h reads KV head h % num_kv_heads instead of h // group",
+        caught_by="test_paged_attention.py::test_decode_single_sequence_equals_dense",
     ),
     Mutant(
         name="decode_forgets_the_new_token",
@@ -118,6 +125,7 @@ MUTANTS = [
         replace="block_tables[i], int(seq_lens[i]) - 1)",
         why="treats seq_lens as the tokens BEFORE the new one: the new token's own key, already "
         "written, is left out",
+        caught_by="test_paged_attention.py::test_decode_single_sequence_equals_dense",
     ),
     Mutant(
         name="decode_uses_the_first_table",
@@ -125,6 +133,7 @@ MUTANTS = [
         find="_gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))",
         replace="_gather_sequence(key_cache, value_cache, block_tables[0], int(seq_lens[i]))",
         why="every sequence of the batch reads sequence 0's block table",
+        caught_by="test_paged_attention.py::test_decode_batches_with_random_tables",
     ),
     # -- dense_attention (given, but a learner may write their own softmax) ------------------------
     Mutant(
@@ -134,6 +143,7 @@ MUTANTS = [
         replace="",
         why="exp of raw scores: scores of a few hundred overflow to inf and the row becomes "
         "inf / inf = nan",
+        caught_by="test_paged_attention.py::test_decode_large_logits_do_not_overflow",
     ),
     Mutant(
         name="scale_applied_twice",
@@ -142,6 +152,7 @@ MUTANTS = [
         replace='scores = np.einsum("qhgd,shd->hgqs", q, k) * dtype.type(scale * scale)',
         why="multiplies by the scale twice (once on q, once on the scores): the softmax is too "
         "flat",
+        caught_by="test_paged_attention.py::test_decode_single_sequence_equals_dense",
     ),
     Mutant(
         name="scale_not_applied",
@@ -149,6 +160,7 @@ MUTANTS = [
         find='scores = np.einsum("qhgd,shd->hgqs", q, k) * dtype.type(scale)',
         replace='scores = np.einsum("qhgd,shd->hgqs", q, k)',
         why="forgets the 1/sqrt(head_dim) scale: the softmax is too sharp",
+        caught_by="test_paged_attention.py::test_decode_single_sequence_equals_dense",
     ),
     Mutant(
         name="causal_mask_top_left",
@@ -157,6 +169,7 @@ MUTANTS = [
         replace="q_pos = np.arange(query_len)[:, None]",
         why="aligns the causal mask top-left: after a cached prefix, query i sees only keys 0..i "
         "instead of the whole prefix plus the chunk up to itself",
+        caught_by="test_paged_attention.py::test_prefill_after_a_cached_prefix",
     ),
     # -- paged_attention_prefill -----------------------------------------------------------------
     Mutant(
@@ -165,6 +178,7 @@ MUTANTS = [
         find="return dense_attention(query, k, v, scale, causal=True)",
         replace="return dense_attention(query, k, v, scale, causal=False)",
         why="prefill without the causal mask: every token of the chunk sees the tokens after it",
+        caught_by="test_paged_attention.py::test_prefill_without_prefix_is_causal",
     ),
     Mutant(
         name="prefill_ignores_the_prefix",
@@ -180,6 +194,7 @@ MUTANTS = [
         """,
         why="a chunk attends only to itself: the cached prefix (an earlier chunk, a prefix-cache "
         "hit) is never read",
+        caught_by="test_paged_attention.py::test_prefill_after_a_cached_prefix",
     ),
     Mutant(
         name="decode_output_buffer_float64",
@@ -196,6 +211,7 @@ MUTANTS = [
         """,
         why="decode's output buffer is made with np.zeros(shape), float64 whatever the query's "
         "dtype: float32 (or float16) inputs come back in double precision",
+        caught_by="test_paged_attention.py::test_decode_float32_inputs",
     ),
     Mutant(
         name="prefill_output_buffer_float64",
@@ -212,6 +228,7 @@ MUTANTS = [
         """,
         why="prefill fills an output buffer made with np.zeros(shape): a float32 chunk comes "
         "back as float64, unlike decode's output",
+        caught_by="test_paged_attention.py::test_prefill_float32_inputs",
     ),
     # -- part 3: split-K decode ---------------------------------------------------------------
     Mutant(
@@ -221,6 +238,7 @@ MUTANTS = [
         replace="lse = np.log(total)[..., 0]",
         why="attend_split returns log(sum exp(s - m)), forgetting to add the max m back: every "
         "split's lse is off by its own max, so the merge weighs the splits wrongly",
+        caught_by="test_split_k.py::test_attend_split_output_and_lse",
     ),
     Mutant(
         name="split_lse_of_unscaled_scores",
@@ -236,6 +254,7 @@ MUTANTS = [
         """,
         why="the lse is taken of the raw dot products q . k, without the scale that the "
         "softmax used: the partial output is right, the merge weights are not",
+        caught_by="test_split_k.py::test_attend_split_output_and_lse",
     ),
     Mutant(
         name="split_not_normalised",
@@ -244,6 +263,7 @@ MUTANTS = [
         replace='partial = np.einsum("hgs,shd->hgd", p, value.astype(dtype, copy=False))',
         why="attend_split returns the unnormalised accumulator sum exp(s - m) v instead of "
         "dividing by the piece's own sum, while the merge assumes normalised pieces",
+        caught_by="test_split_k.py::test_attend_split_output_and_lse",
     ),
     Mutant(
         name="empty_split_is_nan",
@@ -255,6 +275,7 @@ MUTANTS = [
         replace="",
         why="no special case for a piece without keys: its max is taken of nothing (an error) "
         "or its sum is 0 and the output 0 / 0 = nan",
+        caught_by="test_split_k.py::test_attend_split_of_no_keys",
     ),
     Mutant(
         name="merge_without_subtracting_the_max",
@@ -263,6 +284,7 @@ MUTANTS = [
         replace="weights = np.exp(lse)",
         why="the merge weighs the splits by exp(lse) directly: an lse of a few hundred overflows "
         "to inf and the result is nan",
+        caught_by="test_split_k.py::test_merge_splits_large_lse_do_not_overflow",
     ),
     Mutant(
         name="merge_averages_the_splits",
@@ -271,6 +293,7 @@ MUTANTS = [
         replace="weights = np.isfinite(lse).astype(partial.dtype)",
         why="the merge averages the non-empty splits' outputs, as if each held the same share "
         "of the softmax mass: right only when every split has the same lse",
+        caught_by="test_split_k.py::test_merge_splits_equals_one_softmax",
     ),
     Mutant(
         name="merge_trusts_empty_partials",
@@ -279,6 +302,7 @@ MUTANTS = [
         replace="kept = partial",
         why="the merge multiplies an empty split's partial by its weight 0 without masking it: "
         "garbage like 1e30 (or nan) in an unwritten partial poisons the result",
+        caught_by="test_split_k.py::test_merge_splits_ignores_empty_splits",
     ),
     Mutant(
         name="split_k_drops_the_remainder",
@@ -287,6 +311,7 @@ MUTANTS = [
         replace="per_split = max(1, seq_len // num_splits)",
         why="ranges of seq_len // num_splits tokens: the last seq_len % num_splits tokens are "
         "in no split, so the newest tokens are never attended to",
+        caught_by="test_split_k.py::test_split_k_decode_equals_dense",
     ),
     Mutant(
         name="gather_one_block_too_many",
@@ -296,5 +321,6 @@ MUTANTS = [
         why="counts the blocks as seq_len // block_size + 1: a sequence that fills its last "
         "block exactly reads one table entry more, which is padding (-1, or an id outside "
         "the cache)",
+        caught_by="test_paged_attention.py::test_decode_single_sequence_equals_dense",
     ),
 ]

@@ -20,6 +20,7 @@ MUTANTS = [
         replace="max_cache_hit_length = request.num_tokens",
         why="no num_tokens - 1 cap: a fully cached block-aligned prompt is skipped entirely, so "
         "the model never runs on its last token and has no logits to sample from",
+        caught_by="test_prefix_hits.py::test_hit_is_capped_at_num_tokens_minus_one",
     ),
     Mutant(
         name="hit_skips_over_a_miss",
@@ -36,6 +37,7 @@ MUTANTS = [
         """,
         why="find_longest_cache_hit ignores the chain: it keeps looking after a miss, so a later "
         "cached block is glued after a gap and the request reads another prefix's KV",
+        caught_by="test_prefix_hits.py::test_the_first_miss_ends_the_hit",
     ),
     Mutant(
         name="hit_limit_in_tokens_not_blocks",
@@ -44,6 +46,7 @@ MUTANTS = [
         replace="max_num_blocks = cdiv(max(max_cache_hit_length, 0), self.block_size)",
         why="rounds the hit limit up to whole blocks: a hit can then cover the last token, "
         "which must be recomputed",
+        caught_by="test_prefix_hits.py::test_hit_is_capped_at_num_tokens_minus_one",
     ),
     Mutant(
         name="stats_ignore_preemption",
@@ -52,6 +55,7 @@ MUTANTS = [
         replace="preempted=False,",
         why="prefix-cache stats count resumed requests as new traffic: they mostly hit their "
         "own freshly freed blocks, which flatters the hit rate",
+        caught_by="test_prefix_hits.py::test_prefix_cache_stats_count_lookups",
     ),
     Mutant(
         name="stats_never_reset",
@@ -66,6 +70,7 @@ MUTANTS = [
         """,
         why="make_prefix_cache_stats hands out the live counters without starting afresh, so "
         "every snapshot counts all lookups since startup (and the logger double counts)",
+        caught_by="test_prefix_hits.py::test_make_prefix_cache_stats_resets",
     ),
     # -- allocate_slots -----------------------------------------------------------------------
     Mutant(
@@ -88,6 +93,7 @@ MUTANTS = [
         """,
         why="claims (touches) the prefix hits before checking capacity: a refused admission "
         "leaves its hits referenced and a half-built block table behind",
+        caught_by="test_allocate_slots.py::test_none_leaves_hits_unclaimed",
     ),
     Mutant(
         name="empty_table_left_on_none",
@@ -96,6 +102,7 @@ MUTANTS = [
         replace="num_req_blocks = len(self.req_to_blocks.setdefault(request_id, []))",
         why="the capacity count creates the request's table with setdefault, so a refused "
         "request leaves an empty entry in req_to_blocks: None must change nothing",
+        caught_by="test_allocate_slots.py::test_none_changes_nothing",
     ),
     Mutant(
         name="hits_not_touched",
@@ -110,6 +117,7 @@ MUTANTS = [
         """,
         why="the hits are put in the table without touch: their ref_cnt does not count the new "
         "user and a free hit stays in the free queue, ready to be evicted under the request",
+        caught_by="test_allocate_slots.py::test_hits_are_shared_and_touched",
     ),
     Mutant(
         name="free_hits_not_counted",
@@ -118,6 +126,7 @@ MUTANTS = [
         replace="return num_new_blocks",
         why="hits that sit free in the queue are not counted: claiming them consumes free "
         "blocks, so the allocation runs out half-way instead of returning None",
+        caught_by="test_allocate_slots.py::test_none_leaves_hits_unclaimed",
     ),
     Mutant(
         name="returns_the_whole_table",
@@ -132,6 +141,7 @@ MUTANTS = [
         """,
         why="allocate_slots returns the request's whole table instead of the blocks it added: "
         "the runner would append blocks it already has",
+        caught_by="test_allocate_slots.py::test_returns_only_new_blocks",
     ),
     Mutant(
         name="hit_blocks_not_marked_cached",
@@ -145,6 +155,7 @@ MUTANTS = [
         """,
         why="the hits are not recorded as already published, so cache_blocks hashes them a "
         "second time (a block is hashed once: RuntimeError)",
+        caught_by="test_prefix_hits.py::test_prefix_cache_stats_count_lookups",
     ),
     Mutant(
         name="caches_lookahead_slots",
@@ -153,6 +164,7 @@ MUTANTS = [
         replace="num_tokens_to_cache = min(num_tokens_need_slot, request.num_tokens)",
         why="publishes the blocks of lookahead slots too: their tokens are not computed this "
         "step, so another request could hit KV that was never written",
+        caught_by="test_allocate_slots.py::test_lookahead_slots_are_not_published",
     ),
     Mutant(
         name="caches_partial_blocks",
@@ -161,6 +173,7 @@ MUTANTS = [
         replace="num_full_blocks = cdiv(num_computed_tokens, self.block_size)",
         why="rounds up in cache_blocks: a block only partly computed (mid-prefill chunk) is "
         "published and can be hit before its KV is written",
+        caught_by="test_allocate_slots.py::test_a_chunk_publishes_only_what_it_fills",
     ),
     Mutant(
         name="cache_blocks_rehashes",
@@ -174,6 +187,7 @@ MUTANTS = [
         """,
         why="cache_blocks never records how far it got, so the next step hashes the same "
         "blocks again (a block is hashed once: RuntimeError)",
+        caught_by="test_allocate_slots.py::test_returns_only_new_blocks",
     ),
     Mutant(
         name="no_max_model_len_cap",
@@ -188,6 +202,7 @@ MUTANTS = [
         """,
         why="slots are not capped at max_model_len: lookahead slots beyond the model's length "
         "take blocks no token can ever use",
+        caught_by="test_allocate_slots.py::test_slots_capped_at_max_model_len",
     ),
     # -- capacity accounting of prefix hits (in use: free of charge; free: one block each) --
     Mutant(
@@ -198,6 +213,7 @@ MUTANTS = [
         why="counts every hit as a block taken from the free queue, also hits on blocks that "
         "running requests hold: a request sharing a running request's prefix is refused "
         "although its fresh blocks fit",
+        caught_by="test_allocate_slots.py::test_in_use_hits_cost_no_free_block",
     ),
     Mutant(
         name="hits_not_subtracted_from_fresh",
@@ -206,6 +222,7 @@ MUTANTS = [
         replace="num_new_blocks = max(num_required_blocks, 0)",
         why="counts the hit blocks as fresh ones (and the free hits once more): every hit costs "
         "capacity, in-use hits included, so fitting admissions are refused",
+        caught_by="test_allocate_slots.py::test_none_leaves_hits_unclaimed",
     ),
     Mutant(
         name="capacity_ignores_the_table",
@@ -215,6 +232,7 @@ MUTANTS = [
         why="counts the blocks a running request already holds as blocks to allocate: a decode "
         "step that needs one block (or none) is refused when fewer blocks than its whole "
         "table are free",
+        caught_by="test_workload.py::test_random_workload",
     ),
     Mutant(
         name="capacity_check_off_by_one",
@@ -223,6 +241,7 @@ MUTANTS = [
         replace="if num_blocks_to_allocate >= self.block_pool.get_num_free_blocks():",
         why="refuses an allocation that needs exactly the free blocks: the last free block is "
         "never handed out",
+        caught_by="test_allocate_slots.py::test_none_changes_nothing",
     ),
     Mutant(
         name="capacity_without_lookahead",
@@ -231,6 +250,7 @@ MUTANTS = [
         replace="num_tokens=min(total_computed_tokens + num_new_tokens, self.max_model_len),",
         why="the capacity check leaves out the lookahead slots the allocation then takes: the "
         "check passes, and the allocation runs out of blocks half-way with the hits claimed",
+        caught_by="test_workload.py::test_random_workload",
     ),
     Mutant(
         name="hits_touched_twice",
@@ -247,6 +267,7 @@ MUTANTS = [
         why="allocate_slots touches the hits and allocate_new_computed_blocks touches them "
         "again: each hit gains two references for one holder and never returns to the free "
         "queue (a leak)",
+        caught_by="test_allocate_slots.py::test_hits_are_shared_and_touched",
     ),
     Mutant(
         name="hit_capped_at_the_prompt",
@@ -255,6 +276,7 @@ MUTANTS = [
         replace="max_cache_hit_length = request.num_prompt_tokens - 1",
         why="caps the hit at the prompt: a preempted request resumed with output tokens "
         "recomputes its cached output blocks instead of hitting them",
+        caught_by="test_workload.py::test_random_workload",
     ),
     Mutant(
         name="stats_count_the_capped_query",
@@ -263,6 +285,7 @@ MUTANTS = [
         replace="num_tokens=max_cache_hit_length,",
         why="records num_tokens - 1 queried tokens per lookup instead of the request's "
         "num_tokens: the hit rate is computed over the wrong total",
+        caught_by="test_prefix_hits.py::test_prefix_cache_stats_count_lookups",
     ),
     Mutant(
         name="free_keeps_num_cached_block",
@@ -271,6 +294,7 @@ MUTANTS = [
         replace="pass",
         why="free forgets the table but not how many of its blocks were published: resumed "
         "without a hit, the request skips publishing its first blocks again",
+        caught_by="test_free.py::test_free_forgets_the_request",
     ),
     # -- free, ids, usage ---------------------------------------------------------------------
     Mutant(
@@ -280,6 +304,7 @@ MUTANTS = [
         replace="self.block_pool.free_blocks(list(req_blocks))",
         why="frees head first: under LRU eviction the shared prefix is then evicted before the "
         "request's private tail",
+        caught_by="test_free.py::test_free_returns_blocks_tail_first",
     ),
     Mutant(
         name="free_keeps_the_table",
@@ -288,6 +313,7 @@ MUTANTS = [
         replace="req_blocks = self.req_to_blocks.get(request.request_id, [])",
         why="free releases the blocks but leaves the request's table in req_to_blocks: a "
         "preempted request readmitted later starts from a stale table of freed blocks",
+        caught_by="test_prefix_hits.py::test_lookup_changes_nothing",
     ),
     Mutant(
         name="usage_counts_the_null_block",
@@ -296,6 +322,7 @@ MUTANTS = [
         replace="return 1.0 - self.block_pool.get_num_free_blocks() / self.num_gpu_blocks",
         why="usage divides by num_gpu_blocks, counting the null block as usable capacity, so "
         "it never reaches 100 %",
+        caught_by="test_free.py::test_usage",
     ),
     Mutant(
         name="get_block_ids_none_when_empty",
@@ -304,6 +331,7 @@ MUTANTS = [
         replace="return self.get_blocks(request_id).get_block_ids(allow_none=True)",
         why="get_block_ids returns None for a request without blocks instead of ([],): callers "
         "index the result per group",
+        caught_by="test_free.py::test_get_block_ids",
     ),
     # -- the admission gate -----------------------------------------------------------------
     Mutant(
@@ -313,6 +341,7 @@ MUTANTS = [
         replace="if False:",
         why="accepts full_sequence_must_fit but never checks it: the scheduler admits on the "
         "first chunk, starts prompts the cache cannot finish, and preempts them mid-prefill",
+        caught_by="test_allocate_slots.py::test_admission_gate",
     ),
     Mutant(
         name="gate_counts_the_prompt_only",
@@ -321,6 +350,7 @@ MUTANTS = [
         replace="full_num_tokens = min(request.num_prompt_tokens, self.max_model_len)",
         why="the gate sizes a resumed request by its prompt: the outputs it must recompute are "
         "forgotten, so it is let in and preempted again",
+        caught_by="test_allocate_slots.py::test_admission_gate_counts_outputs",
     ),
     Mutant(
         name="gate_ignores_hits",
@@ -335,6 +365,7 @@ MUTANTS = [
         """,
         why="the gate counts every block of the sequence as fresh: a request whose prefix is "
         "held by others (free of charge) is refused although it fits",
+        caught_by="test_allocate_slots.py::test_admission_gate",
     ),
     Mutant(
         name="gate_reserves_the_whole_sequence",
@@ -355,5 +386,6 @@ MUTANTS = [
         why="the gate allocates blocks for the whole sequence at admission instead of only "
         "checking that they exist: a chunked prompt holds blocks it will not fill for "
         "several steps, which is the waste paging exists to avoid",
+        caught_by="test_allocate_slots.py::test_admission_gate",
     ),
 ]

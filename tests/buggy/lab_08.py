@@ -24,6 +24,7 @@ MUTANTS = [
         replace="",
         why="check_stop never looks at EOS: requests run on to max_tokens after the model has "
         "said it is done",
+        caught_by="test_stop.py::test_eos_stops",
     ),
     Mutant(
         name="ignore_eos_also_ignores_stop_tokens",
@@ -33,6 +34,7 @@ MUTANTS = [
         "(sampling_params.stop_token_ids or ()):",
         why="reads ignore_eos as 'ignore every stop condition': upstream ignores only EOS, a "
         "stop token still ends the request",
+        caught_by="test_stop.py::test_stop_tokens_apply_even_with_ignore_eos",
     ),
     Mutant(
         name="stops_on_all_stop_token_ids",
@@ -41,6 +43,7 @@ MUTANTS = [
         replace="if last_token_id in sampling_params.all_stop_token_ids:",
         why="checks all_stop_token_ids, which holds the model's EOS even under ignore_eos (it is "
         "the set min_tokens masks): ignore_eos requests stop on EOS anyway",
+        caught_by="test_stop.py::test_stop_tokens_apply_even_with_ignore_eos",
     ),
     Mutant(
         name="max_tokens_off_by_one",
@@ -48,6 +51,7 @@ MUTANTS = [
         find="request.num_output_tokens >= request.max_tokens",
         replace="request.num_output_tokens > request.max_tokens",
         why="stops one token late: a request asked for max_tokens outputs gets max_tokens + 1",
+        caught_by="test_stop.py::test_max_tokens_stops_exactly",
     ),
     Mutant(
         name="min_tokens_ignored",
@@ -58,6 +62,7 @@ MUTANTS = [
         """,
         replace="",
         why="EOS and stop tokens end the request before min_tokens outputs were generated",
+        caught_by="test_stop.py::test_min_tokens_and_the_order_of_checks",
     ),
     # -- update_from_output --------------------------------------------------------------------
     Mutant(
@@ -66,6 +71,7 @@ MUTANTS = [
         find="del new_token_ids[num_new:]",
         replace="pass",
         why="the tokens sampled after the stop token are still returned to the client",
+        caught_by="test_stop.py::test_update_from_output_trims_and_frees",
     ),
     Mutant(
         name="finished_request_stays_running",
@@ -74,6 +80,7 @@ MUTANTS = [
         replace="pass",
         why="a finished (and freed) request is never removed from running: the next step "
         "schedules a request that has no blocks any more",
+        caught_by="test_stop.py::test_update_from_output_trims_and_frees",
     ),
     Mutant(
         name="stopped_preempted_request_left_in_waiting",
@@ -87,6 +94,7 @@ MUTANTS = [
         "flight when the next schedule() preempted it, as async scheduling does) stays in "
         "the waiting queue, finished and freed; it is counted as unfinished, and the next "
         "schedule() tries to admit it",
+        caught_by="test_preemption.py::test_a_request_that_stops_while_preempted_leaves_the_waiting_queue",
     ),
     Mutant(
         name="every_stopped_request_taken_for_running",
@@ -105,6 +113,7 @@ MUTANTS = [
         why="assumes a request that got a token is running: one preempted since its step was "
         "scheduled is filtered out of running, where it is not, and stays in the waiting "
         "queue although finished",
+        caught_by="test_preemption.py::test_a_request_that_stops_while_preempted_leaves_the_waiting_queue",
     ),
     Mutant(
         name="finished_blocks_leaked",
@@ -118,6 +127,7 @@ MUTANTS = [
         """,
         why="_free_request forgets kv_cache_manager.free: every finished request leaks its "
         "blocks until the pool is empty",
+        caught_by="test_stop.py::test_update_from_output_trims_and_frees",
     ),
     # -- schedule: the running loop ------------------------------------------------------------
     Mutant(
@@ -127,6 +137,7 @@ MUTANTS = [
         replace="preempted_req = self.running.pop(0)",
         why="preempts the oldest running request instead of the last admitted one: under FCFS "
         "the latest arrival has the lowest priority",
+        caught_by="test_preemption.py::test_preempts_the_last_running_request",
     ),
     Mutant(
         name="running_tokens_not_subtracted",
@@ -142,6 +153,7 @@ MUTANTS = [
         """,
         why="the running loop does not charge its tokens to the budget: the step overruns "
         "max_num_batched_tokens",
+        caught_by="test_schedule.py::test_one_budget_for_everyone",
     ),
     Mutant(
         name="threshold_ignored_for_running",
@@ -153,6 +165,7 @@ MUTANTS = [
         replace="",
         why="long_prefill_token_threshold caps only the first chunk: a running request "
         "continuing its prefill takes the whole budget",
+        caught_by="test_schedule.py::test_long_prefill_token_threshold",
     ),
     # -- schedule: the waiting loop ------------------------------------------------------------
     Mutant(
@@ -162,6 +175,7 @@ MUTANTS = [
         replace="if True:",
         why="admits waiting requests in a step that had to preempt: memory is tight, so the "
         "newcomer will only cause the next preemption",
+        caught_by="test_preemption.py::test_the_victim_is_not_readmitted_in_the_same_step",
     ),
     Mutant(
         name="separate_budget_for_waiting",
@@ -177,6 +191,7 @@ MUTANTS = [
         """,
         why="gives prefill (waiting requests) its own budget, as if there were separate prefill "
         "and decode phases: the step overruns max_num_batched_tokens",
+        caught_by="test_schedule.py::test_one_budget_for_everyone",
     ),
     Mutant(
         name="max_num_seqs_ignored",
@@ -188,6 +203,7 @@ MUTANTS = [
         replace="",
         why="admission never checks max_num_seqs: more requests run at once than the runner "
         "has room for",
+        caught_by="test_schedule.py::test_max_num_seqs",
     ),
     Mutant(
         name="waiting_tokens_not_subtracted",
@@ -203,6 +219,7 @@ MUTANTS = [
         """,
         why="admissions do not charge their tokens to the budget: every waiting prompt gets "
         "the full budget and the step overruns it",
+        caught_by="test_schedule.py::test_running_first_then_waiting",
     ),
     Mutant(
         name="threshold_ignored_for_waiting",
@@ -214,6 +231,7 @@ MUTANTS = [
         replace="",
         why="long_prefill_token_threshold is not applied on admission: a long new prompt takes "
         "the whole budget in its first step",
+        caught_by="test_schedule.py::test_long_prefill_token_threshold",
     ),
     Mutant(
         name="prefix_hits_ignored",
@@ -238,6 +256,7 @@ MUTANTS = [
         """,
         why="looks the prefix up but does not use the hit: the whole prompt is recomputed and "
         "the cached blocks are not shared",
+        caught_by="test_schedule.py::test_prefix_hit_skips_cached_tokens",
     ),
     Mutant(
         name="no_chunked_prefill_check",
@@ -249,6 +268,7 @@ MUTANTS = [
             if False:
         """,
         why="ignores enable_chunked_prefill=False: a prompt that does not fit is split anyway",
+        caught_by="test_schedule.py::test_without_chunked_prefill",
     ),
     # -- preemption and the end of a step ------------------------------------------------------
     Mutant(
@@ -258,6 +278,7 @@ MUTANTS = [
         replace="self.waiting.add_request(request)",
         why="the preempted request goes to the back of the waiting queue: requests that arrived "
         "after it overtake it (not FCFS)",
+        caught_by="test_preemption.py::test_preempted_request_goes_to_the_front",
     ),
     Mutant(
         name="num_computed_tokens_not_reset",
@@ -271,6 +292,7 @@ MUTANTS = [
         """,
         why="a preempted request keeps num_computed_tokens although its KV was freed: it claims "
         "to have computed tokens it no longer holds",
+        caught_by="test_preemption.py::test_preempts_the_last_running_request",
     ),
     Mutant(
         name="preemption_not_counted",
@@ -279,6 +301,7 @@ MUTANTS = [
         replace="pass",
         why="num_preemptions is not incremented: the prefix-cache stats count a resumed request "
         "as new traffic and the metrics never see preemptions",
+        caught_by="test_preemption.py::test_preempts_the_last_running_request",
     ),
     Mutant(
         name="preempted_blocks_not_freed",
@@ -292,6 +315,7 @@ MUTANTS = [
         """,
         why="preemption forgets to free the victim's blocks, so it frees no memory: the retry "
         "fails again and everyone gets preempted",
+        caught_by="test_preemption.py::test_preempts_the_last_running_request",
     ),
     Mutant(
         name="chunk_not_resumed",
@@ -300,6 +324,7 @@ MUTANTS = [
         replace="request.num_computed_tokens = num_tokens",
         why="_update_after_schedule sets num_computed_tokens to this step's tokens instead of "
         "adding them: a chunked prompt restarts at the wrong place",
+        caught_by="test_stop.py::test_no_output_for_a_prefill_chunk",
     ),
     # -- finish_requests (aborts) --------------------------------------------------------------
     Mutant(
@@ -309,6 +334,7 @@ MUTANTS = [
         replace="ids = list(request_ids)",
         why="finish_requests(['a', 'a']) finds a unfinished twice (statuses change only after "
         "the first pass), so it frees a twice and lists it twice",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
     ),
     Mutant(
         name="abort_str_iterated_per_character",
@@ -323,6 +349,7 @@ MUTANTS = [
         """,
         why="forgets that one id may come as a str: finish_requests('r1') iterates 'r' and '1', "
         "finds no such requests and aborts nothing",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
     ),
     Mutant(
         name="abort_of_preempted_left_in_waiting",
@@ -341,6 +368,7 @@ MUTANTS = [
         """,
         why="only WAITING requests are taken out of the waiting queue: an aborted PREEMPTED one "
         "stays there, finished, and is scheduled again later",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
     ),
     Mutant(
         name="abort_of_waiting_not_removed",
@@ -354,6 +382,7 @@ MUTANTS = [
         """,
         why="aborted waiting requests are freed but left in the waiting queue, where the "
         "scheduler finds a finished request to admit",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
     ),
     Mutant(
         name="abort_of_waiting_not_freed",
@@ -369,6 +398,7 @@ MUTANTS = [
         """,
         why="'a waiting request holds no blocks, so there is nothing to free': but freeing also "
         "forgets the request and reports it to the runner; it stays in requests forever",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
     ),
     # -- update_from_output: what the runner hands back ----------------------------------------
     Mutant(
@@ -385,6 +415,7 @@ MUTANTS = [
         """,
         why="every request of the output is assumed to be still there: one aborted between "
         "schedule() and update_from_output() raises KeyError",
+        caught_by="test_aborts.py::test_abort_between_schedule_and_update",
     ),
     Mutant(
         name="update_applies_tokens_of_unscheduled_requests",
@@ -394,6 +425,7 @@ MUTANTS = [
         why="walks the runner's sampled tokens instead of the scheduled requests: tokens handed "
         "back for a request that was not in the step (waiting, preempted, not reached) are "
         "appended to it",
+        caught_by="test_aborts.py::test_update_from_output_checks_the_runner",
     ),
     Mutant(
         name="update_trusts_tokens_for_a_prefill_chunk",
@@ -412,6 +444,7 @@ MUTANTS = [
         replace="",
         why="no check of the runner's output: a token sampled from the logits of a non-final "
         "prompt chunk is appended as if it were the model's next token",
+        caught_by="test_aborts.py::test_update_from_output_checks_the_runner",
     ),
     Mutant(
         name="update_rejects_an_empty_list_for_a_prefill_chunk",
@@ -420,6 +453,7 @@ MUTANTS = [
         replace="if request is not None and request.is_prefill_chunk:",
         why="any entry for a request mid-prefill is taken for a runner bug, even the empty list "
         "a runner hands back for a partial prefill (no token): a correct step is refused",
+        caught_by="test_aborts.py::test_update_from_output_checks_the_runner",
     ),
     Mutant(
         name="update_checks_the_runner_while_applying",
@@ -461,6 +495,7 @@ MUTANTS = [
         why="checks the runner's tokens request by request while applying them: when a later "
         "request of the batch turns out to be mid-prefill, the earlier ones already got "
         "their tokens, and the step is half applied",
+        caught_by="test_aborts.py::test_update_from_output_checks_the_runner",
     ),
     Mutant(
         name="finished_ids_reset_in_update",
@@ -470,6 +505,7 @@ MUTANTS = [
         why="starts a fresh finished set when a step's results come in instead of when its "
         "output is built: a request aborted while the step ran is never reported to the "
         "runner, which keeps its state forever",
+        caught_by="test_preemption.py::test_a_request_that_stops_while_preempted_leaves_the_waiting_queue",
     ),
     # -- the admission gate and the priority policy -------------------------------------------
     Mutant(
@@ -479,6 +515,7 @@ MUTANTS = [
         replace="",
         why="never asks allocate_slots for the admission gate: a prompt is admitted when its "
         "first chunk fits, and one that cannot finish is later preempted mid-prefill",
+        caught_by="test_admission.py::test_the_gate_waits_for_the_whole_prompt",
     ),
     Mutant(
         name="gate_always_on",
@@ -487,6 +524,7 @@ MUTANTS = [
         replace="full_sequence_must_fit=True,",
         why="ignores scheduler_reserve_full_isl=False: the engine option to admit on the first "
         "chunk does nothing",
+        caught_by="test_preemption.py::test_the_victim_is_not_readmitted_in_the_same_step",
     ),
     Mutant(
         name="priority_victim_is_the_last",
@@ -495,6 +533,7 @@ MUTANTS = [
         replace="if False:",
         why="preempts the last admitted request under the priority policy too: a low-priority "
         "request admitted early keeps running while an urgent one is thrown out",
+        caught_by="test_admission.py::test_priority_preempts_the_lowest_priority",
     ),
     Mutant(
         name="priority_victim_keeps_its_tokens",
@@ -503,6 +542,7 @@ MUTANTS = [
         replace="if False:",
         why="a victim already scheduled this step stays in the batch: its tokens are not given "
         "back to the budget and the runner is sent a preempted request whose blocks are gone",
+        caught_by="test_admission.py::test_priority_preempts_the_lowest_priority",
     ),
     Mutant(
         name="priority_victim_index_not_adjusted",
@@ -511,6 +551,7 @@ MUTANTS = [
         replace="pass",
         why="removing an earlier running request shifts the list, but the index is not moved "
         "back: the request after the current one is skipped this step",
+        caught_by="test_admission.py::test_priority_preempts_the_lowest_priority",
     ),
     Mutant(
         name="priority_victim_by_priority_only",
@@ -519,6 +560,7 @@ MUTANTS = [
         replace="preempted_req = max(self.running, key=lambda r: r.priority)",
         why="ties in priority are not broken by arrival: among equals the earliest arrival is "
         "preempted instead of the latest",
+        caught_by="test_admission.py::test_priority_random_workloads",
     ),
     Mutant(
         name="repetition_before_length",
@@ -527,6 +569,7 @@ MUTANTS = [
         replace="if sampling_params.repetition_detection is not None and check_sequence_repetition(request.output_token_ids, sampling_params.repetition_detection):\n    request.status = RequestStatus.FINISHED_REPETITION\n    request.stop_reason = 'repetition_detected'\n    return True\nif request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:",
         why="checks the repetition before the length limits: a request whose last allowed token "
         "completes a loop reports 'repetition' instead of 'length'",
+        caught_by="test_stop.py::test_repetition_stops_the_request",
     ),
     Mutant(
         name="repetition_ignored",
@@ -534,6 +577,7 @@ MUTANTS = [
         find="if repetition is not None and check_sequence_repetition(request.output_token_ids, repetition):",
         replace="if False:",
         why="never applies repetition_detection: a model stuck in a loop runs to max_tokens",
+        caught_by="test_stop.py::test_repetition_stops_the_request",
     ),
     Mutant(
         name="finished_ids_cleared_in_place",
@@ -542,5 +586,6 @@ MUTANTS = [
         replace="self.finished_req_ids.clear()",
         why="clears the finished set in place right after the output took it: the runner never "
         "hears that a request finished and keeps its state",
+        caught_by="test_schedule.py::test_each_output_keeps_its_finished_ids",
     ),
 ]

@@ -20,6 +20,7 @@ MUTANTS = [
         replace="return cu_num_tokens, np.arange(total, dtype=np.int64)",
         why="the offsets run on across requests ([0 1 2 3 ...] instead of [0 1 0 1 2 ...]): "
         "every request after the first gets positions shifted by its neighbours' tokens",
+        caught_by="test_prepare_inputs.py::test_get_cumsum_and_arange",
     ),
     Mutant(
         name="block_table_padded_with_a_real_block",
@@ -28,6 +29,7 @@ MUTANTS = [
         replace="block_tables = np.ones((len(block_ids), width), dtype=np.int32)",
         why="pads short rows with block 1, a real block that belongs to some request, instead "
         "of the null block 0",
+        caught_by="test_prepare_inputs.py::test_make_block_tables_pads_with_the_null_block",
     ),
     Mutant(
         name="block_table_padded_with_minus_one",
@@ -35,6 +37,7 @@ MUTANTS = [
         find="block_tables = np.zeros((len(block_ids), width), dtype=np.int32)",
         replace="block_tables = np.full((len(block_ids), width), -1, dtype=np.int32)",
         why="pads with -1: a kernel that loads a table entry before masking indexes out of bounds",
+        caught_by="test_prepare_inputs.py::test_make_block_tables_pads_with_the_null_block",
     ),
     Mutant(
         name="block_table_int64",
@@ -43,6 +46,7 @@ MUTANTS = [
         replace="block_tables = np.zeros((len(block_ids), width), dtype=np.int64)",
         why="int64 block tables: twice the bytes copied to the GPU each step, and not the dtype "
         "the kernels are written for",
+        caught_by="test_prepare_inputs.py::test_make_block_tables_pads_with_the_null_block",
     ),
     Mutant(
         name="slot_block_index_and_offset_swapped",
@@ -50,6 +54,7 @@ MUTANTS = [
         find="block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)",
         replace="block_numbers = block_tables[req_indices, positions % block_size].astype(np.int64)",
         why="looks the block up by the offset inside it instead of by pos // block_size",
+        caught_by="test_prepare_inputs.py::test_compute_slot_mapping",
     ),
     Mutant(
         name="slot_without_block_size_factor",
@@ -58,6 +63,7 @@ MUTANTS = [
         replace="return block_numbers + positions % block_size",
         why="adds the block id and the offset without scaling the block id to its first slot: "
         "blocks overlap",
+        caught_by="test_prepare_inputs.py::test_compute_slot_mapping",
     ),
     # -- prepare_inputs --------------------------------------------------------------------------
     Mutant(
@@ -67,6 +73,7 @@ MUTANTS = [
         replace="query_start_loc = np.concatenate(([0], scheduled))",
         why="stores each request's token count instead of the running total: request i's "
         "tokens are not at qsl[i]:qsl[i+1]",
+        caught_by="test_prepare_inputs.py::test_query_start_loc_and_logits_indices",
     ),
     Mutant(
         name="positions_off_by_one",
@@ -75,6 +82,7 @@ MUTANTS = [
         replace="positions = computed[req_indices] + query_pos + 1",
         why="counts positions from 1: every key is rotated (RoPE) one step too far and written "
         "one slot late",
+        caught_by="test_prepare_inputs.py::test_positions_start_at_the_computed_offset",
     ),
     Mutant(
         name="prefix_hits_not_skipped",
@@ -95,6 +103,7 @@ MUTANTS = [
         """,
         why="treats every multi-token step as a fresh prompt from position 0: a prefix-cache "
         "hit or an earlier chunk is recomputed over (and its tail never runs)",
+        caught_by="test_prepare_inputs.py::test_input_ids_skip_cached_tokens",
     ),
     Mutant(
         name="decode_token_taken_from_the_prompt",
@@ -103,6 +112,7 @@ MUTANTS = [
         replace="tokens[: end - start] for tokens, start, end in zip(token_ids, starts, ends)",
         why="takes the first tokens of the sequence instead of those after the computed ones: "
         "a decode feeds the prompt's first token instead of the one sampled last",
+        caught_by="test_prepare_inputs.py::test_input_ids_skip_cached_tokens",
     ),
     Mutant(
         name="slots_from_the_offset_in_the_step",
@@ -111,6 +121,7 @@ MUTANTS = [
         replace="slot_mapping = compute_slot_mapping(block_tables, req_indices, query_pos, block_size)",
         why="uses the token's index inside this step instead of its position: a decode writes "
         "its K/V over slot 0 of the request's first block",
+        caught_by="test_prepare_inputs.py::test_slot_mapping_of_the_mixed_batch",
     ),
     Mutant(
         name="seq_lens_missing_the_context",
@@ -119,6 +130,7 @@ MUTANTS = [
         replace="seq_lens=torch.from_numpy(scheduled.astype(np.int32)),",
         why="reports only this step's tokens as the sequence length: attention never sees the "
         "cached context",
+        caught_by="test_prepare_inputs.py::test_seq_lens_include_the_context",
     ),
     Mutant(
         name="logits_of_the_first_token",
@@ -126,6 +138,7 @@ MUTANTS = [
         find="logits_indices=torch.from_numpy(cu_num_tokens - 1),",
         replace="logits_indices=torch.from_numpy(cu_num_tokens - scheduled),",
         why="samples from each request's first token of the step instead of its last",
+        caught_by="test_prepare_inputs.py::test_query_start_loc_and_logits_indices",
     ),
     Mutant(
         name="slots_looked_up_in_the_first_row",
@@ -134,6 +147,7 @@ MUTANTS = [
         replace="block_numbers = block_tables.ravel()[positions // block_size].astype(np.int64)",
         why="indexes the flattened table by the block index alone: every token looks its block "
         "up in request 0's row, whatever request it belongs to",
+        caught_by="test_prepare_inputs.py::test_compute_slot_mapping",
     ),
     Mutant(
         name="max_query_len_is_the_step_total",
@@ -142,6 +156,7 @@ MUTANTS = [
         replace="max_query_len=int(scheduled.sum()),",
         why="the longest query is the largest scheduled count, not the step's token total (which "
         "is what query_start_loc[-1] already says)",
+        caught_by="test_prepare_inputs.py::test_query_start_loc_and_logits_indices",
     ),
     Mutant(
         name="seq_lens_int64",
@@ -150,6 +165,7 @@ MUTANTS = [
         replace="seq_lens=torch.from_numpy(seq_lens),",
         why="seq_lens left int64 (the dtype of the arithmetic): the kernels and the CUDA-graph "
         "buffers read int32",
+        caught_by="test_prepare_inputs.py::test_dtypes_and_shapes",
     ),
     Mutant(
         name="block_table_width_ignores_max_num_blocks",
@@ -157,6 +173,7 @@ MUTANTS = [
         find="width = max_num_blocks_per_req or int(num_blocks.max())",
         replace="width = int(num_blocks.max())",
         why="ignores the fixed width the CUDA-graph buffers need",
+        caught_by="test_prepare_inputs.py::test_block_tables_of_the_mixed_batch",
     ),
     Mutant(
         name="short_block_table_not_refused",
@@ -165,5 +182,6 @@ MUTANTS = [
         replace="too_few_blocks = np.zeros(num_reqs, dtype=bool)",
         why="a block table too short for the scheduled tokens goes through and fails later as "
         "an index error, or writes a slot of the null block",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
     ),
 ]

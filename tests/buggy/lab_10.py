@@ -26,6 +26,7 @@ MUTANTS = [
         """,
         why="decodes only the new tokens: half a character becomes U+FFFD in the stream, and "
         "the completing token decodes to another U+FFFD instead of the character",
+        caught_by="test_detokenize.py::test_tokens_decode_in_context",
     ),
     Mutant(
         name="no_hold_back_on_replacement_char",
@@ -34,6 +35,7 @@ MUTANTS = [
         replace="if len(new_text) > len(prefix_text):",
         why="emits text that ends in U+FFFD: the head of a split character is streamed as '�' "
         "and can never be taken back",
+        caught_by="test_detokenize.py::test_split_character_is_held_back",
     ),
     Mutant(
         name="offsets_not_slid",
@@ -47,6 +49,7 @@ MUTANTS = [
         """,
         why="never moves prefix_offset: the window grows with the whole output (quadratic "
         "decode) and, worse, its leading text is decoded again each step",
+        caught_by="test_detokenize.py::test_each_step_decodes_a_few_tokens",
     ),
     Mutant(
         name="no_flush_at_finish",
@@ -58,6 +61,7 @@ MUTANTS = [
         replace="",
         why="forgets the held-back tail when the request finishes: an output that ends inside "
         "a character loses its last bytes instead of ending in U+FFFD",
+        caught_by="test_detokenize.py::test_flush_at_the_end",
     ),
     Mutant(
         name="stop_terminated_token_decoded",
@@ -66,6 +70,7 @@ MUTANTS = [
         replace="if False:",
         why="decodes the token the core stopped on: with skip_special_tokens=False the EOS "
         "text ends up in the answer",
+        caught_by="test_stop_strings.py::test_stop_terminated_token_left_out",
     ),
     Mutant(
         name="deltas_resend_everything",
@@ -73,6 +78,7 @@ MUTANTS = [
         find="text = self.output_text[self._num_sent_chars : length]",
         replace="text = self.output_text[:length]",
         why="a streamed delta repeats all the text so far instead of only what is new",
+        caught_by="test_detokenize.py::test_ascii_one_token_a_step",
     ),
     Mutant(
         name="no_stop_prefix_hold_back",
@@ -89,6 +95,7 @@ MUTANTS = [
         """,
         why="streams the characters that may begin a stop string: when the next token completes "
         "it, the client has already received part of the stop string",
+        caught_by="test_stop_strings.py::test_stream_holds_back_a_possible_stop_prefix",
     ),
     # -- stop strings ---------------------------------------------------------------------------
     Mutant(
@@ -98,6 +105,7 @@ MUTANTS = [
         replace="start = max(len(output_text) - new_char_count, 0)",
         why="searches only the new characters: a stop string that began in an earlier step and "
         "ends in this one is missed",
+        caught_by="test_stop_strings.py::test_stop_string_across_tokens",
     ),
     Mutant(
         name="stop_first_in_list_wins",
@@ -106,6 +114,7 @@ MUTANTS = [
         replace="if index != -1 and best is None:",
         why="takes the first stop string of the list that occurs, not the one that starts first "
         "in the text",
+        caught_by="test_stop_strings.py::test_first_occurrence_wins",
     ),
     Mutant(
         name="stop_cut_after_string",
@@ -118,6 +127,7 @@ MUTANTS = [
         """,
         why="cuts after the stop string although include_stop_str_in_output is off: the stop "
         "string is part of the answer",
+        caught_by="test_stop_strings.py::test_stop_string_inside_one_step",
     ),
     # -- the output processor -------------------------------------------------------------------
     Mutant(
@@ -130,6 +140,7 @@ MUTANTS = [
         replace="",
         why="finishes the request in the front-end but never asks the core to abort it: it keeps "
         "generating into its KV blocks until max_tokens",
+        caught_by="test_processor.py::test_stop_string_finishes_and_asks_the_core_to_abort",
     ),
     Mutant(
         name="abort_even_if_core_finished",
@@ -142,6 +153,7 @@ MUTANTS = [
                 result.reqs_to_abort.append(out.request_id)
         """,
         why="asks the core to abort a request it has already finished and freed",
+        caught_by="test_processor.py::test_stop_string_in_the_last_step_needs_no_abort",
     ),
     Mutant(
         name="stop_string_keeps_core_reason",
@@ -150,6 +162,7 @@ MUTANTS = [
         replace="stop_reason = stop_str",
         why="records the stop string but leaves finish_reason None: the request never finishes "
         "in the front-end",
+        caught_by="test_processor.py::test_stop_string_finishes_and_asks_the_core_to_abort",
     ),
     Mutant(
         name="state_kept_after_finish",
@@ -164,6 +177,7 @@ MUTANTS = [
         """,
         why="never forgets finished requests: request_states grows forever and a late output "
         "for a finished id produces a second finished output",
+        caught_by="test_processor.py::test_core_finish_reasons",
     ),
     Mutant(
         name="abort_unknown_raises",
@@ -172,6 +186,7 @@ MUTANTS = [
         replace="return [rid for rid in request_ids if self.request_states.pop(rid)]",
         why="abort of an id already gone raises KeyError: a disconnect that crosses the last "
         "output kills the output handler",
+        caught_by="test_processor.py::test_aborts",
     ),
     Mutant(
         name="abort_returns_all_ids",
@@ -184,6 +199,7 @@ MUTANTS = [
         """,
         why="returns every id asked for, also unknown ones: the caller sends the core aborts "
         "for requests that do not exist",
+        caught_by="test_processor.py::test_aborts",
     ),
     Mutant(
         name="unknown_output_raises",
@@ -198,6 +214,7 @@ MUTANTS = [
         """,
         why="a step's output for a request aborted meanwhile raises KeyError instead of being "
         "ignored",
+        caught_by="test_processor.py::test_stop_string_finishes_and_asks_the_core_to_abort",
     ),
     # -- logprobs ------------------------------------------------------------------------------
     Mutant(
@@ -207,6 +224,7 @@ MUTANTS = [
         replace="pass",
         why="never hands the rows on: a request that asked for logprobs gets an empty list and "
         "a cumulative logprob of 0",
+        caught_by="test_processor.py::test_logprobs_reach_the_outputs",
     ),
     Mutant(
         name="logprobs_only_while_running",
@@ -217,5 +235,6 @@ MUTANTS = [
                 state.logprobs_processor.update_from_output(out.new_logprobs)
         """,
         why="drops the last step's rows: the finished output has one logprob fewer than tokens",
+        caught_by="test_processor.py::test_logprobs_reach_the_outputs",
     ),
 ]

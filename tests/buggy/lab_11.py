@@ -19,6 +19,7 @@ MUTANTS = [
         replace="if denominator <= 0:",
         why="floors instead of refusing: 9 heads over 2 ranks gives each rank 4 and head 8 "
         "belongs to nobody, with no error",
+        caught_by="test_shares.py::test_divide_is_exact_or_refuses",
     ),
     Mutant(
         name="shard_range_inclusive_end",
@@ -26,6 +27,7 @@ MUTANTS = [
         find="return rank * size, (rank + 1) * size",
         replace="return rank * size, (rank + 1) * size - 1",
         why="an inclusive end in a half-open world: every shard is one row short",
+        caught_by="test_shares.py::test_shard_ranges_tile_the_dimension",
     ),
     Mutant(
         name="kv_heads_per_rank_without_max_1",
@@ -33,6 +35,7 @@ MUTANTS = [
         find="return max(1, total_num_kv_heads // tp_size)",
         replace="return total_num_kv_heads // tp_size",
         why="8 KV heads on 16 ranks gives each rank 0 KV heads: attention has nothing to read",
+        caught_by="test_kv_heads.py::test_kv_heads_per_rank",
     ),
     Mutant(
         name="replicas_floored",
@@ -40,6 +43,7 @@ MUTANTS = [
         find="return divide(tp_size, total_num_kv_heads)",
         replace="return tp_size // total_num_kv_heads",
         why="4 KV heads on 6 ranks: 1 replica each, and two ranks hold a head nobody assigned",
+        caught_by="test_kv_heads.py::test_kv_head_replicas",
     ),
     Mutant(
         name="kv_head_by_rank_modulo",
@@ -48,6 +52,7 @@ MUTANTS = [
         replace="first = (rank % total_num_kv_heads) * per_rank",
         why="round-robin replication (rank % kv instead of rank // replicas): with 2 KV heads "
         "on 4 ranks rank 1 holds KV head 1 but computes query heads of KV head 0",
+        caught_by="test_kv_heads.py::test_kv_head_ranges_keep_query_heads_with_their_kv_heads",
     ),
     Mutant(
         name="vocab_padding_rounds_down",
@@ -55,6 +60,7 @@ MUTANTS = [
         find="return -(-vocab_size // pad_to) * pad_to",
         replace="return vocab_size // pad_to * pad_to",
         why="pads down: GPT-2's 50,257 becomes 50,240 and the last 17 tokens have no row",
+        caught_by="test_vocab.py::test_pad_vocab_size",
     ),
     Mutant(
         name="vocab_not_padded",
@@ -63,6 +69,7 @@ MUTANTS = [
         replace="return shard_range(vocab_size, rank, tp_size)",
         why="splits the real vocabulary: 50,257 ids over 2 ranks is refused, and the shards "
         "no longer match the padded embedding's rows",
+        caught_by="test_vocab.py::test_vocab_ranges_tile_the_padded_vocabulary",
     ),
     Mutant(
         name="kv_replication_case_not_checked",
@@ -78,6 +85,7 @@ MUTANTS = [
         replace="# (more ranks than KV heads: nothing to check)",
         why="forgets the replicated case: 12 heads and 4 KV heads on 6 ranks is let through, "
         "and two ranks would hold a KV head nobody assigned",
+        caught_by="test_check.py::test_refuses_kv_heads_that_do_not_split",
     ),
     Mutant(
         name="divisors_not_listed",
@@ -85,6 +93,7 @@ MUTANTS = [
         find="""f"heads. Sizes that divide {total_heads}: {choices}.\"""",
         replace="""f"heads.\"""",
         why="refuses TP=2 for SmolLM2 without saying which sizes would work (1, 3, 9)",
+        caught_by="test_check.py::test_refuses_query_heads_that_do_not_split",
     ),
     Mutant(
         name="shapes_kv_heads_floored",
@@ -92,6 +101,7 @@ MUTANTS = [
         find="num_kv_heads=num_kv_heads_per_rank(total_kv, tp_size),",
         replace="num_kv_heads=total_kv // tp_size,",
         why="the per-rank shapes say 0 KV heads once they are replicated (tiny model at TP=4)",
+        caught_by="test_check.py::test_accepted_sizes_give_each_ranks_shapes",
     ),
     Mutant(
         name="row_parallel_cut_along_dim_0",
@@ -100,6 +110,7 @@ MUTANTS = [
         replace="return tensor.narrow(0, start, end - start)",
         why="ignores dim: a row-parallel weight is cut by output rows like a column-parallel "
         "one, and the all-reduce adds partial sums of the wrong inputs",
+        caught_by="test_weights.py::test_column_and_row_shards_concatenate_back",
     ),
     Mutant(
         name="shard_is_a_copy",
@@ -107,6 +118,7 @@ MUTANTS = [
         find="return tensor.narrow(dim, start, end - start)",
         replace="return tensor.narrow(dim, start, end - start).clone()",
         why="copies each shard: a rank holds the full checkpoint and a copy of its slice",
+        caught_by="test_weights.py::test_shards_are_views",
     ),
     Mutant(
         name="kv_sliced_by_query_range",
@@ -115,6 +127,7 @@ MUTANTS = [
         replace="first, last = shard_range(total_num_heads, rank, tp_size)",
         why="takes K and V rows by the rank's QUERY heads: rank 1 of 2 (8 heads, 4 KV) reads "
         "rows of KV heads 4..7, which do not exist",
+        caught_by="test_weights.py::test_qkv_split_by_head_groups",
     ),
     Mutant(
         name="kv_split_never_replicated",
@@ -123,6 +136,7 @@ MUTANTS = [
         replace="first, last = shard_range(total_num_kv_heads, rank, tp_size)",
         why="splits K and V evenly like a column-parallel weight: refused as soon as the KV "
         "heads are replicated (2 KV heads over 4 ranks)",
+        caught_by="test_weights.py::test_qkv_replicated_kv_heads",
     ),
     Mutant(
         name="kv_block_not_sharded",
@@ -130,6 +144,7 @@ MUTANTS = [
         find="heads = max(1, total_num_kv_heads // tensor_parallel_size)",
         replace="heads = total_num_kv_heads",
         why="every rank's block is sized for all KV heads: TP buys no KV cache at all",
+        caught_by="test_kv_sizing.py::test_bytes_per_block_per_rank",
     ),
     Mutant(
         name="max_blocks_across_ranks",
@@ -137,5 +152,6 @@ MUTANTS = [
         find="return min(int(n) for n in num_blocks_per_rank)",
         replace="return max(int(n) for n in num_blocks_per_rank)",
         why="the largest count: the scheduler hands out block ids the tightest rank cannot hold",
+        caught_by="test_kv_sizing.py::test_every_rank_gets_the_smallest_count",
     ),
 ]

@@ -15,13 +15,14 @@ time in one test, and every miss is reported at once rather than one per run.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from grading.check_suites import check_mutant
-from grading.labs import REPO_ROOT, Lab, available_labs
+from grading.labs import REPO_ROOT, Lab, available_labs, load_lab
 from grading.mutants import mutants_for
 from grading.runner import SuiteRunner
 
@@ -98,3 +99,17 @@ def test_every_mutant_loses_points(lab: Lab):
         f"{len(wrong)} of the {len(mutants)} buggy implementations of {lab.id} are not caught "
         f"by the test they name (strengthen {suite}/ or correct caught_by):\n" + "\n".join(wrong)
     )
+
+
+def test_a_mutant_caught_by_another_test_than_it_names_is_not_ok():
+    """caught_by is checked, not just used for speed: a test that stopped catching its bug is
+    reported even when a later test still catches it, with the test that did."""
+    lab = load_lab("quiz-01")
+    mutant = next(m for m in mutants_for(lab) if m.name == "seam_is_the_runner")
+    stale = dataclasses.replace(mutant, caught_by="test_quiz.py::test_q10_processes")
+    tests = SuiteRunner(lab, lab.solution_dir).collect()
+    verdict = check_mutant(lab, stale, tests)
+    assert not verdict.ok
+    assert "caught by test_quiz.py::test_q01_the_seam" in verdict.detail, verdict.detail
+    assert "test_q10_processes" in verdict.detail, verdict.detail
+    assert check_mutant(lab, mutant, tests).ok

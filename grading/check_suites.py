@@ -29,9 +29,10 @@ class Verdict:
     detail: str = ""
 
 
-def grade_folder(lab: Lab, folder: Path) -> tuple[int, int, list[TestResult]]:
-    runner = SuiteRunner(lab, folder)
-    results = runner.run(runner.collect())
+def grade_folder(
+    lab: Lab, folder: Path, tests: list[TestInfo]
+) -> tuple[int, int, list[TestResult]]:
+    results = SuiteRunner(lab, folder).run(tests)
     score, total = totals(results)
     return score, total, results
 
@@ -50,21 +51,27 @@ def check_mutant(lab: Lab, mutant: Mutant, tests: list[TestInfo]) -> Verdict:
         return Verdict(f"bug: {mutant.name}", score, total, "< full", False, "full marks for a bug")
     caught = test_name(failed[0].info.nodeid)
     named = mutant.caught_by and matches(mutant.caught_by, failed[0].info.nodeid)
+    if named:
+        return Verdict(f"bug: {mutant.name}", score, total, "< full", True, caught)
     detail = (
-        caught
-        if named
-        else (
-            f"caught by {caught}, but caught_by names {mutant.caught_by or 'no test'}: "
-            f'write caught_by="{caught}" in tests/buggy/{lab.kind}_{lab.number}.py'
-            + (" (or find why that test stopped catching it)" if mutant.caught_by else "")
-        )
+        f"caught by {caught}, but caught_by names {mutant.caught_by or 'no test'}: "
+        f'write caught_by="{caught}" in tests/buggy/{lab.kind}_{lab.number}.py'
+        + (" (or find why that test stopped catching it)" if mutant.caught_by else "")
     )
-    return Verdict(f"bug: {mutant.name}", score, total, "< full", bool(named), detail)
+    return Verdict(f"bug: {mutant.name}", score, total, "< full", False, detail)
+
+
+def check_mutants(lab: Lab, tests: list[TestInfo], workers: int = 2) -> list[Verdict]:
+    """:func:`check_mutant` for every mutant of ``lab``, ``workers`` at a time, in order."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda m: check_mutant(lab, m, tests), mutants_for(lab)))
 
 
 def check_lab(lab: Lab, workers: int = 2) -> list[Verdict]:
     verdicts = []
-    score, total, results = grade_folder(lab, lab.stub_dir)
+    # Collecting runs no graded code, so one list serves the stub, the solution and the mutants.
+    tests = SuiteRunner(lab, lab.solution_dir).collect()
+    score, total, results = grade_folder(lab, lab.stub_dir, tests)
     bad = [r.outcome for r in results if r.outcome not in ("not_started",)]
     verdicts.append(
         Verdict(
@@ -76,12 +83,10 @@ def check_lab(lab: Lab, workers: int = 2) -> list[Verdict]:
             f"{len(bad)} tests not NOT STARTED" if bad else "",
         )
     )
-    score, total, results = grade_folder(lab, lab.solution_dir)
+    score, total, results = grade_folder(lab, lab.solution_dir, tests)
     failed = [r.info.name for r in results if r.outcome != "passed"]
     verdicts.append(Verdict("solution", score, total, "full", score == total, ", ".join(failed)))
-    tests = SuiteRunner(lab, lab.solution_dir).collect()
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        verdicts.extend(pool.map(lambda m: check_mutant(lab, m, tests), mutants_for(lab)))
+    verdicts.extend(check_mutants(lab, tests, workers))
     return verdicts
 
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from grading.check_suites import check_mutant
+from grading.check_suites import check_mutant, check_mutants
 from grading.labs import REPO_ROOT, Lab, available_labs, load_lab
 from grading.mutants import mutants_for
 from grading.runner import SuiteRunner
@@ -87,8 +86,7 @@ def test_mutants_apply_to_the_current_solution(lab: Lab, tmp_path: Path):
 def test_every_mutant_loses_points(lab: Lab):
     mutants = mutants_for(lab)
     tests = SuiteRunner(lab, lab.solution_dir).collect()  # the test list is the same for all
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        verdicts = list(pool.map(lambda m: check_mutant(lab, m, tests), mutants))
+    verdicts = check_mutants(lab, tests, WORKERS)
     wrong = [
         f"- {m.name}: scored {v.score}/{v.total}, {v.detail} ({m.why})"
         for m, v in zip(mutants, verdicts)

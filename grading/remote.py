@@ -53,6 +53,15 @@ class LearnerAborted(LearnerFault):
     """Learner code raised a ``BaseException`` that is not an ``Exception`` (``SystemExit``…)."""
 
 
+class LearnerNotStarted(BaseException):
+    """Learner code raised ``NotImplementedError``: a task not written yet, NOT STARTED.
+
+    A ``BaseException`` in the judge, so that nothing between the learner and the reporter
+    catches it: not a test's ``except Exception``, and not Hypothesis, which would take it for a
+    failure and shrink it, calling the stub again for seconds (16 s of lab-10's 20 s timeout).
+    """
+
+
 class LearnerError(Exception):
     """An exception raised by learner code, as data: its type name, message and location."""
 
@@ -222,6 +231,8 @@ class Connection:
                 f"your code raised {text} (it ends a program, not an "
                 "operation; raise an Exception subclass)"
             )
+        if first == "NotImplementedError":
+            return LearnerNotStarted(message)
         exc = _exception_class(first)(message)
         exc.learner_type, exc.where = name, where
         exc.args = (message,)

@@ -145,3 +145,26 @@ def test_the_judge_parses_through_the_thread_safe_helper():
             and any(is_ast_parse(node) for node in ast.walk(function))
         }
         assert callers <= {"parse_python"}, f"grading/{name}: {callers} call ast.parse directly"
+
+
+def test_a_stub_ends_a_property_test_at_its_first_call():
+    """The learner's NotImplementedError reaches the judge as ``LearnerNotStarted``, which no
+    ``except Exception`` and no Hypothesis run catches: Hypothesis would take it for a failure
+    and shrink it, calling the stub again and again (16 s of lab-10's 20 s timeout before)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from grading.remote import LearnerNotStarted
+
+    calls = []
+
+    @settings(max_examples=50, database=None, deadline=None)
+    @given(st.integers())
+    def property_test(x):
+        calls.append(x)
+        raise LearnerNotStarted("lab-10: OutputProcessor.add_request — track the request")
+
+    with pytest.raises(LearnerNotStarted):
+        property_test()
+    assert len(calls) == 1, f"Hypothesis ran the stub {len(calls)} times"
+    assert not issubclass(LearnerNotStarted, Exception)

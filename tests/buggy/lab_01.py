@@ -412,4 +412,184 @@ MUTANTS = [
         "(only the null block) raises ZeroDivisionError instead of reporting 0.0",
         caught_by="test_block_pool.py::test_usage",
     ),
+    # -- added by a mutant hunt: bugs no earlier test reached ------------------------------------
+    Mutant(
+        name="popleft_n_negative_unchecked",
+        file=FILE,
+        find="""
+            if n < 0:
+                raise ValueError(f"Cannot pop a negative number of blocks ({n})")
+        """,
+        replace="",
+        why="popleft_n forgets the n < 0 check: popleft_n(-1) pops nothing but adds one to "
+        "num_free_blocks, so the counter overstates the queue (I2)",
+        caught_by="test_free_queue.py::test_popleft_n_too_many_is_an_error",
+    ),
+    Mutant(
+        name="popleft_n_too_many_raises_runtime_error",
+        file=FILE,
+        find="""
+            if n > self.num_free_blocks:
+                raise ValueError(
+        """,
+        replace="""
+            if n > self.num_free_blocks:
+                raise RuntimeError(
+        """,
+        why="popleft_n raises RuntimeError for more blocks than are free; the task and the "
+        "misuse table say ValueError (a bad argument, not a broken state)",
+        caught_by="test_free_queue.py::test_popleft_n_too_many_is_an_error",
+    ),
+    Mutant(
+        name="remove_not_in_queue_raises_value_error",
+        file=FILE,
+        find="""
+            if prev is None or following is None:
+                raise RuntimeError(
+        """,
+        replace="""
+            if prev is None or following is None:
+                raise ValueError(
+        """,
+        why="remove raises ValueError for a block that is not in the queue; the task and the "
+        "misuse table say RuntimeError (a broken state, which touch reaches for a free block "
+        "that is not queued)",
+        caught_by="test_free_queue.py::test_remove_block_not_in_queue_is_an_error",
+    ),
+    Mutant(
+        name="class_level_sentinels",
+        file=FILE,
+        find="""
+        def __init__(self, blocks: list[KVCacheBlock]) -> None:
+            self.num_free_blocks = len(blocks)
+            self.fake_free_list_head = KVCacheBlock(block_id=-1)
+            self.fake_free_list_tail = KVCacheBlock(block_id=-1)
+        """,
+        replace="""
+        fake_free_list_head = KVCacheBlock(block_id=-1)
+        fake_free_list_tail = KVCacheBlock(block_id=-1)
+
+        def __init__(self, blocks: list[KVCacheBlock]) -> None:
+            self.num_free_blocks = len(blocks)
+        """,
+        why="the sentinels are class attributes, one pair shared by every queue: building a "
+        "second queue (a second pool) relinks the first queue's sentinels to its own blocks",
+        caught_by="test_free_queue.py::test_new_queue_links_blocks_in_order",
+    ),
+    Mutant(
+        name="pool_hash_block_size_unchecked",
+        file=FILE,
+        find="""
+            if hash_block_size < 1:
+                raise ValueError(f"hash_block_size must be positive, got {hash_block_size}")
+        """,
+        replace="",
+        why="BlockPool accepts hash_block_size 0 (the misuse table says ValueError): a pool "
+        "for blocks of no tokens",
+        caught_by="test_block_pool.py::test_bad_pool_sizes_are_errors",
+    ),
+    Mutant(
+        name="get_new_blocks_ref_cnt_unchecked",
+        file=FILE,
+        find="""
+            if block.ref_cnt != 0:
+                raise RuntimeError(
+                    f"Block {block.block_id} was in the free queue with ref_cnt={block.ref_cnt}"
+                )
+        """,
+        replace="",
+        why="get_new_blocks hands out a queued block whose ref_cnt is not 0 and sets it to 1, "
+        "hiding a corrupted pool (a block in use in the free queue, I1) instead of raising "
+        "RuntimeError",
+        caught_by="test_block_pool.py::test_queued_block_in_use_is_an_error",
+    ),
+    Mutant(
+        name="free_blocks_iterates_twice",
+        file=FILE,
+        find="""
+            blocks = list(ordered_blocks)
+            newly_free: list[KVCacheBlock] = []
+            for i, block in enumerate(blocks):
+                error: str | None = None
+                if block.is_null:
+                    error = (
+                        f"Cannot free the null block (block {block.block_id}): it is never allocated"
+                    )
+                elif block.ref_cnt <= 0:
+                    error = (
+                        f"Cannot free block {block.block_id}: its ref_cnt is already {block.ref_cnt} "
+                        "(double free?)"
+                    )
+                if error is not None:
+                    for done in blocks[:i]:
+                        done.ref_cnt += 1
+                    raise ValueError(error)
+                block.ref_cnt -= 1
+                if block.ref_cnt == 0:
+                    newly_free.append(block)
+            self.free_block_queue.append_n(newly_free)
+        """,
+        replace="""
+            for block in ordered_blocks:
+                if block.is_null:
+                    raise ValueError(f"Cannot free the null block (block {block.block_id})")
+                if block.ref_cnt <= 0:
+                    raise ValueError(f"Cannot free block {block.block_id}: double free")
+            newly_free: list[KVCacheBlock] = []
+            for block in ordered_blocks:
+                block.ref_cnt -= 1
+                if block.ref_cnt == 0:
+                    newly_free.append(block)
+            self.free_block_queue.append_n(newly_free)
+        """,
+        why="free_blocks validates in a first pass over ordered_blocks and decrements in a "
+        "second: an iterator such as reversed(blocks), which the KV cache manager passes, is "
+        "used up by the first pass, so nothing is freed",
+        caught_by="test_block_pool.py::test_free_blocks_appends_in_given_order",
+    ),
+    Mutant(
+        name="free_blocks_validates_then_decrements",
+        file=FILE,
+        find="""
+            blocks = list(ordered_blocks)
+            newly_free: list[KVCacheBlock] = []
+            for i, block in enumerate(blocks):
+                error: str | None = None
+                if block.is_null:
+                    error = (
+                        f"Cannot free the null block (block {block.block_id}): it is never allocated"
+                    )
+                elif block.ref_cnt <= 0:
+                    error = (
+                        f"Cannot free block {block.block_id}: its ref_cnt is already {block.ref_cnt} "
+                        "(double free?)"
+                    )
+                if error is not None:
+                    for done in blocks[:i]:
+                        done.ref_cnt += 1
+                    raise ValueError(error)
+                block.ref_cnt -= 1
+                if block.ref_cnt == 0:
+                    newly_free.append(block)
+            self.free_block_queue.append_n(newly_free)
+        """,
+        replace="""
+            blocks = list(ordered_blocks)
+            for block in blocks:
+                if block.is_null:
+                    raise ValueError(f"Cannot free the null block (block {block.block_id})")
+                if block.ref_cnt <= 0:
+                    raise ValueError(f"Cannot free block {block.block_id}: double free")
+            newly_free: list[KVCacheBlock] = []
+            for block in blocks:
+                block.ref_cnt -= 1
+                if block.ref_cnt == 0:
+                    newly_free.append(block)
+            self.free_block_queue.append_n(newly_free)
+        """,
+        why="free_blocks checks every block before dropping any reference, each against its "
+        "ref_cnt before the call: a block listed twice with one holder passes, and ends in the "
+        "free queue with ref_cnt -1 (a double free within one call, I1)",
+        caught_by="test_block_pool.py::test_double_free_is_an_error",
+    ),
 ]

@@ -133,6 +133,21 @@ MUTANTS = [
         caught_by="test_allocators.py::test_paged_ensure_is_all_or_nothing",
     ),
     Mutant(
+        name="paged_refuses_when_memory_is_full",
+        file=FILE,
+        find="""
+            if needed > len(self.free_block_ids):
+                return False
+        """,
+        replace="""
+            if needed > len(self.free_block_ids) or not self.free_block_ids:
+                return False
+        """,
+        why="ensure refuses whenever no block is free, even for a request whose new token still "
+        "fits in its last block: a full memory preempts requests that needed nothing",
+        caught_by="test_allocators.py::test_paged_ensure_is_all_or_nothing",
+    ),
+    Mutant(
         name="paged_free_to_the_front",
         file=FILE,
         find="self.free_block_ids.extend(self.block_tables.pop(request_id))",
@@ -169,6 +184,15 @@ MUTANTS = [
         caught_by="test_simulation.py::test_worked_example_contiguous",
     ),
     Mutant(
+        name="same_step_arrivals_sorted_by_id",
+        file=FILE,
+        find="pending = deque(sorted(trace, key=lambda r: r.arrival_step))",
+        replace="pending = deque(sorted(trace, key=lambda r: (r.arrival_step, r.request_id)))",
+        why="sorts the trace by (arrival_step, request_id): requests arriving in the same step "
+        "queue by name instead of in trace order",
+        caught_by="test_simulation.py::test_arrivals_and_idle_steps",
+    ),
+    Mutant(
         name="preempts_the_oldest",
         file=FILE,
         find="victim = running.pop()",
@@ -184,6 +208,24 @@ MUTANTS = [
         replace="waiting.append(victim)",
         why="a preempted request goes to the back of the waiting queue, behind requests that "
         "arrived after it",
+        caught_by="test_simulation.py::test_preemption_newest_first",
+    ),
+    Mutant(
+        name="preemptions_counted_per_step",
+        file=FILE,
+        find="sim.num_preemptions += len(preempted)",
+        replace="sim.num_preemptions += bool(preempted)",
+        why="counts the steps with a preemption instead of the preemptions: two requests "
+        "preempted in the same step count once",
+        caught_by="test_simulation.py::test_preemption_newest_first",
+    ),
+    Mutant(
+        name="preempted_listed_oldest_first",
+        file=FILE,
+        find="preempted.append(victim.request_id)",
+        replace="preempted.insert(0, victim.request_id)",
+        why="a step's preempted lists its victims in the order opposite to the one they were "
+        "preempted in (oldest first): StepStats.preempted is most recent first",
         caught_by="test_simulation.py::test_preemption_newest_first",
     ),
     Mutant(
@@ -330,6 +372,15 @@ MUTANTS = [
         replace="",
         why="a request that preempts itself (it is the newest) goes on asking for blocks: it "
         "gets memory back while it waits, outside the running set",
+        caught_by="test_simulation.py::test_random_traces_match_the_reference",
+    ),
+    Mutant(
+        name="running_listed_by_id",
+        file=FILE,
+        find="running=tuple(r.request_id for r in running),",
+        replace="running=tuple(sorted(r.request_id for r in running)),",
+        why="a step's running ids are sorted by name instead of listed in admission order: a "
+        "request readmitted after a preemption comes after those admitted before it",
         caught_by="test_simulation.py::test_random_traces_match_the_reference",
     ),
     Mutant(

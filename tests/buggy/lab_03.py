@@ -178,4 +178,22 @@ MUTANTS = [
         "float cannot size the engine's tensors (and every count built on it is a float)",
         caught_by="test_formulas.py::test_blocks_per_request_ceils",
     ),
+    Mutant(
+        name="kv_heads_null_not_defaulted",
+        file=FILE,
+        find='num_kv_heads = int(getattr(config, "num_key_value_heads", None) or num_heads)',
+        replace='num_kv_heads = getattr(config, "num_key_value_heads", num_heads)',
+        why="the default applies only when the attribute is absent: a config.json with "
+        '"num_key_value_heads": null gives None KV heads instead of one per query head',
+        caught_by="test_formulas.py::test_kv_cache_dims_reads_real_configs",
+    ),
+    Mutant(
+        name="head_dim_null_not_defaulted",
+        file=FILE,
+        find='head_dim = int(getattr(config, "head_dim", None) or hidden_size // num_heads)',
+        replace='head_dim = getattr(config, "head_dim", hidden_size // num_heads)',
+        why='the default applies only when the attribute is absent: "head_dim": null gives a '
+        "None head_dim instead of hidden_size // num_attention_heads",
+        caught_by="test_formulas.py::test_kv_cache_dims_reads_real_configs",
+    ),
 ]

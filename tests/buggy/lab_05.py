@@ -380,4 +380,201 @@ MUTANTS = [
         "the last block, a too large id raises IndexError after evicting the ids before it",
         caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
     ),
+    # -- added by a mutant hunt: bugs no earlier test reached ------------------------------------
+    Mutant(
+        name="map_pop_single_ignores_block_id",
+        file=FILE,
+        find="""
+            if isinstance(blocks, KVCacheBlock):
+                if blocks.block_id != block_id:
+                    return None
+                del self._cache[key]
+                return blocks
+        """,
+        replace="""
+            if isinstance(blocks, KVCacheBlock):
+                del self._cache[key]
+                return blocks
+        """,
+        why="pop checks block_id only among duplicates: a key holding a single block loses it "
+        "to pop(key, any_id), so evicting one block can drop another block's entry (I3)",
+        caught_by="test_hashing.py::test_map_keeps_several_blocks_per_hash",
+    ),
+    Mutant(
+        name="cache_mask_covers_all_blocks",
+        file=FILE,
+        find="""
+            if block_mask is not None and len(block_mask) != len(new_full_blocks):
+                raise ValueError(
+                    f"block_mask has {len(block_mask)} entries for {len(new_full_blocks)} new full "
+                    "blocks"
+                )
+            selected = [
+                (block, block_hash)
+                for i, (block, block_hash) in enumerate(
+                    zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])
+                )
+                if not block.is_null and (block_mask is None or block_mask[i])
+            ]
+        """,
+        replace="""
+            if block_mask is not None and len(block_mask) != num_full_blocks:
+                raise ValueError(f"block_mask has {len(block_mask)} entries")
+            selected = [
+                (block, block_hash)
+                for i, (block, block_hash) in enumerate(
+                    zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])
+                )
+                if not block.is_null and (block_mask is None or block_mask[num_cached_blocks + i])
+            ]
+        """,
+        why="cache_full_blocks reads block_mask as one flag per block from block 0, not one per "
+        "new full block (blocks[num_cached_blocks:num_full_blocks]): right only when "
+        "num_cached_blocks is 0",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_skips_null_and_masked_blocks",
+    ),
+    Mutant(
+        name="cache_mask_length_unchecked",
+        file=FILE,
+        find="""
+            if block_mask is not None and len(block_mask) != len(new_full_blocks):
+                raise ValueError(
+                    f"block_mask has {len(block_mask)} entries for {len(new_full_blocks)} new full "
+                    "blocks"
+                )
+        """,
+        replace="",
+        why="cache_full_blocks does not check the mask's length: a mask too long is silently "
+        "accepted, one too short raises IndexError instead of ValueError",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_refuses_bad_arguments",
+    ),
+    Mutant(
+        name="cache_hash_count_unchecked",
+        file=FILE,
+        find="""
+            if num_full_blocks > len(request.block_hashes):
+                raise ValueError(
+                    f"Cannot cache {num_full_blocks} full blocks: the request has only "
+                    f"{len(request.block_hashes)} block hashes"
+                )
+        """,
+        replace="",
+        why="cache_full_blocks does not check that the request has a hash per full block: zip "
+        "stops at the shortest, so fewer blocks are cached than asked, silently",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_refuses_bad_arguments",
+    ),
+    Mutant(
+        name="cache_block_count_unchecked",
+        file=FILE,
+        find="""
+            if num_full_blocks > len(blocks):
+                raise ValueError(
+                    f"Cannot cache {num_full_blocks} full blocks: only {len(blocks)} blocks were given"
+                )
+        """,
+        replace="",
+        why="cache_full_blocks does not check that num_full_blocks blocks were given: the slice "
+        "is shorter and fewer blocks are cached than asked, silently",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_refuses_bad_arguments",
+    ),
+    Mutant(
+        name="cache_block_size_unchecked",
+        file=FILE,
+        find="""
+            if block_size != self.hash_block_size:
+                raise ValueError(
+        """,
+        replace="""
+            if False:
+                raise ValueError(
+        """,
+        why="cache_full_blocks accepts a block_size other than the pool's hash_block_size: the "
+        "request's hashes cover blocks of another size than the pages they are attached to",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_refuses_bad_arguments",
+    ),
+    Mutant(
+        name="cache_ignores_group_id",
+        file=FILE,
+        find="key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)",
+        replace="key = make_block_hash_with_group_id(block_hash, 0)",
+        why="cache_full_blocks keys every block with group 0 (mini-vLLM has one group) whatever "
+        "kv_cache_group_id it is given: another group's pages would hit for group 0",
+        caught_by="test_prefix_cache.py::test_cache_groups_are_all_or_nothing",
+    ),
+    Mutant(
+        name="get_cached_block_first_group_only",
+        file=FILE,
+        find="""
+                if block is None:
+                    return None
+                cached_blocks.append(block)
+        """,
+        replace="""
+                if block is None:
+                    return None
+                cached_blocks.append(block)
+                return cached_blocks
+        """,
+        why="get_cached_block returns after the first group's hit: a miss in a later group goes "
+        "unseen, so a prefix that only some groups cache counts as a hit",
+        caught_by="test_prefix_cache.py::test_cache_groups_are_all_or_nothing",
+    ),
+    Mutant(
+        name="get_cached_block_skips_missing_groups",
+        file=FILE,
+        find="""
+                if block is None:
+                    return None
+                cached_blocks.append(block)
+            return cached_blocks
+        """,
+        replace="""
+                if block is None:
+                    continue
+                cached_blocks.append(block)
+            return cached_blocks or None
+        """,
+        why="get_cached_block skips the groups that miss instead of returning None: the caller "
+        "gets fewer blocks than groups (all or nothing broken)",
+        caught_by="test_prefix_cache.py::test_cache_groups_are_all_or_nothing",
+    ),
+    Mutant(
+        name="touch_revives_only_cached_blocks",
+        file=FILE,
+        find="""
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+        """,
+        replace="""
+            if block.ref_cnt == 0 and block.block_hash is not None:
+                self.free_block_queue.remove(block)
+        """,
+        why="touch takes only cached blocks out of the free queue: a free block without a hash "
+        "gets a reference but stays queued, to be handed out while in use (I1)",
+        caught_by="test_prefix_cache.py::test_touch_revives_from_the_middle",
+    ),
+    Mutant(
+        name="touch_not_in_queue_silently_counted",
+        file=FILE,
+        find="""
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+        """,
+        replace="""
+            if block.ref_cnt == 0 and block.next_free_block is not None:
+                self.free_block_queue.remove(block)
+        """,
+        why="touch removes a ref_cnt-0 block only if it looks queued: a free block missing from "
+        "the queue (a broken pool, I1) is counted silently instead of raising RuntimeError",
+        caught_by="test_prefix_cache.py::test_touch_free_block_not_in_queue_is_an_error",
+    ),
+    Mutant(
+        name="evict_blocks_refuses_block_zero",
+        file=FILE,
+        find="if not 0 <= block_id < self.num_gpu_blocks:",
+        replace="if not 0 < block_id < self.num_gpu_blocks:",
+        why="evict_blocks refuses id 0 (the null block), which is a block of the pool: the "
+        "misuse is an id outside 0 .. num_gpu_blocks - 1",
+        caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
+    ),
 ]

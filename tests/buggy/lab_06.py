@@ -41,6 +41,43 @@ MUTANTS = [
         "the logical block number becomes the offset",
         caught_by="test_cache_write.py::test_slot_mapping_worked_example",
     ),
+    Mutant(
+        name="padding_position_looked_up_in_the_table",
+        file=FILE,
+        find="logical = np.where(valid, positions // block_size, 0)",
+        replace="logical = positions // block_size",
+        why="looks every position up in the table and masks padding afterwards: numpy wraps a "
+        "small negative logical block (-1 // 4 = -1 is the table's last entry), but a "
+        "position like -9 or -100 is past the table's start and raises IndexError",
+        caught_by="test_cache_write.py::test_negative_positions_are_padding",
+    ),
+    Mutant(
+        name="slot_mapping_clobbers_the_positions",
+        file=FILE,
+        find="""
+            positions = positions.astype(np.int64)
+            valid = positions >= 0
+            logical = np.where(valid, positions // block_size, 0)
+        """,
+        replace="""
+            valid = positions >= 0
+            positions[~valid] = 0
+            logical = positions // block_size
+        """,
+        why="clamps the padding positions to 0 in the caller's array (np.asarray makes no "
+        "copy) to keep them out of the table: the slots are right, but the positions the "
+        "model still needs (RoPE) have changed",
+        caught_by="test_cache_write.py::test_negative_positions_are_padding",
+    ),
+    Mutant(
+        name="slots_in_the_block_table_dtype",
+        file=FILE,
+        find="return np.where(valid, slots, -1).astype(np.int64)",
+        replace="return np.where(valid, slots, -1).astype(block_table.dtype)",
+        why="returns the slots in the block table's dtype (int32 in the engine) instead of "
+        "int64: the slot mapping vLLM's cache write takes is int64",
+        caught_by="test_cache_write.py::test_slot_mapping_keeps_shape",
+    ),
     # -- reshape_and_cache -----------------------------------------------------------------------
     Mutant(
         name="padding_slot_written",
@@ -134,6 +171,23 @@ MUTANTS = [
         replace="_gather_sequence(key_cache, value_cache, block_tables[0], int(seq_lens[i]))",
         why="every sequence of the batch reads sequence 0's block table",
         caught_by="test_paged_attention.py::test_decode_batches_with_random_tables",
+    ),
+    Mutant(
+        name="decode_output_in_the_cache_dtype",
+        file=FILE,
+        find="""
+            out = np.empty_like(query)
+            for i in range(num_seqs):
+                k, v = _gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))
+        """,
+        replace="""
+            out = np.empty(query.shape, dtype=key_cache.dtype)
+            for i in range(num_seqs):
+                k, v = _gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))
+        """,
+        why="decode's output buffer takes the cache's dtype instead of the query's: a float32 "
+        "query over a float64 cache comes back as float64",
+        caught_by="test_paged_attention.py::test_decode_float32_inputs",
     ),
     # -- dense_attention (given, but a learner may write their own softmax) ------------------------
     Mutant(
@@ -257,6 +311,16 @@ MUTANTS = [
         caught_by="test_split_k.py::test_attend_split_output_and_lse",
     ),
     Mutant(
+        name="split_max_over_all_heads",
+        file=FILE,
+        find="m = scores.max(axis=-1, keepdims=True)",
+        replace="m = scores.max()",
+        why="attend_split subtracts one maximum over all heads (max() without axis=-1): a head "
+        "whose scores are far below another head's underflows to exp(...) = 0, giving 0 / 0 "
+        "= nan and lse -inf",
+        caught_by="test_split_k.py::test_attend_split_output_and_lse",
+    ),
+    Mutant(
         name="split_not_normalised",
         file=FILE,
         find='partial = np.einsum("hgs,shd->hgd", p / total, value.astype(dtype, copy=False))',
@@ -284,6 +348,15 @@ MUTANTS = [
         replace="weights = np.exp(lse)",
         why="the merge weighs the splits by exp(lse) directly: an lse of a few hundred overflows "
         "to inf and the result is nan",
+        caught_by="test_split_k.py::test_merge_splits_large_lse_do_not_overflow",
+    ),
+    Mutant(
+        name="merge_max_over_all_heads",
+        file=FILE,
+        find="top = lse.max(axis=0, keepdims=True)",
+        replace="top = lse.max()",
+        why="the merge subtracts one maximum lse over all heads and splits: a head whose lse "
+        "are far below another head's gets weights exp(lse - max) = 0 and 0 / 0 = nan",
         caught_by="test_split_k.py::test_merge_splits_large_lse_do_not_overflow",
     ),
     Mutant(

@@ -388,4 +388,61 @@ MUTANTS = [
         "several steps, which is the waste paging exists to avoid",
         caught_by="test_allocate_slots.py::test_admission_gate",
     ),
+    # -- hunted: hashless requests, hits on a running request, the gate's hit count ----------
+    Mutant(
+        name="hit_indexes_the_hashes",
+        file=FILE,
+        find="""
+            for block_hash in itertools.islice(block_hashes, max_num_blocks):
+                cached = self.block_pool.get_cached_block(block_hash, [_GROUP_ID])
+        """,
+        replace="""
+            for i in range(max_num_blocks):
+                cached = self.block_pool.get_cached_block(block_hashes[i], [_GROUP_ID])
+        """,
+        why="walks range(limit) and indexes the hashes: a request with fewer hashes than the "
+        "limit (built without a block_hasher: none at all) makes the lookup raise IndexError",
+        caught_by="test_prefix_hits.py::test_find_longest_cache_hit_respects_the_limit",
+    ),
+    Mutant(
+        name="cache_blocks_not_capped_by_hashes",
+        file=FILE,
+        find="""
+            num_full_blocks = min(num_full_blocks, len(request.block_hashes))
+            if num_cached_blocks >= num_full_blocks:
+                return
+        """,
+        replace="",
+        why="cache_blocks publishes every full block whether or not the request has its hash: "
+        "a request built without a block_hasher makes cache_full_blocks raise on its first "
+        "full block",
+        caught_by="test_allocate_slots.py::test_request_without_hashes_publishes_nothing",
+    ),
+    Mutant(
+        name="hits_for_a_running_request_accepted",
+        file=FILE,
+        find="""
+                if new_computed_blocks:
+                    raise ValueError(
+                        f"request {request_id!r} already holds blocks; prefix-cache hits apply "
+                        f"only to a request's first allocation"
+                    )
+        """,
+        replace="",
+        why="get_num_blocks_to_allocate counts hits for a request that already holds blocks "
+        "instead of rejecting them: the caller's bug goes unnoticed (or turns into a None that "
+        "makes the scheduler preempt someone)",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="gate_subtracts_hits_twice",
+        file=FILE,
+        find="full_num_tokens = min(request.num_tokens, self.max_model_len)",
+        replace="full_num_tokens = min(request.num_tokens - num_new_computed_tokens, "
+        "self.max_model_len)",
+        why="the gate sizes the sequence as num_tokens less the hit tokens, and "
+        "get_num_blocks_to_allocate then subtracts the hit blocks again: a long request "
+        "sharing a held prefix passes the gate without room to finish",
+        caught_by="test_allocate_slots.py::test_admission_gate",
+    ),
 ]

@@ -588,4 +588,166 @@ MUTANTS = [
         "hears that a request finished and keeps its state",
         caught_by="test_schedule.py::test_each_output_keeps_its_finished_ids",
     ),
+    # -- found by a hunt for gaps: each needed a stronger or a new test -----------------------
+    Mutant(
+        name="min_tokens_guards_only_eos",
+        file=FILE,
+        find="""
+            if request.num_output_tokens < sampling_params.min_tokens:
+                return False
+            last_token_id = request.output_token_ids[-1]
+            if request.eos_token_id is not None and last_token_id == request.eos_token_id:
+        """,
+        replace="""
+            last_token_id = request.output_token_ids[-1]
+            if (
+                request.num_output_tokens >= sampling_params.min_tokens
+                and request.eos_token_id is not None
+                and last_token_id == request.eos_token_id
+            ):
+        """,
+        why="reads min_tokens as 'no EOS before min_tokens' only: a stop token still ends the "
+        "request before min_tokens outputs",
+        caught_by="test_stop.py::test_min_tokens_and_the_order_of_checks",
+    ),
+    Mutant(
+        name="length_checked_before_stop_tokens",
+        file=FILE,
+        find="""
+            last_token_id = request.output_token_ids[-1]
+            if request.eos_token_id is not None and last_token_id == request.eos_token_id:
+        """,
+        replace="""
+            last_token_id = request.output_token_ids[-1]
+            if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+                request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+                return True
+            if request.eos_token_id is not None and last_token_id == request.eos_token_id:
+        """,
+        why="checks the length limits first: EOS or a stop token on the max_tokens-th output is "
+        "reported as 'length' (and loses its stop_reason) instead of 'stop'",
+        caught_by="test_stop.py::test_min_tokens_and_the_order_of_checks",
+    ),
+    Mutant(
+        name="repetition_checked_on_all_tokens",
+        file=FILE,
+        find="check_sequence_repetition(request.output_token_ids, repetition)",
+        replace="check_sequence_repetition(request.all_token_ids, repetition)",
+        why="looks for the repeated pattern in prompt + output: a pattern that starts in the "
+        "prompt stops the request before its output repeats anything min_count times",
+        caught_by="test_stop.py::test_repetition_stops_the_request",
+    ),
+    Mutant(
+        name="check_stop_reads_sampling_params_max_tokens",
+        file=FILE,
+        find="request.num_output_tokens >= request.max_tokens:",
+        replace="request.num_output_tokens >= sampling_params.max_tokens:",
+        why="compares with sampling_params.max_tokens, which stays None for max_tokens=None "
+        "(add_request resolves it into request.max_tokens): such a request raises TypeError "
+        "on its first token",
+        caught_by="test_stop.py::test_max_model_len_stops",
+    ),
+    Mutant(
+        name="zero_token_request_stops_running_loop",
+        file=FILE,
+        find="""
+            if num_new_tokens <= 0:
+                # Its last token is not sampled yet. Serve the others: FCFS is bent on
+                # purpose, as upstream does.
+                req_index += 1
+                continue
+        """,
+        replace="""
+            if num_new_tokens <= 0:
+                break
+        """,
+        why="a running request with nothing to compute (schedule() called again before its "
+        "token came back) ends the running pass: the requests after it get nothing",
+        caught_by="test_schedule.py::test_a_request_with_nothing_to_compute_is_skipped",
+    ),
+    Mutant(
+        name="zero_token_request_not_skipped",
+        file=FILE,
+        find="""
+            if num_new_tokens <= 0:
+                # Its last token is not sampled yet. Serve the others: FCFS is bent on
+                # purpose, as upstream does.
+                req_index += 1
+                continue
+        """,
+        replace="",
+        why="no skip for a running request with nothing to compute: allocate_slots(request, 0) "
+        "raises when schedule() runs again before the last step's tokens are in",
+        caught_by="test_schedule.py::test_a_request_with_nothing_to_compute_is_skipped",
+    ),
+    Mutant(
+        name="no_chunk_check_uses_ge",
+        file=FILE,
+        find="if not self.enable_chunked_prefill and num_new_tokens > token_budget:",
+        replace="if not self.enable_chunked_prefill and num_new_tokens >= token_budget:",
+        why="without chunked prefill, a prompt that fills the budget left exactly is taken for "
+        "one that does not fit, and waits a step (with everyone behind it)",
+        caught_by="test_schedule.py::test_without_chunked_prefill",
+    ),
+    Mutant(
+        name="waiting_popped_then_put_back",
+        file=FILE,
+        find="""
+            if new_blocks is None:
+                # Does not fit; FCFS forbids letting a later request overtake.
+                break
+
+            request = self.waiting.pop_request()
+        """,
+        replace="""
+            request = self.waiting.pop_request()
+            if new_blocks is None:
+                self.waiting.add_request(request)
+                break
+        """,
+        why="pops the front request before knowing it fits and puts a refused one back with "
+        "add_request, at the END of the queue: the requests behind it overtake it (not FCFS)",
+        caught_by="test_admission.py::test_the_gate_waits_for_the_whole_prompt",
+    ),
+    Mutant(
+        name="priority_victim_budget_not_returned",
+        file=FILE,
+        find="token_budget += num_scheduled_tokens.pop(preempted_req.request_id)",
+        replace="num_scheduled_tokens.pop(preempted_req.request_id)",
+        why="a victim already scheduled leaves the batch, but its tokens are not given back to "
+        "the budget: the requests after it get less than is left",
+        caught_by="test_admission.py::test_priority_preempts_the_lowest_priority",
+    ),
+    Mutant(
+        name="self_preempted_loop_continues",
+        file=FILE,
+        find="""
+            if new_blocks is None:
+                break
+
+            scheduled_running_reqs.append(request)
+        """,
+        replace="""
+            if new_blocks is None:
+                continue
+
+            scheduled_running_reqs.append(request)
+        """,
+        why="after a request preempts itself the running pass goes on with the next one: "
+        "under the priority policy the requests after it are scheduled in a step that had "
+        "no room for it (upstream stops there)",
+        caught_by="test_admission.py::test_priority_a_request_that_preempts_itself_stops_the_loop",
+    ),
+    Mutant(
+        name="finish_requests_accepts_any_status",
+        file=FILE,
+        find="""
+            if not RequestStatus.is_finished(finished_status):
+                raise ValueError(f"{finished_status} is not a finished status")
+        """,
+        replace="",
+        why="no check of the status: finish_requests(ids, RUNNING) takes the request out of "
+        "its queue and then trips over the unfinished status while freeing it",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
+    ),
 ]

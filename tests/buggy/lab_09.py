@@ -49,6 +49,15 @@ MUTANTS = [
         caught_by="test_prepare_inputs.py::test_make_block_tables_pads_with_the_null_block",
     ),
     Mutant(
+        name="block_table_full_row_refused",
+        file=FILE,
+        find="if (lens > width).any():",
+        replace="if (lens >= width).any():",
+        why="refuses a row exactly as wide as the table (>= instead of >): the widest request "
+        "of every step, whose row sets the default width, is refused",
+        caught_by="test_prepare_inputs.py::test_make_block_tables_pads_with_the_null_block",
+    ),
+    Mutant(
         name="slot_block_index_and_offset_swapped",
         file=FILE,
         find="block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)",
@@ -63,6 +72,15 @@ MUTANTS = [
         replace="return block_numbers + positions % block_size",
         why="adds the block id and the offset without scaling the block id to its first slot: "
         "blocks overlap",
+        caught_by="test_prepare_inputs.py::test_compute_slot_mapping",
+    ),
+    Mutant(
+        name="slot_multiplied_in_int32",
+        file=FILE,
+        find="block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)",
+        replace="block_numbers = block_tables[req_indices, positions // block_size]",
+        why="multiplies the int32 block ids before widening: the result is int64 (positions "
+        "are), but block_id * block_size has already wrapped past 2**31",
         caught_by="test_prepare_inputs.py::test_compute_slot_mapping",
     ),
     # -- prepare_inputs --------------------------------------------------------------------------
@@ -176,12 +194,81 @@ MUTANTS = [
         caught_by="test_prepare_inputs.py::test_block_tables_of_the_mixed_batch",
     ),
     Mutant(
+        name="block_table_width_from_needed_blocks",
+        file=FILE,
+        find="width = max_num_blocks_per_req or int(num_blocks.max())",
+        replace="width = max_num_blocks_per_req or int(blocks_needed.max())",
+        why="sizes the table by the blocks this step's tokens need instead of the widest table: "
+        "a request holding a block allocated ahead is refused as too wide",
+        caught_by="test_prepare_inputs.py::test_block_tables_of_the_mixed_batch",
+    ),
+    Mutant(
+        name="block_table_must_match_exactly",
+        file=FILE,
+        find="too_few_blocks = blocks_needed > num_blocks",
+        replace="too_few_blocks = blocks_needed != num_blocks",
+        why="refuses a table with more blocks than the tokens need (!= instead of >): only a "
+        "table too short is inconsistent",
+        caught_by="test_prepare_inputs.py::test_block_tables_of_the_mixed_batch",
+    ),
+    Mutant(
+        name="block_table_width_widened",
+        file=FILE,
+        find="width = max_num_blocks_per_req or int(num_blocks.max())",
+        replace="width = max(max_num_blocks_per_req or 0, int(num_blocks.max()))",
+        why="widens a fixed width that a table does not fit instead of refusing it: the "
+        "CUDA-graph buffers sized by max_num_blocks_per_req get a wider table",
+        caught_by="test_prepare_inputs.py::test_block_tables_of_the_mixed_batch",
+    ),
+    Mutant(
         name="short_block_table_not_refused",
         file=FILE,
         find="too_few_blocks = blocks_needed > num_blocks",
         replace="too_few_blocks = np.zeros(num_reqs, dtype=bool)",
         why="a block table too short for the scheduled tokens goes through and fails later as "
         "an index error, or writes a slot of the null block",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    Mutant(
+        name="step_refused_only_if_every_request_is_bad",
+        file=FILE,
+        find="if (too_many_tokens | too_few_blocks).any():",
+        replace="if (too_many_tokens | too_few_blocks).all():",
+        why=".all() instead of .any(): a batch with one bad request among good ones goes "
+        "through, and its short table sends tokens to the null block's slots",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    Mutant(
+        name="zero_scheduled_refused_only_if_all",
+        file=FILE,
+        find="if (scheduled < 1).any():",
+        replace="if (scheduled < 1).all():",
+        why=".all() instead of .any(): a request with no scheduled token in a batch of others "
+        "gets no logits row of its own (logits_indices points at its neighbour's last token)",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    Mutant(
+        name="list_lengths_not_checked",
+        file=FILE,
+        find="""
+            if not (len(token_ids) == len(num_computed_tokens) == len(block_ids) == num_reqs):
+                raise ValueError("prepare_inputs: per-request arguments must have the same length")
+        """,
+        replace="",
+        why="per-request lists of different lengths are not refused: the extra requests are "
+        "silently dropped or given a block table of their own",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    Mutant(
+        name="empty_batch_not_refused",
+        file=FILE,
+        find="""
+            if num_reqs == 0:
+                raise ValueError("prepare_inputs: empty batch")
+        """,
+        replace="",
+        why="an empty batch is not refused: it fails later with an IndexError instead of the "
+        "ValueError the contract promises",
         caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
     ),
 ]

@@ -52,6 +52,16 @@ MUTANTS = [
         caught_by="test_detokenize.py::test_each_step_decodes_a_few_tokens",
     ),
     Mutant(
+        name="window_slid_past_a_silent_token",
+        file=FILE,
+        find="if len(new_text) > len(prefix_text) and (flush or not new_text.endswith(REPLACEMENT_CHAR)):",
+        replace="if len(new_text) >= len(prefix_text) and (flush or not new_text.endswith(REPLACEMENT_CHAR)):",
+        why=">= instead of >: a token that adds no text (a skipped special token) slides the "
+        "window, and the next token is decoded without its context (SentencePiece drops its "
+        "leading space)",
+        caught_by="test_detokenize.py::test_tokens_decode_in_context",
+    ),
+    Mutant(
         name="no_flush_at_finish",
         file=FILE,
         find="""
@@ -70,6 +80,15 @@ MUTANTS = [
         replace="if False:",
         why="decodes the token the core stopped on: with skip_special_tokens=False the EOS "
         "text ends up in the answer",
+        caught_by="test_stop_strings.py::test_stop_terminated_token_left_out",
+    ),
+    Mutant(
+        name="stop_token_dropped_despite_include",
+        file=FILE,
+        find="if stop_terminated and new_token_ids and not self.include_stop_str_in_output:",
+        replace="if stop_terminated and new_token_ids:",
+        why="leaves out the stop token's text even with include_stop_str_in_output, which asks "
+        "for it to be kept",
         caught_by="test_stop_strings.py::test_stop_terminated_token_left_out",
     ),
     Mutant(
@@ -95,6 +114,15 @@ MUTANTS = [
         """,
         why="streams the characters that may begin a stop string: when the next token completes "
         "it, the client has already received part of the stop string",
+        caught_by="test_stop_strings.py::test_stream_holds_back_a_possible_stop_prefix",
+    ),
+    Mutant(
+        name="stop_prefix_hold_back_not_clamped",
+        file=FILE,
+        find="else max(len(self.output_text) - self.stop_buffer_length, 0)",
+        replace="else len(self.output_text) - self.stop_buffer_length",
+        why="no max(..., 0): while the text is shorter than the hold-back, the length is "
+        "negative and output_text[:length] hands out its head ('H' of 'Hi' with stop 'STOP')",
         caught_by="test_stop_strings.py::test_stream_holds_back_a_possible_stop_prefix",
     ),
     # -- stop strings ---------------------------------------------------------------------------
@@ -215,6 +243,52 @@ MUTANTS = [
         why="a step's output for a request aborted meanwhile raises KeyError instead of being "
         "ignored",
         caught_by="test_processor.py::test_stop_string_finishes_and_asks_the_core_to_abort",
+    ),
+    Mutant(
+        name="core_stop_reason_dropped",
+        file=FILE,
+        find="stop_reason = out.stop_reason",
+        replace="stop_reason = None",
+        why="sets stop_reason only for a stop string: a request the core stopped on a stop "
+        "token id reports stop_reason None instead of the token",
+        caught_by="test_processor.py::test_core_finish_reasons",
+    ),
+    Mutant(
+        name="error_output_not_forgotten",
+        file=FILE,
+        find="""
+            if out.error is not None:
+                del self.request_states[out.request_id]
+        """,
+        replace="""
+            if out.error is not None:
+        """,
+        why="fails the request on its queue but keeps tracking it: request_states leaks, and "
+        "a later output for it is processed as if it still ran",
+        caught_by="test_processor.py::test_error_output_fails_the_request",
+    ),
+    Mutant(
+        name="error_output_ignored",
+        file=FILE,
+        find="""
+            if out.error is not None:
+                del self.request_states[out.request_id]
+                state.queue.put_nowait(ValueError(out.error))
+                continue
+        """,
+        replace="",
+        why="treats an error output as an ordinary one: the client gets an empty unfinished "
+        "output and waits forever for a request the core has failed",
+        caught_by="test_processor.py::test_error_output_fails_the_request",
+    ),
+    Mutant(
+        name="error_output_wrong_exception",
+        file=FILE,
+        find="state.queue.put_nowait(ValueError(out.error))",
+        replace="state.queue.put_nowait(RuntimeError(out.error))",
+        why="puts a RuntimeError on the queue instead of the ValueError the contract names: "
+        "a caller that catches ValueError for a failed request misses it",
+        caught_by="test_processor.py::test_error_output_fails_the_request",
     ),
     # -- logprobs ------------------------------------------------------------------------------
     Mutant(

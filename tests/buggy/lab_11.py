@@ -104,6 +104,15 @@ MUTANTS = [
         caught_by="test_check.py::test_accepted_sizes_give_each_ranks_shapes",
     ),
     Mutant(
+        name="check_vocab_unpadded",
+        file=FILE,
+        find="    if padded % tp_size != 0:",
+        replace="    if vocab % tp_size != 0:",
+        why="checks the real vocabulary instead of the padded one: GPT-2's 50,257 tokens are "
+        "refused at TP=2 although the embedding the ranks split has 50,304 rows",
+        caught_by="test_check.py::test_accepted_sizes_give_each_ranks_shapes",
+    ),
+    Mutant(
         name="row_parallel_cut_along_dim_0",
         file=FILE,
         find="return tensor.narrow(dim, start, end - start)",
@@ -119,6 +128,35 @@ MUTANTS = [
         replace="return tensor.narrow(dim, start, end - start).clone()",
         why="copies each shard: a rank holds the full checkpoint and a copy of its slice",
         caught_by="test_weights.py::test_shards_are_views",
+    ),
+    Mutant(
+        name="shard_tensor_by_chunk",
+        file=FILE,
+        find="""
+            start, end = shard_range(int(tensor.shape[dim]), rank, tp_size)
+            return tensor.narrow(dim, start, end - start)
+        """,
+        replace="""
+            return tensor.chunk(tp_size, dim)[rank]
+        """,
+        why="torch.chunk instead of an exact share: 10 rows over 4 ranks become 3, 3, 3 and 1, "
+        "and the ranks' layers no longer have one shape",
+        caught_by="test_weights.py::test_shard_tensor_refuses_an_uneven_dimension",
+    ),
+    Mutant(
+        name="shard_tensor_floors",
+        file=FILE,
+        find="""
+            start, end = shard_range(int(tensor.shape[dim]), rank, tp_size)
+            return tensor.narrow(dim, start, end - start)
+        """,
+        replace="""
+            size = int(tensor.shape[dim]) // tp_size
+            return tensor.narrow(dim, rank * size, size)
+        """,
+        why="floors the shard size: 10 rows over 4 ranks give 2 each and rows 8 and 9 belong "
+        "to nobody, with no error",
+        caught_by="test_weights.py::test_shard_tensor_refuses_an_uneven_dimension",
     ),
     Mutant(
         name="kv_sliced_by_query_range",
@@ -137,6 +175,37 @@ MUTANTS = [
         why="splits K and V evenly like a column-parallel weight: refused as soon as the KV "
         "heads are replicated (2 KV heads over 4 ranks)",
         caught_by="test_weights.py::test_qkv_replicated_kv_heads",
+    ),
+    Mutant(
+        name="q_split_by_kv_rule",
+        file=FILE,
+        find="""
+                first, last = shard_range(total_num_heads, rank, tp_size)
+            elif
+        """,
+        replace="""
+                first, last = kv_head_range(total_num_heads, rank, tp_size)
+            elif
+        """,
+        why="cuts the query rows with the KV-head rule: with fewer query heads than ranks "
+        "(2 over 4) they are replicated instead of refused, and 6 heads over 4 ranks give "
+        "ranks one head each, leaving heads 4 and 5 to nobody",
+        caught_by="test_weights.py::test_qkv_query_heads_are_never_replicated",
+    ),
+    Mutant(
+        name="q_split_by_rows",
+        file=FILE,
+        find="""
+                first, last = shard_range(total_num_heads, rank, tp_size)
+            elif
+        """,
+        replace="""
+                return shard_tensor(tensor, 0, rank, tp_size)
+            elif
+        """,
+        why="splits q_proj by rows instead of by heads: 2 heads of 4 rows over 4 ranks give "
+        "each rank half a head, which no attention kernel can use",
+        caught_by="test_weights.py::test_qkv_query_heads_are_never_replicated",
     ),
     Mutant(
         name="kv_block_not_sharded",

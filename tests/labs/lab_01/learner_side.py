@@ -92,6 +92,11 @@ def make_pool(n: int, enable_caching: bool = False, hash_block_size: int = 4) ->
     )
 
 
+def free_reversed(pool: Any, blocks: list[Any]) -> None:
+    """``pool.free_blocks(reversed(blocks))``: an iterator, as the KV cache manager passes."""
+    pool.free_blocks(reversed(blocks))
+
+
 def run_pool_ops(pool: Any, ops: list[list[Any]]) -> list[Any]:
     """Run ``ops`` on ``pool``; blocks are named by id (``pool.blocks[i]``).
 

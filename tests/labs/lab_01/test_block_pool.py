@@ -77,6 +77,20 @@ def test_null_block_is_reserved():
 
 
 @graded(
+    1,
+    "Misuse: BlockPool refuses num_gpu_blocks < 1 and hash_block_size < 1 with ValueError",
+    f"{DOC}#misuse-errors",
+)
+def test_bad_pool_sizes_are_errors():
+    """A pool needs at least the null block, and blocks of at least one token."""
+    bp = load_impl("block_pool")
+    with pytest.raises(ValueError):
+        bp.BlockPool(num_gpu_blocks=0, enable_caching=False, hash_block_size=4)
+    with pytest.raises(ValueError):
+        bp.BlockPool(num_gpu_blocks=4, enable_caching=False, hash_block_size=0)
+
+
+@graded(
     2,
     "I1: get_new_blocks pops from the front of the free queue and sets ref_cnt = 1",
     f"{DOC}#allocating-blocks",
@@ -141,8 +155,23 @@ def test_too_many_blocks_is_an_error():
 
 
 @graded(
+    1,
+    "I1 (broken state): get_new_blocks raises RuntimeError if a block it pops from the free "
+    "queue has ref_cnt != 0",
+    f"{DOC}#misuse-errors",
+)
+def test_queued_block_in_use_is_an_error():
+    """A block in the queue with a reference is a corrupted pool: say so, do not hide it."""
+    pool = make_pool(4)
+    pool.blocks[1].ref_cnt = 1  # corrupt the pool: block 1 is queued but held
+    with pytest.raises(RuntimeError):
+        pool.get_new_blocks(1)
+
+
+@graded(
     3,
-    "I1: free_blocks decrements ref_cnt and appends the blocks that reach 0, in the order given",
+    "I1: free_blocks decrements ref_cnt and appends the blocks that reach 0, in the order "
+    "given (any iterable: the KV cache manager passes reversed(blocks))",
     f"{DOC}#freeing-blocks-and-the-eviction-order",
 )
 def test_free_blocks_appends_in_given_order():
@@ -156,6 +185,13 @@ def test_free_blocks_appends_in_given_order():
     again = pool.get_new_blocks(2)
     assert ids(again) == [5, 6], (
         "the never-used blocks at the front are handed out before recently freed ones"
+    )
+    side().free_reversed(pool, again)  # pool.free_blocks(reversed([5, 6])): an iterator
+    free, refs = check_pool(pool), (ref(again[0]), ref(again[1]))
+    assert free == [4, 3, 2, 1, 6, 5] and refs == (0, 0), (
+        f"free_blocks(reversed([block 5, block 6])) must free both, 6 then 5: the queue is "
+        f"{free} (expected [4, 3, 2, 1, 6, 5]) and their ref_cnts {refs} (expected (0, 0)). "
+        "ordered_blocks may be an iterator, which can be walked only once: make it a list first"
     )
 
 
@@ -207,6 +243,16 @@ def test_double_free_is_an_error():
         f"a has {ref(a)} (expected 0)"
     )
     assert check_pool(pool) == [3, 4, 1], "a refused free must not queue any block"
+    # The same block twice in one call, held once: its second entry is a double free.
+    b.ref_cnt = 1
+    with pytest.raises(ValueError):
+        pool.free_blocks([b, b])
+    assert ref(b) == 1, (
+        f"free_blocks([b, b]) with b held once must be refused and leave ref_cnt 1, got "
+        f"{ref(b)}: check each block's ref_cnt as you drop its reference, not all of them "
+        "before dropping any"
+    )
+    assert check_pool(pool) == [3, 4, 1], "a refused free_blocks([b, b]) must not queue b"
 
 
 @graded(2, "Misuse: freeing the null block raises ValueError", f"{DOC}#misuse-errors")

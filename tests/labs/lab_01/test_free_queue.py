@@ -64,6 +64,14 @@ def test_new_queue_links_blocks_in_order():
         f"get_all_free_blocks must list the free blocks front to back, without the sentinels: "
         f"got {listed}"
     )
+    _, other = make_queue(2)  # a second pool has a queue of its own
+    assert other.fake_free_list_head is not q.fake_free_list_head, (
+        "I2: every queue needs its own two sentinels, made in __init__: two queues share "
+        "fake_free_list_head (a class attribute is one object shared by every instance)"
+    )
+    assert check_queue(q) == [0, 1, 2, 3, 4], (
+        "I2: building a second queue must leave the first one as it was"
+    )
 
 
 @graded(
@@ -134,15 +142,22 @@ def test_popleft_n():
 
 @graded(
     1,
-    "popleft_n must refuse to pop more blocks than are free, and leave the queue as it was",
+    "popleft_n must refuse (ValueError) to pop more blocks than are free or a negative "
+    "number, and leave the queue as it was",
     f"{DOC}#misuse-errors",
 )
 def test_popleft_n_too_many_is_an_error():
-    """Asking for more blocks than the queue holds is a clear error."""
+    """Asking for more blocks than the queue holds, or fewer than none, is a clear error."""
     _, q = make_queue(3)
-    with pytest.raises((ValueError, RuntimeError, AssertionError)):
+    with pytest.raises(ValueError):
         q.popleft_n(4)
     assert check_queue(q) == [0, 1, 2], "a refused popleft_n must not change the queue"
+    with pytest.raises(ValueError):
+        q.popleft_n(-1)
+    assert check_queue(q) == [0, 1, 2], (
+        "popleft_n(-1) must be refused with ValueError and change nothing (not even "
+        "num_free_blocks)"
+    )
 
 
 @graded(
@@ -168,14 +183,15 @@ def test_remove_from_middle_head_and_tail():
 
 @graded(
     2,
-    "I2/misuse: removing a block that is not in the queue must raise, not corrupt the list",
+    "I2/misuse: removing a block that is not in the queue must raise RuntimeError (a broken "
+    "state), not corrupt the list",
     f"{DOC}#misuse-errors",
 )
 def test_remove_block_not_in_queue_is_an_error():
     """remove of a popped block raises and leaves the queue intact."""
     _, q = make_queue(4)
     popped = q.popleft()
-    with pytest.raises((RuntimeError, ValueError)) as excinfo:
+    with pytest.raises(RuntimeError) as excinfo:
         q.remove(popped)
     assert str(excinfo.value), "the error must say what was wrong"
     assert check_queue(q) == [1, 2, 3], "a refused remove must not change the queue or its count"

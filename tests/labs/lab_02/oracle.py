@@ -10,9 +10,40 @@ traces.
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from typing import Any
 
+from hypothesis import Phase, settings
+
+from grading.suite import SESSION
+from tests.labs.common import GRADED_SETTINGS
 from tests.labs.lab_02.learner_side import REPORT_FIELDS, STEP_FIELDS
+
+#: At most this long is spent shortening a failing random example.
+SHRINK_SECONDS = 3.0
+#: Random tests: reproducible, and no ``explain`` phase (more replays of a failing example).
+RANDOM_SETTINGS = settings(
+    GRADED_SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]
+)
+
+
+@contextlib.contextmanager
+def bounded_shrinking(seconds: float = SHRINK_SECONDS) -> Iterator[None]:
+    """Hypothesis shortens a failing example for at most ``seconds`` (and never past the test's
+    deadline): each try is a whole simulation in the learner process and one here, and without
+    a bound a failure would show as a timeout instead of the trace that broke."""
+    from hypothesis.internal.conjecture import engine
+
+    saved = engine.MAX_SHRINKING_SECONDS
+    if SESSION.deadline is not None:
+        seconds = max(0.5, min(seconds, SESSION.deadline - time.monotonic() - 4.0))
+    engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = saved
 
 
 def reference_allocator(spec: list[Any]) -> Any:

@@ -160,11 +160,13 @@ def test_paged_holds_whole_blocks_covering_the_tokens():
 @graded(
     2,
     "Paged: ensure is all or nothing: when fewer blocks are free than needed the "
-    "request gets none of them",
+    "request gets none of them; a request that needs no new block succeeds even when "
+    "none is free",
     f"{DOC}#task-2-paged-allocation",
 )
 def test_paged_ensure_is_all_or_nothing():
-    """A refused request takes no block; a smaller one still fits."""
+    """A refused request takes no block; a smaller one still fits; a full memory still lets a
+    request grow inside its last block."""
     alloc = frag().PagedAllocator(16, 4)
     assert alloc.ensure("A", 12, 100), "ensure('A', 12 tokens) on 4 free blocks of 4 is True"
     assert alloc.ensure("B", 5, 100) is False, (
@@ -175,6 +177,11 @@ def test_paged_ensure_is_all_or_nothing():
     )
     assert alloc.ensure("B", 4, 100) is True and alloc.block_tables["B"] == [3], (
         f"ensure('B', 4 tokens) takes the last free block, 3: block tables {alloc.block_tables}"
+    )
+    grown = alloc.ensure("A", 12, 100)
+    assert grown is True and alloc.block_tables["A"] == [0, 1, 2], (
+        f"no block is free, but A's 12 tokens fit in the 3 blocks it holds: ensure('A', 12) "
+        f"must return True and take nothing, got {grown} with block tables {alloc.block_tables}"
     )
     assert alloc.ensure("A", 13, 100) is False and alloc.block_tables["A"] == [0, 1, 2], (
         f"no block is free: ensure('A', 13) is False and A keeps [0, 1, 2]: block tables "

@@ -112,7 +112,8 @@ def test_dtype_size():
 @graded(
     4,
     "kv_cache_dims: the cache has one K and one V per *KV* head (num_key_value_heads, "
-    "which defaults to num_attention_heads); head_dim is the config's own when it has one",
+    "which defaults to num_attention_heads when absent or null); head_dim is the config's "
+    "own when it has one (not null)",
     f"{DOC}#bytes-per-token",
 )
 def test_kv_cache_dims_reads_real_configs():
@@ -120,6 +121,24 @@ def test_kv_cache_dims_reads_real_configs():
     m = kv()
     for name, (cfg, _, dims, _) in MODELS.items():
         got = dims_of(m.kv_cache_dims(learner_config(cfg)), name)
+        assert got == dims, f"{name}: kv_cache_dims should be {dims}, got {got}"
+    # A config.json may spell a field it does not set as null: the default applies, as if the
+    # field were absent.
+    for name, cfg, dims in (
+        (
+            "Llama-2-7B with num_key_value_heads: null (MHA)",
+            {**config(32, 4096, 32), "num_key_value_heads": None},
+            (32, 32, 128),
+        ),
+        (
+            "Llama-3-8B with head_dim: null (hidden_size / heads)",
+            {**config(32, 4096, 32, 8), "head_dim": None},
+            (32, 8, 128),
+        ),
+    ):
+        got = dims_of(
+            m.kv_cache_dims(learner_config(cfg)), f"{name}: a null field takes its default"
+        )
         assert got == dims, f"{name}: kv_cache_dims should be {dims}, got {got}"
 
 

@@ -182,4 +182,9 @@ def test_map_keeps_several_blocks_per_hash():
     assert m.pop(k, 2) is b, "pop(key, 2) must remove and return block 2"
     assert m.get_one_block(k) is None, "a key whose blocks were all popped must miss"
     assert m.get_one_block(k2) is c, "popping under one key must not touch another key"
+    assert m.pop(k2, 1) is None, (
+        "pop(key, 1) must return None when key holds only block 3: remove exactly the block "
+        "asked for, also when it is the only one under key"
+    )
+    assert m.get_one_block(k2) is c, "pop(key, 1) must leave block 3 cached under key"
     assert m.pop(_key("missing"), 1) is None, "popping under a key never inserted returns None"

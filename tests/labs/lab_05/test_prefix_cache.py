@@ -144,6 +144,17 @@ def test_cache_full_blocks_skips_null_and_masked_blocks():
         "I3: the null block is a placeholder: it is never cached"
     )
     assert hit(pool, other.block_hashes[1]) is blk, "the real block after it must be cached"
+    third = make_request([3, 3, 4, 4, 5, 5])
+    more = pool.get_new_blocks(3)
+    pool.cache_full_blocks(third.obj, more, 0, 1, BS, 0)
+    pool.cache_full_blocks(third.obj, more, 1, 3, BS, 0, block_mask=[False, True])
+    assert more[1].block_hash is None and hit(pool, third.block_hashes[1]) is None, (
+        "I3: block_mask has one entry per NEW full block, blocks[num_cached_blocks:"
+        "num_full_blocks]: with num_cached_blocks=1, mask [False, True] leaves blocks[1] out"
+    )
+    assert hit(pool, third.block_hashes[2]) is more[2], (
+        "I3: with num_cached_blocks=1, mask [False, True] caches blocks[2]"
+    )
     check_pool(pool)
 
 
@@ -176,6 +187,92 @@ def test_hashing_a_block_twice_is_an_error():
     check_pool(pool)
 
 
+def _refused(what: str, call) -> None:
+    """``call()`` must raise ValueError; anything else fails, naming ``what``."""
+    try:
+        call()
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        got = getattr(exc, "learner_type", "") or type(exc).__name__
+        raise AssertionError(
+            f"cache_full_blocks with {what} must raise ValueError, not {got.rsplit('.', 1)[-1]}"
+        ) from None
+    raise AssertionError(f"cache_full_blocks with {what} must raise ValueError; it returned")
+
+
+@graded(
+    2,
+    "Misuse: cache_full_blocks refuses (ValueError, nothing cached) too few block hashes or "
+    "blocks, a block_mask of the wrong length and a block_size other than hash_block_size",
+    f"{DOC}#caching-full-blocks",
+)
+def test_cache_full_blocks_refuses_bad_arguments():
+    """Bad counts would silently cache fewer blocks, or under hashes of another size."""
+    pool = make_pool(6)
+    req = make_request([1, 2, 3, 4])  # two full blocks: two block hashes
+    blocks = pool.get_new_blocks(3)
+    cache = pool.cache_full_blocks
+    _refused(
+        "num_full_blocks=3 for a request of 2 block hashes",
+        lambda: cache(req.obj, blocks, 0, 3, BS, 0),
+    )
+    _refused("num_full_blocks=2 but 1 block given", lambda: cache(req.obj, blocks[:1], 0, 2, BS, 0))
+    _refused(
+        "a block_mask of 3 entries for 2 new full blocks",
+        lambda: cache(req.obj, blocks, 0, 2, BS, 0, block_mask=[True, True, True]),
+    )
+    _refused(
+        "a block_mask of 1 entry for 2 new full blocks",
+        lambda: cache(req.obj, blocks, 0, 2, BS, 0, block_mask=[True]),
+    )
+    _refused(
+        f"block_size={2 * BS} in a pool of hash_block_size={BS}",
+        lambda: cache(req.obj, blocks, 0, 2, 2 * BS, 0),
+    )
+    hashes = pool_snapshot(pool, hashes=True)["hashes"]
+    assert hashes == [None] * 6, "a refused cache_full_blocks must give no block a hash"
+    assert hit(pool, req.block_hashes[0]) is None, "a refused cache_full_blocks must cache nothing"
+
+
+@graded(
+    2,
+    "I3: the cache key is the block hash with the KV cache group id: cache_full_blocks files "
+    "blocks under its kv_cache_group_id, and get_cached_block returns one block per group "
+    "asked, in that order, or None if any of them misses",
+    f"{DOC}#the-cache-map",
+)
+def test_cache_groups_are_all_or_nothing():
+    """Each group caches its own pages; a prefix is reusable only if every group has it."""
+    pool = make_pool(5)
+    req = make_request([1, 2])
+    h = req.block_hashes[0]
+    a, b = pool.get_new_blocks(2)
+    pool.cache_full_blocks(req.obj, [a], 0, 1, BS, 1)
+    assert a.block_hash == make_block_hash_with_group_id(h, 1), (
+        "cache_full_blocks(..., kv_cache_group_id=1) must give the block the key "
+        "make_block_hash_with_group_id(hash, 1), not group 0's"
+    )
+    assert pool.get_cached_block(h, [0]) is None, "a block cached for group 1 must miss for group 0"
+    found = pool.get_cached_block(h, [1])
+    assert type(found) is list and len(found) == 1 and found[0] is a, (
+        "a block cached for group 1 must hit for group 1"
+    )
+    for groups in ([0, 1], [1, 0]):
+        got = pool.get_cached_block(h, groups)
+        assert got is None, (
+            f"get_cached_block(hash, {groups}) must be None: group 0 misses (all or nothing), "
+            f"got {describe(got) if type(got) is not list else 'a list of ' + str(len(got))}"
+        )
+    pool.cache_full_blocks(req.obj, [b], 0, 1, BS, 0)
+    both = pool.get_cached_block(h, [1, 0])
+    assert type(both) is list and len(both) == 2 and both[0] is a and both[1] is b, (
+        "get_cached_block(hash, [1, 0]) must return [group 1's block, group 0's block]"
+    )
+
+
 @graded(
     2,
     "get_cached_block returns the cached block without taking a reference, None on a miss",
@@ -201,8 +298,8 @@ def test_get_cached_block_hit_and_miss():
 
 @graded(
     3,
-    "I4: touch revives a free cached block by removing it from the middle of the free "
-    "queue, keeping everyone else's order",
+    "I4: touch revives a free block (cached or not) by removing it from the middle of the "
+    "free queue, keeping everyone else's order",
     f"{DOC}#touch-and-revival",
 )
 def test_touch_revives_from_the_middle():
@@ -224,6 +321,14 @@ def test_touch_revives_from_the_middle():
     )
     assert blocks[0].block_hash == key(req.block_hashes[0]), (
         "touch must not drop the hash of a revived block"
+    )
+    plain = pool.blocks[5]  # free, never cached
+    pool.touch([plain])
+    free = check_pool(pool)
+    assert ref(plain) == 1 and free == [4, 6, 7, 3], (
+        f"I1: touch must take any free block out of the queue, cached or not: after touching "
+        f"block 5 (free, no hash) it has ref_cnt {ref(plain)} (expected 1) and the queue is "
+        f"{free} (expected [4, 6, 7, 3])"
     )
 
 
@@ -271,6 +376,21 @@ def test_touch_null_block_is_an_error():
 
 
 @graded(
+    1,
+    "Misuse (broken state): touch of a block with ref_cnt 0 that is not in the free queue "
+    "raises RuntimeError (the queue's remove refuses it)",
+    f"{DOC}#misuse-errors",
+)
+def test_touch_free_block_not_in_queue_is_an_error():
+    """ref_cnt 0 means the block is in the free queue (I1); when it is not, say so."""
+    pool = make_pool(4)
+    (blk,) = pool.get_new_blocks(1)
+    blk.ref_cnt = 0  # corrupt the pool: block 1 is not queued, yet nobody holds it
+    with pytest.raises(RuntimeError):
+        pool.touch([blk])
+
+
+@graded(
     3,
     "I4: freed blocks are evicted LRU first and, within a request, tail first, so a "
     "prefix's head outlives its tail",
@@ -315,7 +435,7 @@ def test_maybe_evict_cached_block():
 @graded(
     2,
     "evict_blocks forgets the cached prefixes of the given block ids only, and refuses "
-    "(ValueError, nothing evicted) an id outside the pool",
+    "(ValueError, nothing evicted) an id outside the pool, 0 .. num_gpu_blocks - 1",
     f"{DOC}#eviction-order",
 )
 def test_evict_blocks_by_id():
@@ -332,6 +452,7 @@ def test_evict_blocks_by_id():
     assert hit(pool, req.block_hashes[2]) is blocks[2], "block 3 must stay cached"
     assert [ref(b) for b in blocks] == [1, 1, 1], "evict_blocks must not free blocks"
     check_pool(pool)
+    pool.evict_blocks({0})  # the null block is a block of the pool (never cached): a no-op
     for bad in (6, -1):
         with pytest.raises(ValueError):
             pool.evict_blocks({1, bad})

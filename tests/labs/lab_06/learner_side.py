@@ -23,3 +23,17 @@ def write_interleaved(buffer: Any, key: Any, value: Any, slot_mapping: Any) -> t
 
     result = yours.reshape_and_cache(key, value, buffer[:, 0], buffer[:, 1], slot_mapping)
     return buffer, result
+
+
+def slot_mapping_and_inputs(
+    block_table: Any, positions: Any, block_size: int
+) -> tuple[Any, Any, Any]:
+    """The learner's ``compute_slot_mapping(block_table, positions, block_size)``, and the two
+    input arrays as they are after the call.
+
+    Returns ``(slots, block_table, positions)``.
+    """
+    import paged_attention_numpy as yours
+
+    slots = yours.compute_slot_mapping(block_table, positions, block_size)
+    return slots, block_table, positions

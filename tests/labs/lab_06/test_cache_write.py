@@ -66,24 +66,49 @@ def test_slot_formula(case):
         )
 
 
-@graded(1, "a negative position is padding and maps to slot -1", f"{DOC}#padding-slots")
+@graded(
+    1,
+    "a negative position, however far below 0, is padding and maps to slot -1 without "
+    "being looked up in the table; the positions passed in are left unchanged",
+    f"{DOC}#padding-slots",
+)
 def test_negative_positions_are_padding():
     """Positions < 0 (padding of a fixed-size batch) get slot -1, the others their slot."""
-    got = as_array(
-        pa().compute_slot_mapping(np.array([3, 1]), np.array([-1, 0, 5, -1, -7]), 4), "slots"
+    pa()
+    positions = [-1, 0, 5, -1, -7, -9, -100]
+    got, table_after, positions_after = learner_module("learner_side").slot_mapping_and_inputs(
+        np.array([3, 1]), np.array(positions), 4
     )
-    assert got.tolist() == [-1, 12, 5, -1, -1], (
-        f"expected [-1, 12, 5, -1, -1] (padding -> -1), got {got.tolist()}"
+    got = as_array(got, "slots")
+    want = [-1, 12, 5, -1, -1, -1, -1]
+    assert got.tolist() == want, (
+        f"positions {positions} through the table [3, 1] (blocks of 4): expected {want} "
+        f"(padding -> -1), got {got.tolist()}"
     )
+    after = as_array(positions_after, "the positions after the call").tolist()
+    assert after == positions, (
+        f"compute_slot_mapping changed the positions array it was given: {positions} became "
+        f"{after}; the model still needs them (RoPE), so work on a copy"
+    )
+    table = as_array(table_after, "the block table after the call").tolist()
+    assert table == [3, 1], f"compute_slot_mapping changed the block table [3, 1] into {table}"
 
 
-@graded(1, "slots come back with the positions' shape, as integers", f"{DOC}#slot-mapping")
+@graded(
+    1,
+    "slots come back with the positions' shape, as int64 whatever the inputs' integer type",
+    f"{DOC}#slot-mapping",
+)
 def test_slot_mapping_keeps_shape():
-    """A 2-D array of positions gives a 2-D array of integer slots."""
-    positions = np.array([[0, 1, 2], [5, 6, -1]])
-    got = as_array(pa().compute_slot_mapping(np.array([4, 0]), positions, 4), "slots")
+    """A 2-D int32 array of positions gives a 2-D int64 array of slots."""
+    positions = np.array([[0, 1, 2], [5, 6, -1]], dtype=np.int32)
+    table = np.array([4, 0], dtype=np.int32)
+    got = as_array(pa().compute_slot_mapping(table, positions, 4), "slots")
     assert got.shape == (2, 3), f"slots shape {got.shape}, expected (2, 3)"
-    assert np.issubdtype(got.dtype, np.integer), f"slots must be integers, got {got.dtype}"
+    assert got.dtype == np.int64, (
+        f"slots must be int64 (the dtype of vLLM's slot_mapping), got {got.dtype} from int32 "
+        "positions and table: convert with .astype(np.int64)"
+    )
     assert got.tolist() == [[16, 17, 18], [1, 2, -1]], f"got {got.tolist()}"
 
 

@@ -213,7 +213,12 @@ def test_decode_applies_the_scale_once():
         assert_close(got, decode_oracle(query, paged, scale), TOL, f"decode with scale {scale:.4g}")
 
 
-@graded(1, "float32 inputs give a float32 output of the query's shape", f"{DOC}#numerics")
+@graded(
+    1,
+    "the output takes the QUERY's dtype: float32 queries give a float32 output, over a "
+    "float32 cache or a float64 one",
+    f"{DOC}#numerics",
+)
 def test_decode_float32_inputs():
     """Single precision in, single precision out, within float32 rounding."""
     rng = np.random.default_rng(7)
@@ -229,6 +234,16 @@ def test_decode_float32_inputs():
     paged.values = [v.astype(np.float32).astype(np.float64) for v in paged.values]
     want = decode_oracle(query.astype(np.float64), paged, 0.35)
     assert_close(got, want, 1e-5, "decode in float32")
+    got = as_array(
+        pa().paged_attention_decode(
+            query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.35
+        ),
+        "decode of a float32 query over a float64 cache",
+    )
+    assert got.dtype == np.float32, (
+        f"a float32 query over a float64 cache: output dtype {got.dtype}, expected float32 "
+        "(the query's, not the cache's)"
+    )
 
 
 # ----------------------------------------------------------------------------------- prefill

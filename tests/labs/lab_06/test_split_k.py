@@ -59,7 +59,8 @@ def split_result(got, what: str) -> tuple[np.ndarray, np.ndarray]:
 @graded(
     2,
     "attend_split: the piece's output is normalised by the piece's OWN softmax sum, and "
-    "lse = m + log(sum exp(s - m)) of the scaled scores s = scale * q . k",
+    "lse = m + log(sum exp(s - m)) of the scaled scores s = scale * q . k, m being each "
+    "head's own largest score",
     f"{DOC}#part-3-split-k-decode",
 )
 def test_attend_split_output_and_lse():
@@ -81,6 +82,27 @@ def test_attend_split_output_and_lse():
         want_partial,
         TOL,
         "attend_split's output over 11 keys (softmax over this piece alone)",
+    )
+    # One head's scores in the thousands, the other's near 1: a single max over all heads
+    # underflows the second head's exp to 0 (0 / 0).
+    query = rng.standard_normal((2, 8)) * np.array([[3000.0], [1.0]])
+    key, value = rng.standard_normal((9, 1, 8)), rng.standard_normal((9, 1, 8))
+    with np.errstate(all="ignore"):
+        partial, lse = split_result(pa().attend_split(query, key, value, 0.35), "9 keys")
+    want_partial, want_lse = oracle_split(query, key, value, 0.35)
+    assert_close(
+        lse,
+        want_lse,
+        1e-9,
+        f"lse of 9 keys, head 0's scores in the thousands and head 1's near 1 (expected "
+        f"{np.round(want_lse, 3).tolist()}: subtract each head's own max, not one max of all)",
+    )
+    assert_close(
+        partial,
+        want_partial,
+        1e-9,
+        "attend_split's output over 9 keys, head 0's scores in the thousands and head 1's "
+        "near 1 (subtract each head's own max, not one max of all)",
     )
 
 
@@ -144,12 +166,12 @@ def test_merge_splits_equals_one_softmax(case):
 
 @graded(
     1,
-    "merge_splits subtracts the largest lse before exp: lse values in the thousands "
-    "must not overflow",
+    "merge_splits subtracts EACH HEAD's largest lse before exp: lse values in the "
+    "thousands must not overflow, nor swamp another head whose lse are small",
     f"{DOC}#part-3-split-k-decode",
 )
 def test_merge_splits_large_lse_do_not_overflow():
-    """exp(1000) is inf in float64; exp(lse - max lse) is at most 1."""
+    """exp(1000) is inf in float64; exp(lse - max lse) is at most 1, per head."""
     partial = np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[5.0, 5.0]]])
     lse = np.array([[1000.0], [1000.0 + np.log(3.0)], [-np.inf]])
     got = pa().merge_splits(partial, lse)
@@ -159,6 +181,18 @@ def test_merge_splits_large_lse_do_not_overflow():
         TOL,
         "splits with lse 1000 and 1000 + log 3 weigh 1/4 and 3/4 (an empty third "
         "split, lse -inf, weighs 0)",
+    )
+    partial = np.array([[[1.0, 0.0], [2.0, 0.0]], [[0.0, 1.0], [0.0, 2.0]]])
+    lse = np.array([[1000.0, np.log(3.0)], [1000.0 + np.log(3.0), 0.0]])
+    with np.errstate(all="ignore"):
+        got = pa().merge_splits(partial, lse)
+    assert_close(
+        got,
+        np.array([[0.25, 0.75], [1.5, 0.5]]),
+        TOL,
+        "two heads: head 0's splits have lse 1000 and 1000 + log 3 (weights 1/4, 3/4), head "
+        "1's log 3 and 0 (weights 3/4, 1/4); head 1's weights are exp(lse - head 1's max), "
+        "not exp(lse - 1000)",
     )
 
 

@@ -158,6 +158,12 @@ class Driver:
         self.requests[request_id] = req
         return req
 
+    def add_unhashed(self, request_id: str, tokens: list[int]) -> None:
+        """A request built without a ``block_hasher``: it has no ``block_hashes``."""
+        self.requests[request_id] = Request(
+            request_id, list(tokens), SamplingParams(max_tokens=1000)
+        )
+
     def arrive(self, request_id: str, tokens: list[int]) -> None:
         """``add``, returning nothing (a replayed operation)."""
         self.add(request_id, tokens)

@@ -334,6 +334,48 @@ def test_lookahead_slots_are_not_published():
 
 
 @graded(
+    2,
+    "Publishing: a block is published under its request's hash, so a request built without "
+    "a block_hasher (no block_hashes) has no hit and publishes nothing, yet gets its slots",
+    f"{DOC}#publishing-full-blocks",
+)
+def test_request_without_hashes_publishes_nothing():
+    """The same 9 tokens, cached by a hashed request: the unhashed one neither hits nor
+    publishes, and decodes on as usual."""
+    d = driver(10)
+    d.add("a", list(range(9)))
+    d.admit("a")  # blocks 1 2 3, the first two published
+    d.add_unhashed("u", list(range(9)))
+    try:
+        out = d.admit("u")
+        new = d.decode("u", 9)
+        more = [d.decode("u", token) for token in (10, 11, 12)]
+    except (ValueError, IndexError, RuntimeError, KeyError) as exc:
+        raise AssertionError(
+            f"a request without a block_hasher made your manager raise {type(exc).__name__} "
+            f"({exc}): its block_hashes is empty, so it hits nothing and cache_blocks publishes "
+            "at most len(request.block_hashes) = 0 blocks"
+        ) from exc
+    assert out["num_hit"] == 0 and out["hit"] == [], (
+        f"u has no block hashes, so nothing can be looked up: expected no hit, got "
+        f"{out['num_hit']} tokens in {out['hit']}"
+    )
+    assert out["new"] == [4, 5, 6], (
+        f"u needs 9 slots = 3 fresh blocks: expected [4, 5, 6], got {out['new']}"
+    )
+    assert new == [] and more == [[], [], [7]], (
+        f"decoding tokens 10-13 of u: expected new blocks [], [], [], [7], got {[new, *more]}"
+    )
+    state = d.state()
+    hashes = {b: state["hash"][b] for b in table(state, "u")}
+    assert all(h is None for h in hashes.values()), (
+        f"u's full blocks {[b for b, h in hashes.items() if h is not None]} were published: a "
+        "request without block hashes publishes nothing"
+    )
+    check_state(state, expected_ref_cnts={4: 1, 5: 1, 6: 1, 7: 1})
+
+
+@graded(
     2, "Allocating slots: no request gets slots beyond max_model_len", f"{DOC}#allocating-slots"
 )
 def test_slots_capped_at_max_model_len():
@@ -349,8 +391,8 @@ def test_slots_capped_at_max_model_len():
 
 @graded(
     1,
-    "Allocating slots: num_new_tokens must be > 0 (ValueError), and hits must match "
-    "num_new_computed_tokens",
+    "Allocating slots: num_new_tokens must be > 0 (ValueError), hits must match "
+    "num_new_computed_tokens, and only a request's first allocation may bring hits",
     f"{DOC}#allocating-slots",
 )
 def test_bad_arguments_are_rejected():
@@ -364,6 +406,19 @@ def test_bad_arguments_are_rejected():
         mgr.allocate_slots(a, 2, num_new_computed_tokens=BS)  # claims hits, gives no blocks
     state = d.state()
     assert "a" not in state["tables"] and num_free(state) == 9
+    # Hits are for a request's first allocation only: a holds blocks after its first chunk.
+    d.allocate("a", 4)
+    hits, num_hit = mgr.get_computed_blocks(a)  # a's own first block, cached
+    assert num_hit == BS
+    try:
+        counted = mgr.get_num_blocks_to_allocate("a", 12, hits.blocks[0])
+    except ValueError:
+        counted = None
+    assert counted is None, (
+        f"get_num_blocks_to_allocate('a', 12, <a hit>) returned {counted} for a request that "
+        "already holds blocks: prefix-cache hits apply only to a request's first allocation, "
+        "so it must raise ValueError"
+    )
 
 
 @graded(
@@ -397,6 +452,19 @@ def test_admission_gate():
         f"block needed, 2 free, so the gate lets it through; expected the new blocks [4] "
         f"(the chunk's only), got {out['new']}"
     )
+    # e shares the same 2 held blocks but is 20 tokens long: 3 fresh blocks, 1 free.
+    d.add("e", [*range(8), *(60 + i for i in range(12))])
+    before = d.state()
+    out = d.admit("e", 2, gate=True)
+    assert out["num_hit"] == 8
+    assert out["new"] is None, (
+        "e's whole sequence is 20 tokens = 5 blocks: 2 hits held by others (free of charge) "
+        "and 3 fresh, but only 1 block is free, so the gate must refuse it (None); got "
+        f"{out['new']}. The hits are counted once, as blocks: size the sequence by "
+        "min(num_tokens, max_model_len), not by num_tokens less the hit tokens"
+    )
+    after = d.state()
+    assert unchanged(before, after), f"a refused admission changed {describe_change(before, after)}"
     # Gate passed: the chunk gets its blocks, not the whole sequence.
     d2 = driver(10)
     d2.add("long", list(range(20)))

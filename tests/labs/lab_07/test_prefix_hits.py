@@ -112,7 +112,7 @@ def test_the_first_miss_ends_the_hit():
 @graded(
     2,
     "find_longest_cache_hit returns at most max_cache_hit_length // block_size blocks, "
-    "as (blocks per group, tokens)",
+    "as (blocks per group, tokens); fewer when the hashes end first",
     f"{DOC}#prefix-cache-hits",
 )
 def test_find_longest_cache_hit_respects_the_limit():
@@ -129,6 +129,22 @@ def test_find_longest_cache_hit_respects_the_limit():
         assert (got, n) == (a_table[:expected], expected * BS), (
             f"max_cache_hit_length={limit}: expected {expected} blocks ({expected * BS} tokens) "
             f"{a_table[:expected]}, got {n} tokens in {got}"
+        )
+    # A limit beyond the hashes: the hashes end the walk (no IndexError), as a miss would.
+    for limit, given in ((100, 3), (12, 1), (8, 0)):
+        try:
+            found, n = mgr.find_longest_cache_hit(hashes[:given], limit)
+        except IndexError as exc:
+            raise AssertionError(
+                f"find_longest_cache_hit({given} hashes, max_cache_hit_length={limit}) raised "
+                f"IndexError ({exc}): the limit only caps the walk, the list of hashes may end "
+                "first (a request without a block_hasher has none); walk the hashes themselves"
+            ) from exc
+        got = [blk.block_id for blk in found[0]]
+        assert (got, n) == (a_table[:given], given * BS), (
+            f"find_longest_cache_hit({given} hashes, max_cache_hit_length={limit}): expected "
+            f"the {given} cached blocks {a_table[:given]} ({given * BS} tokens), got {n} "
+            f"tokens in {got}"
         )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grading.remote import LearnerError
 from grading.suite import graded
 from mini_vllm.request import RequestStatus
 from tests.labs.lab_08.helpers import DOC, RANDOM_SETTINGS, Engine, batch, bounded_shrinking
@@ -42,14 +43,35 @@ def preempted_b() -> Engine:
 @graded(
     3,
     "finish_requests (abort) finishes running, waiting and preempted requests: they leave "
-    "their queue, their blocks are freed, their status is the one given; unknown, "
-    "finished and repeated ids are ignored, one id may come as a str; it returns the ids "
-    "it finished, each once",
+    "their queue, their blocks are freed, their status is the one given (one that is not "
+    "a finished status: ValueError, nothing changed); unknown, finished and repeated ids "
+    "are ignored, one id may come as a str; it returns the ids it finished, each once",
     f"{DOC}#finishing-and-freeing",
 )
 def test_finish_requests_aborts():
     """b (preempted) and cc, dd (waiting) wait behind a (running); each kind is aborted."""
     engine = preempted_b()
+    for status in (RequestStatus.RUNNING, RequestStatus.WAITING):
+        try:
+            engine.sched.finish_requests(["a"], status)
+        except ValueError:
+            pass
+        except LearnerError as exc:
+            raise AssertionError(
+                f"finish_requests(['a'], {status.name}) must raise ValueError ({status.name} is "
+                f"not a finished status), before changing anything; it raised "
+                f"{getattr(exc, 'display', exc)}"
+            ) from None
+        else:
+            raise AssertionError(
+                f"finish_requests(['a'], {status.name}) must raise ValueError: {status.name} "
+                "is not a finished status"
+            )
+    engine.refresh()
+    assert engine.running == ["a"] and engine.info("a")["status"] == RequestStatus.RUNNING, (
+        f"the refused finish_requests changed a: running {engine.running}, a's status "
+        f"{engine.info('a')['status'].name}"
+    )
     engine.add("cc", 2, base=90)
     engine.add("dd", 2, base=95)
     engine.refresh()

@@ -18,19 +18,26 @@ from tests.labs.lab_08.helpers import DOC, RANDOM_SETTINGS, Engine, batch, bound
 @graded(
     2,
     "The admission gate: a waiting request whose whole prompt does not fit is not "
-    "admitted, although its first chunk would; nothing is preempted for it",
+    "admitted, although its first chunk would; nothing is preempted for it, and it keeps "
+    "its place at the front of the waiting queue (FCFS: nobody behind it is admitted)",
     f"{DOC}#the-admission-gate",
 )
 def test_the_gate_waits_for_the_whole_prompt():
-    """4 usable blocks: a takes 3; b's 8-token prompt needs 2, its 3-token chunk only 1."""
+    """4 usable blocks: a takes 3; b's 8-token prompt needs 2, its 3-token chunk only 1; c
+    (3 tokens, 1 block) waits behind b."""
     engine = Engine(num_blocks=5, budget=14, max_model_len=32)
     engine.add("a", 11, base=0, max_tokens=4)
     engine.add("b", 8, base=50, max_tokens=4)
+    engine.add("c", 3, base=90, max_tokens=1)
     out, _ = engine.step()
     assert batch(out) == [("a", 11)], (
         "b's whole prompt needs 2 blocks and 1 is free: allocate_slots must be called with "
-        "full_sequence_must_fit=self.scheduler_reserve_full_isl, which refuses b; got "
-        f"{batch(out)}"
+        "full_sequence_must_fit=self.scheduler_reserve_full_isl, which refuses b, and c must "
+        f"not overtake b; got {batch(out)}"
+    )
+    assert engine.waiting == ["b", "c"], (
+        f"b was refused: it stays at the front of the waiting queue (peek it, pop it only once "
+        f"it is admitted), c behind it; waiting is {engine.waiting}"
     )
     preempted = []
     while engine.unfinished():
@@ -89,7 +96,8 @@ def _victim_scenario(policy: str) -> Engine:
     f"{DOC}#the-priority-policy",
 )
 def test_priority_preempts_the_lowest_priority():
-    """Step 3: a fits its block, then b needs one and none is free."""
+    """Step 3: a fits its block, then b needs one and none is free. Then, on a budget of 4, the
+    victim's token must come back to the budget."""
     fcfs = _victim_scenario("fcfs")
     out, _ = fcfs.step()
     assert out.preempted_req_ids == {"c"}, (
@@ -109,6 +117,58 @@ def test_priority_preempts_the_lowest_priority():
     )
     assert engine.running == ["b", "c"] and engine.waiting == ["a"], (
         f"running {engine.running}, waiting {engine.waiting}"
+    )
+    engine.run()
+    engine.check_drained()
+
+    # Budget 4: a (priority 5) decodes, b (0) decodes, c (1) is mid-prefill. In step 4 a is
+    # scheduled, b needs a block and a is its victim: a's token goes back to the budget.
+    engine = Engine(num_blocks=5, budget=4, max_num_seqs=3, policy="priority")
+    engine.add("a", 2, base=0, priority=5)
+    engine.step()
+    engine.add("b", 3, base=40, priority=0)
+    engine.add("c", 5, base=80, priority=1)
+    steps = [batch(engine.step()[0]) for _ in range(2)]
+    assert steps == [[("a", 1), ("b", 3)], [("a", 1), ("b", 1), ("c", 2)]], (
+        f"set-up: steps 2 and 3 are {steps}"
+    )
+    out, _ = engine.step()
+    assert out.preempted_req_ids == {"a"} and batch(out) == [("b", 1), ("c", 3)], (
+        "step 4: a (priority 5) is scheduled first, then b needs a block and none is free: a "
+        "is preempted, and its token goes back to the budget (token_budget += its count), so "
+        "c gets 4 - 1 = 3 tokens, the rest of its prompt; got batch "
+        f"{batch(out)}, preempted {sorted(out.preempted_req_ids)}"
+    )
+    engine.run()
+    engine.check_drained()
+
+
+@graded(
+    1,
+    "Priority policy: a request whose victim is itself (it has the largest (priority, "
+    "arrival time) of the running requests) is not scheduled, and the running pass stops "
+    "there, as under FCFS, although the requests after it might fit",
+    f"{DOC}#the-priority-policy",
+)
+def test_priority_a_request_that_preempts_itself_stops_the_loop():
+    """4 usable blocks: a (priority 5, admitted first), b (0) and c (1) fill them; in step 5 a
+    needs a fifth block."""
+    engine = Engine(num_blocks=5, budget=4, max_num_seqs=3, policy="priority")
+    engine.add("a", 1, base=0, priority=5)
+    engine.step()
+    engine.add("b", 1, base=40, priority=0)
+    engine.add("c", 4, base=80, priority=1)
+    for _ in range(3):
+        engine.step()
+    assert engine.running == ["a", "b", "c"] and engine.num_free() == 0, (
+        f"set-up: a, b, c run and hold the 4 usable blocks; running {engine.running}, "
+        f"{engine.num_free()} free"
+    )
+    out, _ = engine.step()
+    assert out.preempted_req_ids == {"a"} and batch(out) == [], (
+        "step 5: a needs a block and none is free; its victim is a itself (priority 5): it is "
+        "preempted, and the running pass stops there (break, not continue): b and c are not "
+        f"scheduled this step; got batch {batch(out)}, preempted {sorted(out.preempted_req_ids)}"
     )
     engine.run()
     engine.check_drained()

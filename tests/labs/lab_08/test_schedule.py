@@ -122,22 +122,58 @@ def test_num_computed_tokens_advances_after_the_output_is_built():
 
 @graded(
     2,
+    "Running pass: a running request with nothing to compute (num_tokens - "
+    "num_computed_tokens is 0: its last token is still being sampled, when schedule() runs "
+    "again before update_from_output) is skipped, and the running requests after it are "
+    "still served",
+    f"{DOC}#stopping-while-preempted",
+)
+def test_a_request_with_nothing_to_compute_is_skipped():
+    """Threshold 4: a decodes, b runs a 12-token prompt in chunks; step 3 is planned while
+    step 2 runs, so a's token from step 2 is not in yet."""
+    engine = Engine(budget=16, long_prefill_token_threshold=4)
+    engine.add("a", 2, base=0)
+    engine.add("b", 12, base=50)
+    out, _ = engine.step()
+    assert batch(out) == [("a", 2), ("b", 4)], f"set-up: step 1 is {batch(out)}"
+    out2 = engine.schedule()
+    assert batch(out2) == [("a", 1), ("b", 4)], f"set-up: step 2 is {batch(out2)}"
+    sampled2 = engine.execute(out2)
+    out3 = engine.schedule(ahead=True)  # step 2 is still running
+    assert batch(out3) == [("b", 4)], (
+        "step 3 is planned before step 2's token for a is in: a has nothing to compute (skip "
+        "it, do not stop the running pass there) and b gets its next 4-token chunk; got "
+        f"{batch(out3)}"
+    )
+    engine.update(sampled2)
+    engine.update(engine.execute(out3))
+    engine.run()
+    engine.check_drained()
+
+
+@graded(
+    2,
     "Chunked prefill disabled: a prompt that does not fit the budget left waits whole, "
     "and (FCFS) nobody behind it is admitted",
     f"{DOC}#chunked-prefill",
 )
 def test_without_chunked_prefill():
-    """Budget 64: a 40 then b 30 (does not fit the 24 left), c 5 must not overtake b."""
+    """Budget 64: a 40 then b 30 (does not fit the 24 left), c 5 must not overtake b; next
+    step d's 28 tokens fill exactly the 28 left."""
     engine = Engine(40, budget=64, max_model_len=64, enable_chunked_prefill=False)
     engine.add("a", 40, base=0)
     engine.add("b", 30, base=100)
     engine.add("c", 5, base=200)
+    engine.add("d", 28, base=300)
     out, _ = engine.step()
     assert batch(out) == [("a", 40)], (
         f"b does not fit whole and c must not overtake it: {batch(out)}"
     )
     out, _ = engine.step()
-    assert batch(out) == [("a", 1), ("b", 30), ("c", 5)], f"got {batch(out)}"
+    assert batch(out) == [("a", 1), ("b", 30), ("c", 5), ("d", 28)], (
+        f"step 2: a decodes (1), b (30) and c (5) fit, and d's 28 tokens fit the 28 left "
+        f"exactly (a prompt that fits the budget left whole is admitted); got {batch(out)}"
+    )
 
 
 @graded(

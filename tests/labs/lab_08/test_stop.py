@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grading.remote import LearnerError
 from grading.suite import graded, learner_module
 from mini_vllm.request import FinishReason, RequestStatus
 from tests.labs.lab_08.helpers import BS, DOC, Engine, scheduler_module
@@ -85,31 +86,67 @@ def test_max_tokens_stops_exactly():
 @graded(
     1,
     "Stop conditions: a request whose tokens reach max_model_len is FINISHED_LENGTH_CAPPED "
-    "(the KV cache has no room beyond)",
+    "(the KV cache has no room beyond); max_tokens=None is resolved by add_request into "
+    "request.max_tokens (the room max_model_len leaves): read that, not sampling_params",
     f"{DOC}#stop-conditions",
 )
 def test_max_model_len_stops():
-    """60 prompt tokens and max_model_len 64: the 4th output ends it."""
+    """60 prompt tokens and max_model_len 64: the 4th output ends it, with max_tokens 50 or
+    None."""
     answers, info = appended(request("a", 60, max_tokens=50), 1, 2, 3, 4)
     assert answers == [False, False, False, True], (
         f"at 64 tokens (max_model_len) the request must stop; got {answers}"
+    )
+    assert info["status"] is RequestStatus.FINISHED_LENGTH_CAPPED, f"status is {info['status']}"
+    # max_tokens=None: add_request (given) sets request.max_tokens to the room left, 4.
+    side = learner_module("learner_side")
+    req = request("b", 60, max_tokens=None)
+    side.make_scheduler(20, BS, 64, 16, 4).add_request(req)
+    try:
+        answers, info = appended(req, 1, 2, 3, 4)
+    except LearnerError as exc:
+        raise AssertionError(
+            "with max_tokens=None, compare with request.max_tokens, which add_request set to "
+            "the room max_model_len leaves (4 here); sampling_params.max_tokens stays None. "
+            f"check_stop raised {getattr(exc, 'display', exc)}"
+        ) from None
+    assert answers == [False, False, False, True], (
+        f"max_tokens=None, 60 prompt tokens, max_model_len 64: the 4th output ends the request; "
+        f"check_stop answered {answers}"
     )
     assert info["status"] is RequestStatus.FINISHED_LENGTH_CAPPED, f"status is {info['status']}"
 
 
 @graded(
     1,
-    "Stop conditions: nothing stops a request before min_tokens outputs; EOS is checked "
-    "before stop tokens",
+    "Stop conditions: nothing stops a request before min_tokens outputs, neither EOS nor a "
+    "stop token; then EOS is checked first, stop tokens next, the length limits only after "
+    "them",
     f"{DOC}#stop-conditions",
 )
 def test_min_tokens_and_the_order_of_checks():
-    """min_tokens 3 defers EOS; EOS that is also a stop token is reported as EOS."""
+    """min_tokens 3 defers EOS, min_tokens 2 a stop token; EOS that is also a stop token is
+    reported as EOS; EOS or a stop token on the max_tokens-th output is reported as a stop."""
     answers, _ = appended(request("a", 4, max_tokens=10, eos=7, min_tokens=3), 7, 7, 7)
     assert answers == [False, False, True], f"EOS counts only from the 3rd output, got {answers}"
+    answers, _ = appended(request("s", 4, max_tokens=10, stop_token_ids=[9], min_tokens=2), 9, 9)
+    assert answers == [False, True], (
+        f"min_tokens 2 defers stop tokens too: the stop token 9 counts only from the 2nd output; "
+        f"check_stop answered {answers}"
+    )
     answers, info = appended(request("b", 4, max_tokens=10, eos=7, stop_token_ids=[7]), 7)
     assert answers == [True], f"EOS stops the request, got {answers}"
     assert info["stop_reason"] is None, "EOS is checked first: no stop_reason for it"
+    for rid, kwargs, reason in (("e", {"eos": 7}, None), ("t", {"stop_token_ids": [7]}, 7)):
+        answers, info = appended(request(rid, 4, max_tokens=2, **kwargs), 1, 7)
+        assert answers == [False, True], f"max_tokens 2: the 2nd output ends it, got {answers}"
+        what = "EOS" if reason is None else "the stop token 7"
+        assert (info["status"], info["stop_reason"]) == (RequestStatus.FINISHED_STOPPED, reason), (
+            f"the 2nd output is both {what} and the max_tokens-th token: EOS and stop tokens are "
+            f"checked before the length limits, so the status is FINISHED_STOPPED with "
+            f"stop_reason {reason!r}; got {info['status'].name}, stop_reason "
+            f"{info['stop_reason']!r}"
+        )
 
 
 @graded(
@@ -141,6 +178,12 @@ def test_repetition_stops_the_request():
     answers, _ = appended(request("c", 4, max_tokens=20, repetition=(2, 1, 2)), 4, 4)
     assert answers == [False, True], (
         f"min_pattern_size 1, min_count 2: 4 4 stops on the second 4, got {answers}"
+    )
+    answers, _ = appended(request("d", 3, max_tokens=20, repetition=(3, 2, 3)), 1, 2, 1, 2, 1, 2)
+    assert answers == [False] * 5 + [True], (
+        "only the output counts: the prompt 0 1 2 followed by 1 2 1 2 ends in 1 2 three times, "
+        "but the output holds it twice; the 6th output completes it. check_stop answered "
+        f"{answers} (look for the pattern in request.output_token_ids, not all_token_ids)"
     )
 
 

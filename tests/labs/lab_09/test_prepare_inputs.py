@@ -101,6 +101,17 @@ def test_make_block_tables_pads_with_the_null_block():
         f"{np.asarray(tables).tolist()}"
     )
     assert np.asarray(tables).dtype == np.int32, "block tables are int32, as the kernels read them"
+    try:
+        full = np.asarray(m.make_block_tables([[7, 3], [5]], 2)).tolist()
+    except ValueError as exc:
+        raise AssertionError(
+            f"a row exactly as wide as the table fits (only a WIDER row is an error): "
+            f"make_block_tables([[7, 3], [5]], 2) raised ValueError: {exc}"
+        ) from None
+    assert full == [[7, 3], [5, 0]], (
+        f"a row exactly as wide as the table fits: make_block_tables([[7, 3], [5]], 2) should be "
+        f"[[7, 3], [5, 0]], got {full}"
+    )
     with pytest.raises(ValueError):
         m.make_block_tables([[1, 2, 3]], 2)
 
@@ -123,6 +134,14 @@ def test_compute_slot_mapping():
     )
     assert np.asarray(slots).dtype == np.int64, (
         "slots are int64: block_id * block_size overflows int32 on a big cache"
+    )
+    big = 2**28  # a block id int32 holds, whose first slot (2**32 with 16-token blocks) it does not
+    tables = np.array([[big, 0]], dtype=np.int32)
+    slots = m.compute_slot_mapping(tables, np.array([0, 0]), np.array([0, 5]), 16)
+    want = [big * 16, big * 16 + 5]
+    assert as_list(slots) == want, (
+        f"block {big} with 16-token blocks: slots should be {want}, got {as_list(slots)}; "
+        f"convert the block ids to int64 BEFORE multiplying (int32 wraps around past 2**31)"
     )
 
 
@@ -224,6 +243,29 @@ def test_block_tables_of_the_mixed_batch():
     assert got == expected, (
         f"with max_num_blocks_per_req=5, block_tables should be {expected}, got {got}"
     )
+    # A table may hold more blocks than this step's tokens need (allocated ahead): the width is
+    # the widest TABLE, and the extra block is kept, not refused.
+    setting = "decodes at positions 4 and 1 (4-token blocks) with tables [7, 8, 9] and [5]"
+    try:
+        inputs = runner("prepare_inputs").prepare_inputs(
+            [[1, 2, 3, 4, 5], [6, 7]], [4, 1], [1, 1], [[7, 8, 9], [5]], 4
+        )
+    except ValueError as exc:
+        raise AssertionError(
+            f"{setting}: a table may hold more blocks than the tokens need (only a table too "
+            f"SHORT is refused), but prepare_inputs raised ValueError: {exc}"
+        ) from None
+    expect(inputs, "block_tables", [[7, 8, 9], [5, 0, 0]], setting)
+    expect(inputs, "slot_mapping", [8 * 4 + 0, 5 * 4 + 1], setting)
+    try:
+        narrow = as_list(mixed_batch(max_num_blocks_per_req=2).block_tables)
+    except ValueError:
+        narrow = None
+    assert narrow is None, (
+        f"with max_num_blocks_per_req=2, the 3-block tables of the mixed batch do not fit: "
+        f"prepare_inputs must raise ValueError (the width is fixed, never widened), got "
+        f"block_tables {narrow}"
+    )
 
 
 @graded(
@@ -302,22 +344,69 @@ def test_block_size_one():
 
 
 @graded(
-    1,
-    "an inconsistent step is refused with ValueError: no scheduled token, more tokens "
-    "than known, or a block table too short for the tokens",
+    2,
+    "an inconsistent step is refused with ValueError: per-request lists of different "
+    "lengths, an empty batch, and in ANY request (not only the first or all of them) no "
+    "scheduled token, more tokens than known, or a block table too short for the tokens",
     f"{DOC}#the-step-as-tensors",
 )
 def test_inconsistent_steps_are_refused():
     """Garbage in must not become a silent wrong slot."""
     m = runner("prepare_inputs")
-    for kwargs in (
-        dict(num_computed_tokens=[2], num_scheduled_tokens=[2]),
-        dict(num_computed_tokens=[0], num_scheduled_tokens=[0]),
-        dict(num_computed_tokens=[0], num_scheduled_tokens=[3], block_ids=[[1]]),
-    ):
-        args = dict(token_ids=[[1, 2, 3]], block_ids=[[1, 2]], block_size=2) | kwargs
-        with pytest.raises(ValueError):
+    ok = dict(token_ids=[[1, 2, 3]], num_computed_tokens=[0], num_scheduled_tokens=[3])
+    ok |= dict(block_ids=[[1, 2]], block_size=2)
+    two = dict(token_ids=[[1, 2, 3], [4, 5, 6]], num_computed_tokens=[0, 0])
+    two |= dict(num_scheduled_tokens=[3, 3], block_ids=[[1, 2], [3, 4]], block_size=2)
+    cases = [
+        ("no scheduled token", ok | dict(num_scheduled_tokens=[0])),
+        (
+            "2 computed + 2 scheduled of 3 known tokens",
+            ok | dict(num_computed_tokens=[2], num_scheduled_tokens=[2]),
+        ),
+        ("3 tokens, 2-token blocks, a table of 1 block", ok | dict(block_ids=[[1]])),
+        ("request 1 of 2 has no scheduled token", two | dict(num_scheduled_tokens=[3, 0])),
+        (
+            "request 1 of 2: 2 computed + 3 scheduled of 3 known tokens",
+            two | dict(num_computed_tokens=[0, 2]),
+        ),
+        (
+            "request 1 of 2: 3 tokens, 2-token blocks, a table of 1 block",
+            two | dict(block_ids=[[1, 2], [3]]),
+        ),
+        (
+            "token_ids has 2 requests, the other lists 1",
+            ok | dict(token_ids=[[1, 2, 3], [4, 5, 6]]),
+        ),
+        ("block_ids has 2 requests, the other lists 1", ok | dict(block_ids=[[1, 2], [3, 4]])),
+        (
+            "an empty batch",
+            dict(ok, token_ids=[], num_computed_tokens=[], num_scheduled_tokens=[], block_ids=[]),
+        ),
+        (
+            "an empty batch, max_num_blocks_per_req=4",
+            dict(
+                ok,
+                token_ids=[],
+                num_computed_tokens=[],
+                num_scheduled_tokens=[],
+                block_ids=[],
+                max_num_blocks_per_req=4,
+            ),
+        ),
+    ]
+    for what, args in cases:
+        try:
             m.prepare_inputs(**args)
+        except NotImplementedError:
+            raise  # a stub helper: NOT STARTED
+        except ValueError:
+            continue
+        except Exception as exc:
+            kind = getattr(exc, "learner_type", "") or type(exc).__name__
+            raise AssertionError(
+                f"{what}: prepare_inputs must raise ValueError, it raised {kind}: {exc}"
+            ) from None
+        raise AssertionError(f"{what}: prepare_inputs must raise ValueError, it returned inputs")
 
 
 def _by_the_definition(tokens, computed, scheduled, block_ids, block_size):

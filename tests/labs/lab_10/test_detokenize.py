@@ -128,7 +128,8 @@ def test_deltas_add_up_to_the_full_decode(data, skip):
     DETOK,
 )
 def test_tokens_decode_in_context():
-    """A SentencePiece-style tokenizer: after the prompt 'Question:', ' world' keeps its space."""
+    """A SentencePiece-style tokenizer: after the prompt 'Question:', ' world' keeps its space,
+    also when a skipped special token comes first."""
     prompt = TOK.encode("Question:")
     ids = TOK.encode(" world the end")
     got = run(prompt, [[t] for t in ids], leading_space_rule=True)
@@ -143,6 +144,14 @@ def test_tokens_decode_in_context():
     assert deltas == ["world", " the", " end"], (
         f"with no prompt the first word starts the text and loses its space, the next ones "
         f"keep it: expected ['world', ' the', ' end'], got {deltas}"
+    )
+    got = run(prompt, [[TOK.eos_token_id], *[[t] for t in ids]], leading_space_rule=True)
+    deltas = [s["delta"] for s in got["steps"]]
+    assert deltas == ["", " world", " the", " end"], (
+        f"after the prompt 'Question:', a skipped EOS then ' world the end' one token a step: "
+        f"expected deltas ['', ' world', ' the', ' end'], got {deltas}; a token that adds no "
+        f"text must leave the window where it is (slide only when text is emitted), or the "
+        f"next token is decoded without its context"
     )
 
 

@@ -28,25 +28,33 @@ def add(rid: str, **options) -> list:
     FINISH,
 )
 def test_core_finish_reasons():
-    """'a' ends on length, 'b' on EOS (finish_reason 'stop', stop_reason None)."""
+    """'a' ends on length, 'b' on EOS (finish_reason 'stop', stop_reason None), 'c' on a stop
+    token id ('!' as stop_reason)."""
     hello = TOK.encode("Hello")
+    bang = TOK.token_id(b"!")
     recs = run(
         [
             add("a"),
             add("b"),
-            ["step", [["a", hello, None, None], ["b", hello, None, None]]],
+            add("c"),
+            [
+                "step",
+                [["a", hello, None, None], ["b", hello, None, None], ["c", hello, None, None]],
+            ],
             [
                 "step",
                 [
                     ["a", TOK.encode(" world"), "length", None],
                     ["b", [TOK.eos_token_id], "stop", None],
+                    ["c", [bang], "stop", bang],
                 ],
             ],
         ]
     )
-    first, last = recs[2], recs[3]
-    assert first["tracked"] == ["a", "b"], (
-        f"unfinished requests stay in request_states: expected ['a', 'b'], got {first['tracked']}"
+    first, last = recs[3], recs[4]
+    assert first["tracked"] == ["a", "b", "c"], (
+        f"unfinished requests stay in request_states: expected ['a', 'b', 'c'], got "
+        f"{first['tracked']}"
     )
     a, b = last["outputs"].get("a", [])[-1:], last["outputs"].get("b", [])[-1:]
     assert a and a[0]["finished"] and a[0]["finish_reason"] == "length", (
@@ -61,11 +69,21 @@ def test_core_finish_reasons():
         f"'b' finished on EOS: finished, finish_reason 'stop', text 'Hello' (EOS's text left "
         f"out), got {b}"
     )
+    c = last["outputs"].get("c", [])[-1:]
+    assert (
+        c
+        and c[0]["finish_reason"] == "stop"
+        and c[0]["stop_reason"] == bang
+        and c[0]["text"] == "Hello"
+    ), (
+        f"'c' finished on the stop token {bang} ('!'): finish_reason 'stop' and the core's "
+        f"stop_reason {bang} reach the output, the token's text is left out ('Hello'), got {c}"
+    )
     assert last["tracked"] == [], (
         f"finished requests must be removed from request_states, still there: {last['tracked']}"
     )
     assert last["returned"] == [], (
-        f"the core finished both itself: reqs_to_abort must be empty, got {last['returned']}"
+        f"the core finished all three itself: reqs_to_abort must be empty, got {last['returned']}"
     )
 
 
@@ -160,6 +178,45 @@ def test_aborts():
     assert recs[3]["outputs"].get("b"), "'b' is still running: its output must be queued"
     assert recs[4]["returned"] == [], (
         f"'a' is gone: aborting it again returns [], got {recs[4]['returned']}"
+    )
+
+
+@graded(
+    2,
+    "Errors: an output with an error fails its request: a ValueError with the core's "
+    "message goes on its queue instead of a RequestOutput, and the request is forgotten "
+    "(a later output for it is ignored)",
+    FINISH,
+)
+def test_error_output_fails_the_request():
+    """'a' fails in the first step while 'b' runs on; a late output for 'a' is ignored."""
+    hello = TOK.encode("Hello")
+    recs = run(
+        [
+            add("a"),
+            add("b", stream=True),
+            ["step", [["a", [], None, None, "boom"], ["b", hello, None, None]]],
+            ["step", [["a", hello, "length", None], ["b", TOK.encode("!"), "length", None]]],
+        ]
+    )
+    failed, later = recs[2], recs[3]
+    a = failed["outputs"].get("a", [])
+    assert a == [{"error": "ValueError: boom"}], (
+        f"the core reported error 'boom' for 'a': its queue must get exactly one "
+        f"ValueError('boom') (no RequestOutput), got {a}"
+    )
+    assert failed["tracked"] == ["b"], (
+        f"a failed request is forgotten at once: request_states must hold ['b'], holds "
+        f"{failed['tracked']}"
+    )
+    assert "a" not in later["outputs"] and later["tracked"] == [], (
+        f"'a' failed a step ago: its late output must be ignored (got "
+        f"{later['outputs'].get('a')}), and 'b' finishes normally (tracked after: "
+        f"{later['tracked']})"
+    )
+    b = [o for r in recs for o in r["outputs"].get("b", [])]
+    assert "".join(o.get("text", "") for o in b) == "Hello!" and b and b[-1].get("finished"), (
+        f"'b' is not affected by 'a''s error: it streams 'Hello!' and finishes, got {b}"
     )
 
 

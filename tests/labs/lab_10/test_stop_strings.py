@@ -79,32 +79,36 @@ def test_first_occurrence_wins():
     STOPS,
 )
 def test_stream_holds_back_a_possible_stop_prefix():
-    """Stop 'STOP' (4 characters): 3 characters wait at every step until the finish."""
-    ids = TOK.encode("Hello world ST")
-    got = run([[t] for t in ids], stop=["STOP"])
-    texts_ = [s["text"] for s in got["steps"]]
-    full = TOK.decode(ids)
-    for i, text in enumerate(texts_[:-1]):
-        decoded = TOK.decode(ids[: i + 1])
-        want = decoded[: max(len(decoded) - 3, 0)]
-        assert text == want, (
-            f"after step {i + 1} the text so far is {decoded!r}; with stop 'STOP' the last 3 "
-            f"characters must wait, so {want!r} may be handed out, got {text!r}"
+    """Stop 'STOP' (4 characters): 3 characters wait at every step until the finish; also
+    while the text is still shorter than 3 characters (one byte a step)."""
+    one_byte_a_token = [TOK.token_id(bytes([b])) for b in b"Hi ST"]
+    for ids in (TOK.encode("Hello world ST"), one_byte_a_token):
+        got = run([[t] for t in ids], stop=["STOP"])
+        texts_ = [s["text"] for s in got["steps"]]
+        full = TOK.decode(ids)
+        for i, text in enumerate(texts_[:-1]):
+            decoded = TOK.decode(ids[: i + 1])
+            want = decoded[: max(len(decoded) - 3, 0)]
+            assert text == want, (
+                f"after step {i + 1} the text so far is {decoded!r}; with stop 'STOP' the last "
+                f"3 characters must wait, so {want!r} may be handed out, got {text!r}"
+            )
+        assert "".join(s["delta"] for s in got["steps"]) == full, (
+            f"at the finish the held-back characters are handed out: the deltas must add up to "
+            f"{full!r}, got {[s['delta'] for s in got['steps']]}"
         )
-    assert "".join(s["delta"] for s in got["steps"]) == full, (
-        f"at the finish the held-back characters are handed out: the deltas must add up to "
-        f"{full!r}, got {[s['delta'] for s in got['steps']]}"
-    )
 
 
 @graded(
     1,
     "Stop tokens: when the core stopped on the last token (stop_terminated), that "
-    "token's text is left out but the token is still an output token",
+    "token's text is left out (kept with include_stop_str_in_output) but the token is "
+    "still an output token",
     STOPS,
 )
 def test_stop_terminated_token_left_out():
-    """'Hello world' then EOS, with skip_special_tokens=False: EOS's text is not in the output."""
+    """'Hello world' then EOS, with skip_special_tokens=False: EOS's text is not in the output,
+    unless include_stop_str_in_output."""
     ids = [*TOK.encode("Hello world"), TOK.eos_token_id]
     got = run([ids[:1], ids[1:]], skip_special_tokens=False, stop_terminated=True)
     assert got["output_text"] == "Hello world", (
@@ -114,6 +118,16 @@ def test_stop_terminated_token_left_out():
     assert got["output_token_ids"] == ids, (
         f"it is still an output token: expected output_token_ids {ids}, got "
         f"{got['output_token_ids']}"
+    )
+    got = run(
+        [ids[:1], ids[1:]],
+        skip_special_tokens=False,
+        stop_terminated=True,
+        include_stop_str_in_output=True,
+    )
+    assert got["output_text"] == "Hello world<|endoftext|>", (
+        f"with include_stop_str_in_output the stop token's text is kept: expected "
+        f"'Hello world<|endoftext|>', got {got['output_text']!r}"
     )
 
 

@@ -25,6 +25,7 @@ def model(heads: int, kv: int, intermediate: int, vocab: int) -> dict[str, int]:
 SMOLLM2 = model(9, 3, 1536, 49152)
 LLAMA3_8B = model(32, 8, 14336, 128256)
 TINY = model(4, 2, 64, 100)  # fewer KV heads than 4 ranks: replicated
+GPT2 = model(12, 12, 3072, 50257)  # an odd vocabulary: only its padded size (50,304) divides
 
 
 def numbers(message: str) -> set[int]:
@@ -42,16 +43,19 @@ def refusal(fields: dict[str, Any], tp: Any, name: str) -> str:
 @graded(
     3,
     "check_tensor_parallel_size returns each rank's TPShapes: heads / tp query heads, "
-    "max(1, kv // tp) KV heads, the replicas, the MLP width / tp, the padded vocabulary",
+    "max(1, kv // tp) KV heads, the replicas, the MLP width / tp, the padded vocabulary "
+    "(the PADDED vocabulary is what must divide by tp, not the real one)",
     KV_HEADS,
 )
 def test_accepted_sizes_give_each_ranks_shapes():
     """SmolLM2 at TP 1 and 3 (its MLP width 1536 does not split 9 ways); Llama-3-8B at 1, 2,
-    8, 16; a tiny model at 2 and 4."""
+    8, 16; a tiny model at 2 and 4; GPT-2's shape at 2 and 4 (its 50,257 tokens do not divide
+    by 2, their padded 50,304 do)."""
     for name, fields, sizes in [
         ("SmolLM2", SMOLLM2, [1, 3]),
         ("Llama-3-8B", LLAMA3_8B, [1, 2, 8, 16]),
         ("tiny (4 heads, 2 KV)", TINY, [2, 4]),
+        ("GPT-2 (vocabulary 50,257, padded to 50,304)", GPT2, [2, 4]),
     ]:
         for tp in sizes:
             shapes = ref.check_tensor_parallel_size(SimpleNamespace(**fields), tp)

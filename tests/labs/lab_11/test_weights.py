@@ -53,6 +53,32 @@ def test_column_and_row_shards_concatenate_back():
             )
 
 
+def brief(outcome) -> str:
+    """An outcome whose value may be a tensor, in a few words."""
+    if outcome[0] == "ok" and hasattr(outcome[1], "shape"):
+        return f"a shard of shape {tuple(outcome[1].shape)}"
+    return show(outcome)
+
+
+@graded(
+    1,
+    "shard_tensor cuts EQUAL slices (shard_range, which divides exactly): a dimension "
+    "that tp does not divide is refused with ValueError, never a short, long or dropped "
+    "last shard",
+    SHARES,
+)
+def test_shard_tensor_refuses_an_uneven_dimension():
+    """A 10 x 6 weight along dim 0 and a 6 x 10 weight along dim 1, over 4 ranks."""
+    for dim, shape in [(0, (10, 6)), (1, (6, 10))]:
+        got = side().outcomes("shard_tensor", [[full_weight(*shape), dim, r, 4] for r in range(4)])
+        for rank, outcome in enumerate(got):
+            assert outcome[0] == "error" and outcome[1] == "ValueError", (
+                f"shard_tensor of a {shape[0]} x {shape[1]} weight along dim {dim}, rank {rank} "
+                f"of 4: 10 does not divide by 4, so it must raise ValueError (every rank holds "
+                f"an equal shard, or the split is refused), got {brief(outcome)}"
+            )
+
+
 @graded(
     1,
     "shard_tensor returns a view of the weight (narrow), not a copy: a rank must not "
@@ -126,3 +152,24 @@ def test_qkv_replicated_kv_heads():
         f"shard_qkv_weight(..., 'o', ...) must raise ValueError (q, k or v only), got "
         f"{show(got[0])}"
     )
+
+
+@graded(
+    1,
+    "shard_qkv_weight: query heads are split by shard_range, never replicated (unlike KV "
+    "heads): q of a head count tp does not divide, fewer heads than ranks included, is "
+    "refused with ValueError",
+    KV_HEADS,
+)
+def test_qkv_query_heads_are_never_replicated():
+    """q_proj of 2 query heads (1 KV head) over 4 ranks, and of 6 query heads (2 KV heads) over
+    4 ranks; head_dim 4."""
+    for heads, kv in [(2, 1), (6, 2)]:
+        got = side().qkv_shards(full_weight(heads * 4, 6), "q", 4, heads, kv, 4)
+        for rank, outcome in enumerate(got):
+            assert outcome[0] == "error" and outcome[1] == "ValueError", (
+                f"shard_qkv_weight('q', head_dim=4, {heads} query heads, {kv} KV heads, rank "
+                f"{rank} of 4): {heads} query heads cannot be split over 4 ranks (a query head "
+                f"is never replicated, nor cut into rows), so it must raise ValueError, got "
+                f"{brief(outcome)}"
+            )

@@ -51,6 +51,11 @@ def _make_test(question: int, digest: str, title: str, anchor: str) -> Callable[
         assert type(answers) is dict, (
             f"ANSWERS must be a dict {{question number: 'A'-'D'}}, got {describe(answers)}"
         )
+        if question not in answers and str(question) in answers:
+            raise AssertionError(
+                f"question {question}: ANSWERS has the key {str(question)!r}, a string; the "
+                f"keys are the question numbers as ints ({question}: 'A')"
+            )
         letter = answers.get(question, "")
         assert type(letter) is str, (
             f"question {question}: the answer must be a letter in a string, got {describe(letter)}"

@@ -129,7 +129,7 @@ class SuiteRunner:
         """Run one judge; stop it when a test outlives ``per_test`` or the judge ``overall``."""
         args = list(args)
         if self.lab.requires in ("torch", "model") and "--needs-torch" not in args:
-            args.append("--needs-torch")  # preload torch; on a GPU, no address-space cap
+            args.append("--needs-torch")  # a GPU is looked for; on one, no address-space cap
         read_fd, write_fd = os.pipe()
         log_path = self.workdir / f"judge-{secrets.token_hex(4)}.log"
         isolated = ["-P"] if sys.version_info >= (3, 11) else []

@@ -7,6 +7,8 @@ PY     := $(VENV)/bin/python
 GRADE  := PYTHONSAFEPATH=1 $(PY) -m grading
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 LAB_FLAGS ?=
+# `make test`'s pytest-xdist workers (tests/conftest.py says which tests stay together).
+TEST_WORKERS ?= 2
 
 CORE_LABS  := lab-01 lab-02 lab-05 lab-06 lab-07 lab-08 lab-10
 TORCH_LABS := lab-04 lab-11
@@ -97,7 +99,7 @@ test: $(VENV)/.stamp-full
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 upstream:
 	@$(PYTHON) tools/fetch_upstream.py

@@ -21,6 +21,29 @@ GPU_TEST_PATHS = (
     "tests/tp/test_tp_nccl.py",
 )
 
+# `make test` runs on two pytest-xdist workers with `--dist loadgroup`. A module- or
+# session-scoped fixture (a loaded checkpoint, shared engines, a running server) is built once in
+# every worker that runs a test needing it, so each file's tests stay on one worker, and the
+# server tests, which share session-scoped servers, on one worker together. The files below are
+# independent slow cases (each test grades mutants or a submission in its own processes): they
+# are spread test by test, which is what balances the two workers.
+SPREAD_FILES = (
+    "tests/test_buggy_implementations.py",
+    "tests/test_grader_hostile.py",
+    "tests/test_autograder.py",
+    "tests/test_notebooks.py",
+)
+SHARED_SESSION_DIRS = {"tests/serve/": "serve"}
+
+
+def _xdist_group(path: str) -> str | None:
+    if path.startswith(SPREAD_FILES):
+        return None
+    for prefix, group in SHARED_SESSION_DIRS.items():
+        if path.startswith(prefix):
+            return group
+    return path
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -60,6 +83,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if path.startswith(GPU_TEST_PATHS):
             item.add_marker(pytest.mark.gpu)
+        group = _xdist_group(path)
+        if group is not None and config.pluginmanager.hasplugin("xdist"):
+            item.add_marker(pytest.mark.xdist_group(group))
     if config.getoption("--gpu"):
         others = [item for item in items if item.get_closest_marker("gpu") is None]
         if others:

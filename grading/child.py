@@ -17,6 +17,7 @@ import argparse
 import ast
 import contextlib
 import ctypes
+import json
 import os
 import re
 import sys
@@ -106,9 +107,10 @@ def _describe(exc: BaseException) -> str:
 class Reporter:
     """A pytest plugin that turns each test's phases into one outcome for the parent."""
 
-    def __init__(self, channel: Channel, timeout: float) -> None:
+    def __init__(self, channel: Channel, timeouts: dict[str, float], default: float) -> None:
         self.channel = channel
-        self.timeout = timeout
+        self.timeouts = timeouts
+        self.default_timeout = default
         self._outcome: dict[str, tuple[str, str]] = {}
         self._started: dict[str, float] = {}
 
@@ -134,7 +136,7 @@ class Reporter:
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int, str]) -> None:
         self._started[nodeid] = time.perf_counter()
-        SESSION.deadline = time.monotonic() + self.timeout
+        SESSION.deadline = time.monotonic() + self.timeouts.get(nodeid, self.default_timeout)
         self.channel.send("start", nodeid=nodeid)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int, str]) -> None:
@@ -252,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-fd", type=int, required=True)
     parser.add_argument("--lab", required=True)
     parser.add_argument("--staging", help="the learner sandbox's staged folder")
-    parser.add_argument("--tests", help="file with one node id per line (run mode)")
+    parser.add_argument(
+        "--tests", help="JSON file: the node ids to run, each with its timeout (run mode)"
+    )
     parser.add_argument("--modules", nargs="*", default=[], help="modules to pre-import")
     parser.add_argument("--needs-torch", action="store_true")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per test")
@@ -299,9 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         channel.send("preflight", status=status, message=message)
         return 0
 
-    nodeids = Path(args.tests).read_text().split("\n") if args.tests else []
-    nodeids = [n for n in nodeids if n]
-    reporter = Reporter(channel, args.timeout)
+    timeouts = json.loads(Path(args.tests).read_text()) if args.tests else {}
+    nodeids = list(timeouts)
+    reporter = Reporter(channel, timeouts, args.timeout)
     extra = ["--exitfirst"] if args.exitfirst else []
     try:
         pytest.main([*_pytest_args(args.suite, nodeids), *extra], plugins=[reporter])

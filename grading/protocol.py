@@ -68,6 +68,7 @@ class TestInfo:
     visibility: str = "visible"
     gpu: bool = False
     description: str = ""
+    timeout: float | None = None  # the test's own limit; None: the lab's
 
 
 @dataclass

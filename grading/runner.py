@@ -11,6 +11,7 @@ budget per suite, and restarts a judge that died on the tests that remain.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import secrets
@@ -94,6 +95,9 @@ class SuiteRunner:
         self.impl = impl.resolve()
         self.chain = chain or []
         self.timeout = timeout or lab.timeout
+        # An explicit timeout holds for every test; otherwise a test's own (@graded(timeout=))
+        # replaces the lab's.
+        self.timeout_is_explicit = timeout is not None
         self.on_result = on_result
         self.preflight_timeout = preflight_timeout
         # Stop at the first test that does not pass (to tell whether a suite catches a bug,
@@ -122,11 +126,12 @@ class SuiteRunner:
     def _spawn(
         self,
         args: Sequence[str],
-        per_test: float | None,
+        per_test: Callable[[str], float] | None,
         overall: float,
         started: Callable[[str], None] | None = None,
     ) -> ChildExit:
-        """Run one judge; stop it when a test outlives ``per_test`` or the judge ``overall``."""
+        """Run one judge; stop it when a test outlives ``per_test(nodeid)`` or the judge
+        ``overall``."""
         args = list(args)
         if self.lab.requires in ("torch", "model") and "--needs-torch" not in args:
             args.append("--needs-torch")  # a GPU is looked for; on one, no address-space cap
@@ -193,7 +198,9 @@ class SuiteRunner:
                 events.append(event)
                 if event["event"] == "start":
                     current = event["nodeid"]
-                    deadline_test = time.monotonic() + per_test + JUDGE_GRACE if per_test else None
+                    deadline_test = (
+                        time.monotonic() + per_test(current) + JUDGE_GRACE if per_test else None
+                    )
                     if started:
                         started(current)
                 elif event["event"] == "result":
@@ -255,8 +262,15 @@ class SuiteRunner:
     def __del__(self) -> None:
         shutil.rmtree(getattr(self, "workdir", "/nonexistent-mini-vllm"), ignore_errors=True)
 
+    def test_timeout(self, info: TestInfo) -> float:
+        """Seconds ``info``'s test may run before it is stopped and scored TIMEOUT."""
+        if self.timeout_is_explicit or info.timeout is None:
+            return self.timeout
+        return info.timeout
+
     def _run(self, tests: list[TestInfo]) -> list[TestResult]:
         by_id = {t.nodeid: t for t in tests}
+        limits = {t.nodeid: self.test_timeout(t) for t in tests}
         results: dict[str, TestResult] = {}
 
         def record(result: TestResult) -> None:
@@ -296,12 +310,12 @@ class SuiteRunner:
                         )
                     )
                 break
-            list_file = self.workdir / "tests.txt"
-            list_file.write_text("\n".join(t.nodeid for t in remaining))
+            list_file = self.workdir / "tests.json"
+            list_file.write_text(json.dumps({t.nodeid: limits[t.nodeid] for t in remaining}))
             args = ["run", "--suite", str(self.lab.suite_dir), "--tests", str(list_file)]
             if self.fail_fast:
                 args.append("--exitfirst")
-            out = self._spawn(args, self.timeout, left)
+            out = self._spawn(args, lambda nodeid: limits.get(nodeid, self.timeout), left)
             for event in out.events:
                 nodeid = event.get("nodeid")
                 if event["event"] == "result" and nodeid in by_id and nodeid not in results:
@@ -318,7 +332,7 @@ class SuiteRunner:
                     TestResult(
                         by_id[out.timed_out_on],
                         "timeout",
-                        f"did not finish in {self.timeout:g} s: an infinite loop, or "
+                        f"did not finish in {limits[out.timed_out_on]:g} s: an infinite loop, or "
                         "an operation that is not O(1)?",
                     )
                 )

@@ -31,6 +31,7 @@ def graded(
     *,
     visibility: str = "visible",
     gpu: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[F], F]:
     """Mark a test as graded.
 
@@ -41,11 +42,15 @@ def graded(
         visibility: Gradescope visibility (``visible``, ``hidden``, ``after_due_date``,
             ``after_published``); hidden tests still count, their output is withheld.
         gpu: the test needs a CUDA device; without one it is left out of the total.
+        timeout: seconds this test may run, for the few that need more than the lab's
+            per-test ``timeout`` (a random workload of hundreds of operations); the lab's stays
+            short, so that a learner's infinite loop in every other test is reported quickly.
+            At least five times the solution's time (``check-suites`` prints both).
     """
 
     def decorate(fn: F) -> F:
         return pytest.mark.graded(
-            points=points, hint=hint, doc=doc, visibility=visibility, gpu=gpu
+            points=points, hint=hint, doc=doc, visibility=visibility, gpu=gpu, timeout=timeout
         )(fn)
 
     return decorate

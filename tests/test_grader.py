@@ -168,3 +168,33 @@ def test_a_stub_ends_a_property_test_at_its_first_call():
         property_test()
     assert len(calls) == 1, f"Hypothesis ran the stub {len(calls)} times"
     assert not issubclass(LearnerNotStarted, Exception)
+
+
+def test_a_test_runs_under_its_own_time_limit(tmp_path):
+    """``@graded(timeout=)`` reaches both the judge and the grader's watchdog through the
+    collected ``TestInfo``: a hung call is stopped at the test's own limit (here cut to 0.5 s,
+    against lab-01's 10 s), and the message names that limit. An explicit runner timeout (the
+    hostile-submission tests') holds for every test."""
+    import dataclasses
+    import time
+
+    from grading.runner import SuiteRunner
+
+    lab = load_lab("lab-01")
+    impl = tmp_path / lab.dirname
+    impl.mkdir()
+    source = (lab.solution_dir / "block_pool.py").read_text()
+    hang = "\n\ndef _hang(self):\n    while True:\n        pass\n\n\nBlockPool.get_usage = _hang\n"
+    (impl / "block_pool.py").write_text(source + hang)
+    tests = {t.name: t for t in collected_tests("lab-01")}
+    assert tests["random_allocations_and_frees_keep_the_invariants"].timeout, (
+        "lab-01's random workload names its own, longer limit"
+    )
+    usage = dataclasses.replace(tests["usage"], timeout=0.5)
+    runner = SuiteRunner(lab, impl)
+    started = time.monotonic()
+    (result,) = runner.run([usage])
+    assert result.outcome == "timeout", (result.outcome, result.message)
+    assert time.monotonic() - started < lab.timeout, "stopped at the test's 0.5 s, not the lab's"
+    assert SuiteRunner(lab, impl, timeout=3.0).test_timeout(usage) == 3.0
+    assert SuiteRunner(lab, impl).test_timeout(tests["usage"]) == lab.timeout

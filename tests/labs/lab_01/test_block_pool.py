@@ -427,6 +427,7 @@ class PoolMachine(RuleBasedStateMachine):
     "is either free (in the queue, ref_cnt 0) or held (ref_cnt = its holders), and the "
     "queue order is the model's",
     f"{DOC}#invariants",
+    timeout=30,
 )
 def test_random_allocations_and_frees_keep_the_invariants():
     """Property test: the pool matches a model under random allocate / share / free sequences."""
@@ -497,6 +498,7 @@ class PoolBench:
     "I2: freeing and allocating k blocks costs O(k), and get_num_free_blocks / "
     "get_usage are O(1), whatever the pool size",
     f"{DOC}#why-a-hand-written-linked-list",
+    timeout=30,
 )
 def test_pool_operations_are_constant_time():
     """The same work costs the same on a small and on a 100x larger pool, and is right."""

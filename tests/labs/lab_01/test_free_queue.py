@@ -329,6 +329,7 @@ class QueueMachine(RuleBasedStateMachine):
     "I2: after any sequence of popleft / popleft_n / remove / append / append_n the "
     "queue must equal a plain list doing the same",
     f"{DOC}#the-free-block-queue",
+    timeout=30,
 )
 def test_random_operations_match_a_list():
     """Property test: the queue behaves like a list under random operation sequences."""

@@ -629,6 +629,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     "prefix, ref_cnts count the requests holding each block, and the free queue stays "
     "in eviction order",
     f"{DOC}#invariants",
+    timeout=30,
 )
 def test_random_prefix_sharing_workload():
     """Property test: hits are always correct and eviction follows LRU, tail first."""
@@ -717,6 +718,7 @@ class TouchBench:
     2,
     "I4: touch revives a block from anywhere in the free queue in O(1)",
     f"{DOC}#touch-and-revival",
+    timeout=30,
 )
 def test_touch_is_constant_time():
     """Reviving 50 blocks costs the same in a small and a 100x larger pool, and is right."""

@@ -417,6 +417,7 @@ def shrink(
     "ref counts, hashes, stats and usage as the reference manager, and the pool's "
     "invariants",
     f"{DOC}#the-kv-cache-manager-lab-07",
+    timeout=30,
 )
 def test_random_workload():
     """The message shows the first operation where your manager and the reference disagree,

@@ -387,6 +387,7 @@ def _random_traces(config: dict[str, Any], data: Any) -> None:
     "finished or unscheduled requests, empty lists): after every call, your scheduler "
     "agrees with the reference (batch, outputs, queues, counters, blocks)",
     f"{DOC}#finishing-and-freeing",
+    timeout=45,
 )
 def test_random_traces_with_aborts_match_the_reference():
     """Hypothesis prints the smallest failing trace it found; the message shows its last calls."""

@@ -242,6 +242,7 @@ def _random_priority_workloads(case) -> None:
     "or off): every step's batch, preemptions, queues and block tables equal the "
     "reference's, and every request finishes with the model's tokens",
     f"{DOC}#the-priority-policy",
+    timeout=30,
 )
 def test_priority_random_workloads():
     """Hypothesis prints the smallest failing workload: (blocks, budget, caching, gate,

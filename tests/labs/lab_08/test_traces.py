@@ -184,6 +184,7 @@ def _random_workloads(case) -> None:
     "model's tokens, first admissions in arrival order (FCFS), budget and max_num_seqs "
     "respected every step, no block leaked",
     f"{DOC}#watching-the-scheduler-in-the-simulator",
+    timeout=30,
 )
 def test_random_workloads_finish_correctly():
     """Hypothesis prints the smallest failing configuration and workload: replay it in the sim."""

@@ -358,8 +358,6 @@ class Engine:
         """``fn(*args)`` in the learner process; its exception becomes a failure with context."""
         try:
             return fn(*args)
-        except NotImplementedError:
-            raise
         except LearnerError as exc:
             self.fail(f"{what} raised {getattr(exc, 'display', exc)}")
 
@@ -534,8 +532,6 @@ class Engine:
                 raises = ValueError
         try:
             results_data, state = self._update(self.sched, handle, sampled, self._handle_list())
-        except NotImplementedError:
-            raise
         except LearnerError as exc:
             if raises is None or not isinstance(exc, raises):
                 self.fail(f"{where} raised {getattr(exc, 'display', exc)}")

@@ -33,8 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import bench_engine  # noqa: E402
-from sweep_decode_tiles import BLOCK_SIZE, GENERATED, HEAD_DIM, SHAPES  # noqa: E402
+from sweep_decode_tiles import (  # noqa: E402
+    BLOCK_SIZE,
+    GENERATED,
+    HEAD_DIM,
+    SHAPES,
+    engine_batch_state,
+)
 
 
 @triton.jit
@@ -154,15 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="markdown report")
     args = p.parse_args(argv)
 
-    work = bench_engine.make_workload(256, 100, 1024, 100, 1024, 0, 10_000)
-    lens = torch.tensor([len(r["prompt"]) + GENERATED for r in work], dtype=torch.int32)
-    blocks = (lens + BLOCK_SIZE - 1) // BLOCK_SIZE
-    tables = torch.zeros(len(lens), int(blocks.max()), dtype=torch.int32)
-    next_block = 1  # block 0 is the null block
-    for i, n in enumerate(blocks.tolist()):
-        tables[i, :n] = torch.arange(next_block, next_block + n)
-        next_block += n
-    tables, seq_lens = tables.cuda(), lens.cuda()
+    tables, seq_lens, next_block = engine_batch_state()
+    lens = seq_lens.cpu()
     lines = [
         "## Whole-row decode attention against lab-04's kernel (64-wide heads, batch 256)",
         "",

@@ -19,6 +19,7 @@ import functools
 import itertools
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -28,6 +29,22 @@ import bench_engine  # noqa: E402  (same directory)
 
 SHAPES = {"smollm2-135m": (9, 3), "llama-1b": (32, 8)}
 HEAD_DIM, BLOCK_SIZE, GENERATED = 64, 16, 42
+
+
+def engine_batch_state() -> tuple[Any, Any, int]:
+    """Block tables and lengths (on the GPU) of the engine benchmark's batch-256 decode state,
+    blocks handed out in order from block 1 as a fresh engine does, and the blocks used + 1."""
+    import torch
+
+    work = bench_engine.make_workload(256, 100, 1024, 100, 1024, 0, 10_000)
+    lens = torch.tensor([len(r["prompt"]) + GENERATED for r in work], dtype=torch.int32)
+    blocks = (lens + BLOCK_SIZE - 1) // BLOCK_SIZE
+    tables = torch.zeros(len(lens), int(blocks.max()), dtype=torch.int32)
+    next_block = 1  # block 0 is the null block
+    for i, n in enumerate(blocks.tolist()):
+        tables[i, :n] = torch.arange(next_block, next_block + n)
+        next_block += n
+    return tables.cuda(), lens.cuda(), next_block
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,16 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from mini_vllm.attention.triton_paged_attention import paged_attention_decode
 
-    work = bench_engine.make_workload(256, 100, 1024, 100, 1024, 0, 10_000)
-    lens = torch.tensor([len(r["prompt"]) + GENERATED for r in work], dtype=torch.int32)
-    blocks = (lens + BLOCK_SIZE - 1) // BLOCK_SIZE
-    width = int(blocks.max())
-    tables = torch.zeros(len(lens), width, dtype=torch.int32)
-    next_block = 1  # block 0 is the null block
-    for i, n in enumerate(blocks.tolist()):
-        tables[i, :n] = torch.arange(next_block, next_block + n)
-        next_block += n
-    tables, seq_lens = tables.cuda(), lens.cuda()
+    tables, seq_lens, next_block = engine_batch_state()
+    lens = seq_lens.cpu()
     lines = [
         "## Decode attention tiles at batch 256 (64-wide heads)",
         "",

@@ -83,6 +83,24 @@ MUTANTS = [
         why="copy-paste slip: the key row is stored into both caches",
         caught_by="test_cache_write.py::test_cache_write_scatters_rows",
     ),
+    Mutant(
+        name="value_read_with_key_strides",
+        file=FILE,
+        find="v = tl.load(value_ptr + token * stride_value_tok + head * stride_value_head + dim, mask=mask)",
+        replace="v = tl.load(value_ptr + token * stride_key_tok + head * stride_key_head + dim, mask=mask)",
+        why="copy-paste slip: the value rows are addressed through the key's strides; right only "
+        "while key and value happen to share a layout (a head-major value tensor does not)",
+        caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
+    ),
+    Mutant(
+        name="value_cache_with_key_cache_strides",
+        file=FILE,
+        find="v_dst = value_cache_ptr + block * stride_vc_blk + offset * stride_vc_tok + head * stride_vc_head",
+        replace="v_dst = value_cache_ptr + block * stride_kc_blk + offset * stride_kc_tok + head * stride_kc_head",
+        why="copy-paste slip: the value cache is addressed through the key cache's strides, so a "
+        "value cache with its own layout (a head slice of a wider cache) gets rows in wrong slots",
+        caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
+    ),
     # -- _paged_decode_kernel: addressing ----------------------------------------------------------
     Mutant(
         name="gqa_head_modulo",
@@ -136,6 +154,58 @@ MUTANTS = [
         why="positions past seq_len keep score 0 (their K loads are masked to 0) instead of -inf: "
         "they take softmax weight and dilute the output",
         caught_by="test_decode.py::test_decode_one_sequence",
+    ),
+    Mutant(
+        name="table_indexed_by_tile",
+        file=FILE,
+        find="block = tl.load(table + start // BLOCK_SIZE).to(tl.int64)",
+        replace="block = tl.load(table + tile).to(tl.int64)",
+        why="the table is indexed by the tile number instead of the block number: right only when "
+        "tiles and blocks have the same size; with blocks of 64 and tiles of 32 the second tile "
+        "reads the next block",
+        caught_by="test_decode.py::test_decode_blocks_larger_than_a_tile",
+    ),
+    Mutant(
+        name="value_rows_with_key_strides",
+        file=FILE,
+        find="v_rows = block * stride_v_blk + in_block * stride_v_tok",
+        replace="v_rows = block * stride_k_blk + in_block * stride_k_tok",
+        why="copy-paste slip: V rows addressed through the key cache's strides; right only while "
+        "both caches share a layout",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    Mutant(
+        name="head_dim_mask_against_padded_width",
+        file=FILE,
+        find="""
+            d_mask = offs_d < HEAD_DIM
+            heads = kv_head * QUERIES_PER_KV + offs_g
+        """,
+        replace="""
+            d_mask = offs_d < HEAD_DIM_PAD
+            heads = kv_head * QUERIES_PER_KV + offs_g
+        """,
+        why="the head_dim mask compares against the padded width: with a head_dim that is not a "
+        "power of two the program reads the next head's columns and stores past each row",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    Mutant(
+        name="output_store_not_masked_to_the_group",
+        file=FILE,
+        find="o_mask = g_mask[:, None] & d_mask[None, :]",
+        replace="o_mask = d_mask[None, :]",
+        why="all GROUP_PAD rows are stored: the padded rows overwrite the next group's (or the next "
+        "sequence's) outputs, a race on a GPU",
+        caught_by="test_decode.py::test_decode_gqa_groups",
+    ),
+    Mutant(
+        name="value_loaded_past_seq_len",
+        file=FILE,
+        find="v = tl.load(v_base + v_rows[:, None], mask=kv_mask, other=0.0)",
+        replace="v = tl.load(v_base + v_rows[:, None], mask=d_mask[None, :], other=0.0)",
+        why="V rows past seq_len are loaded since their p is 0 anyway; but a cache's unused slots "
+        "hold whatever was there, and 0 * inf (or nan) is nan",
+        caught_by="test_decode.py::test_decode_masks_past_seq_len",
     ),
     # -- _paged_decode_kernel: split boundaries ----------------------------------------------------
     Mutant(
@@ -192,6 +262,15 @@ MUTANTS = [
         caught_by="test_decode.py::test_decode_blocks_larger_than_a_tile",
     ),
     Mutant(
+        name="running_max_starts_at_zero",
+        file=FILE,
+        find='m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)',
+        replace="m_i = tl.zeros([GROUP_PAD], dtype=tl.float32)",
+        why="the running max starts at 0 instead of -inf: when every score of a row is far below "
+        "0, exp2(score - 0) underflows to 0 everywhere and the output is 0",
+        caught_by="test_decode.py::test_decode_large_logits_fp16",
+    ),
+    Mutant(
         name="empty_split_divides_by_zero",
         file=FILE,
         find="out = acc / l_safe[:, None]",
@@ -227,5 +306,36 @@ MUTANTS = [
         why="averages the non-empty splits' partial outputs: a split's weight must be its share "
         "of the softmax sum, 2**lse_i / sum 2**lse_j",
         caught_by="test_decode.py::test_decode_split_k_is_exact",
+    ),
+    Mutant(
+        name="merge_store_not_masked_to_head_dim",
+        file=FILE,
+        find="""
+                out.to(out_ptr.dtype.element_ty),
+                mask=d_mask,
+            )
+        """,
+        replace="""
+                out.to(out_ptr.dtype.element_ty),
+            )
+        """,
+        why="the merge stores all HEAD_DIM_PAD columns: with a head_dim that is not a power of two "
+        "they spill into the next head's output (a race on a GPU) and past the output's end",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    Mutant(
+        name="merge_head_dim_mask_against_padded_width",
+        file=FILE,
+        find="""
+            d_mask = offs_d < HEAD_DIM
+            lse = tl.load(
+        """,
+        replace="""
+            d_mask = offs_d < HEAD_DIM_PAD
+            lse = tl.load(
+        """,
+        why="the merge's head_dim mask compares against the padded width: it reads the next "
+        "split's columns and stores past each head's row",
+        caught_by="test_decode.py::test_decode_random_batches",
     ),
 ]

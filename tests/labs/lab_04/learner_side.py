@@ -32,14 +32,19 @@ def write_guarded(key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any) -> N
     _learner().reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1], slots)
 
 
-def write_from_fused(
-    qkv: Any, buffer: Any, slots: Any, key_heads: list[int], value_heads: list[int]
+def write_strided(
+    qkv: Any, value_src: Any, key_buffer: Any, value_buffer: Any, slots: Any, kv_heads: int
 ) -> None:
-    """Keys and values as head slices of one ``[tokens, heads, dim]`` projection (strided views),
-    written into ``buffer[0, 1:-1]`` and ``buffer[1, 1:-1]`` (``buffer`` is [k/v, blocks, ...])."""
-    key = qkv[:, key_heads[0] : key_heads[1]]
-    value = qkv[:, value_heads[0] : value_heads[1]]
-    _learner().reshape_and_cache(key, value, buffer[0, 1:-1], buffer[1, 1:-1], slots)
+    """Keys as heads ``-2 * kv_heads : -kv_heads`` of a fused ``[tokens, heads, dim]`` projection,
+    values as a head-major ``[kv_heads, tokens, >= dim]`` tensor seen as ``[tokens, kv_heads,
+    dim]``, written into ``key_buffer[1:-1]`` and into heads ``kv_heads:`` of
+    ``value_buffer[1:-1]`` (a cache twice as wide): every tensor has its own strides."""
+    dim = key_buffer.shape[-1]
+    key = qkv[:, -2 * kv_heads : -kv_heads]
+    value = value_src[:, :, :dim].transpose(0, 1)
+    _learner().reshape_and_cache(
+        key, value, key_buffer[1:-1], value_buffer[1:-1, :, kv_heads:], slots
+    )
 
 
 # -- the decode ----------------------------------------------------------------------------------
@@ -51,10 +56,15 @@ def decode_guarded(
     seq_lens: Any,
     scale: float,
     options: dict[str, Any],
+    buf_out: Any,
 ) -> Any:
-    """``paged_attention_decode`` over the caches ``buf_k[1:-1]`` and ``buf_v[1:-1]``."""
+    """``paged_attention_decode`` over the caches ``buf_k[1:-1]`` and ``buf_v[1:-1]`` (its first
+    ``head_dim`` columns: a wider ``buf_v`` gives the value cache its own strides), into
+    ``out=buf_out[1 : 1 + num_seqs]`` (the rows around it are guards)."""
+    dim = buf_k.shape[-1]
+    out = buf_out[1 : 1 + query.shape[0]]
     return _learner().paged_attention_decode(
-        query, buf_k[1:-1], buf_v[1:-1], tables, seq_lens, scale, **options
+        query, buf_k[1:-1], buf_v[1:-1, ..., :dim], tables, seq_lens, scale, out=out, **options
     )
 
 

@@ -183,31 +183,48 @@ def oracle_decode(
     return out
 
 
+OUT_GUARD_ROWS = 16  # rows of the output buffer after the output: room for a whole padded group
+
 TOLERANCE = {"float32": (2e-5, 0.0), "float16": (2e-3, 2e-3), "bfloat16": (1e-2, 1e-2)}
 
 
 def run_decode(
-    mod: Remote, case: Case, dtype: str = "float32", scale: float = 0.25, **kwargs: Any
+    mod: Remote,
+    case: Case,
+    dtype: str = "float32",
+    scale: float = 0.25,
+    value_pad: int = 0,
+    **kwargs: Any,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """The learner's decode on ``dtype`` copies, the oracle on the same rounded values.
 
     The caches cross as whole buffers, guard blocks included; the learner process hands its
-    decode the views ``buffer[1:-1]`` and sends the buffers back, which must be unchanged.
-    ``mod`` (the learner's module, from :func:`load`) is only the proof that the kernels are
-    written. Returns (got, want, tolerance).
+    decode the views ``buffer[1:-1]`` and sends the buffers back, which must be unchanged. With
+    ``value_pad`` the value buffer's rows are ``value_pad`` elements wider than ``head_dim``
+    (garbage there), so the value cache the decode reads has its own strides, unlike the key
+    cache's. The output is ``out=`` a view of a buffer with guard rows around it (a store past
+    the real query heads or past ``head_dim`` lands there). ``mod`` (the learner's module, from
+    :func:`load`) is only the proof that the kernels are written. Returns (got, want, tolerance).
     """
     del mod
     torch = torch_module()
     dt = getattr(torch, dtype)
     dev = device()
+    buffer_v = case.buffer_v
+    if value_pad:
+        pad = np.full((*buffer_v.shape[:-1], value_pad), 1e4)
+        buffer_v = np.concatenate([buffer_v, pad], axis=-1)
     buf_k = torch.from_numpy(case.buffer_k).to(device=dev, dtype=dt)
-    buf_v = torch.from_numpy(case.buffer_v).to(device=dev, dtype=dt)
+    buf_v = torch.from_numpy(buffer_v).to(device=dev, dtype=dt)
     q = torch.from_numpy(case.query).to(device=dev, dtype=dt)
-    before = (buf_k.clone(), buf_v.clone(), q.clone())
+    num_seqs, num_heads, head_dim = q.shape
+    buf_out = torch.full((num_seqs + 1 + OUT_GUARD_ROWS, num_heads, head_dim), 7.0, dtype=dt)
+    buf_out = buf_out.to(dev)
+    before = (buf_k.clone(), buf_v.clone(), q.clone(), buf_out.clone())
     want = oracle_decode(
         q.double().cpu().numpy(),
         buf_k[1:-1].double().cpu().numpy(),
-        buf_v[1:-1].double().cpu().numpy(),
+        buf_v[1:-1, ..., :head_dim].double().cpu().numpy(),
         case.tables,
         case.seq_lens,
         scale,
@@ -220,6 +237,7 @@ def run_decode(
         torch.from_numpy(case.seq_lens).to(dev),
         scale,
         kwargs,
+        buf_out,
     )
     expect_tensor(got, "paged_attention_decode")
     if tuple(got.shape) != tuple(q.shape):
@@ -235,6 +253,18 @@ def run_decode(
             raise AssertionError(f"decode changed {name}: it must only read the cache")
     if not torch.equal(q, before[2]):
         raise AssertionError("decode changed the query tensor: it must only read it")
+    guards = (
+        ("before", buf_out[:1], before[3][:1]),
+        ("after", buf_out[1 + num_seqs :], before[3][1 + num_seqs :]),
+    )
+    for where, now, old in guards:
+        if not torch.equal(now, old):
+            raise AssertionError(
+                f"a store landed OUTSIDE the output [{num_seqs}, {num_heads}, {head_dim}] (in the "
+                f"guard rows {where} it): mask every store of the decode and the merge to the "
+                "real query heads of the group (offs_g < QUERIES_PER_KV) and the real columns "
+                "(offs_d < HEAD_DIM); on a GPU such stores overwrite other heads' outputs"
+            )
     atol, rtol = TOLERANCE[dtype]
     return got.double().cpu().numpy(), want, atol + rtol * float(np.abs(want).max())
 

@@ -89,40 +89,56 @@ def test_padding_slots_write_nothing():
 
 @graded(
     1,
-    "the cache dtype is kept and strided inputs (K and V sliced out of a fused QKV "
-    "projection) are read through their strides",
+    "the cache dtype is kept and strided inputs (K sliced out of a fused QKV projection, V "
+    "head-major, a value cache with its own strides) are read and written through their strides",
     f"{DOC}#the-cache-write-kernel",
 )
 def test_cache_write_bf16_from_a_fused_projection():
-    """bf16 keys and values taken as column slices of one [tokens, 8, 16] tensor."""
+    """bf16 keys as heads 4:6 of one [tokens, 8, 16] tensor, values head-major, the value cache
+    heads 2:4 of a cache twice as wide: key, value and the two caches all have their own strides."""
     torch = torch_module()
     load(*WRITE)
     dev = device()
     gen = torch.Generator().manual_seed(2)
     qkv = torch.randn((5, 8, 16), generator=gen).to(device=dev, dtype=torch.bfloat16)
-    key, value = qkv[:, 4:6].clone(), qkv[:, 6:8].clone()
-    buffer = torch.zeros((2, 5, 4, 2, 16), dtype=torch.bfloat16, device=dev)  # [k/v, blocks...]
+    value_src = torch.randn((2, 5, 64), generator=gen).to(device=dev, dtype=torch.bfloat16)
+    key, value = qkv[:, 4:6].clone(), value_src[:, :, :16].transpose(0, 1).clone()
+    key_buffer = torch.zeros((5, 4, 2, 16), dtype=torch.bfloat16, device=dev)  # cache = [1:-1]
+    value_buffer = torch.zeros((5, 4, 4, 16), dtype=torch.bfloat16, device=dev)  # [1:-1, :, 2:]
     slots = [0, 5, -1, 11, 6]
-    # The learner process slices key, value and the caches out of qkv and buffer itself, so
-    # the kernel reads strided views, as it would behind a fused projection.
-    side().write_from_fused(qkv, buffer, torch.tensor(slots, device=dev), [4, 6], [6, 8])
-    flat_k = buffer[0, 1:-1].reshape(12, 2, 16)
-    flat_v = buffer[1, 1:-1].reshape(12, 2, 16)
+    # The learner process slices key, value and the caches out of these tensors itself, so the
+    # kernel reads and writes strided views, as it would behind a fused projection.
+    side().write_strided(
+        qkv, value_src, key_buffer, value_buffer, torch.tensor(slots, device=dev), 2
+    )
+    flat_k = key_buffer[1:-1].reshape(12, 2, 16)
+    flat_v = value_buffer[1:-1, :, 2:].reshape(12, 2, 16)
+    layout = {
+        "key": "the keys are heads 4:6 of a fused [5, 8, 16] projection (token stride 128, "
+        "head stride 16)",
+        "value": "the values are a head-major [2, 5, 64] tensor's first 16 columns seen as "
+        "[5, 2, 16] (token stride 64, head stride 320), and the value cache is heads 2:4 of a "
+        "[3, 4, 4, 16] cache (token stride 64, block stride 256: not the key cache's strides)",
+    }
     for i, slot in enumerate(slots):
         if slot < 0:
             continue
         for name, cache, rows in (("key", flat_k, key), ("value", flat_v, value)):
             if not torch.equal(cache[slot], rows[i]):
                 raise AssertionError(
-                    f"{name}_cache slot {slot} != {name} row {i}: the {name}s are heads "
-                    f"{'4:6' if name == 'key' else '6:8'} of a fused [5, 8, 16] projection, a "
-                    "strided view (token stride 128, head stride 16): read them through the "
-                    "strides the launcher passes, and keep the cache's bf16"
+                    f"{name}_cache slot {slot} != {name} row {i}: {layout[name]}; read and "
+                    f"write through the {name}'s own strides the launcher passes, and keep the "
+                    "cache's bf16"
                 )
     untouched = [s for s in range(12) if s not in slots]
     if bool(flat_k[untouched].abs().sum() != 0) or bool(flat_v[untouched].abs().sum() != 0):
         raise AssertionError(f"slots {untouched} were never written to but changed")
-    if bool(buffer[:, [0, -1]].abs().sum() != 0):
+    if bool(value_buffer[1:-1, :, :2].abs().sum() != 0):
+        raise AssertionError(
+            "the value cache is heads 2:4 of a wider cache, but heads 0:2 beside it changed: "
+            "address the value cache through its own strides (stride_vc_*), not the key cache's"
+        )
+    if bool(key_buffer[[0, -1]].abs().sum() != 0) or bool(value_buffer[[0, -1]].abs().sum() != 0):
         raise AssertionError("a store landed OUTSIDE the cache (in a guard block beside it)")
 
 

@@ -65,27 +65,40 @@ def test_decode_blocks_smaller_than_a_tile():
 def test_decode_blocks_larger_than_a_tile():
     """Blocks of 64 tokens, read a 32-token tile at a time: lengths 50, 100 and 130."""
     case = make_case(2, [50, 100, 130], 64, 2, 1)
-    got, want, tol = run_decode(load(*DECODE), case, num_splits=1)
-    assert_close(got, want, tol, "lengths [50, 100, 130] in blocks of 64")
+    # block_n: one split would take 64-token tiles, as large as the blocks.
+    got, want, tol = run_decode(load(*DECODE), case, num_splits=1, block_n=32)
+    assert_close(got, want, tol, "lengths [50, 100, 130] in blocks of 64, tiles of 32")
 
 
 @graded(
     2,
-    "tokens at positions >= seq_len get score -inf: the rest of the last block and of "
-    "the last tile is another request's data",
+    "tokens at positions >= seq_len get score -inf and are not loaded (K and V loads "
+    "masked): the rest of the last block and of the last tile is another request's data",
     f"{DOC}#masking-past-the-sequence-length",
 )
 def test_decode_masks_past_seq_len():
-    """Lengths that end mid-block and mid-tile; the slots after them hold large garbage."""
+    """Lengths that end mid-block and mid-tile; the slots after them hold large garbage, then
+    inf (a cache's unused slots hold whatever was there: p = 0 times inf is nan)."""
+    mod = load(*DECODE)
     case = make_case(3, [3, 19, 45], 16, 2, 2, garbage=20.0)
-    got, want, tol = run_decode(load(*DECODE), case, num_splits=1)
+    got, want, tol = run_decode(mod, case, num_splits=1)
     assert_close(got, want, tol, "lengths [3, 19, 45] in blocks of 16 (garbage after them)")
+    case = make_case(3, [3, 19, 45], 16, 2, 2, garbage=np.inf)
+    got, want, tol = run_decode(mod, case, num_splits=1)
+    assert_close(
+        got,
+        want,
+        tol,
+        "lengths [3, 19, 45] in blocks of 16, +-inf in the slots after them (load K AND V "
+        "with the token mask, other=0: a V row read past seq_len times p = 0 is still nan)",
+    )
 
 
 @graded(
     2,
     "GQA: the program for KV head j serves query heads j * group .. j * group + group - 1 "
-    "(query head h reads KV head h // group, not h % num_kv_heads)",
+    "(query head h reads KV head h // group, not h % num_kv_heads); rows past the group "
+    "(offs_g >= QUERIES_PER_KV) are masked in every load and store",
     f"{DOC}#one-program-per-sequence-and-kv-head",
 )
 def test_decode_gqa_groups():
@@ -146,20 +159,33 @@ def test_decode_more_splits_than_tiles():
 
 @graded(
     2,
-    "numerics: subtract the running max before exp2 (and the max lse in the merge); "
-    "scores of several hundred overflow float32 and float16 otherwise",
+    "numerics: subtract the running max (starting at -inf) before exp2, and the max lse in "
+    "the merge; scores of several hundred overflow (or all underflow) otherwise",
     f"{DOC}#numerics",
 )
 def test_decode_large_logits_fp16():
-    """fp16 caches and queries scaled by 30: scores in the hundreds, one split and three."""
+    """fp16 caches and queries scaled by 30: scores in the hundreds (one head's all far below
+    zero), one split and three."""
     mod = load(*DECODE_SPLIT)
     case = make_case(7, [40, 9], 8, 4, 2)
     case.query *= 30.0
+    # Sequence 1's keys point away from query head 0: all its scores are below -200, so
+    # exp2(score - m) underflows to 0 unless m is the true running max (which starts at -inf).
+    direction = case.query[1, 0] / np.linalg.norm(case.query[1, 0])
+    for p in range(9):
+        block, offset = case.tables[1, p // 8] + 1, p % 8
+        case.buffer_k[block, offset, 0] -= 3.0 * direction
     for num_splits in (1, 3):
         got, want, tol = run_decode(
             mod, case, "float16", scale=1.0, num_splits=num_splits, block_n=16
         )
-        assert_close(got, want, tol, f"fp16, scores in the hundreds, {num_splits} split(s)")
+        assert_close(
+            got,
+            want,
+            tol,
+            f"fp16, scores in the hundreds (sequence 1, query head 0: all below -200), "
+            f"{num_splits} split(s)",
+        )
 
 
 @graded(
@@ -180,11 +206,13 @@ def test_decode_half_precision():
 
 @graded(
     2,
-    "any batch: variable lengths, any power-of-two block size, any split count",
+    "any batch: variable lengths, any power-of-two block size, any split count, any head_dim "
+    "(columns past it masked), K and V caches each read through their own strides",
     f"{DOC}#reading-the-cache",
 )
 def test_decode_random_batches():
-    """Four seeded random configurations: block size, group, lengths, splits."""
+    """Four seeded random configurations: block size, group, lengths, splits; head_dim 24 (not a
+    power of two), tiles of 16, a value cache whose rows are wider than head_dim in memory."""
     mod = load(*DECODE_SPLIT)
     rng = np.random.default_rng(2024)
     for trial in range(4):
@@ -192,14 +220,16 @@ def test_decode_random_batches():
         group, num_kv_heads = int(rng.choice([1, 2, 4])), int(rng.integers(1, 3))
         lens = rng.integers(1, 70, size=int(rng.integers(1, 4))).tolist()
         num_splits = int(rng.integers(1, 4))
-        case = make_case(100 + trial, lens, block_size, group * num_kv_heads, num_kv_heads)
-        got, want, tol = run_decode(mod, case, num_splits=num_splits)
+        heads = group * num_kv_heads
+        case = make_case(100 + trial, lens, block_size, heads, num_kv_heads, head_dim=24)
+        got, want, tol = run_decode(mod, case, num_splits=num_splits, block_n=16, value_pad=8)
         assert_close(
             got,
             want,
             tol,
-            f"lengths {lens}, blocks of {block_size}, "
-            f"{group * num_kv_heads}/{num_kv_heads} heads, {num_splits} split(s)",
+            f"lengths {lens}, blocks of {block_size}, {heads}/{num_kv_heads} heads, head_dim 24, "
+            f"{num_splits} split(s), tiles of 16, value cache strides (its own) unlike the key "
+            "cache's",
         )
 
 

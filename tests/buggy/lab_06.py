@@ -396,4 +396,48 @@ MUTANTS = [
         "the cache)",
         caught_by="test_paged_attention.py::test_decode_single_sequence_equals_dense",
     ),
+    Mutant(
+        name="slot_mapping_refuses_a_padded_table",
+        file=FILE,
+        find="    if np.any(valid & (block_ids < 0)):",
+        replace="    if np.any(block_table < 0):",
+        why="validates every block table entry instead of the ones the positions look up: a "
+        "table padded with -1 past its used blocks (a row of the engine's rectangle) is "
+        "refused",
+        caught_by="test_cache_write.py::test_slot_mapping_through_a_padded_table",
+    ),
+    Mutant(
+        name="split_computed_in_float16",
+        file=FILE,
+        find="""
+            group = _check_gqa(num_heads, num_kv_heads)
+            dtype = _compute_dtype(query, key, value)
+            if n == 0:
+        """,
+        replace="""
+            group = _check_gqa(num_heads, num_kv_heads)
+            dtype = np.result_type(query, key, value)
+            if n == 0:
+        """,
+        why="attend_split works in the inputs' own dtype: float16 pieces are summed in float16 "
+        "(errors near 1e-3 in the lse and the output) instead of float32",
+        caught_by="test_split_k.py::test_attend_split_compute_dtype",
+    ),
+    Mutant(
+        name="split_computed_in_the_query_dtype",
+        file=FILE,
+        find="""
+            group = _check_gqa(num_heads, num_kv_heads)
+            dtype = _compute_dtype(query, key, value)
+            if n == 0:
+        """,
+        replace="""
+            group = _check_gqa(num_heads, num_kv_heads)
+            dtype = query.dtype
+            if n == 0:
+        """,
+        why="attend_split casts everything to the query's dtype (the dtype the OUTPUT takes): a "
+        "float32 query over float64 keys is computed in float32",
+        caught_by="test_split_k.py::test_attend_split_compute_dtype",
+    ),
 ]

@@ -271,4 +271,47 @@ MUTANTS = [
         "ValueError the contract promises",
         caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
     ),
+    Mutant(
+        name="block_check_counts_only_the_step",
+        file=FILE,
+        find="blocks_needed = kv_sizing.cdiv(seq_lens, block_size)",
+        replace="blocks_needed = kv_sizing.cdiv(scheduled, block_size)",
+        why="checks that the table covers this step's token COUNT, not its positions: a decode "
+        "or a chunk after cached tokens whose table lacks the block of its position is not "
+        "refused, and reads the padding (the null block) as its block",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    # -- purity ---------------------------------------------------------------------------------
+    Mutant(
+        name="block_tables_padded_in_the_callers_lists",
+        file=FILE,
+        find="""
+            flat = np.fromiter(itertools.chain.from_iterable(block_ids), np.int32, count=int(lens.sum()))
+            block_tables = np.zeros((len(block_ids), width), dtype=np.int32)
+            block_tables[np.arange(width) < lens[:, None]] = flat
+            return block_tables
+        """,
+        replace="""
+            for row in block_ids:
+                row.extend([0] * (width - len(row)))
+            return np.array(block_ids, dtype=np.int32).reshape(len(block_ids), width)
+        """,
+        why="pads each request's block list in place before np.array: the tensors are right, "
+        "but the caller's block lists (the scheduler's) grow by the padding",
+        caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
+    ),
+    Mutant(
+        name="seq_lens_added_up_in_the_callers_list",
+        file=FILE,
+        find="seq_lens = computed + scheduled",
+        replace="""
+            seq_list = num_computed_tokens
+            for i in range(num_reqs):
+                seq_list[i] += int(scheduled[i])
+            seq_lens = np.asarray(seq_list, dtype=np.int64)
+        """,
+        why="seq_lens accumulated in num_computed_tokens itself (a name, not a copy): the "
+        "tensors are right, but the caller's computed counts now include this step",
+        caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
+    ),
 ]

@@ -62,6 +62,16 @@ MUTANTS = [
         caught_by="test_detokenize.py::test_tokens_decode_in_context",
     ),
     Mutant(
+        name="held_back_while_fffd_anywhere",
+        file=FILE,
+        find="(flush or not new_text.endswith(REPLACEMENT_CHAR))",
+        replace="(flush or REPLACEMENT_CHAR not in new_text)",
+        why="holds text back while U+FFFD is anywhere in the window, not only at its end: after "
+        "a stray byte no token completes, the stream stalls until the finish (and a stop "
+        "string after it is found only then)",
+        caught_by="test_detokenize.py::test_split_character_is_held_back",
+    ),
+    Mutant(
         name="no_flush_at_finish",
         file=FILE,
         find="""
@@ -134,6 +144,15 @@ MUTANTS = [
         why="searches only the new characters: a stop string that began in an earlier step and "
         "ends in this one is missed",
         caught_by="test_stop_strings.py::test_stop_string_across_tokens",
+    ),
+    Mutant(
+        name="stop_search_starts_one_early",
+        file=FILE,
+        find="start = max(len(output_text) - new_char_count - len(stop_str) + 1, 0)",
+        replace="start = max(len(output_text) - new_char_count - len(stop_str), 0)",
+        why="off by one: the search starts len(stop) characters before the new text, so a "
+        "match that ended just before it (complete, and reported, a step ago) is reported again",
+        caught_by="test_stop_strings.py::test_check_stop_strings_looks_only_at_the_tail",
     ),
     Mutant(
         name="stop_first_in_list_wins",
@@ -251,6 +270,67 @@ MUTANTS = [
         replace="stop_reason = None",
         why="sets stop_reason only for a stop string: a request the core stopped on a stop "
         "token id reports stop_reason None instead of the token",
+        caught_by="test_processor.py::test_core_finish_reasons",
+    ),
+    Mutant(
+        name="update_not_told_finished",
+        file=FILE,
+        find="""
+                finished=out.finished,
+                stop_terminated=out.finish_reason == "stop",
+        """,
+        replace="""
+                stop_terminated=out.finish_reason == "stop",
+        """,
+        why="calls update without finished: nothing is flushed, so a request the core cut "
+        "by max_tokens in the middle of a character loses its last bytes",
+        caught_by="test_processor.py::test_the_last_output_finishes_the_text",
+    ),
+    Mutant(
+        name="output_without_tokens_skipped",
+        file=FILE,
+        find="if iteration_stats is not None and out.new_token_ids:",
+        replace="""
+            if not out.new_token_ids:
+                continue
+            if iteration_stats is not None and out.new_token_ids:
+        """,
+        why="skips an output that brings no token: the core's finishing output for a request "
+        "it ended without a new token ('abort') is lost, and the client waits forever",
+        caught_by="test_processor.py::test_the_last_output_finishes_the_text",
+    ),
+    Mutant(
+        name="error_handled_before_lookup",
+        file=FILE,
+        find="""
+            state = self.request_states.get(out.request_id)
+            if state is None:
+                continue  # aborted (or stopped by a stop string) while this step ran
+            if out.error is not None:
+                del self.request_states[out.request_id]
+                state.queue.put_nowait(ValueError(out.error))
+                continue
+        """,
+        replace="""
+            if out.error is not None:
+                state = self.request_states.pop(out.request_id)
+                state.queue.put_nowait(ValueError(out.error))
+                continue
+            state = self.request_states.get(out.request_id)
+            if state is None:
+                continue
+        """,
+        why="handles the error before skipping ids no longer tracked: an error for a request "
+        "the client aborted meanwhile raises KeyError and kills the output handler",
+        caught_by="test_processor.py::test_error_output_fails_the_request",
+    ),
+    Mutant(
+        name="stop_terminated_only_on_stop_token_id",
+        file=FILE,
+        find='stop_terminated=out.finish_reason == "stop",',
+        replace="stop_terminated=out.stop_reason is not None,",
+        why="takes only a stop token id (stop_reason set) for a stop-terminated finish: on EOS "
+        "(stop_reason None) with skip_special_tokens=False the answer ends in '<|endoftext|>'",
         caught_by="test_processor.py::test_core_finish_reasons",
     ),
     Mutant(

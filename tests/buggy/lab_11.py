@@ -130,6 +130,15 @@ MUTANTS = [
         caught_by="test_weights.py::test_shards_are_views",
     ),
     Mutant(
+        name="qkv_shard_is_a_copy",
+        file=FILE,
+        find="return tensor.narrow(0, first * head_dim, (last - first) * head_dim)",
+        replace="return tensor[first * head_dim : last * head_dim].clone()",
+        why="copies the rank's q/k/v rows (clone, to be safe): every rank holds a second copy "
+        "of what it loads, the attention weights being the largest part of a layer",
+        caught_by="test_weights.py::test_shards_are_views",
+    ),
+    Mutant(
         name="shard_tensor_by_chunk",
         file=FILE,
         find="""

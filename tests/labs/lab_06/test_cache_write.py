@@ -96,6 +96,28 @@ def test_negative_positions_are_padding():
 
 @graded(
     1,
+    "block table entries past the blocks the positions fall in are padding (-1, 0, any id): "
+    "only block_table[p // block_size] is read, so a padded table must be accepted",
+    f"{DOC}#reading-the-cache",
+)
+def test_slot_mapping_through_a_padded_table():
+    """The engine hands each sequence a row of a rectangle of tables, padded past its blocks."""
+    table = [6, 2, -1, -1]
+    positions = [0, 3, 4, 7, -1]
+    want = [24, 27, 8, 11, -1]
+    setting = f"positions {positions} through the table {table} (blocks of 4, 2 blocks used)"
+    try:
+        got = as_array(pa().compute_slot_mapping(np.array(table), np.array(positions), 4), "slots")
+    except ValueError as exc:
+        raise AssertionError(
+            f"{setting}: compute_slot_mapping raised ValueError ({exc}); the -1 entries are "
+            "padding no position falls in: check only the entries the positions look up"
+        ) from None
+    assert got.tolist() == want, f"{setting}: expected {want}, got {got.tolist()}"
+
+
+@graded(
+    1,
     "slots come back with the positions' shape, as int64 whatever the inputs' integer type",
     f"{DOC}#slot-mapping",
 )

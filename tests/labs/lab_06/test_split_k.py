@@ -128,6 +128,50 @@ def test_attend_split_of_no_keys():
     )
 
 
+@graded(
+    1,
+    "attend_split computes in the compute dtype: float32 for float16 inputs (float16 sums "
+    "lose the lse and the output), float64 when any input is float64",
+    "phases/04-attention-kernels/README.md#numerics",
+)
+def test_attend_split_compute_dtype():
+    """float16 pieces are accumulated in float32; a float32 query over float64 keys in float64."""
+    rng = np.random.default_rng(8)
+    query = rng.standard_normal((4, 8)).astype(np.float16)
+    key = rng.standard_normal((40, 2, 8)).astype(np.float16)
+    value = rng.standard_normal((40, 2, 8)).astype(np.float16)
+    partial, lse = split_result(pa().attend_split(query, key, value, 0.35), "float16 inputs")
+    assert np.float16 not in (partial.dtype, lse.dtype), (
+        f"attend_split of float16 inputs returned a {partial.dtype} partial and a {lse.dtype} "
+        "lse: the piece was computed in float16; cast to the compute dtype (_compute_dtype: "
+        "float32) before the scores"
+    )
+    want_partial, want_lse = oracle_split(
+        query.astype(np.float64), key.astype(np.float64), value.astype(np.float64), 0.35
+    )
+    assert_close(lse, want_lse, 1e-5, "lse of 40 float16 keys (computed in float32)")
+    assert_close(partial, want_partial, 1e-5, "output over 40 float16 keys (computed in float32)")
+    query = rng.standard_normal((4, 8)).astype(np.float32)
+    key, value = rng.standard_normal((13, 2, 8)), rng.standard_normal((13, 2, 8))
+    partial, lse = split_result(
+        pa().attend_split(query, key, value, 0.35), "float32 query over float64 keys"
+    )
+    want_partial, want_lse = oracle_split(query.astype(np.float64), key, value, 0.35)
+    assert_close(
+        lse,
+        want_lse,
+        TOL,
+        "lse of a float32 query over 13 float64 keys (float64 inputs are computed in float64, "
+        "not in the query's float32)",
+    )
+    assert_close(
+        partial,
+        want_partial,
+        TOL,
+        "output of a float32 query over 13 float64 keys (computed in float64)",
+    )
+
+
 @st.composite
 def merge_cases(draw):
     """A query, its keys, and where to cut them into pieces (some may be empty)."""

@@ -74,6 +74,23 @@ def _tiny_checkpoint() -> str:
     return _checkpoint
 
 
+def arguments_after_prepare_inputs(
+    token_ids: list[list[int]],
+    num_computed_tokens: list[int],
+    num_scheduled_tokens: list[int],
+    block_ids: list[list[int]],
+    block_size: int,
+) -> list[Any]:
+    """The learner's ``prepare_inputs`` on these lists; returns the four lists as they are
+    after the call (``[token_ids, num_computed_tokens, num_scheduled_tokens, block_ids]``)."""
+    import model_inputs as yours
+
+    yours.prepare_inputs(
+        token_ids, num_computed_tokens, num_scheduled_tokens, block_ids, block_size
+    )
+    return [token_ids, num_computed_tokens, num_scheduled_tokens, block_ids]
+
+
 def run_engine(
     prompts: list[list[int]], max_new: int, options: dict[str, Any], batches: int = 1
 ) -> dict[str, Any]:

@@ -15,6 +15,7 @@ Every expected tensor is written out below from the rules, never computed by the
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grading.suite import graded
+from grading.suite import graded, learner_module
 from tests.labs.common import GRADED_SETTINGS
 from tests.labs.lab_09.support import runner
 
@@ -297,6 +298,40 @@ def test_dtypes_and_shapes():
         )
 
 
+@graded(
+    1,
+    "prepare_inputs is a pure function: the lists it is given are left as they were (pad, "
+    "trim or add up in copies, never in the caller's lists)",
+    f"{DOC}#the-step-as-tensors",
+)
+def test_arguments_are_left_unchanged():
+    """The mixed batch, then its four lists compared with what was passed in."""
+    runner("prepare_inputs")
+    before = [TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS]
+    after = learner_module("learner_side").arguments_after_prepare_inputs(
+        copy.deepcopy(TOKENS),
+        list(COMPUTED),
+        list(SCHEDULED),
+        copy.deepcopy(BLOCK_IDS),
+        BLOCK_SIZE,
+    )
+    names = ["token_ids", "num_computed_tokens", "num_scheduled_tokens", "block_ids"]
+    for name, want, got in zip(names, before, after):
+        got = [list(row) if isinstance(row, list | tuple) else row for row in got]
+        if got == want:
+            continue
+        if name in ("token_ids", "block_ids"):
+            i = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), len(want))
+            shown = f"{name}[{i}] was {want[i] if i < len(want) else '-'} and is now "
+            shown += f"{got[i] if i < len(got) else '-'}"
+        else:
+            shown = f"{name} was {want} and is now {got}"
+        raise AssertionError(
+            f"prepare_inputs changed the caller's lists: {shown} (the scheduler owns "
+            "them); build the padded table, the sums and the slices in new arrays"
+        )
+
+
 # -- other batches -----------------------------------------------------------------------------
 
 
@@ -347,7 +382,8 @@ def test_block_size_one():
     2,
     "an inconsistent step is refused with ValueError: per-request lists of different "
     "lengths, an empty batch, and in ANY request (not only the first or all of them) no "
-    "scheduled token, more tokens than known, or a block table too short for the tokens",
+    "scheduled token, more tokens than known, or a block table too short for its "
+    "computed + scheduled tokens (the positions reach seq_len - 1)",
     f"{DOC}#the-step-as-tensors",
 )
 def test_inconsistent_steps_are_refused():
@@ -372,6 +408,19 @@ def test_inconsistent_steps_are_refused():
         (
             "request 1 of 2: 3 tokens, 2-token blocks, a table of 1 block",
             two | dict(block_ids=[[1, 2], [3]]),
+        ),
+        (
+            "2 computed + 1 scheduled, 2-token blocks, a table of 1 block (position 2 is in "
+            "block 1)",
+            ok | dict(num_computed_tokens=[2], num_scheduled_tokens=[1], block_ids=[[1]]),
+        ),
+        (
+            "request 1 of 2: 2 computed + 1 scheduled, 2-token blocks, a table of 1 block "
+            "(position 2 is in block 1: padding would give it the null block's slot)",
+            two
+            | dict(
+                num_computed_tokens=[0, 2], num_scheduled_tokens=[3, 1], block_ids=[[1, 2], [3]]
+            ),
         ),
         (
             "token_ids has 2 requests, the other lists 1",

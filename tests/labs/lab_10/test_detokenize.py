@@ -45,7 +45,8 @@ def test_ascii_one_token_a_step():
     DETOK,
 )
 def test_split_character_is_held_back():
-    """😀 as head + tail: the head step hands out "", the tail step hands out 😀."""
+    """😀 as head + tail: the head step hands out "", the tail step hands out 😀; a stray byte
+    waits only until the next token shows it is not the head of a character."""
     head = TOK.token_id(EMOJI[:2])
     tail = TOK.token_id(EMOJI[2:])
     ids = [*TOK.encode("Hi "), head, tail, *TOK.encode("!")]
@@ -62,6 +63,17 @@ def test_split_character_is_held_back():
     )
     assert got["output_text"] == "Hi 😀!", (
         f"output_text must be 'Hi 😀!', got {got['output_text']!r}"
+    )
+    # A stray byte no later token completes: its U+FFFD is text, and only a window that ENDS in
+    # U+FFFD waits, so the next token hands it out with its own text.
+    ids = [TOK.token_id(b"\x80"), *TOK.encode("ok!")]
+    got = run([], [[t] for t in ids])
+    deltas = [s["delta"] for s in got["steps"]]
+    assert deltas == ["", "\ufffdo", "k", "!"], (
+        f"tokens {show(ids)} one a step (a stray byte, then 'ok!'): expected deltas "
+        f"['', '\\ufffdo', 'k', '!'], got {deltas}; hold back only while the decoded window "
+        f"ENDS in U+FFFD (a character that may still be completed), not while one is anywhere "
+        f"in it, or the stream stalls until the finish"
     )
 
 

@@ -28,14 +28,14 @@ def add(rid: str, **options) -> list:
     FINISH,
 )
 def test_core_finish_reasons():
-    """'a' ends on length, 'b' on EOS (finish_reason 'stop', stop_reason None), 'c' on a stop
-    token id ('!' as stop_reason)."""
+    """'a' ends on length, 'b' on EOS (finish_reason 'stop', stop_reason None; it keeps special
+    tokens, so EOS has a text to leave out), 'c' on a stop token id ('!' as stop_reason)."""
     hello = TOK.encode("Hello")
     bang = TOK.token_id(b"!")
     recs = run(
         [
             add("a"),
-            add("b"),
+            add("b", skip_special_tokens=False),
             add("c"),
             [
                 "step",
@@ -67,7 +67,8 @@ def test_core_finish_reasons():
     )
     assert b and b[0]["finished"] and b[0]["finish_reason"] == "stop" and b[0]["text"] == "Hello", (
         f"'b' finished on EOS: finished, finish_reason 'stop', text 'Hello' (EOS's text left "
-        f"out), got {b}"
+        f"out: finish_reason 'stop' means the core stopped on the last token, EOS (stop_reason "
+        f"None) or a stop token id, so update gets stop_terminated=True), got {b}"
     )
     c = last["outputs"].get("c", [])[-1:]
     assert (
@@ -85,6 +86,48 @@ def test_core_finish_reasons():
     assert last["returned"] == [], (
         f"the core finished all three itself: reqs_to_abort must be empty, got {last['returned']}"
     )
+
+
+@graded(
+    2,
+    "Finishing: every output of a tracked request is applied, also one that brings no "
+    "token, and update is told the request finished (finished=out.finished) so that what is "
+    "still held back, a character cut by max_tokens, is flushed as U+FFFD",
+    FINISH,
+)
+def test_the_last_output_finishes_the_text():
+    """'a' is cut by max_tokens after half of 😀; the core ends 'b' ('abort') in a step that
+    brings it no token; streamed and not."""
+    head = TOK.token_id("😀".encode()[:2])
+    for stream in (False, True):
+        recs = run(
+            [
+                add("a", stream=stream),
+                add("b", stream=stream),
+                [
+                    "step",
+                    [["a", TOK.encode("Hi "), None, None], ["b", TOK.encode("Hello"), None, None]],
+                ],
+                ["step", [["a", [head], "length", None], ["b", [], "abort", None]]],
+            ]
+        )
+        for rid, reason, want in (("a", "length", "Hi \ufffd"), ("b", "abort", "Hello")):
+            outs = [o for r in recs for o in r["outputs"].get(rid, [])]
+            text = (
+                "".join(o["text"] for o in outs) if stream else (outs[-1]["text"] if outs else "")
+            )
+            last = outs[-1] if outs else None
+            assert last and last["finished"] and last["finish_reason"] == reason, (
+                f"stream={stream}: the core finished {rid!r} ({reason!r}) in the last step; its "
+                f"last output must be finished with finish_reason {reason!r}, got {last}"
+            )
+            assert text == want, (
+                f"stream={stream}: {rid!r}'s finished text must be {want!r} (the decode of all its "
+                f"tokens), got {text!r}"
+            )
+        assert recs[-1]["tracked"] == [], (
+            f"stream={stream}: both requests finished, still tracked: {recs[-1]['tracked']}"
+        )
 
 
 @graded(
@@ -185,11 +228,13 @@ def test_aborts():
     2,
     "Errors: an output with an error fails its request: a ValueError with the core's "
     "message goes on its queue instead of a RequestOutput, and the request is forgotten "
-    "(a later output for it is ignored)",
+    "(a later output for it, error or not, is ignored like any output for an id no longer "
+    "tracked)",
     FINISH,
 )
 def test_error_output_fails_the_request():
-    """'a' fails in the first step while 'b' runs on; a late output for 'a' is ignored."""
+    """'a' fails in the first step while 'b' runs on; a late output for 'a' is ignored, and so
+    is an error for 'c', aborted before the step (skip ids no longer tracked first)."""
     hello = TOK.encode("Hello")
     recs = run(
         [
@@ -197,9 +242,12 @@ def test_error_output_fails_the_request():
             add("b", stream=True),
             ["step", [["a", [], None, None, "boom"], ["b", hello, None, None]]],
             ["step", [["a", hello, "length", None], ["b", TOK.encode("!"), "length", None]]],
+            add("c"),
+            ["abort", ["c"]],
+            ["step", [["a", [], None, None, "again"], ["c", [], None, None, "gone"]]],
         ]
     )
-    failed, later = recs[2], recs[3]
+    failed, later, late_errors = recs[2], recs[3], recs[6]
     a = failed["outputs"].get("a", [])
     assert a == [{"error": "ValueError: boom"}], (
         f"the core reported error 'boom' for 'a': its queue must get exactly one "
@@ -217,6 +265,11 @@ def test_error_output_fails_the_request():
     b = [o for r in recs for o in r["outputs"].get("b", [])]
     assert "".join(o.get("text", "") for o in b) == "Hello!" and b and b[-1].get("finished"), (
         f"'b' is not affected by 'a''s error: it streams 'Hello!' and finishes, got {b}"
+    )
+    assert late_errors["outputs"] == {} and late_errors["tracked"] == [], (
+        f"error outputs for 'a' (failed a step ago) and 'c' (aborted) must be ignored: they are "
+        f"no longer tracked; got outputs {late_errors['outputs']}, tracked "
+        f"{late_errors['tracked']}"
     )
 
 

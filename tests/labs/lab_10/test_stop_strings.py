@@ -194,6 +194,11 @@ def test_check_stop_strings_looks_only_at_the_tail():
         "'STOP' ends 6 characters before the end and only the last 4 are new: it was already "
         "checked a step ago, so check_stop_strings must return None"
     )
+    assert check("abSTOPcd", 2, ["STOP"], False) is None, (
+        "'STOP' ends just before the 2 new characters 'cd': it was complete a step ago, so "
+        "check_stop_strings must return None (start the search len(stop) - 1 characters "
+        "before the new text, not len(stop))"
+    )
     got = check("abSTOPcd", 3, ["STOP"], False)
     assert got == ["STOP", 2], (
         f"'STOP' ends inside the 3 new characters: expected ('STOP', 2), got {got}"

@@ -95,3 +95,28 @@ def qkv_shards(
         )
         for rank in range(tp_size)
     ]
+
+
+def qkv_views(
+    full: Any,
+    shard_id: str,
+    head_dim: int,
+    total_num_heads: int,
+    total_num_kv_heads: int,
+    tp_size: int,
+) -> list[bool]:
+    """For every rank, whether its ``shard_qkv_weight`` of ``full`` shares ``full``'s storage
+    (a view) rather than being a copy."""
+    mod = _learner()
+    ptr = full.untyped_storage().data_ptr()
+    return [
+        bool(
+            mod.shard_qkv_weight(
+                full, shard_id, head_dim, total_num_heads, total_num_kv_heads, rank, tp_size
+            )
+            .untyped_storage()
+            .data_ptr()
+            == ptr
+        )
+        for rank in range(tp_size)
+    ]

@@ -176,7 +176,6 @@ def test_a_test_runs_under_its_own_time_limit(tmp_path):
     against lab-01's 10 s), and the message names that limit. An explicit runner timeout (the
     hostile-submission tests') holds for every test."""
     import dataclasses
-    import time
 
     from grading.runner import SuiteRunner
 
@@ -191,10 +190,9 @@ def test_a_test_runs_under_its_own_time_limit(tmp_path):
         "lab-01's random workload names its own, longer limit"
     )
     usage = dataclasses.replace(tests["usage"], timeout=0.5)
-    runner = SuiteRunner(lab, impl)
-    started = time.monotonic()
-    (result,) = runner.run([usage])
+    (result,) = SuiteRunner(lab, impl).run([usage])
     assert result.outcome == "timeout", (result.outcome, result.message)
-    assert time.monotonic() - started < lab.timeout, "stopped at the test's 0.5 s, not the lab's"
+    # The test's duration (not the judge's and learner's start-up, slow on a busy machine).
+    assert 0 < result.duration < lab.timeout, f"stopped after {result.duration} s, not at 0.5 s"
     assert SuiteRunner(lab, impl, timeout=3.0).test_timeout(usage) == 3.0
     assert SuiteRunner(lab, impl).test_timeout(tests["usage"]) == lab.timeout

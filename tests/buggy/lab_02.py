@@ -391,4 +391,27 @@ MUTANTS = [
         why="counts the requests of the trace that have not arrived yet as waiting",
         caught_by="test_simulation.py::test_preemption_newest_first",
     ),
+    Mutant(
+        name="blocked_needs_strictly_more",
+        file=FILE,
+        find="if allocator.num_free_tokens() >= allocator.tokens_to_hold(length(req), limit):",
+        replace="if allocator.num_free_tokens() > allocator.tokens_to_hold(length(req), limit):",
+        why="a refusal with exactly enough free memory (in pieces) is not counted as blocked: "
+        "the external fragmentation of that step is lost",
+        caught_by="test_simulation.py::test_blocked_with_exactly_enough_free",
+    ),
+    Mutant(
+        name="trace_iterated_twice",
+        file=FILE,
+        find="""
+    trace = list(trace)
+    limits = _validate(trace, allocator, max_model_len)
+""",
+        replace="""
+    limits = _validate(trace, allocator, max_model_len)
+""",
+        why="simulate goes over its Iterable trace twice: a one-shot iterator is used up by the "
+        "validation and the simulation runs no request at all",
+        caught_by="test_simulation.py::test_trace_may_be_a_one_shot_iterator",
+    ),
 ]

@@ -445,4 +445,52 @@ MUTANTS = [
         "sharing a held prefix passes the gate without room to finish",
         caught_by="test_allocate_slots.py::test_admission_gate",
     ),
+    Mutant(
+        name="num_cached_block_runs_ahead_of_the_hashes",
+        file=FILE,
+        find="""
+        num_full_blocks = min(num_full_blocks, len(request.block_hashes))
+        if num_cached_blocks >= num_full_blocks:
+            return
+        """,
+        replace="""
+        if len(request.block_hashes) < num_full_blocks:
+            self.num_cached_block[request_id] = num_full_blocks
+            return
+        """,
+        why="when the request has fewer hashes than full blocks, cache_blocks records the "
+        "blocks as published without publishing them: num_cached_block no longer counts the "
+        "blocks really in the prefix cache",
+        caught_by="test_allocate_slots.py::test_request_without_hashes_publishes_nothing",
+    ),
+    Mutant(
+        name="hit_count_checked_one_way",
+        file=FILE,
+        find="if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:",
+        replace="if len(new_computed_block_list[0]) * self.block_size < num_new_computed_tokens:",
+        why="checks only that the hits cover at least num_new_computed_tokens: hit blocks "
+        "passed with num_new_computed_tokens=0 are claimed and then used as the slots of "
+        "tokens to compute, so the request writes over a block another request shares",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="returned_blocks_alias_the_table",
+        file=FILE,
+        find="""
+        new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+        req_blocks.extend(new_blocks)
+        return new_blocks
+        """,
+        replace="""
+        new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+        if not req_blocks:
+            self.req_to_blocks[request_id] = new_blocks
+            return new_blocks
+        req_blocks.extend(new_blocks)
+        return new_blocks
+        """,
+        why="a new request's table is the very list allocate_slots returns: every later step "
+        "that grows the table also grows the KVCacheBlocks handed out for the prefill",
+        caught_by="test_allocate_slots.py::test_returns_only_new_blocks",
+    ),
 ]

@@ -69,9 +69,13 @@ def _allocator_state(kind: str, alloc: Any) -> dict[str, Any]:
 
 
 def simulate(
-    rows: list[list[Any]], allocator: list[Any], max_model_len: int | None = None
+    rows: list[list[Any]],
+    allocator: list[Any],
+    max_model_len: int | None = None,
+    one_shot: bool = False,
 ) -> dict[str, Any]:
-    """The learner's ``simulate`` of ``TraceRequest(*row)`` for each row on a fresh allocator.
+    """The learner's ``simulate`` of ``TraceRequest(*row)`` for each row on a fresh allocator
+    (handed over as a one-shot iterator instead of a list with ``one_shot``).
 
     Returns ``{"steps": [{field: value}], "admitted": {...}, "finished": {...},
     "num_preemptions": n, "allocator": {its state after the run}, "sim": the Simulation}``
@@ -80,7 +84,8 @@ def simulate(
     import fragmentation as yours
 
     alloc = _allocator(allocator)
-    sim = yours.simulate([yours.TraceRequest(*row) for row in rows], alloc, max_model_len)
+    trace = [yours.TraceRequest(*row) for row in rows]
+    sim = yours.simulate(iter(trace) if one_shot else trace, alloc, max_model_len)
     return {
         "steps": [_step(s) for s in sim.steps],
         "admitted": dict(sim.admitted),

@@ -119,6 +119,27 @@ def test_fcfs_head_of_line_blocking():
 
 @graded(
     1,
+    "blocked: the request at the head of the queue refused although free_tokens >= "
+    "tokens_to_hold(its length, its max_len); exactly enough free memory counts (>=, not >)",
+    f"{DOC}#task-4-the-simulation-loop",
+)
+def test_blocked_with_exactly_enough_free():
+    """A and C finish at step 0 and leave two holes of 4: 8 slots free, exactly D's 8."""
+    mod = frag()
+    rows = (("A", 0, 1, 1, 4), ("B", 0, 1, 3, 4), ("C", 0, 1, 1, 4), ("D", 0, 1, 1, 8))
+    sim = run(mod, rows, mod.ContiguousAllocator(12))
+    got = [(s.blocked, s.external_tokens) for s in sim.steps]
+    expected = [(None, 0), ("D", 8), ("D", 8), (None, 0)]
+    assert got == expected, (
+        f"(blocked, external_tokens) per step: expected {expected}, got {got}; at steps 1 and 2 "
+        "D needs 8 slots in one piece and 8 are free in two holes of 4: free_tokens >= "
+        "tokens_to_hold, so D is blocked (at step 0 nothing is free: a full memory, not "
+        "fragmentation)"
+    )
+
+
+@graded(
+    1,
     "A request is not admitted before its arrival_step; requests arriving in the same "
     "step queue in TRACE order (not by id); steps where nothing runs are still steps",
     f"{DOC}#task-4-the-simulation-loop",
@@ -220,6 +241,30 @@ requests = st.lists(
 
 def side():
     return learner_module("learner_side")
+
+
+@graded(
+    1,
+    "simulate takes any Iterable of TraceRequest, a one-shot iterator too: read it once "
+    "(trace = list(trace)) before validating, sorting and counting",
+    f"{DOC}#task-4-the-simulation-loop",
+)
+def test_trace_may_be_a_one_shot_iterator():
+    """The worked example handed over as iter(trace): the same run as from a list."""
+    frag()
+    rows = [list(row) for row in TRACE]
+    got = side().simulate(rows, ["contiguous", CAPACITY], MAX_MODEL_LEN, True)
+    runs = (len(got["steps"]), got["admitted"], got["finished"])
+    expected = (
+        len(CONTIGUOUS_STEPS),
+        {"A": 0, "B": 0, "C": 0, "D": 4},
+        {"A": 1, "C": 1, "B": 3, "D": 6},
+    )
+    assert runs == expected, (
+        f"the worked example passed as iter(trace): expected (steps, admitted, finished) "
+        f"{expected}, got {runs}; an iterator can be read only once, so going over the trace "
+        "twice (to validate it, then to sort it) leaves nothing for the second pass"
+    )
 
 
 @graded(

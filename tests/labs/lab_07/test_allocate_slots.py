@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grading.suite import graded
+from grading.suite import graded, learner_module
 from tests.labs.lab_07.helpers import (
     BS,
     DOC,
@@ -52,8 +52,12 @@ def test_prefill_gets_cdiv_blocks():
 def test_returns_only_new_blocks():
     """Decode steps fill the last block before a new one is taken."""
     d = driver(10)
-    d.add("a", list(range(6)))
-    d.admit("a")
+    side = learner_module("learner_side")
+    a = d.add("a", list(range(6)))
+    first = d.mgr.allocate_slots(a, 6)  # a's prefill; the returned set is kept and read again
+    a.num_computed_tokens = 6
+    first_ids = side.block_ids(first)
+    assert first_ids == [1, 2], f"a's 6 tokens need blocks [1, 2], got {first_ids}"
     for n, (token, expected) in enumerate(((100, []), (101, []), (102, [3]), (103, []), (104, []))):
         new = d.decode("a", token)
         assert new is not None, "the pool has room"
@@ -62,6 +66,12 @@ def test_returns_only_new_blocks():
             f"{table(d.state(), 'a')}: expected new blocks {expected}, got {new}"
         )
     assert table(d.state(), "a") == [1, 2, 3]
+    later = side.block_ids(first)
+    assert later == [1, 2], (
+        f"the blocks allocate_slots returned for a's prefill were [1, 2] and are now {later}: "
+        "the returned KVCacheBlocks shares its list with req_to_blocks['a'], so growing the "
+        "table changed it; extend the table with the new blocks and return a list of their own"
+    )
 
 
 @graded(
@@ -372,6 +382,12 @@ def test_request_without_hashes_publishes_nothing():
         f"u's full blocks {[b for b, h in hashes.items() if h is not None]} were published: a "
         "request without block hashes publishes nothing"
     )
+    recorded = state["num_cached_block"].get("u", 0)
+    assert recorded == 0, (
+        f"num_cached_block['u'] is {recorded}, but u published nothing: num_cached_block counts "
+        "the blocks really published, at most len(request.block_hashes) = 0, so the cap comes "
+        "before num_cached_block advances"
+    )
     check_state(state, expected_ref_cnts={4: 1, 5: 1, 6: 1, 7: 1})
 
 
@@ -418,6 +434,20 @@ def test_bad_arguments_are_rejected():
         f"get_num_blocks_to_allocate('a', 12, <a hit>) returned {counted} for a request that "
         "already holds blocks: prefix-cache hits apply only to a request's first allocation, "
         "so it must raise ValueError"
+    )
+    # Hit blocks that num_new_computed_tokens does not count: b would write over a's block.
+    b = d.add("b", list(range(6)))
+    b_hits, b_num_hit = mgr.get_computed_blocks(b)
+    assert b_num_hit == BS
+    try:
+        mgr.allocate_slots(b, 2, 0, b_hits)
+        raised = False
+    except ValueError:
+        raised = True
+    assert raised, (
+        "allocate_slots(b, 2, num_new_computed_tokens=0, new_computed_blocks=<1 hit block>) "
+        "was accepted: the hits must cover exactly num_new_computed_tokens tokens "
+        "(len(blocks) * block_size), too many blocks as well as too few, else ValueError"
     )
 
 

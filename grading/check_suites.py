@@ -86,7 +86,7 @@ def check_lab(lab: Lab, workers: int = 2) -> list[Verdict]:
     score, total, results = grade_folder(lab, lab.solution_dir, tests)
     failed = [r.info.name for r in results if r.outcome != "passed"]
     # A timeout needs room for slower correct code on a busy laptop: the test nearest its own.
-    limit = {r.info.nodeid: r.info.timeout or lab.timeout for r in results}
+    limit = {r.info.nodeid: r.info.time_limit(lab.timeout) for r in results}
     tightest = max(results, key=lambda r: r.duration / limit[r.info.nodeid], default=None)
     if tightest is not None:
         failed.append(

@@ -70,6 +70,10 @@ class TestInfo:
     description: str = ""
     timeout: float | None = None  # the test's own limit; None: the lab's
 
+    def time_limit(self, lab_timeout: float) -> float:
+        """Seconds this test may run: its own ``@graded(timeout=)``, else the lab's."""
+        return lab_timeout if self.timeout is None else self.timeout
+
 
 @dataclass
 class TestResult:

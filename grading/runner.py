@@ -264,9 +264,7 @@ class SuiteRunner:
 
     def test_timeout(self, info: TestInfo) -> float:
         """Seconds ``info``'s test may run before it is stopped and scored TIMEOUT."""
-        if self.timeout_is_explicit or info.timeout is None:
-            return self.timeout
-        return info.timeout
+        return self.timeout if self.timeout_is_explicit else info.time_limit(self.timeout)
 
     def _run(self, tests: list[TestInfo]) -> list[TestResult]:
         by_id = {t.nodeid: t for t in tests}

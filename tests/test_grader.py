@@ -173,8 +173,8 @@ def test_a_stub_ends_a_property_test_at_its_first_call():
 def test_a_test_runs_under_its_own_time_limit(tmp_path):
     """``@graded(timeout=)`` reaches both the judge and the grader's watchdog through the
     collected ``TestInfo``: a hung call is stopped at the test's own limit (here cut to 0.5 s,
-    against lab-01's 10 s), and the message names that limit. An explicit runner timeout (the
-    hostile-submission tests') holds for every test."""
+    against lab-01's 10 s). An explicit runner timeout (the hostile-submission tests') holds for
+    every test."""
     import dataclasses
 
     from grading.runner import SuiteRunner

@@ -266,3 +266,19 @@ def assert_constant_time(
             f"{t_small * 1e3:.1f} ms on {small:,} blocks ({ratio:.0f}x for 100x more blocks): "
             "it walks the list or copies it instead of relinking neighbours"
         )
+
+
+def assert_value_error(what: str, call: Callable[[], Any]) -> None:
+    """``call()`` must raise ValueError; any other exception, or a return, fails, naming ``what``
+    and the learner's exception type. A judge-side ``NotImplementedError`` (a stub helper the
+    suite needs) passes through: it means NOT STARTED, not a wrong error."""
+    try:
+        call()
+    except NotImplementedError:
+        raise
+    except ValueError:
+        return
+    except Exception as exc:
+        kind = (getattr(exc, "learner_type", "") or type(exc).__name__).rsplit(".", 1)[-1]
+        raise AssertionError(f"{what} must raise ValueError, it raised {kind}: {exc}") from None
+    raise AssertionError(f"{what} must raise ValueError; it returned")

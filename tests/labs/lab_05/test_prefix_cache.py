@@ -25,6 +25,7 @@ from mini_vllm.core.kv_cache_utils import (
 from tests.labs.common import (
     as_int,
     assert_constant_time,
+    assert_value_error,
     block_ids,
     check_pool,
     check_pool_snapshot,
@@ -188,17 +189,8 @@ def test_hashing_a_block_twice_is_an_error():
 
 
 def _refused(what: str, call) -> None:
-    """``call()`` must raise ValueError; anything else fails, naming ``what``."""
-    try:
-        call()
-    except ValueError:
-        return
-    except Exception as exc:
-        got = getattr(exc, "learner_type", "") or type(exc).__name__
-        raise AssertionError(
-            f"cache_full_blocks with {what} must raise ValueError, not {got.rsplit('.', 1)[-1]}"
-        ) from None
-    raise AssertionError(f"cache_full_blocks with {what} must raise ValueError; it returned")
+    """``call()``, a ``cache_full_blocks`` with ``what`` wrong, must raise ValueError."""
+    assert_value_error(f"cache_full_blocks with {what}", call)
 
 
 @graded(

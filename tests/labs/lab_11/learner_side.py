@@ -65,6 +65,11 @@ def check_tp(fields: dict[str, Any], tp_size: Any) -> list[Any]:
     return _outcome(call)
 
 
+def _is_view(part: Any, full: Any) -> bool:
+    """Whether ``part`` shares ``full``'s storage (a view such as ``narrow``), not a copy."""
+    return bool(part.untyped_storage().data_ptr() == full.untyped_storage().data_ptr())
+
+
 def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:
     """Every rank's ``shard_tensor(full, dim, rank, tp_size)``, and whether each is a view of
     ``full`` (shares its storage) rather than a copy."""
@@ -73,7 +78,7 @@ def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:
     for rank in range(tp_size):
         shard = mod.shard_tensor(full, dim, rank, tp_size)
         shards.append(shard)
-        views.append(bool(shard.untyped_storage().data_ptr() == full.untyped_storage().data_ptr()))
+        views.append(_is_view(shard, full))
     return {"shards": shards, "views": views}
 
 
@@ -108,15 +113,12 @@ def qkv_views(
     """For every rank, whether its ``shard_qkv_weight`` of ``full`` shares ``full``'s storage
     (a view) rather than being a copy."""
     mod = _learner()
-    ptr = full.untyped_storage().data_ptr()
     return [
-        bool(
+        _is_view(
             mod.shard_qkv_weight(
                 full, shard_id, head_dim, total_num_heads, total_num_kv_heads, rank, tp_size
-            )
-            .untyped_storage()
-            .data_ptr()
-            == ptr
+            ),
+            full,
         )
         for rank in range(tp_size)
     ]

@@ -417,14 +417,15 @@ class BlockPool:
 
         The prefix cache is not consulted: hits are revived with :meth:`touch`. When caching is
         enabled, a popped block that still holds a cached prefix is evicted from the cache
-        first, since its page is about to be overwritten.
+        first, since its page is about to be overwritten. Each block handed out is reported to
+        the ``metrics_collector``'s ``on_block_allocated``, when the pool has one.
 
         Raises:
             ValueError: if ``num_blocks`` is negative or more than the free blocks.
         """
         raise NotImplementedError(
-            "lab-01: BlockPool.get_new_blocks — pop n blocks from the front, evict stale "
-            "hashes, ref_cnt = 1"
+            "lab-01: BlockPool.get_new_blocks — pop n blocks, evict stale hashes, set ref_cnt = "
+            "1, report each"
         )
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:

@@ -439,7 +439,8 @@ class BlockPool:
 
         The prefix cache is not consulted: hits are revived with :meth:`touch`. When caching is
         enabled, a popped block that still holds a cached prefix is evicted from the cache
-        first, since its page is about to be overwritten.
+        first, since its page is about to be overwritten. Each block handed out is reported to
+        the ``metrics_collector``'s ``on_block_allocated``, when the pool has one.
 
         Raises:
             ValueError: if ``num_blocks`` is negative or more than the free blocks.

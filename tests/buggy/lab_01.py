@@ -592,4 +592,39 @@ MUTANTS = [
         "free queue with ref_cnt -1 (a double free within one call, I1)",
         caught_by="test_block_pool.py::test_double_free_is_an_error",
     ),
+    Mutant(
+        name="get_new_blocks_evicts_only_the_last_block",
+        file=FILE,
+        find="""
+            for block in blocks:
+                if self.enable_caching:
+                    self._maybe_evict_cached_block(block)
+                if block.ref_cnt != 0:
+        """,
+        replace="""
+            if self.enable_caching and blocks:
+                self._maybe_evict_cached_block(blocks[-1])
+            for block in blocks:
+                if block.ref_cnt != 0:
+        """,
+        why="the eviction sits outside the loop (an indentation slip), so only the last block "
+        "handed out loses its stale hash: the others keep producing prefix-cache hits on pages "
+        "about to be overwritten (I4)",
+        caught_by="test_block_pool.py::test_reused_block_loses_its_stale_hash",
+    ),
+    Mutant(
+        name="allocation_not_reported_to_collector",
+        file=FILE,
+        find="""
+                block.ref_cnt = 1
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_allocated(block)
+        """,
+        replace="""
+                block.ref_cnt = 1
+        """,
+        why="get_new_blocks never calls the collector's on_block_allocated, so upstream's "
+        "residency metrics see hits and evictions of blocks that were never allocated",
+        caught_by="test_block_pool.py::test_allocations_are_reported_to_the_metrics_collector",
+    ),
 ]

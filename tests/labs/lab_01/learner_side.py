@@ -53,6 +53,43 @@ def make_queue_bench(n: int) -> Any:
     return types.SimpleNamespace(blocks=blocks, queue=queue)
 
 
+class RecordingCollector:
+    """A metrics collector that records the pool's calls as ``[event, block_id]`` pairs.
+
+    It stands for upstream's KV-cache residency metrics, which the pool must tell about every
+    block it hands out (``on_block_allocated``), hits (``touch``) and evicts."""
+
+    def __init__(self) -> None:
+        self.events: list[list[Any]] = []
+
+    def _record(self, event: str, block: Any) -> None:
+        self.events.append([event, getattr(block, "block_id", None)])
+
+    def on_block_allocated(self, block: Any) -> None:
+        self._record("allocated", block)
+
+    def on_block_accessed(self, block: Any) -> None:
+        self._record("accessed", block)
+
+    def on_block_evicted(self, block: Any) -> None:
+        self._record("evicted", block)
+
+    def reset(self) -> None:
+        self.events.append(["reset", None])
+
+
+def make_pool_with_collector(n: int) -> list[Any]:
+    """``[pool, collector]``: the learner's ``BlockPool`` of ``n`` blocks, caching off, with a
+    :class:`RecordingCollector` as its ``metrics_collector``."""
+    import block_pool
+
+    collector = RecordingCollector()
+    pool = block_pool.BlockPool(
+        num_gpu_blocks=n, enable_caching=False, hash_block_size=4, metrics_collector=collector
+    )
+    return [pool, collector]
+
+
 # -- running a batch the judge dictates -------------------------------------------------------
 def run_queue_ops(bench: Any, ops: list[list[Any]]) -> list[Any]:
     """Run ``ops`` on ``bench.queue``; blocks are named by their index in ``bench.blocks``.

@@ -289,29 +289,56 @@ def test_usage():
 
 @graded(
     3,
-    "I4: when caching is on, a block popped for reuse must drop its stale hash from the "
-    "cache map (its contents are about to be overwritten)",
+    "I4: when caching is on, every block popped for reuse must drop its stale hash from the "
+    "cache map (its contents are about to be overwritten), not only the first or the last",
     f"{DOC}#allocating-blocks",
 )
 def test_reused_block_loses_its_stale_hash():
-    """get_new_blocks evicts the prefix-cache entry of a cached free block it hands out."""
-    pool = make_pool(3, caching=True, block_size=2)
-    (blk,) = pool.get_new_blocks(1)
-    block_hash = b"h" * 32
-    request = side().make_request("r", [1, 2], [block_hash])
-    pool.cache_full_blocks(request, [blk], 0, 1, 2, 0)
-    assert type(blk.block_hash) is bytes, "cache_full_blocks (given) must have hashed the block"
-    pool.free_blocks([blk])
-    found = pool.get_cached_block(block_hash, [0])
-    assert type(found) is list and len(found) == 1 and found[0] is blk, (
-        "a freed cached block stays in the prefix cache until it is reused"
+    """get_new_blocks evicts the prefix-cache entry of each cached free block it hands out."""
+    pool = make_pool(4, caching=True, block_size=2)
+    cached = pool.get_new_blocks(2)  # blocks 1 and 2
+    hashes = [b"h" * 32, b"k" * 32]
+    request = side().make_request("r", [1, 2, 3, 4], hashes)
+    pool.cache_full_blocks(request, cached, 0, 2, 2, 0)
+    for blk in cached:
+        assert type(blk.block_hash) is bytes, "cache_full_blocks (given) must hash the blocks"
+    pool.free_blocks(cached)
+    for blk, block_hash in zip(cached, hashes):
+        found = pool.get_cached_block(block_hash, [0])
+        assert type(found) is list and len(found) == 1 and found[0] is blk, (
+            "a freed cached block stays in the prefix cache until it is reused"
+        )
+    got = pool.get_new_blocks(3)  # drains the pool: block 3, then the cached blocks 1 and 2
+    assert ids(got) == [3, 1, 2], f"draining the pool must give blocks [3, 1, 2], got {ids(got)}"
+    for blk, block_hash in zip(cached, hashes):
+        block_id = as_int(blk.block_id, "block_id")
+        assert blk.block_hash is None, (
+            f"I4: reused block {block_id} kept its old hash (get_new_blocks handed out 3 blocks; "
+            "each cached one must be evicted)"
+        )
+        assert pool.get_cached_block(block_hash, [0]) is None, (
+            f"I4: the cache map still finds block {block_id}, which was handed out for new contents"
+        )
+
+
+@graded(
+    1,
+    "get_new_blocks reports each block it hands out to the pool's metrics_collector "
+    "(on_block_allocated), when the pool has one",
+    f"{DOC}#allocating-blocks",
+)
+def test_allocations_are_reported_to_the_metrics_collector():
+    """Upstream's KV-cache residency metrics learn of every allocation from the pool."""
+    pool, collector = side().make_pool_with_collector(5)
+    got = ids(pool.get_new_blocks(3))
+    events = collector.events
+    want = [["allocated", block_id] for block_id in got]
+    assert same_data(events, want), (
+        f"get_new_blocks(3) handed out blocks {got}: the collector must have been told "
+        f"{want} (one on_block_allocated(block) per block, in order), but it saw {events!r}"
     )
-    got = pool.get_new_blocks(2)  # drains the pool: block 2, then the cached block 1
-    assert ids(got) == [2, 1], f"draining the pool must give blocks [2, 1], got {ids(got)}"
-    assert blk.block_hash is None, "I4: a reused block must not keep its old hash"
-    assert pool.get_cached_block(block_hash, [0]) is None, (
-        "I4: the cache map must forget a block that was handed out for new contents"
-    )
+    pool.get_new_blocks(0)
+    assert same_data(collector.events, want), "get_new_blocks(0) allocates nothing to report"
 
 
 class PoolMachine(RuleBasedStateMachine):

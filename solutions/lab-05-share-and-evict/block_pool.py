@@ -522,6 +522,8 @@ class BlockPool:
 
         Called when a free block is reused (its contents are about to change) and by
         :meth:`evict_blocks`. Clearing the hash and the map entry together keeps them consistent.
+        The ``metrics_collector`` hears ``on_block_evicted`` first, for every block this is
+        called on, cached or not (as upstream: the collector then never holds a reused block).
         """
         if self.metrics_collector is not None:
             self.metrics_collector.on_block_evicted(block)
@@ -538,7 +540,8 @@ class BlockPool:
 
         This is how a prefix-cache hit is claimed: a hit block may be in use by another request
         (just count one more user) or free but still cached, in which case it must leave the
-        free queue, from wherever it is, in O(1), so it cannot be evicted while in use.
+        free queue, from wherever it is, in O(1), so it cannot be evicted while in use. Each
+        touched block is reported to the ``metrics_collector``'s ``on_block_accessed``, if any.
 
         Raises:
             ValueError: if a block is the null block (no block is touched then).
@@ -610,7 +613,8 @@ class BlockPool:
         """Forget every cached prefix, e.g. after a weight update made the cached KV stale.
 
         Only possible while no request holds a block: an in-use block's hash will be needed when
-        its request frees it. Returns whether the reset happened.
+        its request frees it. Returns whether the reset happened; a reset also resets the
+        ``metrics_collector``, if any.
         """
         num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null
         if num_used_blocks != 0:

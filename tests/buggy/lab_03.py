@@ -196,4 +196,31 @@ MUTANTS = [
         "None head_dim instead of hidden_size // num_attention_heads",
         caught_by="test_formulas.py::test_kv_cache_dims_reads_real_configs",
     ),
+    Mutant(
+        name="budget_rounded_to_nearest_byte",
+        file=FILE,
+        find="return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
+        replace="return int(total_memory * gpu_memory_utilization + 0.5) - int(non_kv_cache_memory)",
+        why="rounds the requested share to the nearest byte (x + 0.5) instead of up: "
+        "ceil(250,000,000.25) is 250,000,001, not 250,000,000",
+        caught_by="test_formulas.py::test_available_kv_cache_memory_rounds_up",
+    ),
+    Mutant(
+        name="empty_sequence_given_a_block",
+        file=FILE,
+        find="return cdiv(num_tokens, block_size)",
+        replace="return max(cdiv(num_tokens, block_size), 1)",
+        why="gives a sequence of 0 tokens one block: ceil(0 / 16) is 0, and a request holds "
+        "no block before its first token",
+        caught_by="test_formulas.py::test_blocks_per_request_ceils",
+    ),
+    Mutant(
+        name="bytes_per_block_multiplies_the_dtype_name",
+        file=FILE,
+        find="return block_size * bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)",
+        replace="return block_size * 2 * num_layers * num_kv_heads * head_dim * dtype_bytes",
+        why="writes the formula out again instead of calling bytes_per_token, and forgets "
+        "dtype_size: a dtype given by name ('float16') is repeated as a string, not sized",
+        caught_by="test_formulas.py::test_bytes_per_block",
+    ),
 ]

@@ -577,4 +577,91 @@ MUTANTS = [
         "misuse is an id outside 0 .. num_gpu_blocks - 1",
         caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
     ),
+    # -- second probe: the task text read literally, a refusal's edge --------------------------------
+    Mutant(
+        name="cache_rehashes_the_tokens",
+        file=FILE,
+        find="""
+            new_full_blocks = blocks[num_cached_blocks:num_full_blocks]
+        """,
+        replace="""
+            from mini_vllm.core.kv_cache_utils import sha256
+
+            recomputed, parent = [], None
+            for start in range(0, num_full_blocks * block_size, block_size):
+                tokens = request.all_token_ids[start : start + block_size]
+                parent = hash_block_tokens(sha256, parent, tokens)
+                recomputed.append(parent)
+            request = type("Rehashed", (), {"block_hashes": recomputed})()
+            new_full_blocks = blocks[num_cached_blocks:num_full_blocks]
+        """,
+        why="reads 'hash and index' literally: re-hashes the request's tokens with sha256 and no "
+        "extra keys instead of filing blocks under request.block_hashes, which carry the "
+        "engine's hash function and the extra keys (LoRA, salt); a salted prefix never hits",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_indexes_new_full_blocks",
+    ),
+    Mutant(
+        name="reset_ignores_one_block_in_use",
+        file=FILE,
+        find="if num_used_blocks != 0:",
+        replace="if num_used_blocks > 1:",
+        why="off by one (the null block subtracted twice): a pool with one block in use resets "
+        "anyway, though no block may be in use",
+        caught_by="test_prefix_cache.py::test_reset_prefix_cache",
+    ),
+    Mutant(
+        name="reset_refused_only_for_cached_blocks_in_use",
+        file=FILE,
+        find="num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null",
+        replace="""
+            num_used_blocks = sum(
+                1 for b in self.blocks if b.ref_cnt > 0 and b.block_hash is not None
+            )
+        """,
+        why="counts only cached blocks as in use: a request holding a block not yet full (no "
+        "hash) does not stop the reset, though the task says no block may be in use",
+        caught_by="test_prefix_cache.py::test_reset_prefix_cache",
+    ),
+    Mutant(
+        name="touch_not_reported_to_collector",
+        file=FILE,
+        find="""
+                block.ref_cnt += 1
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_accessed(block)
+        """,
+        replace="""
+                block.ref_cnt += 1
+        """,
+        why="touch never calls the collector's on_block_accessed: upstream's residency metrics "
+        "see no prefix-cache hit",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="eviction_not_reported_to_collector",
+        file=FILE,
+        find="""
+            if self.metrics_collector is not None:
+                self.metrics_collector.on_block_evicted(block)
+            key = block.block_hash
+        """,
+        replace="""
+            key = block.block_hash
+        """,
+        why="_maybe_evict_cached_block never calls on_block_evicted: the collector keeps "
+        "tracking blocks whose pages were reused for other contents",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="reset_keeps_the_collector",
+        file=FILE,
+        find="""
+            if self.metrics_collector is not None:
+                self.metrics_collector.reset()
+        """,
+        replace="",
+        why="reset_prefix_cache forgets every prefix but not the collector's statistics about "
+        "the blocks that held them",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
 ]

@@ -19,6 +19,7 @@ import types
 from typing import Any
 
 from mini_vllm.teaching.invariants import pool_snapshot, queue_snapshot  # noqa: F401
+from mini_vllm.teaching.recording_collector import RecordingCollector
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -53,34 +54,9 @@ def make_queue_bench(n: int) -> Any:
     return types.SimpleNamespace(blocks=blocks, queue=queue)
 
 
-class RecordingCollector:
-    """A metrics collector that records the pool's calls as ``[event, block_id]`` pairs.
-
-    It stands for upstream's KV-cache residency metrics, which the pool must tell about every
-    block it hands out (``on_block_allocated``), hits (``touch``) and evicts."""
-
-    def __init__(self) -> None:
-        self.events: list[list[Any]] = []
-
-    def _record(self, event: str, block: Any) -> None:
-        self.events.append([event, getattr(block, "block_id", None)])
-
-    def on_block_allocated(self, block: Any) -> None:
-        self._record("allocated", block)
-
-    def on_block_accessed(self, block: Any) -> None:
-        self._record("accessed", block)
-
-    def on_block_evicted(self, block: Any) -> None:
-        self._record("evicted", block)
-
-    def reset(self) -> None:
-        self.events.append(["reset", None])
-
-
 def make_pool_with_collector(n: int) -> list[Any]:
     """``[pool, collector]``: the learner's ``BlockPool`` of ``n`` blocks, caching off, with a
-    :class:`RecordingCollector` as its ``metrics_collector``."""
+    ``RecordingCollector`` as its ``metrics_collector``."""
     import block_pool
 
     collector = RecordingCollector()

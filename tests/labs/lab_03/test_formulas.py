@@ -185,6 +185,12 @@ def test_bytes_per_block():
     for args, expected, name in cases:
         got = whole(m.bytes_per_block(*args), f"bytes_per_block{args}")
         assert got == expected, f"{name}: bytes_per_block{args} should be {expected:,}, got {got:,}"
+    # A dtype given by name works too, as for bytes_per_token: block_size x bytes_per_token.
+    got = whole(m.bytes_per_block(16, 32, 32, 128, "float16"), "bytes_per_block(..., 'float16')")
+    assert got == 8 * MiB, (
+        f"bytes_per_block(16, 32, 32, 128, 'float16') should be 8,388,608 bytes (Llama-2-7B, "
+        f"a dtype given by name is sized by dtype_size), got {got:,}"
+    )
 
 
 @graded(
@@ -226,6 +232,11 @@ def test_available_kv_cache_memory_rounds_up():
         f"the budget is a whole number of bytes, a plain int, got {describe(got)}"
     )
     assert got == 500_000_000, f"ceil(1,000,000,001 x 0.5) - 1 should be 500,000,000, got {got}"
+    got = m.available_kv_cache_memory(10**9 + 1, 0.25, 0)
+    assert got == 250_000_001, (
+        f"ceil(1,000,000,001 x 0.25) = ceil(250,000,000.25) should be 250,000,001 (rounded UP, "
+        f"not to the nearest byte), got {got}"
+    )
 
 
 @graded(
@@ -270,7 +281,7 @@ def test_num_gpu_blocks_from_budget_floors():
     f"{DOC}#blocks-from-the-budget",
 )
 def test_blocks_per_request_ceils():
-    """17 tokens in 16-token blocks take 2 blocks; 16 take 1."""
+    """17 tokens in 16-token blocks take 2 blocks; 16 take 1; none take none."""
     m = kv()
     for tokens, bs, expected in [
         (17, 16, 2),
@@ -280,6 +291,7 @@ def test_blocks_per_request_ceils():
         (8192, 16, 512),
         (100, 7, 15),
         (5, 1, 5),
+        (0, 16, 0),
     ]:
         got = whole(m.blocks_per_request(tokens, bs), f"blocks_per_request({tokens}, {bs})")
         assert got == expected, (

@@ -20,6 +20,7 @@ import types
 from typing import Any
 
 from mini_vllm.teaching.invariants import pool_snapshot, queue_snapshot  # noqa: F401
+from mini_vllm.teaching.recording_collector import RecordingCollector
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -57,6 +58,21 @@ def make_pool(n: int, enable_caching: bool = True, hash_block_size: int = 2) -> 
     return block_pool.BlockPool(
         num_gpu_blocks=n, enable_caching=enable_caching, hash_block_size=hash_block_size
     )
+
+
+def make_pool_with_collector(n: int, hash_block_size: int = 2) -> list[Any]:
+    """``[pool, collector]``: the learner's caching ``BlockPool`` of ``n`` blocks, with a
+    ``RecordingCollector`` as its ``metrics_collector``."""
+    import block_pool
+
+    collector = RecordingCollector()
+    pool = block_pool.BlockPool(
+        num_gpu_blocks=n,
+        enable_caching=True,
+        hash_block_size=hash_block_size,
+        metrics_collector=collector,
+    )
+    return [pool, collector]
 
 
 def block_ids(blocks: Any) -> list[Any]:

@@ -118,6 +118,23 @@ def test_cache_full_blocks_indexes_new_full_blocks():
     pool.cache_full_blocks(req.obj, blocks, 2, 3, BS, 0)
     assert hit(pool, req.block_hashes[2]) is blocks[2], "block 3 must be cached under h2"
     assert [ref(b) for b in blocks] == [1, 1, 1], "caching must not change reference counts"
+    # The request's block_hashes are the keys, whatever made them: the engine's hash function
+    # and extra keys (a LoRA adapter, a cache salt) that the tokens alone do not show.
+    tokens = [1, 2, 3, 4]
+    salted, parent = [], None
+    for i in range(0, len(tokens), BS):
+        parent = hash_block_tokens(sha256, parent, tokens[i : i + BS], ("salt",))
+        salted.append(parent)
+    salted_req = Req(side().make_request("salted", tokens, salted), salted)
+    more = pool.get_new_blocks(2)
+    pool.cache_full_blocks(salted_req.obj, more, 0, 2, BS, 0)
+    got = [hit(pool, h) for h in salted]
+    assert got[0] is more[0] and got[1] is more[1], (
+        "I3: cache_full_blocks must file each block under request.block_hashes[i], as given "
+        "(they carry the engine's hash function and extra keys such as a salt), not under a "
+        "hash it recomputes from the tokens: a request of tokens [1, 2, 3, 4] whose "
+        "block_hashes were made with extra keys ('salt',) got no hit on them"
+    )
     check_pool(pool)
 
 
@@ -477,6 +494,57 @@ def test_reset_prefix_cache():
     hashes = pool_snapshot(pool, hashes=True)["hashes"]
     assert hashes == [None] * 6, "after a reset no block keeps a hash"
     assert check_pool(pool) == queue_before, "a reset must leave the free queue as it was"
+    (one,) = pool.get_new_blocks(1)  # one block in use, not (yet) cached
+    got = pool.reset_prefix_cache()
+    assert got is False, (
+        f"one block (block {as_int(one.block_id, 'block_id')}) is in use, not cached: the reset "
+        f"must still be refused (no block may be in use, cached or not), got {describe(got)}"
+    )
+
+
+def _new_events(collector, seen: int) -> list:
+    events = collector.events
+    if type(events) is not list:
+        raise AssertionError(f"the recorder's events must be a list, got {describe(events)}")
+    return events[seen:]
+
+
+@graded(
+    2,
+    "the pool reports prefix-cache events to its metrics_collector, if it has one: touch -> "
+    "on_block_accessed per block, _maybe_evict_cached_block -> on_block_evicted, a reset -> "
+    "reset()",
+    f"{DOC}#touch-and-revival",
+)
+def test_cache_events_are_reported_to_the_metrics_collector():
+    """Upstream's KV-cache residency metrics hear of every hit, eviction and reset."""
+    pool, collector = side().make_pool_with_collector(4, BS)
+    req = make_request([1, 2, 3, 4])
+    blocks = pool.get_new_blocks(2)  # blocks 1, 2
+    first, second = ids(blocks)
+    pool.cache_full_blocks(req.obj, blocks, 0, 2, BS, 0)
+    pool.free_blocks(list(reversed(blocks)))  # free queue: 3, 2, 1
+    seen = len(collector.events)
+    pool.touch([blocks[0]])  # a hit on block 1, revived from the queue
+    got = _new_events(collector, seen)
+    assert same_data(got, [["accessed", first]]), (
+        f"touch([block {first}]) must tell the collector on_block_accessed(block {first}) once, "
+        f"and nothing else; it saw {got!r}"
+    )
+    seen += len(got)
+    pool.get_new_blocks(2)  # blocks 3 and 2: block 2 loses its cached prefix
+    got = _new_events(collector, seen)
+    assert ["evicted", second] in got, (
+        f"get_new_blocks reused cached block {second}: _maybe_evict_cached_block must tell the "
+        f"collector on_block_evicted(block {second}); it saw {got!r}"
+    )
+    pool.free_blocks(pool.blocks[1:4])
+    seen = len(collector.events)
+    assert pool.reset_prefix_cache() is True, "no block is in use: the reset must happen"
+    got = _new_events(collector, seen)
+    assert same_data(got, [["reset", None]]), (
+        f"reset_prefix_cache must call the collector's reset() once; it saw {got!r}"
+    )
 
 
 @graded(

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import importlib
+import enum
+import inspect
 import os
 import select
 import signal
+import sys
 import time
 import weakref
 from typing import Any
@@ -267,14 +269,32 @@ def _to_wire(obj: Any) -> list[Any]:
 
 
 def _judge_enum(module: str, qualname: str, name: str) -> Any:
-    """An enum member from the learner becomes the judge's own member, if the judge has it."""
-    if module.split(".")[0] in ("mini_vllm", "enum"):
-        with contextlib.suppress(Exception):
-            target: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                target = getattr(target, part)
-            return target[name]
-    return f"{qualname}.{name}"
+    """An enum member from the learner becomes the judge's own member, if the judge has it.
+
+    The names are the learner's data, so they only ever *name* an enum: the module must be one
+    of the reference's, already imported here (nothing is imported on the learner's say), the
+    class must be an ``Enum`` defined in that module under that very name (no walking through
+    attributes to another module's objects, ``os.environ`` say), and the member is read from
+    its members. Anything else stays a string.
+    """
+    fallback = f"{qualname}.{name}"
+    if module.split(".")[0] != "mini_vllm":
+        return fallback
+    target: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        if target is None or not part.isidentifier() or part.startswith("_"):
+            return fallback
+        target = inspect.getattr_static(target, part, None)
+        if not isinstance(target, type):
+            return fallback
+    if not (
+        isinstance(target, type)
+        and issubclass(target, enum.Enum)
+        and target.__module__ == module
+        and target.__qualname__ == qualname
+    ):
+        return fallback
+    return target.__members__.get(name, fallback)
 
 
 def _array_like(value: Any) -> bool:

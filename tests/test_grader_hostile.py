@@ -46,30 +46,50 @@ def header(name: str) -> dict[str, str]:
     return fields
 
 
+def lab_of(name: str):
+    """The lab a case attacks: its ``# lab:`` line, lab-01 by default."""
+    return load_lab(header(name).get("lab", "lab-01"))
+
+
 def compose(name: str, dest: Path, honest: bool = False) -> Path:
-    """``dest/block_pool.py``: the case's base with the attack (or its honest twin) appended."""
+    """``dest/<file>``: the case's base (its lab's first file) with the attack (or its honest
+    twin) appended."""
     meta = header(name)
-    base_dir = LAB.solution_dir if meta.get("base") == "solution" else LAB.stub_dir
+    lab = lab_of(name)
+    base_dir = lab.solution_dir if meta.get("base") == "solution" else lab.stub_dir
     tail = meta["honest"] if honest else (HOSTILE / f"{name}.py").read_text()
     dest.mkdir(parents=True, exist_ok=True)
-    base = (base_dir / "block_pool.py").read_text()
-    (dest / "block_pool.py").write_text(base + "\n\n" + tail + "\n")
+    base = (base_dir / lab.files[0]).read_text()
+    (dest / lab.files[0]).write_text(base + "\n\n" + tail + "\n")
     return dest
 
 
-def grade(folder: Path, timeout: float | None = 4.0, first: int | None = 6) -> list[TestResult]:
-    runner = SuiteRunner(LAB, folder, timeout=timeout, preflight_timeout=10.0)
+def grade(
+    folder: Path,
+    timeout: float | None = 4.0,
+    first: int | None = 6,
+    lab=LAB,
+    only: str | None = None,
+) -> list[TestResult]:
+    """Grade ``folder``: its first ``first`` tests, or those whose node id contains one of the
+    comma-separated names in ``only`` (a case's ``# tests:`` line: the tests it attacks and one
+    it leaves alone, so that a whole suite is not graded twice for one attack)."""
+    runner = SuiteRunner(lab, folder, timeout=timeout, preflight_timeout=10.0)
     tests = runner.collect()
+    if only:
+        names = [n.strip() for n in only.split(",")]
+        tests = [t for t in tests if any(n in t.nodeid for n in names)]
+        assert len(tests) >= len(names), f"{only!r} names a test that does not exist"
     return runner.run(tests[:first] if first else tests)
 
 
-def assert_sound(results: list[TestResult]) -> None:
+def assert_sound(results: list[TestResult], lab=LAB) -> None:
     """Every test has exactly one result with a known outcome, and the report renders."""
     assert results and all(
         r.outcome in ("passed", "failed", "not_started", "error", "timeout", "crashed", "skipped")
         for r in results
     )
-    print_table(LAB, results, verbose=True)
+    print_table(lab, results, verbose=True)
 
 
 def digest(paths: list[Path]) -> str:
@@ -97,10 +117,11 @@ def test_attack_on_the_stub_scores_zero(name, tmp_path, monkeypatch):
     results_path = tmp_path / "results" / "results.json"
     started = time.monotonic()
     first = 2 if name in ("loop_in_method", "resource_hog", "output_flood") else 6
-    results = grade(compose(name, tmp_path / "impl"), first=first)
+    lab = lab_of(name)
+    results = grade(compose(name, tmp_path / "impl"), first=first, lab=lab)
     elapsed = time.monotonic() - started
-    write_results_json(LAB, results, results_path)
-    assert_sound(results)
+    write_results_json(lab, results, results_path)
+    assert_sound(results, lab)
     assert totals(results)[0] == 0, [(r.info.name, r.outcome, r.message[:200]) for r in results]
     assert elapsed < 90, f"{name}: grading took {elapsed:.0f} s"
     text = json.dumps([r.message for r in results])
@@ -117,9 +138,18 @@ def test_attack_on_the_stub_scores_zero(name, tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", [c for c in CASES if header(c).get("base") == "solution"])
 def test_under_scoring_attack_gets_the_honest_score(name, tmp_path):
     """A BaseException or an unprintable exception in one method costs only its tests."""
-    attacked = grade(compose(name, tmp_path / "attack"), timeout=None, first=None)
-    honest = grade(compose(name, tmp_path / "honest", honest=True), timeout=None, first=None)
-    assert_sound(attacked)
+    lab, only = lab_of(name), header(name).get("tests")
+    attacked = grade(
+        compose(name, tmp_path / "attack"), timeout=None, first=None, lab=lab, only=only
+    )
+    honest = grade(
+        compose(name, tmp_path / "honest", honest=True),
+        timeout=None,
+        first=None,
+        lab=lab,
+        only=only,
+    )
+    assert_sound(attacked, lab)
     got = {r.info.name: r.score for r in attacked}
     want = {r.info.name: r.score for r in honest}
     assert got == want, {k: (got[k], want[k]) for k in got if got[k] != want[k]}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded, learner_module, load_impl
+from tests.labs.common import close_to
 from tests.labs.lab_02.oracle import (
     RANDOM_SETTINGS,
     bounded_shrinking,
@@ -44,7 +44,7 @@ def report_fields(report) -> dict:
 
 def assert_report(report, expected: dict) -> None:
     got = report_fields(report)
-    wrong = {k: (got[k], v) for k, v in expected.items() if got[k] != pytest.approx(v, abs=1e-12)}
+    wrong = {k: (got[k], v) for k, v in expected.items() if not close_to(got[k], v, rel=0)}
     assert not wrong, "report fields (got, expected): " + ", ".join(
         f"{k}: {g!r} vs {e!r}" for k, (g, e) in wrong.items()
     )
@@ -251,7 +251,7 @@ def _report_of_random_steps_matches_the_reference(case):
         )
         for s in steps
     ]
-    wrong = {k: (got[k], v) for k, v in want.items() if got[k] != pytest.approx(v, abs=1e-12)}
+    wrong = {k: (got[k], v) for k, v in want.items() if not close_to(got[k], v, rel=0)}
     assert not wrong, (
         f"steps (running, used, reserved, internal, free, blocked) {rows} with "
         f"{num_preemptions} preemptions: report fields (got, expected): "

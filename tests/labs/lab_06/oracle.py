@@ -7,7 +7,9 @@ vouch for itself. Caches are filled by the test too (:func:`write_paged`), so a 
 not depend on the learner's ``reshape_and_cache``.
 
 The learner's results arrive from the learner process by value (numpy arrays stay numpy arrays,
-with their dtype); :func:`as_array` refuses anything else before a comparison.
+with their dtype); :func:`as_array` refuses anything else before a comparison. The tests reach
+the learner's module through :func:`pa`, which fails a call that rewrote an array it was given
+to read: those arrays are copied back into the test's, and the oracle reads them afterwards.
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from tests.labs.common import describe
+from grading.suite import load_impl
+from tests.labs.common import describe, reading_only
+
+#: The arrays each of the learner's functions may change: reshape_and_cache's two caches.
+WRITES = {"reshape_and_cache": (2, 3, "key_cache", "value_cache")}
+
+
+def pa() -> Any:
+    """The learner's module; its functions may write only the caches given to
+    ``reshape_and_cache`` (every test's expectation comes from arrays it keeps)."""
+    return reading_only(load_impl("paged_attention_numpy"), WRITES)
 
 
 def as_array(got: Any, what: str) -> np.ndarray:

@@ -331,6 +331,7 @@ def test_allocations_are_reported_to_the_metrics_collector():
     """Upstream's KV-cache residency metrics learn of every allocation from the pool."""
     pool, collector = side().make_pool_with_collector(5)
     got = ids(pool.get_new_blocks(3))
+    assert got == [1, 2, 3], f"a new pool's get_new_blocks(3) must give blocks [1, 2, 3], got {got}"
     events = collector.events
     want = [["allocated", block_id] for block_id in got]
     assert same_data(events, want), (

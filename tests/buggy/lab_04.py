@@ -101,6 +101,22 @@ MUTANTS = [
         "value cache with its own layout (a head slice of a wider cache) gets rows in wrong slots",
         caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
     ),
+    Mutant(
+        name="cache_block_stride_from_the_token_stride",
+        file=FILE,
+        find="""
+            k_dst = key_cache_ptr + block * stride_kc_blk + offset * stride_kc_tok + head * stride_kc_head
+            v_dst = value_cache_ptr + block * stride_vc_blk + offset * stride_vc_tok + head * stride_vc_head
+        """,
+        replace="""
+            k_dst = key_cache_ptr + (block * BLOCK_SIZE + offset) * stride_kc_tok + head * stride_kc_head
+            v_dst = value_cache_ptr + (block * BLOCK_SIZE + offset) * stride_vc_tok + head * stride_vc_head
+        """,
+        why="the cache addressed as a flat [slots, heads, dim] array, slot * the token stride: "
+        "right for a contiguous cache, wrong for one sliced out of a larger tensor (the K half "
+        "of a [blocks, 2, ...] cache), whose blocks are stride_kc_blk apart",
+        caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
+    ),
     # -- _paged_decode_kernel: addressing ----------------------------------------------------------
     Mutant(
         name="gqa_head_modulo",
@@ -206,6 +222,56 @@ MUTANTS = [
         why="V rows past seq_len are loaded since their p is 0 anyway; but a cache's unused slots "
         "hold whatever was there, and 0 * inf (or nan) is nan",
         caught_by="test_decode.py::test_decode_masks_past_seq_len",
+    ),
+    Mutant(
+        name="decode_block_stride_from_the_token_stride",
+        file=FILE,
+        find="""
+            k_rows = block * stride_k_blk + in_block * stride_k_tok
+            v_rows = block * stride_v_blk + in_block * stride_v_tok
+        """,
+        replace="""
+            k_rows = (block * BLOCK_SIZE + in_block) * stride_k_tok
+            v_rows = (block * BLOCK_SIZE + in_block) * stride_v_tok
+        """,
+        why="blocks taken as block_size token rows apart (the tile-in-one-block path): right "
+        "for a contiguous cache only; a cache sliced out of a larger one has its own block stride",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    Mutant(
+        name="decode_block_stride_from_the_token_stride_per_token",
+        file=FILE,
+        find="""
+            k_rows = blocks * stride_k_blk + in_block * stride_k_tok
+            v_rows = blocks * stride_v_blk + in_block * stride_v_tok
+        """,
+        replace="""
+            k_rows = (blocks * BLOCK_SIZE + in_block) * stride_k_tok
+            v_rows = (blocks * BLOCK_SIZE + in_block) * stride_v_tok
+        """,
+        why="the same in the per-token path (blocks smaller than a tile): blocks taken as "
+        "block_size token rows apart instead of stride_k_blk / stride_v_blk",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    Mutant(
+        name="query_assumed_contiguous",
+        file=FILE,
+        find="q_ptr + seq.to(tl.int64) * stride_q_seq + heads[:, None] * stride_q_head + offs_d[None, :],",
+        replace="q_ptr + seq.to(tl.int64) * (tl.num_programs(1) * QUERIES_PER_KV * HEAD_DIM) + heads[:, None] * stride_q_head + offs_d[None, :],",
+        why="the query's sequence stride computed as num_heads * head_dim: the engine's query is "
+        "a view of its fused QKV projection (rows of (heads + 2 * kv_heads) * head_dim), so "
+        "every sequence after the first reads another token's values",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    Mutant(
+        name="merge_output_assumed_contiguous",
+        file=FILE,
+        find="out_ptr + seq * stride_o_seq + head * stride_o_head + offs_d,",
+        replace="out_ptr + (seq * tl.num_programs(1) + head) * HEAD_DIM + offs_d,",
+        why="the merge addresses out as a contiguous [seqs, heads, head_dim] tensor instead of "
+        "through stride_o_seq / stride_o_head: an out= view with wider rows is written in the "
+        "wrong places",
+        caught_by="test_decode.py::test_decode_random_batches",
     ),
     # -- _paged_decode_kernel: split boundaries ----------------------------------------------------
     Mutant(
@@ -337,5 +403,15 @@ MUTANTS = [
         why="the merge's head_dim mask compares against the padded width: it reads the next "
         "split's columns and stores past each head's row",
         caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    # -- the launcher (given, but the learner's file) ---------------------------------------------
+    Mutant(
+        name="output_allocated_in_the_cache_dtype",
+        file=FILE,
+        find="out = torch.empty_like(query)",
+        replace="out = torch.empty(query.shape, dtype=key_cache.dtype, device=query.device)",
+        why="the output allocated in the cache dtype: a float32 query over fp16 caches gets an "
+        "fp16 result; the decode returns the query's dtype",
+        caught_by="test_decode.py::test_decode_half_precision",
     ),
 ]

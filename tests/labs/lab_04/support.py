@@ -194,6 +194,9 @@ def run_decode(
     dtype: str = "float32",
     scale: float = 0.25,
     value_pad: int = 0,
+    block_pad: int = 0,
+    fused_query: bool = False,
+    out_pad: int = 0,
     **kwargs: Any,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """The learner's decode on ``dtype`` copies, the oracle on the same rounded values.
@@ -202,35 +205,55 @@ def run_decode(
     decode the views ``buffer[1:-1]`` and sends the buffers back, which must be unchanged. With
     ``value_pad`` the value buffer's rows are ``value_pad`` elements wider than ``head_dim``
     (garbage there), so the value cache the decode reads has its own strides, unlike the key
-    cache's. The output is ``out=`` a view of a buffer with guard rows around it (a store past
-    the real query heads or past ``head_dim`` lands there). ``mod`` (the learner's module, from
-    :func:`load`) is only the proof that the kernels are written. Returns (got, want, tolerance).
+    cache's. With ``block_pad`` every block of the key buffer has ``block_pad`` rows more than
+    ``block_size`` in memory, and of the value buffer ``2 * block_pad`` (garbage there): the
+    caches are the first ``block_size`` rows of each, so neither block stride is ``block_size``
+    times the token stride (a cache sliced out of a larger one). With ``fused_query`` the query
+    is heads ``1 .. num_heads`` and the first ``head_dim`` columns of a ``[num_seqs, num_heads +
+    2, head_dim + 8]`` tensor (garbage around it), as a query sliced out of a fused QKV
+    projection: its sequence and head strides are not the contiguous ones. The output is
+    ``out=`` a view of a buffer with guard rows around it (a store past the real query heads or
+    past ``head_dim`` lands there); with ``out_pad`` the buffer's rows are ``out_pad`` columns
+    wider than ``head_dim`` (more guards), so the output has strides of its own. ``mod`` (the
+    learner's module, from :func:`load`) is only the proof that the kernels are written.
+    Returns (got, want, tolerance).
     """
     del mod
     torch = torch_module()
     dt = getattr(torch, dtype)
     dev = device()
-    buffer_v = case.buffer_v
+    buffer_k, buffer_v = case.buffer_k, case.buffer_v
     if value_pad:
         pad = np.full((*buffer_v.shape[:-1], value_pad), 1e4)
         buffer_v = np.concatenate([buffer_v, pad], axis=-1)
-    buf_k = torch.from_numpy(case.buffer_k).to(device=dev, dtype=dt)
+    if block_pad:
+        rows_k = np.full((buffer_k.shape[0], block_pad, *buffer_k.shape[2:]), 1e4)
+        rows_v = np.full((buffer_v.shape[0], 2 * block_pad, *buffer_v.shape[2:]), 1e4)
+        buffer_k = np.concatenate([buffer_k, rows_k], axis=1)
+        buffer_v = np.concatenate([buffer_v, rows_v], axis=1)
+    size = case.block_size
+    buf_k = torch.from_numpy(buffer_k).to(device=dev, dtype=dt)
     buf_v = torch.from_numpy(buffer_v).to(device=dev, dtype=dt)
     q = torch.from_numpy(case.query).to(device=dev, dtype=dt)
     num_seqs, num_heads, head_dim = q.shape
-    buf_out = torch.full((num_seqs + 1 + OUT_GUARD_ROWS, num_heads, head_dim), 7.0, dtype=dt)
+    out_shape = (num_seqs + 1 + OUT_GUARD_ROWS, num_heads, head_dim + out_pad)
+    buf_out = torch.full(out_shape, 7.0, dtype=dt)
     buf_out = buf_out.to(dev)
-    before = (buf_k.clone(), buf_v.clone(), q.clone(), buf_out.clone())
+    q_sent = q
+    if fused_query:
+        q_sent = torch.full((num_seqs, num_heads + 2, head_dim + 8), 1e4, dtype=dt, device=dev)
+        q_sent[:, 1:-1, :head_dim] = q
+    before = (buf_k.clone(), buf_v.clone(), q_sent.clone(), buf_out.clone())
     want = oracle_decode(
         q.double().cpu().numpy(),
-        buf_k[1:-1].double().cpu().numpy(),
-        buf_v[1:-1, ..., :head_dim].double().cpu().numpy(),
+        buf_k[1:-1, :size].double().cpu().numpy(),
+        buf_v[1:-1, :size, :, :head_dim].double().cpu().numpy(),
         case.tables,
         case.seq_lens,
         scale,
     )
     got = side().decode_guarded(
-        q,
+        q_sent,
         buf_k,
         buf_v,
         torch.from_numpy(case.tables).to(dev),
@@ -238,6 +261,8 @@ def run_decode(
         scale,
         kwargs,
         buf_out,
+        size,
+        fused_query,
     )
     expect_tensor(got, "paged_attention_decode")
     if tuple(got.shape) != tuple(q.shape):
@@ -251,13 +276,23 @@ def run_decode(
             )
         if not torch.equal(buf, old):
             raise AssertionError(f"decode changed {name}: it must only read the cache")
-    if not torch.equal(q, before[2]):
+    if not torch.equal(q_sent, before[2]):
         raise AssertionError("decode changed the query tensor: it must only read it")
     guards = (
         ("before", buf_out[:1], before[3][:1]),
         ("after", buf_out[1 + num_seqs :], before[3][1 + num_seqs :]),
+        ("beside", buf_out[:, :, head_dim:], before[3][:, :, head_dim:]),
     )
     for where, now, old in guards:
+        if not torch.equal(now, old) and where == "beside":
+            raise AssertionError(
+                f"a store landed OUTSIDE the output [{num_seqs}, {num_heads}, {head_dim}] (in the "
+                f"guard columns beside it: out= is a view whose rows are {head_dim + out_pad} "
+                f"elements apart, the first {head_dim} of them the output's): address the "
+                "output through stride_o_seq / stride_o_head in the decode and the merge, never "
+                "as a contiguous tensor, and mask every store to the real columns "
+                "(offs_d < HEAD_DIM)"
+            )
         if not torch.equal(now, old):
             raise AssertionError(
                 f"a store landed OUTSIDE the output [{num_seqs}, {num_heads}, {head_dim}] (in the "

@@ -90,12 +90,13 @@ def test_padding_slots_write_nothing():
 @graded(
     1,
     "the cache dtype is kept and strided inputs (K sliced out of a fused QKV projection, V "
-    "head-major, a value cache with its own strides) are read and written through their strides",
+    "head-major, caches sliced out of larger ones) are read and written through their strides",
     f"{DOC}#the-cache-write-kernel",
 )
 def test_cache_write_bf16_from_a_fused_projection():
-    """bf16 keys as heads 4:6 of one [tokens, 8, 16] tensor, values head-major, the value cache
-    heads 2:4 of a cache twice as wide: key, value and the two caches all have their own strides."""
+    """bf16 keys as heads 4:6 of one [tokens, 8, 16] tensor, values head-major, the key cache the
+    K half of a [blocks, 2, 4, 2, 16] cache, the value cache heads 2:4 of a cache twice as wide:
+    key, value and the two caches all have their own strides."""
     torch = torch_module()
     load(*WRITE)
     dev = device()
@@ -103,7 +104,7 @@ def test_cache_write_bf16_from_a_fused_projection():
     qkv = torch.randn((5, 8, 16), generator=gen).to(device=dev, dtype=torch.bfloat16)
     value_src = torch.randn((2, 5, 64), generator=gen).to(device=dev, dtype=torch.bfloat16)
     key, value = qkv[:, 4:6].clone(), value_src[:, :, :16].transpose(0, 1).clone()
-    key_buffer = torch.zeros((5, 4, 2, 16), dtype=torch.bfloat16, device=dev)  # cache = [1:-1]
+    key_buffer = torch.zeros((5, 2, 4, 2, 16), dtype=torch.bfloat16, device=dev)  # [1:-1, 0]
     value_buffer = torch.zeros((5, 4, 4, 16), dtype=torch.bfloat16, device=dev)  # [1:-1, :, 2:]
     slots = [0, 5, -1, 11, 6]
     # The learner process slices key, value and the caches out of these tensors itself, so the
@@ -111,11 +112,12 @@ def test_cache_write_bf16_from_a_fused_projection():
     side().write_strided(
         qkv, value_src, key_buffer, value_buffer, torch.tensor(slots, device=dev), 2
     )
-    flat_k = key_buffer[1:-1].reshape(12, 2, 16)
+    flat_k = key_buffer[1:-1, 0].reshape(12, 2, 16)
     flat_v = value_buffer[1:-1, :, 2:].reshape(12, 2, 16)
     layout = {
         "key": "the keys are heads 4:6 of a fused [5, 8, 16] projection (token stride 128, "
-        "head stride 16)",
+        "head stride 16), and the key cache is the K half [:, 0] of a [3, 2, 4, 2, 16] cache "
+        "(token stride 32, block stride 256: not block_size x the token stride)",
         "value": "the values are a head-major [2, 5, 64] tensor's first 16 columns seen as "
         "[5, 2, 16] (token stride 64, head stride 320), and the value cache is heads 2:4 of a "
         "[3, 4, 4, 16] cache (token stride 64, block stride 256: not the key cache's strides)",
@@ -133,6 +135,12 @@ def test_cache_write_bf16_from_a_fused_projection():
     untouched = [s for s in range(12) if s not in slots]
     if bool(flat_k[untouched].abs().sum() != 0) or bool(flat_v[untouched].abs().sum() != 0):
         raise AssertionError(f"slots {untouched} were never written to but changed")
+    if bool(key_buffer[1:-1, 1].abs().sum() != 0):
+        raise AssertionError(
+            "the key cache is the K half [:, 0] of a [3, 2, 4, 2, 16] cache, but the V half "
+            "beside it changed: a block starts stride_kc_blk elements after the previous one, "
+            "not block_size x stride_kc_tok"
+        )
     if bool(value_buffer[1:-1, :, :2].abs().sum() != 0):
         raise AssertionError(
             "the value cache is heads 2:4 of a wider cache, but heads 0:2 beside it changed: "

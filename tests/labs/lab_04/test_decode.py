@@ -195,24 +195,65 @@ def test_decode_large_logits_fp16():
     f"{DOC}#numerics",
 )
 def test_decode_half_precision():
-    """fp16 and bf16 caches, split and unsplit."""
+    """fp16 and bf16 caches, split and unsplit; then a float32 query over fp16 caches, without
+    out= (the launcher allocates the output), as the engine calls it."""
     mod = load(*DECODE_SPLIT)
     case = make_case(8, [33, 100], 16, 8, 2)
     for dtype in ("float16", "bfloat16"):
         for num_splits in (1, 4):
             got, want, tol = run_decode(mod, case, dtype, num_splits=num_splits)
             assert_close(got, want, tol, f"{dtype}, {num_splits} split(s)")
+    torch = torch_module()
+    dev = device()
+    small = make_case(12, [20], 16, 4, 2)
+    query = torch.from_numpy(small.query).to(device=dev, dtype=torch.float32)
+    caches = [
+        torch.from_numpy(buf[1:-1]).to(device=dev, dtype=torch.float16)
+        for buf in (small.buffer_k, small.buffer_v)
+    ]
+    got = side().decode_plain(
+        query,
+        *caches,
+        torch.from_numpy(np.maximum(small.tables, 0)).to(dev),
+        torch.from_numpy(small.seq_lens).to(dev),
+        0.25,
+        {"num_splits": 1},
+    )
+    expect_tensor(got, "paged_attention_decode")
+    assert got.dtype == torch.float32 and tuple(got.shape) == tuple(query.shape), (
+        f"a float32 query over float16 caches (no out=) returned {got.dtype} "
+        f"{tuple(got.shape)}: the output must have the query's dtype and shape, float32 "
+        f"{tuple(query.shape)} (the dots run in the cache dtype, the result does not)"
+    )
+    want = oracle_decode(
+        query.to(torch.float16).double().cpu().numpy(),
+        *(c.double().cpu().numpy() for c in caches),
+        small.tables,
+        small.seq_lens,
+        0.25,
+    )
+    assert_close(
+        got.double().cpu().numpy(),
+        want,
+        2e-3 + 2e-3 * float(np.abs(want).max()),
+        "a float32 query over float16 caches, no out=",
+    )
 
 
 @graded(
     2,
     "any batch: variable lengths, any power-of-two block size, any split count, any head_dim "
-    "(columns past it masked), K and V caches each read through their own strides",
+    "(columns past it masked), the query, the K and V caches and the output each addressed "
+    "through their own strides (a query sliced from a fused QKV projection; blocks further "
+    "apart than block_size rows)",
     f"{DOC}#reading-the-cache",
 )
 def test_decode_random_batches():
     """Four seeded random configurations: block size, group, lengths, splits; head_dim 24 (not a
-    power of two), tiles of 16, a value cache whose rows are wider than head_dim in memory."""
+    power of two), tiles of 16, a value cache whose rows are wider than head_dim in memory, and
+    caches whose blocks are further apart than block_size rows (sliced out of larger ones), a
+    query sliced out of a wider [seqs, heads + 2, head_dim + 8] tensor (a fused QKV projection),
+    an out= whose rows are wider than head_dim."""
     mod = load(*DECODE_SPLIT)
     rng = np.random.default_rng(2024)
     for trial in range(4):
@@ -222,14 +263,26 @@ def test_decode_random_batches():
         num_splits = int(rng.integers(1, 4))
         heads = group * num_kv_heads
         case = make_case(100 + trial, lens, block_size, heads, num_kv_heads, head_dim=24)
-        got, want, tol = run_decode(mod, case, num_splits=num_splits, block_n=16, value_pad=8)
+        got, want, tol = run_decode(
+            mod,
+            case,
+            num_splits=num_splits,
+            block_n=16,
+            value_pad=8,
+            block_pad=1,
+            fused_query=True,
+            out_pad=8,
+        )
         assert_close(
             got,
             want,
             tol,
             f"lengths {lens}, blocks of {block_size}, {heads}/{num_kv_heads} heads, head_dim 24, "
-            f"{num_splits} split(s), tiles of 16, value cache strides (its own) unlike the key "
-            "cache's",
+            f"{num_splits} split(s), tiles of 16; the query, out= and the K and V caches are "
+            "strided views, each with its own strides (blocks 1 (K) / 2 (V) rows further apart "
+            "than block_size, rows wider than head_dim): address each through the strides the "
+            "launcher passes (stride_q_*, stride_k_*, stride_v_*, stride_o_*), never "
+            "num_heads * head_dim or block_size * the token stride",
         )
 
 

@@ -1,11 +1,9 @@
 """Fixtures of lab-09's parity tests: the prompts and Hugging Face's greedy answers.
 
-The engine runs in the learner process (``learner_side.run_engine``), on the learner's
-``prepare_inputs``, and only its tokens come back. Hugging Face ``generate`` runs here, in the
-judge, on the same tiny random Llama: ``learner_side.tiny_llama`` is the one definition both
-processes build it from (same config, same seed, so the same weights). torch and transformers
-are imported when a parity test first needs the answers, never at collection, and not at all
-while ``prepare_inputs`` is not started.
+The engine and Hugging Face ``generate`` both run here, in the judge, on the same tiny random
+Llama (``learner_side.tiny_llama``, saved once per session for the engine); the engine calls the
+learner's ``prepare_inputs`` in the learner process at every step (``test_parity.generate``).
+torch and transformers are imported when a parity test first needs them, never at collection.
 
 The hand-made batches of ``test_prepare_inputs.py`` (part 1, a few milliseconds each) run
 before the engine parity of ``test_parity.py`` (part 2, seconds each): a mistake that both
@@ -16,6 +14,7 @@ model for it.
 from __future__ import annotations
 
 import functools
+import tempfile
 
 import pytest
 
@@ -40,6 +39,21 @@ PROMPTS = make_prompts()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Part 1 (the hand-made batches) before part 2 (the engine), each in file order."""
     items.sort(key=lambda item: item.path.name == "test_parity.py")
+
+
+_folders: list[tempfile.TemporaryDirectory[str]] = []  # removed when the judge exits
+
+
+@functools.cache
+def tiny_checkpoint() -> str:
+    """:func:`learner_side.tiny_llama` saved by transformers for the judge's engine, once per
+    judge process (when a parity test first needs it, so that a stub never loads torch)."""
+    from tests.labs.lab_09.learner_side import tiny_llama
+
+    folder = tempfile.TemporaryDirectory(prefix="lab09_tiny_llama_")
+    _folders.append(folder)
+    tiny_llama().save_pretrained(folder.name)
+    return folder.name
 
 
 @functools.cache

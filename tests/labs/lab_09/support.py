@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ast
 import functools
+from typing import Any
 
 from grading.remote import Remote
-from grading.suite import impl_dir, load_impl
+from grading.suite import impl_dir, learner_module, load_impl
+from tests.labs.common import describe
 
 MODULE = "model_inputs"
 
@@ -52,8 +54,33 @@ def _stub_messages(source: str) -> dict[str, str]:
     return {name: message for name, message in stubs.items() if name not in rebound}
 
 
-def runner(*needs: str) -> Remote:
-    """The learner's ``model_inputs`` (a proxy); NOT STARTED if a function in ``needs`` is a stub.
+class Impl:
+    """The learner's ``model_inputs``: its attributes are the module's (a proxy), but
+    ``prepare_inputs`` runs through ``learner_side.prepare_inputs``, which also sends back the
+    arguments as they are after the call (``last_arguments``: ``[args, kwargs]``).
+
+    Every call goes that way, so the one whose arguments the purity test compares is like every
+    other (a function that looked up its call stack for the helper would find it every time).
+    """
+
+    def __init__(self, module: Remote) -> None:
+        self._module = module
+        self.last_arguments: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def prepare_inputs(self, *args: Any, **kwargs: Any) -> Any:
+        reply = learner_module("learner_side").prepare_inputs(*args, **kwargs)
+        if type(reply) is not list or len(reply) != 3:
+            raise AssertionError(f"prepare_inputs' call came back as {describe(reply)}")
+        inputs, *self.last_arguments = reply
+        return inputs
+
+
+def runner(*needs: str) -> Impl:
+    """The learner's ``model_inputs`` (:class:`Impl`); NOT STARTED if a function in ``needs`` is
+    a stub.
 
     A function that is written but calls a stub helper still raises the helper's
     ``NotImplementedError`` when it runs, which is NOT STARTED too.
@@ -65,4 +92,4 @@ def runner(*needs: str) -> Remote:
     for name in needs:
         if name in stubs:
             raise NotImplementedError(stubs[name])
-    return load_impl(MODULE)
+    return Impl(load_impl(MODULE))

@@ -2,7 +2,8 @@
 Hugging Face ``generate`` does.
 
 The engine is mini-vLLM's reference (scheduler, KV cache manager, model, attention, sampler);
-only the input preparation is yours, swapped in by the ``your_prepare_inputs`` fixture. Each
+only the input preparation is yours: the engine runs here, in the judge, and calls your
+``prepare_inputs`` in the learner process at every step (``generate``). Each
 configuration changes *how* the engine reaches the tokens (prefix-cache hits skip work, a small
 token budget chunks prompts over several steps, a tiny KV cache forces preemption and
 recomputation, an odd block size moves block boundaries), never *which* tokens: greedy output
@@ -13,44 +14,95 @@ one changes the tokens sooner or later.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from grading.remote import LearnerError
-from grading.suite import graded, learner_module
+from grading.suite import graded
+from tests.labs.common import as_int, describe
 from tests.labs.lab_09.support import runner
 
-from .conftest import MAX_NEW, PROMPTS, hf_greedy
+from .conftest import MAX_NEW, PROMPTS, hf_greedy, tiny_checkpoint
 
 DOC = "phases/05-end-to-end/README.md"
 
 
+#: Every number of a step of the tiny model (ids, positions, slots, lengths) is far below this:
+#: a larger one is refused before the judge's engine sizes anything with it.
+LIMIT = 1 << 20
+
+
+def judge_inputs(got: Any) -> Any:
+    """What the learner's ``prepare_inputs`` returned, as the judge's own ``ModelInputs``: each
+    field read from the learner process, a torch tensor (by value) of whole numbers, or a whole
+    number, each in ``[0, LIMIT)``."""
+    import torch
+
+    from mini_vllm.worker.model_inputs import ModelInputs
+
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(ModelInputs):
+        value, what = getattr(got, field.name), f"prepare_inputs(...).{field.name}"
+        if field.name.startswith("max_"):
+            value = as_int(value, what)
+            low = high = value
+        elif isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
+            low, high = (int(value.min()), int(value.max())) if value.numel() else (0, 0)
+        else:
+            raise AssertionError(f"{what} should be a torch tensor of ints, got {describe(value)}")
+        if not 0 <= low <= high < LIMIT:
+            raise AssertionError(f"{what} holds {low if low < 0 else high}, out of any range")
+        values[field.name] = value
+    return ModelInputs(**values)
+
+
 def generate(batches: int = 1, **options: Any) -> dict[str, Any]:
-    """The engine's greedy tokens for PROMPTS, run in the learner process on your
-    ``prepare_inputs`` (``learner_side.run_engine``), as plain data, after checking its shape."""
+    """The engine's greedy tokens for PROMPTS, on your ``prepare_inputs``.
+
+    The engine runs here, in the judge (``LLM`` options ``options``; the same prompts generated
+    ``batches`` times on one engine): at each step its runner hands the step's plain lists to
+    your function in the learner process, and takes the tensors it returns. Your code sees the
+    step's lists, never the engine, so it cannot tell a step of the engine from a hand-made
+    batch (its call stack is the same), nor change what the engine does with its answer.
+
+    Returns ``{"tokens": [per batch, per prompt: ids], "cached": [per batch, per prompt:
+    num_cached_tokens], "hits": [prefix-cache hits after each batch], "preemptions": n,
+    "calls": n}``.
+    """
+    import torch
+
+    from mini_vllm.llm import LLM
+    from mini_vllm.sampling_params import SamplingParams
+
     mod = runner("prepare_inputs")  # a stub, or a broken import, is reported as such
-    try:  # one token, to tell a stub helper (NOT STARTED) before the learner loads a model
+    try:  # one token, to tell a stub helper (NOT STARTED) before the engine loads a model
         mod.prepare_inputs([[1]], [0], [1], [[1]], 16)
     except NotImplementedError:
         raise
     except LearnerError:
         pass  # the engine's own steps decide
-    got = learner_module("learner_side").run_engine(PROMPTS, MAX_NEW, options, batches)
-    assert isinstance(got, dict) and isinstance(got.get("tokens"), list), (
-        "the engine run did not report its tokens"
-    )
-    for batch in got["tokens"]:
-        assert (
-            isinstance(batch, list)
-            and len(batch) == len(PROMPTS)
-            and all(isinstance(ids, list) and all(type(t) is int for t in ids) for ids in batch)
-        ), f"the engine should return {len(PROMPTS)} lists of token ids per batch"
-    assert len(got["tokens"]) == batches, (
-        f"the engine ran {len(got['tokens'])} of {batches} batches"
-    )
-    for key in ("calls", "preemptions"):
-        assert type(got.get(key)) is int, f"the engine run did not report {key}"
-    assert got["calls"] > 0, "the engine did not call your prepare_inputs"
-    return got
+    calls = [0]
+
+    def yours(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return judge_inputs(mod.prepare_inputs(*args, **kwargs))
+
+    torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
+    llm = LLM(tiny_checkpoint(), skip_tokenizer_init=True, device="cpu", dtype="float32", **options)
+    llm.llm_engine.model_runner.prepare_inputs_fn = yours
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
+    result: dict[str, Any] = {"tokens": [], "cached": [], "hits": []}
+    for _ in range(batches):
+        outputs = llm.generate(
+            [{"prompt_token_ids": list(p)} for p in PROMPTS], params, use_tqdm=False
+        )
+        result["tokens"].append([[int(t) for t in o.outputs[0].token_ids] for o in outputs])
+        result["cached"].append([int(o.num_cached_tokens or 0) for o in outputs])
+        result["hits"].append(int(llm.get_stats().prefix_cache_hits))
+    result["preemptions"] = int(llm.get_stats().num_preemptions)
+    result["calls"] = calls[0]
+    assert result["calls"] > 0, "the engine did not call your prepare_inputs"
+    return result
 
 
 def assert_parity(got: list[list[int]], expected: list[list[int]], setting: str) -> None:

@@ -66,8 +66,18 @@ def check_tp(fields: dict[str, Any], tp_size: Any) -> list[Any]:
 
 
 def _is_view(part: Any, full: Any) -> bool:
-    """Whether ``part`` shares ``full``'s storage (a view such as ``narrow``), not a copy."""
-    return bool(part.untyped_storage().data_ptr() == full.untyped_storage().data_ptr())
+    """Whether ``part`` shares ``full``'s storage (a view such as ``narrow``), not a copy.
+
+    Read with torch's own methods (of its C base classes, which no code can replace), never
+    the shard's: a copy in a subclass of ``torch.Tensor`` could answer with the weight's
+    storage."""
+    import torch
+
+    tensor, storage = torch._C.TensorBase, torch._C.StorageBase
+    if not isinstance(part, tensor):
+        return False
+    mine = storage.data_ptr(tensor.untyped_storage(part))
+    return bool(mine == storage.data_ptr(tensor.untyped_storage(full)))
 
 
 def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 from grading.suite import learner_module, load_impl
 from mini_vllm.distributed import sharding as ref_sharding
 from mini_vllm.worker import kv_sizing as ref_kv
+from tests.labs.common import reading_only
 
 DOC = "phases/07-tensor-parallel/README.md"
 SHARES = f"{DOC}#2-column-then-row-one-all-reduce-per-pair"
@@ -21,9 +22,11 @@ KV_BLOCKS = f"{DOC}#4-what-tp-does-to-kv-blocks-and-concurrency"
 
 def side() -> Any:
     """``learner_side`` in the learner process, after importing the learner's file (so that
-    an import error is reported as the learner's)."""
+    an import error is reported as the learner's). Its functions must leave the weights they
+    are given as they were: the tests compare the shards with those very tensors, which come
+    back from the learner process after each call (``reading_only``)."""
     load_impl("sharding")
-    return learner_module("learner_side")
+    return reading_only(learner_module("learner_side"))
 
 
 def reference(name: str) -> Any:

@@ -1,7 +1,10 @@
 """quiz-01: the phase 01 self-check, scored like a lab.
 
-The key is stored as salted digests, so this file does not hand out the answers; QUIZ.md
-explains each one after you have answered. ``answers.py`` is imported in the learner process;
+The key is stored as salted digests, so the answers are not written here to be read at a
+glance; QUIZ.md explains each one after you have answered. A digest of one of four letters is
+no secret from someone who hashes the four (it keeps a self-check honest, not a graded quiz):
+an instructor grading it for credit keeps the key in a private suite
+(docs/instructors.md#hidden-tests). ``answers.py`` is imported in the learner process;
 ``ANSWERS`` comes back as plain data (a dict of strings) and is checked here.
 """
 

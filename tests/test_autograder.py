@@ -15,6 +15,7 @@ import pytest
 from grading.autograder import build_autograder
 from grading.labs import load_lab
 from grading.sandbox import sandbox_mode
+from tests.test_grader_hostile import header
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +82,7 @@ HOSTILE = Path(__file__).resolve().parent / "hostile"
 CASES = sorted(
     p.stem
     for p in HOSTILE.glob("*.py")
-    if p.stem not in HANGS
-    and not any(
-        f"\n# {key}:" in "\n" + p.read_text().split('"""', 1)[0] for key in ("lab", "tests")
-    )
+    if p.stem not in HANGS and not {"lab", "tests"} & header(p.stem).keys()
 )
 #: Reading or writing the course, signalling and late writers need the learner to run as another
 #: user (the grader as root, as on Gradescope).
@@ -95,7 +93,7 @@ NEEDS_ISOLATION = {"read_the_solution", "late_writers", "write_to_the_course", "
 def test_hostile_submission_gets_its_honest_score(bundle, tmp_path, name):
     """Every attack of tests/hostile/ gets its honest score through the bundle too, and the
     results.json Gradescope reads is the grader's (one left there beforehand never counts)."""
-    from tests.test_grader_hostile import LAB, compose, grade, header
+    from tests.test_grader_hostile import LAB, compose, grade
 
     if name in NEEDS_ISOLATION and sandbox_mode() == "none":
         pytest.skip("graded code runs as your own user here: see docs/grader.md")

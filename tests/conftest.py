@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -21,12 +22,13 @@ GPU_TEST_PATHS = (
     "tests/tp/test_tp_nccl.py",
 )
 
-# `make test` runs on two pytest-xdist workers with `--dist loadgroup`. A module- or
-# session-scoped fixture (a loaded checkpoint, shared engines, a running server) is built once in
-# every worker that runs a test needing it, so each file's tests stay on one worker, and the
-# server tests, which share session-scoped servers, on one worker together. The files below are
-# independent slow cases (each test grades mutants or a submission in its own processes): they
-# are spread test by test, which is what balances the two workers.
+# `make test` runs on two pytest-xdist workers (`-n 2 --dist loadgroup`), scheduled by
+# `pytest_xdist_make_scheduler` below. A module- or session-scoped fixture (a loaded checkpoint,
+# shared engines, a running server) is built once in every worker that runs a test needing it, so
+# each file's tests go to one worker together, and the server tests, which share session-scoped
+# servers, to one worker all together. The files below are independent slow cases (each test
+# grades mutants or a submission in its own processes): they are spread test by test, and sent
+# first, so that the long ones start early and the small files fill the end of both workers.
 SPREAD_FILES = (
     "tests/test_buggy_implementations.py",
     "tests/test_grader_hostile.py",
@@ -36,13 +38,47 @@ SPREAD_FILES = (
 SHARED_SESSION_DIRS = {"tests/serve/": "serve"}
 
 
-def _xdist_group(path: str) -> str | None:
+def work_unit(nodeid: str) -> str:
+    """What ``nodeid`` is scheduled with: the test alone, its directory's group, or its file."""
+    path = nodeid.split("::", 1)[0]
     if path.startswith(SPREAD_FILES):
-        return None
+        return nodeid
     for prefix, group in SHARED_SESSION_DIRS.items():
         if path.startswith(prefix):
             return group
     return path
+
+
+def send_order(unit: str, tests: dict[str, bool]) -> tuple[int, int]:
+    """Spread tests first (in collection order), then groups, the largest first."""
+    return (0, 0) if unit in tests else (1, -len(tests))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` by :func:`work_unit`, spread tests first, then the largest groups.
+
+    xdist's own loadgroup reads ``xdist_group`` marks into node-id suffixes, which pytest 9.2's
+    node ids no longer take (every test then went out alone, and both workers loaded the real
+    model and started the servers); grouping by path in the controller needs no marks at all.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not getattr(self, "ordered", False):  # once, before the first unit goes out
+                units = sorted(self.workqueue.items(), key=lambda unit: send_order(*unit))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return ByWorkUnit(config, log)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,9 +119,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if path.startswith(GPU_TEST_PATHS):
             item.add_marker(pytest.mark.gpu)
-        group = _xdist_group(path)
-        if group is not None and config.pluginmanager.hasplugin("xdist"):
-            item.add_marker(pytest.mark.xdist_group(group))
     if config.getoption("--gpu"):
         others = [item for item in items if item.get_closest_marker("gpu") is None]
         if others:

@@ -96,6 +96,15 @@ MUTANTS = [
         caught_by="test_check.py::test_refuses_query_heads_that_do_not_split",
     ),
     Mutant(
+        name="query_heads_replicated_past_total",
+        file=FILE,
+        find="    if total_heads % tp_size != 0:\n",
+        replace="    if tp_size <= total_heads and total_heads % tp_size != 0:\n",
+        why="treats query heads like KV heads: more ranks than query heads is let through "
+        "(2 heads at TP=4), and each rank is given 0 query heads",
+        caught_by="test_check.py::test_refuses_query_heads_that_do_not_split",
+    ),
+    Mutant(
         name="shapes_kv_heads_floored",
         file=FILE,
         find="num_kv_heads=num_kv_heads_per_rank(total_kv, tp_size),",
@@ -128,6 +137,30 @@ MUTANTS = [
         replace="return tensor.narrow(dim, start, end - start).clone()",
         why="copies each shard: a rank holds the full checkpoint and a copy of its slice",
         caught_by="test_weights.py::test_shards_are_views",
+    ),
+    Mutant(
+        name="shard_tensor_indexes_a_matrix",
+        file=FILE,
+        find="    return tensor.narrow(dim, start, end - start)\n",
+        replace="    if dim == 0:\n        return tensor[start:end, :]\n    return tensor[:, start:end]\n",
+        why="indexes every tensor as a matrix: a column-parallel layer's 1-D bias, cut along "
+        "dim 0 like its weight, raises IndexError",
+        caught_by="test_weights.py::test_column_and_row_shards_concatenate_back",
+    ),
+    Mutant(
+        name="shard_tensor_rank_unchecked",
+        file=FILE,
+        find="""
+            start, end = shard_range(int(tensor.shape[dim]), rank, tp_size)
+            return tensor.narrow(dim, start, end - start)
+        """,
+        replace="""
+            size = divide(int(tensor.shape[dim]), tp_size)
+            return tensor.narrow(dim, rank * size, size)
+        """,
+        why="divides but skips shard_range's rank check: rank -1 of 4 silently gets the last "
+        "rank's rows (narrow wraps a negative start)",
+        caught_by="test_weights.py::test_shard_tensor_refuses_an_uneven_dimension",
     ),
     Mutant(
         name="qkv_shard_is_a_copy",
@@ -186,6 +219,15 @@ MUTANTS = [
         caught_by="test_weights.py::test_qkv_replicated_kv_heads",
     ),
     Mutant(
+        name="shard_id_substring_test",
+        file=FILE,
+        find='    elif shard_id in ("k", "v"):\n',
+        replace='    elif shard_id in "kv":\n',
+        why="`in \"kv\"` is a substring test: shard_id 'kv' and '' are cut as K/V rows instead "
+        "of refused",
+        caught_by="test_weights.py::test_qkv_replicated_kv_heads",
+    ),
+    Mutant(
         name="q_split_by_kv_rule",
         file=FILE,
         find="""
@@ -230,6 +272,24 @@ MUTANTS = [
         find="return min(int(n) for n in num_blocks_per_rank)",
         replace="return max(int(n) for n in num_blocks_per_rank)",
         why="the largest count: the scheduler hands out block ids the tightest rank cannot hold",
+        caught_by="test_kv_sizing.py::test_every_rank_gets_the_smallest_count",
+    ),
+    Mutant(
+        name="min_blocks_skips_zero",
+        file=FILE,
+        find="return min(int(n) for n in num_blocks_per_rank)",
+        replace="return min(int(n) for n in num_blocks_per_rank if n > 0)",
+        why="ignores a rank that has room for 0 blocks: the others agree on blocks that rank "
+        "cannot hold",
+        caught_by="test_kv_sizing.py::test_every_rank_gets_the_smallest_count",
+    ),
+    Mutant(
+        name="min_blocks_sorts_in_place",
+        file=FILE,
+        find="    return min(int(n) for n in num_blocks_per_rank)\n",
+        replace="    num_blocks_per_rank.sort()\n    return int(num_blocks_per_rank[0])\n",
+        why="sorts the ranks' list in place: the executor, which looks the tightest rank up by "
+        "its position (blocks.index), sizes the cache from another rank's memory",
         caught_by="test_kv_sizing.py::test_every_rank_gets_the_smallest_count",
     ),
 ]

@@ -132,3 +132,11 @@ def qkv_views(
         )
         for rank in range(tp_size)
     ]
+
+
+def blocks_and_counts(counts: list[int]) -> list[Any]:
+    """``num_gpu_blocks_across_ranks(counts)`` as an outcome, and the list ``counts`` as it is
+    after the call (the executor reads it again, by rank)."""
+    counts = list(counts)
+    got = _outcome(lambda: _learner().num_gpu_blocks_across_ranks(counts))
+    return [got, list(counts)]

@@ -30,7 +30,10 @@ GPT2 = model(12, 12, 3072, 50257)  # an odd vocabulary: only its padded size (50
 
 
 def numbers(message: str) -> set[int]:
-    return {int(n.replace(",", "").replace("_", "")) for n in re.findall(r"\d[\d,_]*", message)}
+    """The integers a message names, written plainly or with thousands separators (4,097)."""
+    plain = {int(n) for n in re.findall(r"\d+", message)}
+    grouped = re.findall(r"\d{1,3}(?:[,_]\d{3})+", message)
+    return plain | {int(n.replace(",", "").replace("_", "")) for n in grouped}
 
 
 def refusal(fields: dict[str, Any], tp: Any, name: str) -> str:
@@ -79,12 +82,14 @@ def test_accepted_sizes_give_each_ranks_shapes():
 
 @graded(
     2,
-    "the query heads must divide by tp: the refusal names the head count, the size "
-    "asked for and the sizes that would work",
+    "the query heads must divide by tp, also when there are more ranks than heads (query "
+    "heads are never replicated): the refusal names the head count, the size asked for and "
+    "the sizes that would work",
     KV_HEADS,
 )
 def test_refuses_query_heads_that_do_not_split():
-    """SmolLM2 (9 heads) at TP=2: the sizes that divide 9 are 1, 3 and 9."""
+    """SmolLM2 (9 heads) at TP=2: the sizes that divide 9 are 1, 3 and 9. A model of 2 heads
+    (1 KV head) at TP=4, whose KV head, MLP width and vocabulary all split 4 ways."""
     message = refusal(SMOLLM2, 2, "SmolLM2")
     found = numbers(message)
     assert {9, 2} <= found and "head" in message.lower(), (
@@ -92,6 +97,12 @@ def test_refuses_query_heads_that_do_not_split():
     )
     assert {1, 3} <= found, (
         f"the refusal should list the sizes that divide 9 (1, 3, 9): {message!r}"
+    )
+    message = refusal(model(2, 1, 64, 128), 4, "2 heads, 1 KV head")
+    assert {2, 4} <= numbers(message) and "head" in message.lower(), (
+        f"2 query heads at TP=4: each rank would hold half a head (query heads, unlike KV "
+        f"heads, are never replicated); the refusal should name the 2 heads and the size 4: "
+        f"{message!r}"
     )
 
 
@@ -106,7 +117,8 @@ def test_refuses_kv_heads_that_do_not_split():
     heads at TP=4."""
     for fields, tp, kv in [(model(12, 4, 96, 128), 6, 4), (model(12, 6, 96, 128), 4, 6)]:
         message = refusal(fields, tp, f"12 heads, {kv} KV heads")
-        assert {kv, tp} <= numbers(message) and "kv" in message.lower(), (
+        lowered = message.lower()
+        assert {kv, tp} <= numbers(message) and ("kv" in lowered or "key" in lowered), (
             f"12 heads, {kv} KV heads at TP={tp}: the refusal should name the {kv} KV heads "
             f"and the size {tp}: {message!r}"
         )

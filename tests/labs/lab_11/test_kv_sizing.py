@@ -45,15 +45,33 @@ def test_bytes_per_block_per_rank():
 @graded(
     2,
     "num_gpu_blocks_across_ranks: the MINIMUM of the ranks' counts (the one scheduler's "
-    "block ids must be valid on every rank); ValueError for an empty list",
+    "block ids must be valid on every rank), 0 included; ValueError for an empty list; the "
+    "ranks' list is read, never reordered",
     KV_BLOCKS,
 )
 def test_every_rank_gets_the_smallest_count():
-    """[900, 850, 1000] -> 850: a rank that measured less memory limits them all."""
+    """[900, 850, 1000] -> 850: a rank that measured less memory limits them all; [500, 0, 700]
+    -> 0: a rank with no room for a block leaves none for the others. The list the executor
+    passes is still in rank order afterwards."""
     check_table(
         "num_gpu_blocks_across_ranks",
-        [[[900, 850, 1000]], [[7]], [[5, 5]], [[12_000, 7_999, 10_500, 8_000]], [[]]],
+        [
+            [[900, 850, 1000]],
+            [[7]],
+            [[5, 5]],
+            [[12_000, 7_999, 10_500, 8_000]],
+            [[500, 0, 700]],
+            [[]],
+        ],
         "the block count every rank agrees on",
+    )
+    counts = [900, 850, 1000]
+    after = side().blocks_and_counts(counts)[1]
+    assert after == counts, (
+        f"num_gpu_blocks_across_ranks({counts}) left the ranks' list as {after}: it must not "
+        f"reorder it (no .sort() in place): the executor then looks the tightest rank up by "
+        f"its position in that list (blocks.index) and sizes the cache from another rank's "
+        f"memory"
     )
 
 

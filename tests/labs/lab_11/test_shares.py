@@ -14,7 +14,10 @@ from tests.labs.lab_11.support import KV_HEADS, SHARES, check_table, show, side,
 
 
 def numbers(message: str) -> set[int]:
-    return {int(n) for n in re.findall(r"\d+", message)}
+    """The integers a message names, written plainly or with thousands separators (4,097)."""
+    plain = {int(n) for n in re.findall(r"\d+", message)}
+    grouped = re.findall(r"\d{1,3}(?:[,_]\d{3})+", message)
+    return plain | {int(n.replace(",", "").replace("_", "")) for n in grouped}
 
 
 @graded(

@@ -35,6 +35,9 @@ class Mutant:
     replace: str
     why: str
     caught_by: str = ""
+    #: Further ``(find, replace)`` edits of the same file, applied in order after the first,
+    #: for a mistake that spans two places (work moved from a helper into its caller).
+    more: tuple[tuple[str, str], ...] = ()
 
     def first(self, tests: list[TestInfo]) -> list[TestInfo]:
         """``tests`` with the ones ``caught_by`` names moved to the front (a stable sort)."""
@@ -49,7 +52,14 @@ class Mutant:
             shutil.copy(lab.solution_dir / filename, dest / filename)
         path = dest / self.file
         text = path.read_text()
-        find, replace = textwrap.dedent(self.find).strip("\n"), textwrap.dedent(self.replace)
+        for find, replace in [(self.find, self.replace), *self.more]:
+            text = self._edit(text, find, replace, lab)
+        path.write_text(text)
+        return dest
+
+    def _edit(self, text: str, find: str, replace: str, lab: Lab) -> str:
+        """``text`` with ``find`` (exactly once) replaced by ``replace``."""
+        find, replace = textwrap.dedent(find).strip("\n"), textwrap.dedent(replace)
         replace = replace.strip("\n")
         # Re-indent both to where ``find`` sits in the file. A one-line ``find`` may sit in
         # the middle of a line: the replacement's further lines then take that line's indent.
@@ -67,15 +77,11 @@ class Mutant:
                 line_indent = line[: len(line) - len(line.lstrip(" "))]
                 head, *rest = replace.splitlines() or [""]
                 replacement = "\n".join([head, *[line_indent + r if r else r for r in rest]])
-            text = text[:i] + replacement + text[i + len(candidate) :]
-            break
-        else:
-            raise ValueError(
-                f"mutant {self.name}: {first.strip()!r}… does not occur exactly "
-                f"once in {lab.solution_dir / self.file}"
-            )
-        path.write_text(text)
-        return dest
+            return text[:i] + replacement + text[i + len(candidate) :]
+        raise ValueError(
+            f"mutant {self.name}: {first.strip()!r}… does not occur exactly "
+            f"once in {lab.solution_dir / self.file}"
+        )
 
 
 def mutants_for(lab: Lab) -> list[Mutant]:

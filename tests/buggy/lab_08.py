@@ -750,4 +750,129 @@ MUTANTS = [
         "its queue and then trips over the unfinished status while freeing it",
         caught_by="test_aborts.py::test_finish_requests_aborts",
     ),
+    Mutant(
+        name="repetition_ignores_min_tokens",
+        file=FILE,
+        find="""
+            if request.num_output_tokens < sampling_params.min_tokens:
+                return False
+            last_token_id = request.output_token_ids[-1]
+            if request.eos_token_id is not None and last_token_id == request.eos_token_id:
+                request.status = RequestStatus.FINISHED_STOPPED
+                return True
+            if last_token_id in (sampling_params.stop_token_ids or ()):
+        """,
+        replace="""
+            last_token_id = request.output_token_ids[-1]
+            early = request.num_output_tokens < sampling_params.min_tokens
+            if not early and request.eos_token_id is not None and last_token_id == request.eos_token_id:
+                request.status = RequestStatus.FINISHED_STOPPED
+                return True
+            if not early and last_token_id in (sampling_params.stop_token_ids or ()):
+        """,
+        why="min_tokens guards only EOS and the stop tokens: a repeated pattern ends the request "
+        "before min_tokens outputs (upstream returns False before any check)",
+        caught_by="test_stop.py::test_min_tokens_and_the_order_of_checks",
+    ),
+    Mutant(
+        name="no_chunk_check_ignores_prefix_hit",
+        file=FILE,
+        find="if not self.enable_chunked_prefill and num_new_tokens > token_budget:",
+        replace="if not self.enable_chunked_prefill and request.num_tokens > token_budget:",
+        why="with chunked prefill off, compares the whole prompt with the budget left instead of "
+        "the tokens left to compute after the prefix hit: a request whose uncached rest fits "
+        "waits a step, and everyone behind it",
+        caught_by="test_schedule.py::test_prefix_hit_skips_cached_tokens",
+    ),
+    Mutant(
+        name="max_num_seqs_counts_the_batch",
+        file=FILE,
+        find="if len(self.running) == self.max_num_running_reqs:",
+        replace="if len(num_scheduled_tokens) == self.max_num_running_reqs:",
+        why="takes max_num_seqs for the batch size: a running request left out of this step "
+        "(its token still in flight when schedule() runs again) is not counted, and one more "
+        "request than max_num_seqs is admitted",
+        caught_by="test_schedule.py::test_a_request_with_nothing_to_compute_is_skipped",
+    ),
+    Mutant(
+        name="preempts_once_then_gives_up",
+        file=FILE,
+        find="""
+            if preempted_req is request:
+                # It preempted itself: nobody is left to make room for it.
+                break
+        """,
+        replace="""
+            if preempted_req is request:
+                # It preempted itself: nobody is left to make room for it.
+                break
+            new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+            break
+        """,
+        why="preempts one victim and retries once (an if, not a loop): a request that needs "
+        "the blocks of two victims is not scheduled, and the running pass stops there with "
+        "one request preempted for nothing",
+        caught_by="test_preemption.py::test_preempts_again_until_it_fits",
+    ),
+    Mutant(
+        name="threshold_caps_only_prompt_tokens",
+        file=FILE,
+        find="""
+            if 0 < self.long_prefill_token_threshold < num_new_tokens:
+                num_new_tokens = self.long_prefill_token_threshold
+        """,
+        replace="""
+            if (
+                request.num_computed_tokens < request.num_prompt_tokens
+                and 0 < self.long_prefill_token_threshold < num_new_tokens
+            ):
+                num_new_tokens = self.long_prefill_token_threshold
+        """,
+        why="reads long_prefill_token_threshold as a cap on prompt tokens only: a resumed "
+        "request recomputing its outputs takes more than the threshold once its prompt is done",
+        caught_by="test_preemption.py::test_resumed_recompute_is_capped_by_the_threshold",
+    ),
+    Mutant(
+        name="priority_victim_returns_the_wrong_count",
+        file=FILE,
+        find="token_budget += num_scheduled_tokens.pop(preempted_req.request_id)",
+        replace="num_scheduled_tokens.pop(preempted_req.request_id)\ntoken_budget += num_new_tokens",
+        why="a victim already scheduled leaves the batch, but the budget gets back the current "
+        "request's token count instead of the victim's: the step overruns (or underuses) "
+        "max_num_batched_tokens",
+        caught_by="test_admission.py::test_priority_preempts_the_lowest_priority",
+    ),
+    Mutant(
+        name="preemption_split_with_its_caller",
+        file=FILE,
+        find="""
+                self._preempt_request(preempted_req)
+        """,
+        replace="""
+                self._preempt_request(preempted_req)
+                preempted_req.status = RequestStatus.PREEMPTED
+                self.waiting.prepend_request(preempted_req)
+        """,
+        more=(
+            (
+                """
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        self.waiting.prepend_request(request)
+        """,
+                """
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        """,
+            ),
+        ),
+        why="_preempt_request frees and resets, but schedule() sets PREEMPTED and requeues the "
+        "victim itself: right inside schedule(), while reset_prefix_cache("
+        "reset_running_requests=True), given code that relies on _preempt_request, loses every "
+        "running request",
+        caught_by="test_preemption.py::test_reset_prefix_cache_preempts_every_running_request",
+    ),
 ]

@@ -96,8 +96,8 @@ def _victim_scenario(policy: str) -> Engine:
     f"{DOC}#the-priority-policy",
 )
 def test_priority_preempts_the_lowest_priority():
-    """Step 3: a fits its block, then b needs one and none is free. Then, on a budget of 4, the
-    victim's token must come back to the budget."""
+    """Step 3: a fits its block, then b needs one and none is free. Then, on budgets of 4 and 5,
+    the victim's own tokens must come back to the budget."""
     fcfs = _victim_scenario("fcfs")
     out, _ = fcfs.step()
     assert out.preempted_req_ids == {"c"}, (
@@ -137,6 +137,27 @@ def test_priority_preempts_the_lowest_priority():
         "step 4: a (priority 5) is scheduled first, then b needs a block and none is free: a "
         "is preempted, and its token goes back to the budget (token_budget += its count), so "
         "c gets 4 - 1 = 3 tokens, the rest of its prompt; got batch "
+        f"{batch(out)}, preempted {sorted(out.preempted_req_ids)}"
+    )
+    engine.run()
+    engine.check_drained()
+
+    # Budget 5, threshold 3: in step 3 a (priority 5) is scheduled with 1 token, then b (0)
+    # needs a block for its 3-token chunk and a is its victim: the budget gets a's 1 token back.
+    engine = Engine(
+        num_blocks=5, budget=5, max_num_seqs=3, policy="priority", long_prefill_token_threshold=3
+    )
+    engine.add("a", 3, base=0, priority=5)
+    engine.step()
+    engine.add("b", 6, base=40, priority=0)
+    engine.add("c", 4, base=80, priority=1)
+    out, _ = engine.step()
+    assert batch(out) == [("a", 1), ("b", 3), ("c", 1)], f"set-up: step 2 is {batch(out)}"
+    out, _ = engine.step()
+    assert out.preempted_req_ids == {"a"} and batch(out) == [("b", 3), ("c", 2)], (
+        "step 3: a (1 token) is scheduled first, then b needs a block for its 3-token chunk and "
+        "a is preempted: the budget gets back a's own 1 token (num_scheduled_tokens.pop(the "
+        "victim's id)), not b's 3, so c gets 5 - 3 = 2; got batch "
         f"{batch(out)}, preempted {sorted(out.preempted_req_ids)}"
     )
     engine.run()

@@ -54,6 +54,90 @@ def test_preempts_the_last_running_request():
 
 
 @graded(
+    1,
+    "_preempt_request does the whole preemption itself (blocks freed, num_computed_tokens 0, "
+    "status PREEMPTED, num_preemptions + 1, requeued at the FRONT of waiting); its caller only "
+    "takes the request out of running. reset_prefix_cache(reset_running_requests=True) "
+    "preempts every running request through it",
+    f"{DOC}#preemption-by-recompute",
+)
+def test_reset_prefix_cache_preempts_every_running_request():
+    """a, b and c are running (8-token prompts, one decode step) when the prefix cache is reset
+    with ``reset_running_requests=True``: the given code pops each running request, last first,
+    and hands it to your ``_preempt_request``."""
+    engine = Engine(num_blocks=20, budget=32, max_model_len=32)
+    for i, rid in enumerate("abc"):
+        engine.add(rid, 8, base=20 * i)
+    for _ in range(2):
+        engine.step()
+    assert engine.running == ["a", "b", "c"], f"set-up: a, b, c run, got {engine.running}"
+    call = "reset_prefix_cache(reset_running_requests=True)"
+    reset = engine._learner(call, engine.sched.reset_prefix_cache, True)
+    engine.log.append(f"{call} -> {reset!r}")
+    engine.refresh()
+    assert engine.running == [] and engine.waiting == ["a", "b", "c"], (
+        f"after {call}, every running request waits again, in its old order (each is "
+        f"prepended, last first): running {engine.running}, waiting {engine.waiting}. "
+        "_preempt_request itself must requeue the request at the front of waiting"
+    )
+    for rid in "abc":
+        info = engine.info(rid)
+        assert (info["status"], info["num_computed_tokens"], info["num_preemptions"]) == (
+            RequestStatus.PREEMPTED,
+            0,
+            1,
+        ), (
+            f"after {call}, {rid} must be PREEMPTED with num_computed_tokens 0 and "
+            f"num_preemptions 1 (all set by _preempt_request), is {info['status'].name}, "
+            f"{info['num_computed_tokens']}, {info['num_preemptions']}"
+        )
+    assert not engine.state["tables"] and engine.num_free() == 19 and reset is True, (
+        f"after {call} every block is free (each preempted request's blocks are freed by "
+        f"_preempt_request) and the reset succeeds: tables {engine.state['tables']}, "
+        f"{engine.num_free()} of 19 blocks free, returned {reset!r}"
+    )
+    engine.run()
+    engine.check_drained()
+
+
+@graded(
+    2,
+    "Preemption by recompute: after each preemption the allocation is retried, and if it "
+    "still fails the next last running request is preempted, until the request fits (or "
+    "preempts itself)",
+    f"{DOC}#preemption-by-recompute",
+)
+def test_preempts_again_until_it_fits():
+    """7 usable blocks, threshold 8, the admission gate off: a's third 8-token chunk needs 2
+    blocks, and d and c, the last two running requests, hold one each."""
+    engine = Engine(
+        num_blocks=8,
+        budget=32,
+        max_model_len=32,
+        long_prefill_token_threshold=8,
+        scheduler_reserve_full_isl=False,
+    )
+    engine.add("a", 24, base=0, max_tokens=2)
+    for i, rid in enumerate("bcd"):
+        engine.add(rid, 2, base=40 + 10 * i)
+    steps = [batch(engine.step()[0]) for _ in range(2)]
+    assert steps == [
+        [("a", 8), ("b", 2), ("c", 2), ("d", 2)],
+        [("a", 8)] + [(r, 1) for r in "bcd"],
+    ], f"set-up: steps 1 and 2 are {steps}"
+    assert engine.num_free() == 0, "set-up: the 7 usable blocks are held"
+    out, _ = engine.step()
+    assert batch(out) == [("a", 8), ("b", 1)] and out.preempted_req_ids == {"c", "d"}, (
+        "step 3: a needs 2 blocks and none is free; preempting d frees 1, not enough, so the "
+        "allocation fails again and c is preempted too; then a fits, and b decodes. Retry "
+        "allocate_slots in a loop (preempt, retry, preempt again), not once; got batch "
+        f"{batch(out)}, preempted {sorted(out.preempted_req_ids)}"
+    )
+    engine.run()
+    engine.check_drained()
+
+
+@graded(
     2,
     "Preemption by recompute: the preempted request goes to the FRONT of the waiting "
     "queue (it arrived before everyone still waiting)",
@@ -169,6 +253,38 @@ def test_resumed_request_finishes_with_the_right_tokens():
         "b, preempted once, must still produce exactly the fake model's 8 tokens"
     )
     assert engine.finished == {"a": FinishReason.LENGTH, "b": FinishReason.LENGTH}
+    engine.check_drained()
+
+
+@graded(
+    1,
+    "Preemption by recompute: a resumed request recomputes its prompt and its outputs as one "
+    "long prefill: long_prefill_token_threshold caps every step of it, output tokens as well "
+    "as prompt tokens",
+    f"{DOC}#the-long-prefill-threshold",
+)
+def test_resumed_recompute_is_capped_by_the_threshold():
+    """Threshold 4, caching off, 4 usable blocks: a and b (1-token prompts) decode side by side
+    until b is preempted with 8 outputs; it resumes with 9 tokens to recompute."""
+    engine = Engine(
+        num_blocks=5, budget=8, max_model_len=32, caching=False, long_prefill_token_threshold=4
+    )
+    engine.add("a", 1, base=0, max_tokens=9)
+    engine.add("b", 1, base=50, max_tokens=12)
+    for _ in range(9):
+        out, _ = engine.step()
+    b = engine.info("b")
+    assert out.preempted_req_ids == {"b"} and len(b["output_token_ids"]) == 8, (
+        f"set-up: b is preempted in step 9 with 8 outputs; preempted "
+        f"{sorted(out.preempted_req_ids)}, b has {len(b['output_token_ids'])} outputs"
+    )
+    chunks = [engine.step()[0].num_scheduled_tokens.get("b") for _ in range(3)]
+    assert chunks == [4, 4, 1], (
+        "b resumes with 9 tokens to recompute (1 prompt token, 8 outputs): chunks of 4, 4, 1 "
+        "under threshold 4. The cap applies to every running request with more than 4 "
+        f"tokens to compute, not only to prompt tokens; b got {chunks}"
+    )
+    engine.run()
     engine.check_drained()
 
 

@@ -125,12 +125,13 @@ def test_num_computed_tokens_advances_after_the_output_is_built():
     "Running pass: a running request with nothing to compute (num_tokens - "
     "num_computed_tokens is 0: its last token is still being sampled, when schedule() runs "
     "again before update_from_output) is skipped, and the running requests after it are "
-    "still served",
+    "still served; it is still running, so it still counts toward max_num_seqs",
     f"{DOC}#stopping-while-preempted",
 )
 def test_a_request_with_nothing_to_compute_is_skipped():
     """Threshold 4: a decodes, b runs a 12-token prompt in chunks; step 3 is planned while
-    step 2 runs, so a's token from step 2 is not in yet."""
+    step 2 runs, so a's token from step 2 is not in yet. Then, with max_num_seqs 1, a step
+    planned while a's token is in flight admits nobody."""
     engine = Engine(budget=16, long_prefill_token_threshold=4)
     engine.add("a", 2, base=0)
     engine.add("b", 12, base=50)
@@ -147,6 +148,24 @@ def test_a_request_with_nothing_to_compute_is_skipped():
     )
     engine.update(sampled2)
     engine.update(engine.execute(out3))
+    engine.run()
+    engine.check_drained()
+
+    engine = Engine(budget=16, max_num_seqs=1)
+    engine.add("a", 2, base=0, max_tokens=3)
+    engine.add("b", 2, base=50, max_tokens=2)
+    out1 = engine.schedule()
+    assert batch(out1) == [("a", 2)], f"set-up: max_num_seqs 1, step 1 is {batch(out1)}"
+    sampled1 = engine.execute(out1)
+    out2 = engine.schedule(ahead=True)  # step 1 is still running
+    assert batch(out2) == [] and engine.running == ["a"] and engine.waiting == ["b"], (
+        "max_num_seqs 1: a is running, although not in this step's batch (its token from step 1 "
+        "is still in flight), so b may not be admitted: max_num_seqs counts the running "
+        f"requests (len(self.running)), not the batch; got batch {batch(out2)}, running "
+        f"{engine.running}, waiting {engine.waiting}"
+    )
+    engine.update(sampled1)
+    engine.update(engine.execute(out2))
     engine.run()
     engine.check_drained()
 
@@ -196,11 +215,13 @@ def test_long_prefill_token_threshold():
 @graded(
     2,
     "Prefix hits: an admitted request skips its cached prefix (get_computed_blocks), "
-    "schedules only the rest, and the runner is told where it starts",
+    "schedules only the rest (with chunked prefill off, the rest is what must fit the "
+    "budget left), and the runner is told where it starts",
     f"{DOC}#running-first-then-waiting",
 )
 def test_prefix_hit_skips_cached_tokens():
-    """b shares a's first 8 tokens: it is admitted with 8 computed and schedules 2."""
+    """b shares a's first 8 tokens: it is admitted with 8 computed and schedules 2. Without
+    chunked prefill, e's 60-token prompt has 32 cached: its 28 others fit the 33 left."""
     engine = Engine(budget=32)
     engine.add("a", 9)
     engine.step()
@@ -216,6 +237,21 @@ def test_prefix_hit_skips_cached_tokens():
     assert new_b.block_ids[0][:2] == engine.table("a")[:2], (
         f"b's table must start with a's two cached blocks {engine.table('a')[:2]}, got "
         f"{new_b.block_ids[0]}"
+    )
+    engine.run()
+    engine.check_drained()
+
+    engine = Engine(40, budget=64, max_model_len=64, enable_chunked_prefill=False)
+    engine.add("a", 40, base=0, max_tokens=3)
+    engine.step()
+    engine.add("d", 30, base=100, max_tokens=2)
+    engine.add("e", prompt=[*range(32), *range(200, 228)], max_tokens=2)
+    out, _ = engine.step()
+    assert batch(out) == [("a", 1), ("d", 30), ("e", 28)], (
+        "chunked prefill off, budget 64: a decodes (1), d's 30 tokens fit, and e's prompt of "
+        "60 tokens starts with a's 32 cached ones: only its 28 others are computed, and they "
+        "fit the 33 left, so e is admitted (compare the tokens left to compute, not the whole "
+        f"prompt, with the budget); got {batch(out)}"
     )
     engine.run()
     engine.check_drained()

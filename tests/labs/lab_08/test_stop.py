@@ -119,20 +119,29 @@ def test_max_model_len_stops():
 
 @graded(
     1,
-    "Stop conditions: nothing stops a request before min_tokens outputs, neither EOS nor a "
-    "stop token; then EOS is checked first, stop tokens next, the length limits only after "
-    "them",
+    "Stop conditions: nothing stops a request before min_tokens outputs, neither EOS, a "
+    "stop token nor a repeated pattern; then EOS is checked first, stop tokens next, the "
+    "length limits only after them",
     f"{DOC}#stop-conditions",
 )
 def test_min_tokens_and_the_order_of_checks():
-    """min_tokens 3 defers EOS, min_tokens 2 a stop token; EOS that is also a stop token is
-    reported as EOS; EOS or a stop token on the max_tokens-th output is reported as a stop."""
+    """min_tokens 3 defers EOS, min_tokens 2 a stop token, min_tokens 4 a repetition; EOS that
+    is also a stop token is reported as EOS; EOS or a stop token on the max_tokens-th output is
+    reported as a stop."""
     answers, _ = appended(request("a", 4, max_tokens=10, eos=7, min_tokens=3), 7, 7, 7)
     assert answers == [False, False, True], f"EOS counts only from the 3rd output, got {answers}"
     answers, _ = appended(request("s", 4, max_tokens=10, stop_token_ids=[9], min_tokens=2), 9, 9)
     assert answers == [False, True], (
         f"min_tokens 2 defers stop tokens too: the stop token 9 counts only from the 2nd output; "
         f"check_stop answered {answers}"
+    )
+    answers, _ = appended(
+        request("r", 4, max_tokens=10, min_tokens=4, repetition=(2, 1, 2)), 4, 4, 4, 4
+    )
+    assert answers == [False, False, False, True], (
+        f"min_tokens 4 defers repetition_detection too: 4 4 is a repeated pattern from the 2nd "
+        f"output on, but it may end the request only from the 4th; check_stop answered "
+        f"{answers} (return False before any check while num_output_tokens < min_tokens)"
     )
     answers, info = appended(request("b", 4, max_tokens=10, eos=7, stop_token_ids=[7]), 7)
     assert answers == [True], f"EOS stops the request, got {answers}"

@@ -197,7 +197,7 @@ MUTANTS = [
         replace="",
         why="exp of raw scores: scores of a few hundred overflow to inf and the row becomes "
         "inf / inf = nan",
-        caught_by="test_paged_attention.py::test_decode_large_logits_do_not_overflow",
+        caught_by="test_paged_attention.py::test_large_logits_do_not_overflow",
     ),
     Mutant(
         name="scale_applied_twice",
@@ -284,6 +284,54 @@ MUTANTS = [
         "back as float64, unlike decode's output",
         caught_by="test_paged_attention.py::test_prefill_float32_inputs",
     ),
+    Mutant(
+        name="slot_mapping_fails_on_no_positions",
+        file=FILE,
+        find="if valid.any() and int(logical[valid].max()) >= block_table.shape[0]:",
+        replace="if int(positions.max()) // block_size >= block_table.shape[0]:",
+        why="range-checks the positions with positions.max(), unguarded: an empty array of "
+        "positions (no tokens) raises instead of giving an empty array of slots",
+        caught_by="test_cache_write.py::test_slot_mapping_keeps_shape",
+    ),
+    Mutant(
+        name="softmax_max_taken_before_the_causal_mask",
+        file=FILE,
+        find="""
+            if causal:
+                q_pos = np.arange(query_len)[:, None] + (kv_len - query_len)
+                visible = np.arange(kv_len)[None, :] <= q_pos
+                scores = np.where(visible, scores, -np.inf)
+            scores = scores - scores.max(axis=-1, keepdims=True)
+        """,
+        replace="""
+            scores = scores - scores.max(axis=-1, keepdims=True)
+            if causal:
+                q_pos = np.arange(query_len)[:, None] + (kv_len - query_len)
+                visible = np.arange(kv_len)[None, :] <= q_pos
+                scores = np.where(visible, scores, -np.inf)
+        """,
+        why="subtracts each row's maximum over ALL keys, then masks: when a later, hidden key "
+        "scores thousands above the visible ones, every visible exp underflows to 0 and the "
+        "row is 0 / 0 = nan (decode, with no mask, is unaffected)",
+        caught_by="test_paged_attention.py::test_large_logits_do_not_overflow",
+    ),
+    Mutant(
+        name="prefill_gqa_head_divided_by_num_kv_heads",
+        file=FILE,
+        find="""
+            k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)
+            return dense_attention(query, k, v, scale, causal=True)
+        """,
+        replace="""
+            k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)
+            kv_of = np.arange(num_heads) // num_kv_heads
+            return dense_attention(query, k[:, kv_of], v[:, kv_of], scale, causal=True)
+        """,
+        why="prefill expands the KV heads itself, query head h taking KV head h // "
+        "num_kv_heads instead of h // group: right by accident with 4 query heads over 2 "
+        "KV heads, where num_kv_heads == group",
+        caught_by="test_paged_attention.py::test_decode_gqa_head_mapping",
+    ),
     # -- part 3: split-K decode ---------------------------------------------------------------
     Mutant(
         name="split_lse_without_the_max",
@@ -340,6 +388,62 @@ MUTANTS = [
         why="no special case for a piece without keys: its max is taken of nothing (an error) "
         "or its sum is 0 and the output 0 / 0 = nan",
         caught_by="test_split_k.py::test_attend_split_of_no_keys",
+    ),
+    Mutant(
+        name="split_gqa_head_divided_by_num_kv_heads",
+        file=FILE,
+        find="""
+            q = query.astype(dtype, copy=False).reshape(num_kv_heads, group, head_dim)
+            scores = np.einsum("hgd,shd->hgs", q, key.astype(dtype, copy=False)) * dtype.type(scale)
+            m = scores.max(axis=-1, keepdims=True)
+            p = np.exp(scores - m)
+            total = p.sum(axis=-1, keepdims=True)
+            partial = np.einsum("hgs,shd->hgd", p / total, value.astype(dtype, copy=False))
+            lse = (m + np.log(total))[..., 0]
+            return partial.reshape(num_heads, head_dim), lse.reshape(num_heads)
+        """,
+        replace="""
+            kv_of = np.arange(num_heads) // num_kv_heads
+            k = key.astype(dtype, copy=False)[:, kv_of]
+            v = value.astype(dtype, copy=False)[:, kv_of]
+            scores = np.einsum("hd,shd->hs", query.astype(dtype, copy=False), k) * dtype.type(scale)
+            m = scores.max(axis=-1, keepdims=True)
+            p = np.exp(scores - m)
+            total = p.sum(axis=-1, keepdims=True)
+            partial = np.einsum("hs,shd->hd", p / total, v)
+            lse = (m + np.log(total))[..., 0]
+            return partial, lse
+        """,
+        why="attend_split maps query head h to KV head h // num_kv_heads instead of h // group: "
+        "right by accident with 4 query heads over 2 KV heads",
+        caught_by="test_split_k.py::test_attend_split_output_and_lse",
+    ),
+    Mutant(
+        name="empty_split_in_float64",
+        file=FILE,
+        find="return np.zeros((num_heads, head_dim), dtype), np.full(num_heads, -np.inf, dtype)",
+        replace="return np.zeros((num_heads, head_dim)), np.full(num_heads, -np.inf)",
+        why="the piece without keys is made with np.zeros(shape) and np.full(shape, -inf): "
+        "float64 whatever the inputs, while every other piece of float16 or float32 inputs "
+        "is float32",
+        caught_by="test_split_k.py::test_attend_split_of_no_keys",
+    ),
+    Mutant(
+        name="split_k_hard_codes_the_scale",
+        file=FILE,
+        find="""
+                v[j * per_split : (j + 1) * per_split],
+                scale,
+            )
+        """,
+        replace="""
+                v[j * per_split : (j + 1) * per_split],
+                head_dim**-0.5,
+            )
+        """,
+        why="split-K decode passes the textbook 1 / sqrt(head_dim) to attend_split instead of "
+        "the scale it was given: right only when the caller's scale happens to be that",
+        caught_by="test_split_k.py::test_split_k_decode_equals_dense",
     ),
     Mutant(
         name="merge_without_subtracting_the_max",

@@ -114,11 +114,12 @@ def test_slot_mapping_through_a_padded_table():
 
 @graded(
     1,
-    "slots come back with the positions' shape, as int64 whatever the inputs' integer type",
+    "slots come back with the positions' shape (no positions: an empty array, not an error), "
+    "as int64 whatever the inputs' integer type",
     f"{DOC}#slot-mapping",
 )
 def test_slot_mapping_keeps_shape():
-    """A 2-D int32 array of positions gives a 2-D int64 array of slots."""
+    """A 2-D int32 array of positions gives a 2-D int64 array of slots; none give none."""
     positions = np.array([[0, 1, 2], [5, 6, -1]], dtype=np.int32)
     table = np.array([4, 0], dtype=np.int32)
     got = as_array(pa().compute_slot_mapping(table, positions, 4), "slots")
@@ -128,6 +129,19 @@ def test_slot_mapping_keeps_shape():
         "positions and table: convert with .astype(np.int64)"
     )
     assert got.tolist() == [[16, 17, 18], [1, 2, -1]], f"got {got.tolist()}"
+    try:
+        none = pa().compute_slot_mapping(table, np.zeros(0, dtype=np.int32), 4)
+    except ValueError as exc:
+        raise AssertionError(
+            f"no positions (an empty int32 array): compute_slot_mapping raised ValueError ({exc}); "
+            "expected an empty int64 array (guard a max() or min() of the positions: an empty "
+            "array has none)"
+        ) from None
+    none = as_array(none, "slots of no positions")
+    assert none.shape == (0,) and none.dtype == np.int64, (
+        f"no positions: expected an empty int64 array of shape (0,), got {none.dtype} of shape "
+        f"{none.shape}"
+    )
 
 
 # -------------------------------------------------------------------------- reshape_and_cache

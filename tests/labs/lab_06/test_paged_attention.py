@@ -131,11 +131,14 @@ def test_decode_batches_with_random_tables(case):
 
 @graded(
     2,
-    "GQA: query head h reads KV head h // (num_heads // num_kv_heads), not h % num_kv_heads",
+    "GQA: query head h reads KV head h // (num_heads // num_kv_heads), not h % num_kv_heads "
+    "nor h // num_kv_heads, in decode and in prefill",
     f"{DOC}#grouped-query-attention",
 )
 def test_decode_gqa_head_mapping():
-    """8 query heads over 2 KV heads (heads 0-3 share KV head 0), and 6 over 3."""
+    """8 query heads over 2 KV heads (heads 0-3 share KV head 0), and 6 over 3; then a prefill
+    chunk with 6 over 3 (h // 3 would be right only when num_kv_heads == group, as with 4 over
+    2)."""
     for num_heads, num_kv_heads in ((8, 2), (6, 3)):
         rng = np.random.default_rng(num_heads)
         paged = write_paged(rng, [9, 5], block_size=4, num_kv_heads=num_kv_heads, head_dim=8)
@@ -154,6 +157,16 @@ def test_decode_gqa_head_mapping():
             f"{num_heads} query heads over {num_kv_heads} KV heads (KV head j's values "
             f"are near 10 * j, so the output shows which KV head a query head read)",
         )
+    # paged is the (6, 3) case: prefill positions 5-8 of sequence 0 after a 5-token prefix.
+    query = rng.standard_normal((4, 6, 8))
+    got = run_prefill(paged, query, 5, 0.35)
+    assert_close(
+        got,
+        prefill_oracle(query, paged, 5, 0.35),
+        TOL,
+        "prefill of positions 5-8, 6 query heads over 3 KV heads (query head h reads KV head "
+        "h // 2; KV head j's values are near 10 * j)",
+    )
 
 
 @graded(
@@ -180,11 +193,13 @@ def test_decode_ignores_table_padding():
 @graded(
     2,
     "softmax must subtract each row's maximum before exp: scores of several hundred "
-    "overflow exp to inf (inf / inf = nan)",
+    "overflow exp to inf (inf / inf = nan); in prefill, the maximum of the keys the row SEES "
+    "(mask first), or a hidden later key's score underflows every visible one (0 / 0 = nan)",
     f"{DOC}#numerics",
 )
-def test_decode_large_logits_do_not_overflow():
-    """Queries scaled by 2000 give scores in the thousands; the output stays finite and exact."""
+def test_large_logits_do_not_overflow():
+    """Queries scaled by 2000 give scores in the thousands; the output stays finite and exact,
+    in decode and in a causal prefill."""
     rng = np.random.default_rng(5)
     paged = write_paged(rng, [11, 4], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((2, 4, 8)) * 2000.0
@@ -192,6 +207,17 @@ def test_decode_large_logits_do_not_overflow():
         got = run_decode(paged, query, 0.35)
     want = decode_oracle(query, paged, 0.35)
     assert_close(got, want, 1e-9, "decode with scores in the thousands")
+    query = rng.standard_normal((8, 4, 8)) * 2000.0
+    with np.errstate(all="ignore"):
+        got = run_prefill(paged, query, 3, 0.35)
+    want = prefill_oracle(query, paged, 3, 0.35)
+    assert_close(
+        got,
+        want,
+        1e-9,
+        "prefill of positions 3-10 with scores in the thousands (each row's softmax over "
+        "the keys it sees)",
+    )
 
 
 @graded(

@@ -60,24 +60,25 @@ def split_result(got, what: str) -> tuple[np.ndarray, np.ndarray]:
     f"{DOC}#part-3-split-k-decode",
 )
 def test_attend_split_output_and_lse():
-    """One piece of 11 keys, GQA (4 query heads on 2 KV heads): output and lse per head."""
+    """One piece of 11 keys, GQA (6 query heads on 3 KV heads): output and lse per head."""
     rng = np.random.default_rng(6)
-    query = rng.standard_normal((4, 8))
-    key, value = rng.standard_normal((11, 2, 8)), rng.standard_normal((11, 2, 8))
+    query = rng.standard_normal((6, 8))
+    key, value = rng.standard_normal((11, 3, 8)), rng.standard_normal((11, 3, 8))
     partial, lse = split_result(pa().attend_split(query, key, value, 0.35), "11 keys")
     want_partial, want_lse = oracle_split(query, key, value, 0.35)
     assert_close(
         lse,
         want_lse,
         TOL,
-        "lse of 11 keys, 4 query heads on 2 KV heads (per head: "
-        "log of the sum of exp(scale * q . k); natural log)",
+        "lse of 11 keys, 6 query heads on 3 KV heads (per head: "
+        "log of the sum of exp(scale * q . k); natural log; query head h reads KV head h // 2)",
     )
     assert_close(
         partial,
         want_partial,
         TOL,
-        "attend_split's output over 11 keys (softmax over this piece alone)",
+        "attend_split's output over 11 keys, 6 query heads on 3 KV heads (softmax over this "
+        "piece alone; query head h reads KV head h // 2)",
     )
     # One head's scores in the thousands, the other's near 1: a single max over all heads
     # underflows the second head's exp to 0 (0 / 0).
@@ -105,7 +106,7 @@ def test_attend_split_output_and_lse():
 @graded(
     1,
     "attend_split of a piece with no keys (the last splits of a short sequence) gives "
-    "zeros and lse = -inf, never nan",
+    "zeros and lse = -inf, never nan, in the compute dtype like any other piece",
     f"{DOC}#part-3-split-k-decode",
 )
 def test_attend_split_of_no_keys():
@@ -121,6 +122,15 @@ def test_attend_split_of_no_keys():
     )
     assert np.all(lse == -np.inf) and np.all(partial == 0), (
         f"no keys: expected zeros and lse -inf, got partial {partial.tolist()}, lse {lse.tolist()}"
+    )
+    empty = np.zeros((0, 1, 4), dtype=np.float16)
+    partial, lse = split_result(
+        pa().attend_split(query.astype(np.float16), empty, empty, 0.5), "no float16 keys"
+    )
+    assert partial.dtype == np.float32 and lse.dtype == np.float32, (
+        f"no float16 keys: partial and lse must be float32 (the compute dtype, as for a piece "
+        f"with keys), got {partial.dtype} and {lse.dtype}: np.zeros(shape) is float64, pass "
+        "the dtype"
     )
 
 
@@ -269,8 +279,8 @@ def split_k_cases(draw):
 @graded(
     3,
     "split-K decode cuts each sequence into num_splits ranges of cdiv(seq_len, "
-    "num_splits) tokens (the last may be short or empty), attends to each, merges: the "
-    "result equals dense attention",
+    "num_splits) tokens (the last may be short or empty), attends to each with the scale "
+    "given, merges: the result equals dense attention",
     f"{DOC}#part-3-split-k-decode",
 )
 @GRADED_SETTINGS
@@ -281,12 +291,13 @@ def test_split_k_decode_equals_dense(case):
     rng = np.random.default_rng(seed)
     paged = write_paged(rng, lens, block_size, num_kv_heads=2, head_dim=4, extra_columns=2)
     query = rng.standard_normal((len(lens), 2 * group, 4))
+    # scale 0.4, not 0.5: head_dim is 4, and 0.5 would hide a hard-coded head_dim ** -0.5
     got = pa().paged_attention_decode_split_k(
-        query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.5, num_splits
+        query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.4, num_splits
     )
     want = np.stack(
         [
-            attention(query[i : i + 1], paged.keys[i], paged.values[i], 0.5)[0]
+            attention(query[i : i + 1], paged.keys[i], paged.values[i], 0.4)[0]
             for i in range(len(lens))
         ]
     )
@@ -294,7 +305,8 @@ def test_split_k_decode_equals_dense(case):
         got,
         want,
         TOL,
-        f"split-K decode of lengths {lens} in {num_splits} splits, block_size {block_size}",
+        f"split-K decode of lengths {lens} in {num_splits} splits, block_size {block_size}, "
+        "scale 0.4",
     )
 
 

@@ -23,6 +23,26 @@ MUTANTS = [
         caught_by="test_prepare_inputs.py::test_get_cumsum_and_arange",
     ),
     Mutant(
+        name="arange_from_a_fixed_size_table",
+        file=FILE,
+        find="return cu_num_tokens, np.arange(total, dtype=np.int64) - request_starts",
+        replace="return cu_num_tokens, _ARANGE[:total] - request_starts",
+        more=(
+            (
+                "def _get_cumsum_and_arange(",
+                """
+                _ARANGE = np.arange(8192, dtype=np.int64)  # made once, at import
+
+
+                def _get_cumsum_and_arange(
+                """,
+            ),
+        ),
+        why="the offsets sliced from an arange made once at import (upstream sizes its own from "
+        "the engine's limits): a step of more tokens than the table holds fails",
+        caught_by="test_prepare_inputs.py::test_get_cumsum_and_arange",
+    ),
+    Mutant(
         name="block_table_padded_with_a_real_block",
         file=FILE,
         find="block_tables = np.zeros((len(block_ids), width), dtype=np.int32)",
@@ -186,6 +206,21 @@ MUTANTS = [
         caught_by="test_prepare_inputs.py::test_dtypes_and_shapes",
     ),
     Mutant(
+        name="max_lens_left_numpy_scalars",
+        file=FILE,
+        find="""
+            max_query_len=int(scheduled.max()),
+            max_seq_len=int(seq_lens.max()),
+        """,
+        replace="""
+            max_query_len=scheduled.max(),
+            max_seq_len=seq_lens.max(),
+        """,
+        why="max_query_len and max_seq_len left as numpy scalars (np.int64), where ModelInputs "
+        "declares plain ints: they compare equal to the right numbers, but are not ints",
+        caught_by="test_prepare_inputs.py::test_dtypes_and_shapes",
+    ),
+    Mutant(
         name="block_table_width_ignores_max_num_blocks",
         file=FILE,
         find="width = max_num_blocks_per_req or int(num_blocks.max())",
@@ -312,6 +347,30 @@ MUTANTS = [
         """,
         why="seq_lens accumulated in num_computed_tokens itself (a name, not a copy): the "
         "tensors are right, but the caller's computed counts now include this step",
+        caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
+    ),
+    Mutant(
+        name="positions_kept_in_a_module_buffer",
+        file=FILE,
+        find="positions = computed[req_indices] + query_pos",
+        replace="""
+            positions = _POSITIONS[: len(req_indices)]  # no allocation per step
+            np.add(computed[req_indices], query_pos, out=positions)
+        """,
+        more=(
+            (
+                "def prepare_inputs(",
+                """
+                _POSITIONS = np.zeros(1 << 16, dtype=np.int64)
+
+
+                def prepare_inputs(
+                """,
+            ),
+        ),
+        why="positions written into a module-level buffer (a persistent CPU buffer, as "
+        "upstream's runner keeps) and returned through torch.from_numpy, which shares it: the "
+        "next call overwrites the positions of every step a caller still holds",
         caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
     ),
 ]

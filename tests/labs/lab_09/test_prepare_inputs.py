@@ -47,6 +47,17 @@ def mixed_batch(**kwargs: Any) -> Any:
     )
 
 
+TENSOR_FIELDS = (
+    "input_ids",
+    "positions",
+    "slot_mapping",
+    "block_tables",
+    "query_start_loc",
+    "seq_lens",
+    "logits_indices",
+)
+
+
 def as_list(tensor: Any) -> list:
     return tensor.tolist() if hasattr(tensor, "tolist") else list(tensor)
 
@@ -85,6 +96,27 @@ def test_get_cumsum_and_arange():
             f"_get_cumsum_and_arange({counts}): offsets should be {arange}, got "
             f"{as_list(got_arange)}"
         )
+    # A long prompt in one step: a step holds any number of tokens, so no fixed-size table of
+    # offsets made once at import (np.arange(total) at each call).
+    counts = [70_000, 2]
+    try:
+        got_cumsum, got_arange = m._get_cumsum_and_arange(np.array(counts))
+        got_cumsum, got_arange = as_list(got_cumsum), as_list(got_arange)
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        kind = (getattr(exc, "learner_type", "") or type(exc).__name__).rsplit(".", 1)[-1]
+        raise AssertionError(
+            f"_get_cumsum_and_arange({counts}) (a 70,000-token prompt in one step) raised "
+            f"{kind}: {exc}; a step may hold any number of tokens, so build the offsets for "
+            "THIS step's total, not from a table of a fixed size"
+        ) from None
+    want = [*range(70_000), 0, 1]
+    assert got_cumsum == [70_000, 70_002] and got_arange == want, (
+        f"_get_cumsum_and_arange({counts}): cumulative counts should be [70000, 70002], got "
+        f"{got_cumsum}; offsets should be [0, 1, 2, ..., 69999, 0, 1], got "
+        f"{got_arange[:4]} ... {got_arange[-4:]} ({len(got_arange)} offsets)"
+    )
 
 
 @graded(
@@ -273,7 +305,7 @@ def test_block_tables_of_the_mixed_batch():
     1,
     "dtypes as the model and kernels read them: int64 input_ids, positions, "
     "slot_mapping, logits_indices; int32 block_tables, query_start_loc, seq_lens; torch "
-    "tensors on the CPU",
+    "tensors on the CPU; max_query_len and max_seq_len plain Python ints",
     f"{DOC}#the-step-as-tensors",
 )
 def test_dtypes_and_shapes():
@@ -296,19 +328,27 @@ def test_dtypes_and_shapes():
         assert tensor.dtype == dtype and tuple(tensor.shape) == shape, (
             f"{name} should be {dtype} of shape {shape}, got {tensor.dtype} {tuple(tensor.shape)}"
         )
+    for name in ("max_query_len", "max_seq_len"):
+        value = getattr(inputs, name)
+        assert type(value) is int, (
+            f"{name} should be a plain Python int (ModelInputs declares it int), got "
+            f"{describe(value)}: a numpy maximum is a numpy scalar, convert it with int(...)"
+        )
 
 
 @graded(
     1,
     "prepare_inputs is a pure function: the lists it is given are left as they were (pad, "
-    "trim or add up in copies, never in the caller's lists)",
+    "trim or add up in copies, never in the caller's lists), and the tensors it returns are "
+    "that call's own (no module-level buffer that the next call overwrites)",
     f"{DOC}#the-step-as-tensors",
 )
 def test_arguments_are_left_unchanged():
-    """The mixed batch, then its four lists compared with what was passed in."""
+    """The mixed batch, then its four lists compared with what was passed in; then a second step,
+    and the first step's tensors read again."""
     m = runner("prepare_inputs")
     before = [TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS]
-    m.prepare_inputs(TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE)
+    first = m.prepare_inputs(TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE)
     after = m.last_arguments[0]
     if type(after) is not list or len(after) != 5:
         raise AssertionError(f"the arguments came back as {describe(after)}")
@@ -326,6 +366,16 @@ def test_arguments_are_left_unchanged():
         raise AssertionError(
             f"prepare_inputs changed the caller's lists: {shown} (the scheduler owns "
             "them); build the padded table, the sums and the slices in new arrays"
+        )
+    seen = {name: as_list(getattr(first, name)) for name in TENSOR_FIELDS}
+    m.prepare_inputs([[5, 6, 7], [8, 9]], [2, 0], [1, 2], [[3], [4]], 16)  # a second step
+    for name in TENSOR_FIELDS:
+        now = as_list(getattr(first, name))
+        assert now == seen[name], (
+            f"a second call of prepare_inputs changed the tensors the first call returned: its "
+            f"{name} was {seen[name][:8]} and is now {now[:8]}; a caller may still hold a step's "
+            "inputs while it prepares the next, so build each call's arrays anew instead of "
+            "reusing a module-level buffer"
         )
 
 

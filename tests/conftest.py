@@ -51,7 +51,7 @@ def work_unit(nodeid: str) -> str:
 
 def send_order(unit: str, tests: dict[str, bool]) -> tuple[int, int]:
     """Spread tests first (in collection order), then groups, the largest first."""
-    return (0, 0) if unit in tests else (1, -len(tests))
+    return (0, 0) if unit.startswith(SPREAD_FILES) else (1, -len(tests))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -67,11 +67,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class ByWorkUnit(LoadScopeScheduling):
+        def __init__(self, config: pytest.Config, log: Any) -> None:
+            super().__init__(config, log)
+            self.ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            if not getattr(self, "ordered", False):  # once, before the first unit goes out
+            if not self.ordered:  # once, before the first unit goes out
                 units = sorted(self.workqueue.items(), key=lambda unit: send_order(*unit))
                 self.workqueue.clear()
                 self.workqueue.update(units)

@@ -394,6 +394,11 @@ def assert_constant_time(
         )
 
 
+def exception_name(exc: BaseException) -> str:
+    """The short type name of an exception, the learner's own where it came from their code."""
+    return (getattr(exc, "learner_type", "") or type(exc).__name__).rsplit(".", 1)[-1]
+
+
 def assert_value_error(what: str, call: Callable[[], Any]) -> None:
     """``call()`` must raise ValueError; any other exception, or a return, fails, naming ``what``
     and the learner's exception type. A judge-side ``NotImplementedError`` (a stub helper the
@@ -405,6 +410,7 @@ def assert_value_error(what: str, call: Callable[[], Any]) -> None:
     except ValueError:
         return
     except Exception as exc:
-        kind = (getattr(exc, "learner_type", "") or type(exc).__name__).rsplit(".", 1)[-1]
-        raise AssertionError(f"{what} must raise ValueError, it raised {kind}: {exc}") from None
+        raise AssertionError(
+            f"{what} must raise ValueError, it raised {exception_name(exc)}: {exc}"
+        ) from None
     raise AssertionError(f"{what} must raise ValueError; it returned")

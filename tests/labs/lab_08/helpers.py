@@ -622,6 +622,15 @@ class Engine:
             self._compare_state(where)
         return done
 
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> Any:
+        """``reset_prefix_cache(reset_running_requests)``, the given code that (with ``True``)
+        preempts every running request through ``_preempt_request``; returns its answer."""
+        where = f"reset_prefix_cache(reset_running_requests={reset_running_requests})"
+        reset = self._learner(where, self.sched.reset_prefix_cache, reset_running_requests)
+        self.log.append(f"{where} -> {reset!r}")
+        self.refresh()
+        return reset
+
     # -- checks on the learner's data alone ---------------------------------------------------
     def check_state(self, state: Any, when: str) -> dict[str, Any]:
         """Types, then what holds after every call, whatever the schedule."""

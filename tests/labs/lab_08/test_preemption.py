@@ -72,9 +72,7 @@ def test_reset_prefix_cache_preempts_every_running_request():
         engine.step()
     assert engine.running == ["a", "b", "c"], f"set-up: a, b, c run, got {engine.running}"
     call = "reset_prefix_cache(reset_running_requests=True)"
-    reset = engine._learner(call, engine.sched.reset_prefix_cache, True)
-    engine.log.append(f"{call} -> {reset!r}")
-    engine.refresh()
+    reset = engine.reset_prefix_cache(reset_running_requests=True)
     assert engine.running == [] and engine.waiting == ["a", "b", "c"], (
         f"after {call}, every running request waits again, in its old order (each is "
         f"prepended, last first): running {engine.running}, waiting {engine.waiting}. "

@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
-from tests.labs.common import GRADED_SETTINGS, assert_value_error, describe
+from tests.labs.common import GRADED_SETTINGS, assert_value_error, describe, exception_name
 from tests.labs.lab_09.support import runner
 
 DOC = "phases/05-end-to-end/README.md"
@@ -105,11 +105,10 @@ def test_get_cumsum_and_arange():
     except NotImplementedError:
         raise
     except Exception as exc:
-        kind = (getattr(exc, "learner_type", "") or type(exc).__name__).rsplit(".", 1)[-1]
         raise AssertionError(
             f"_get_cumsum_and_arange({counts}) (a 70,000-token prompt in one step) raised "
-            f"{kind}: {exc}; a step may hold any number of tokens, so build the offsets for "
-            "THIS step's total, not from a table of a fixed size"
+            f"{exception_name(exc)}: {exc}; a step may hold any number of tokens, so build "
+            "the offsets for THIS step's total, not from a table of a fixed size"
         ) from None
     want = [*range(70_000), 0, 1]
     assert got_cumsum == [70_000, 70_002] and got_arange == want, (

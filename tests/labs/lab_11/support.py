@@ -7,6 +7,7 @@ oracle and runs here, in the judge; the learner's functions run in the learner p
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from grading.suite import learner_module, load_impl
@@ -52,6 +53,13 @@ def show(outcome: Any) -> str:
     if isinstance(outcome, list) and len(outcome) == 2:
         return repr(outcome[1])
     return repr(outcome)
+
+
+def numbers(message: str) -> set[int]:
+    """The integers a message names, written plainly or with thousands separators (4,097)."""
+    plain = {int(n) for n in re.findall(r"\d+", message)}
+    grouped = re.findall(r"\d{1,3}(?:[,_]\d{3})+", message)
+    return plain | {int(n.replace(",", "").replace("_", "")) for n in grouped}
 
 
 def check_table(name: str, cases: list[list[Any]], rule: str) -> list[list[Any]]:

@@ -4,14 +4,13 @@ does not split and by what (the numbers are checked, not the wording)."""
 
 from __future__ import annotations
 
-import re
 from types import SimpleNamespace
 from typing import Any
 
 from grading.suite import graded
 from mini_vllm.distributed import sharding as ref
 from tests.labs.common import same_data
-from tests.labs.lab_11.support import KV_HEADS, show, side, value
+from tests.labs.lab_11.support import KV_HEADS, numbers, show, side, value
 
 
 def model(heads: int, kv: int, intermediate: int, vocab: int) -> dict[str, int]:
@@ -27,13 +26,6 @@ SMOLLM2 = model(9, 3, 1536, 49152)
 LLAMA3_8B = model(32, 8, 14336, 128256)
 TINY = model(4, 2, 64, 100)  # fewer KV heads than 4 ranks: replicated
 GPT2 = model(12, 12, 3072, 50257)  # an odd vocabulary: only its padded size (50,304) divides
-
-
-def numbers(message: str) -> set[int]:
-    """The integers a message names, written plainly or with thousands separators (4,097)."""
-    plain = {int(n) for n in re.findall(r"\d+", message)}
-    grouped = re.findall(r"\d{1,3}(?:[,_]\d{3})+", message)
-    return plain | {int(n.replace(",", "").replace("_", "")) for n in grouped}
 
 
 def refusal(fields: dict[str, Any], tp: Any, name: str) -> str:

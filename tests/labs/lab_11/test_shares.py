@@ -3,21 +3,12 @@ dimension, ``num_heads_per_rank`` splits the query heads."""
 
 from __future__ import annotations
 
-import re
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
 from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_11.support import KV_HEADS, SHARES, check_table, show, side, value
-
-
-def numbers(message: str) -> set[int]:
-    """The integers a message names, written plainly or with thousands separators (4,097)."""
-    plain = {int(n) for n in re.findall(r"\d+", message)}
-    grouped = re.findall(r"\d{1,3}(?:[,_]\d{3})+", message)
-    return plain | {int(n.replace(",", "").replace("_", "")) for n in grouped}
+from tests.labs.lab_11.support import KV_HEADS, SHARES, check_table, numbers, show, side, value
 
 
 @graded(

@@ -212,8 +212,11 @@ def _pytest_args(suite: str, nodeids: list[str]) -> list[str]:
         "-q",
         "-s",
         "--no-header",
+        "--tb=no",
         "-p",
         "no:warnings",
+        "-p",
+        "no:unraisableexception",
         "--import-mode=importlib",
     ]
 
@@ -316,4 +319,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Everything is reported and the learner process is gone: skip the interpreter's teardown,
+    # which took a torch lab's judge about a second (per graded mutant, a third of its time).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

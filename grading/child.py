@@ -212,7 +212,6 @@ def _pytest_args(suite: str, nodeids: list[str]) -> list[str]:
         "-q",
         "-s",
         "--no-header",
-        "--tb=no",
         "-p",
         "no:warnings",
         "-p",

@@ -149,25 +149,18 @@ def stage_prepare(args: argparse.Namespace) -> dict[str, Any]:
         )
         source = f"random weights, {args.random_model} shape"
     else:
-        from mini_vllm.model.loader import resolve_model
+        from mini_vllm.model.loader import convert_gguf, resolve_model
 
-        src = resolve_model(args.model)
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(
-            src.path, **src.from_pretrained_kwargs()
-        )
-        if src.gguf_file is not None:
-            # transformers will not save a model it loaded from GGUF; its weights are already
-            # dequantized, so a plain model of the same config takes them as they are.
-            config = loaded.config
-            for attr in ("quantization_config", "gguf_file"):
-                if hasattr(config, attr):
-                    delattr(config, attr)
-            model = type(loaded)(config)
-            model.load_state_dict(loaded.state_dict())
+        src = resolve_model(args.model)  # a GGUF file: its folder in the checkpoint cache
+        if src.gguf_file is not None:  # the cache is off: convert here, as the cache would
+            convert_gguf(src, out)
+            model = transformers.AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
         else:
-            model = loaded
-        model.save_pretrained(out)
-        source = f"{src} (float32)" if src.gguf_file else str(src)
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                src.path, **src.from_pretrained_kwargs()
+            )
+            model.save_pretrained(out)
+        source = f"{src} (float32)" if src.gguf_file or src.converted_from else str(src)
     params = sum(p.numel() for p in {p.data_ptr(): p for p in model.parameters()}.values())
     return {"source": source, "params": params, "vocab_size": model.config.vocab_size}
 

@@ -15,10 +15,12 @@ import importlib.util
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from mini_vllm.model import gguf_cache
 from mini_vllm.model.llama import LlamaDecoderLayer, LlamaForCausalLM
 
 # The course's default model: SmolLM2-135M-Instruct, shipped as GGUF inside a pip package.
@@ -28,10 +30,15 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral")
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Where a checkpoint lives: a directory, plus the GGUF file name inside it if any."""
+    """Where a checkpoint lives: a directory, plus the GGUF file name inside it if any.
+
+    ``converted_from`` names the GGUF file a cached folder was made from (``gguf_cache``):
+    messages name the file the user gave, not the cache.
+    """
 
     path: str
     gguf_file: str | None = None
+    converted_from: str | None = None
 
     def from_pretrained_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"local_files_only": True}
@@ -40,6 +47,8 @@ class ModelSource:
         return kwargs
 
     def __str__(self) -> str:
+        if self.converted_from:
+            return self.converted_from
         return os.path.join(self.path, self.gguf_file) if self.gguf_file else self.path
 
 
@@ -63,20 +72,24 @@ def default_model_path() -> str:
 
 
 def resolve_model(model: str | None) -> ModelSource:
-    """Turn ``LLM(model=...)`` into a local source, or explain why it is not one."""
+    """Turn ``LLM(model=...)`` into a local source, or explain why it is not one.
+
+    A GGUF file resolves to its converted folder in the checkpoint cache (converted on first
+    use, see ``gguf_cache``), or to the file itself where there is no cache.
+    """
     if model is None:
         model = default_model_path()
     model = os.path.expanduser(str(model))
     if os.path.isfile(model):
         if not model.endswith(".gguf"):
             raise ValueError(f"{model!r} is a file but not a .gguf checkpoint")
-        return ModelSource(os.path.dirname(os.path.abspath(model)), os.path.basename(model))
+        return _gguf_source(os.path.abspath(model))
     if os.path.isdir(model):
         if os.path.isfile(os.path.join(model, "config.json")):
             return ModelSource(model)
         ggufs = sorted(glob.glob(os.path.join(model, "*.gguf")))
         if len(ggufs) == 1:
-            return ModelSource(model, os.path.basename(ggufs[0]))
+            return _gguf_source(os.path.abspath(ggufs[0]))
         if len(ggufs) > 1:
             raise ValueError(f"{model!r} holds several .gguf files; pass one of them: {ggufs}")
         raise FileNotFoundError(f"{model!r} has neither a config.json nor a .gguf checkpoint")
@@ -84,6 +97,31 @@ def resolve_model(model: str | None) -> ModelSource:
         f"model {model!r} not found: pass a local checkpoint directory (config.json + weights) "
         "or a .gguf file; mini-vLLM never downloads from the Hugging Face hub"
     )
+
+
+def _gguf_source(path: str) -> ModelSource:
+    source = ModelSource(os.path.dirname(path), os.path.basename(path))
+    folder = gguf_cache.converted(Path(path), lambda target: convert_gguf(source, target))
+    return source if folder is None else ModelSource(str(folder), converted_from=path)
+
+
+def convert_gguf(source: ModelSource, folder: Path) -> None:
+    """Save what transformers reads from the GGUF ``source`` as a Hugging Face folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(source.path, **source.from_pretrained_kwargs())
+    check_architecture(model.config, source)
+    # transformers will not save a model it loaded from GGUF; its weights are already
+    # dequantized, so a plain model of the same config takes them as they are.
+    config = model.config
+    for attr in ("quantization_config", "gguf_file"):
+        if hasattr(config, attr):
+            delattr(config, attr)
+    plain = type(model)(config)
+    plain.load_state_dict(model.state_dict())
+    plain.save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(source.path, **source.from_pretrained_kwargs())
+    tokenizer.save_pretrained(folder)
 
 
 def load_hf_config(source: ModelSource) -> Any:

@@ -1,4 +1,5 @@
-"""The engine on the real checkpoint: SmolLM2-135M-Instruct (GGUF, dequantized to float32).
+"""The engine on the real checkpoint: SmolLM2-135M-Instruct (GGUF, dequantized to float32,
+read from the checkpoint cache after the first load).
 
 Greedy decoding must reproduce Hugging Face's ``generate(do_sample=False)`` token for token on
 every prompt, batched together through the paged cache, as well as answer the course's canary
@@ -21,7 +22,7 @@ import pytest
 import torch
 
 from mini_vllm.llm import LLM
-from mini_vllm.model.loader import default_model_path, resolve_model
+from mini_vllm.model.loader import ModelSource, default_model_path, resolve_model
 from mini_vllm.sampling_params import SamplingParams
 
 from .conftest import ON_CUDA, requires_cuda
@@ -51,7 +52,7 @@ def hf_real(request: pytest.FixtureRequest) -> Any:
         if request.config.getoption("--gpu"):
             pytest.skip(f"the default model is not installed on this host: {exc}")
         raise
-    source = resolve_model(path)
+    source = resolve_model(path)  # the checkpoint cache's folder, converted on first use
     model = AutoModelForCausalLM.from_pretrained(source.path, **source.from_pretrained_kwargs())
     return model.eval()  # already float32: GGUF is dequantized on load
 
@@ -59,11 +60,10 @@ def hf_real(request: pytest.FixtureRequest) -> Any:
 def _engine_on(hf_real: Any, **kwargs: Any) -> LLM:
     """The engine on the default model, built from the reference model's already loaded weights.
 
-    Parsing and dequantizing the GGUF file is the slowest part of the module (and is
-    transformers' code, not ours), so the engine's loader is handed the reference instance
-    instead of reading the file a second time. Everything after the read (our model built on
-    the meta device, fused weights copied in, tied head, RoPE buffers) runs as in production,
-    and the loader must ask for exactly the default checkpoint, offline.
+    Reading the checkpoint is transformers' code, not ours, so the engine's loader is handed
+    the reference instance instead of a second copy of the weights. Everything after the read
+    (our model built on the meta device, fused weights copied in, tied head, RoPE buffers) runs
+    as in production, and the loader must ask for exactly the default checkpoint, offline.
     """
     from transformers import AutoModelForCausalLM
 
@@ -77,7 +77,8 @@ def _engine_on(hf_real: Any, **kwargs: Any) -> LLM:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(AutoModelForCausalLM, "from_pretrained", from_pretrained)
         llm = LLM(max_model_len=1024, **kwargs)
-    assert calls == [(source.path, {"local_files_only": True, "gguf_file": source.gguf_file})]
+    assert calls == [(source.path, source.from_pretrained_kwargs())]
+    assert source.from_pretrained_kwargs()["local_files_only"] is True
     return llm
 
 
@@ -100,6 +101,50 @@ def test_default_model_is_smollm2(real_llm: LLM, hf_real: Any) -> None:
     # "auto": float32 on a CPU; bfloat16 on a GPU, as the GGUF config names no half dtype.
     assert resolve_dtype("auto", hf_real.config, torch.device("cpu")) == torch.float32
     assert resolve_dtype("auto", hf_real.config, torch.device("cuda")) == torch.bfloat16
+
+
+def test_the_cached_conversion_equals_the_gguf_file(real_llm: LLM, hf_real: Any) -> None:
+    """Every engine (and ``hf_real``) reads SmolLM2 from the checkpoint cache, converted once
+    from the GGUF file (``mini_vllm/model/gguf_cache.py``). What it holds must be what
+    transformers reads from the file itself: the same config, weights and tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = default_model_path()
+    cached = resolve_model(path)
+    if cached.converted_from is None:
+        pytest.skip("the checkpoint cache is off here (MINI_VLLM_CACHE_DIR is empty)")
+    assert cached.converted_from == path and str(cached) == path
+    direct = ModelSource(os.path.dirname(path), os.path.basename(path))
+    kwargs = direct.from_pretrained_kwargs()
+    model = AutoModelForCausalLM.from_pretrained(direct.path, **kwargs)
+    # What only names the file, the library or the class that wrote the folder may differ.
+    ignored = {"transformers_version", "_name_or_path", "quantization_config", "gguf_file"}
+    ignored |= {"architectures"}  # set by save_pretrained; the GGUF reader leaves it None
+    ignored |= {"dtype", "torch_dtype"}  # float32 either way: GGUF is dequantized on load
+
+    def settings(config: Any) -> dict[str, Any]:
+        return {k: v for k, v in config.to_dict().items() if k not in ignored}
+
+    assert settings(hf_real.config) == settings(model.config)
+    assert settings(hf_real.generation_config) == settings(model.generation_config)
+    weights = hf_real.state_dict()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(weights[name], tensor), f"{name} differs from the GGUF file's"
+    assert weights.keys() == model.state_dict().keys()
+
+    tokenizer = AutoTokenizer.from_pretrained(direct.path, **kwargs)
+    ours = real_llm.get_tokenizer()
+    for text in [*PROMPTS, "naïve café — 日本語 <|im_start|>"]:
+        assert ours(text).input_ids == tokenizer(text).input_ids, text
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    assert ours.apply_chat_template(messages, tokenize=False) == tokenizer.apply_chat_template(
+        messages, tokenize=False
+    )
+    assert (ours.bos_token_id, ours.eos_token_id, len(ours)) == (
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+        len(tokenizer),
+    )
 
 
 def test_logits_match_hf(real_llm: LLM, hf_real: Any) -> None:

@@ -4,7 +4,7 @@ TP=3 gives each rank 3 query heads and 1 KV head; its greedy output must equal t
 engine's token for token. TP=2 does not divide the 9 heads and must be refused, before any
 weight is read or any process started.
 
-The GGUF file is parsed once for the module: both engines' loaders are handed the same
+The checkpoint is read once for the module: both engines' loaders are handed the same
 Hugging Face instance (as tests/engine/test_real_model.py does), everything after the read
 (sharding, shared memory, workers) runs as in production.
 """

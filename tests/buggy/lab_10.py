@@ -84,6 +84,38 @@ MUTANTS = [
         caught_by="test_detokenize.py::test_flush_at_the_end",
     ),
     Mutant(
+        name="no_flush_when_stop_terminated",
+        file=FILE,
+        find="""
+            if finished:
+                self.output_text += self.flush()
+        """,
+        replace="""
+            if finished and not stop_terminated:
+                self.output_text += self.flush()
+        """,
+        why="skips the flush when the core stopped on EOS or a stop token: half a character "
+        "held back just before it is lost instead of ending the text as U+FFFD",
+        caught_by="test_detokenize.py::test_flush_at_the_end",
+    ),
+    Mutant(
+        name="flush_decodes_held_alone",
+        file=FILE,
+        find="""
+                return ""
+            return self._decode_next(flush=True)
+        """,
+        replace="""
+                return ""
+            text = self._decode(self.tokens[self.read_offset :])
+            self.read_offset = len(self.tokens)
+            return text
+        """,
+        why="flush decodes the held-back tokens alone, without the window before them: a "
+        "SentencePiece tokenizer drops their leading space",
+        caught_by="test_detokenize.py::test_flush_at_the_end",
+    ),
+    Mutant(
         name="stop_terminated_token_decoded",
         file=FILE,
         find="if stop_terminated and new_token_ids and not self.include_stop_str_in_output:",
@@ -161,6 +193,24 @@ MUTANTS = [
         replace="if index != -1 and best is None:",
         why="takes the first stop string of the list that occurs, not the one that starts first "
         "in the text",
+        caught_by="test_stop_strings.py::test_first_occurrence_wins",
+    ),
+    Mutant(
+        name="stop_longest_wins",
+        file=FILE,
+        find="if index != -1 and (best is None or index < best[0]):",
+        replace="if index != -1 and (best is None or len(stop_str) > len(best[1])):",
+        why="prefers the longest stop string found over the one that starts first: the text "
+        "runs on past an earlier, shorter stop string",
+        caught_by="test_stop_strings.py::test_first_occurrence_wins",
+    ),
+    Mutant(
+        name="stop_returns_last_listed",
+        file=FILE,
+        find="index, stop_str = best",
+        replace="index, _ = best",
+        why="returns the loop variable, the last stop string of the list, with the index of "
+        "the earliest match: stop_reason names the wrong string",
         caught_by="test_stop_strings.py::test_first_occurrence_wins",
     ),
     Mutant(

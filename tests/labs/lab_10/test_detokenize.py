@@ -92,12 +92,14 @@ def test_split_character_is_held_back():
 
 @graded(
     2,
-    "Flush: at the end, what is still held back is emitted as it decodes (an incomplete "
-    "character as U+FFFD), so the text equals decode(all output tokens)",
+    "Flush: at the end, what is still held back is emitted as it decodes in its window "
+    "(an incomplete character as U+FFFD), also when the core stopped on EOS, so the text "
+    "equals decode(all output tokens)",
     DETOK,
 )
 def test_flush_at_the_end():
-    """The output ends with half an emoji: finishing emits it as U+FFFD."""
+    """The output ends with half an emoji: finishing emits it as U+FFFD; also when EOS follows
+    it, and in context (a SentencePiece-style tokenizer keeps the held token's space)."""
     ids = [*TOK.encode("ok "), TOK.token_id(EMOJI[:2])]
     got = run([], [ids[:-1], ids[-1:]])
     want = TOK.decode(ids, skip_special_tokens=True)
@@ -105,6 +107,27 @@ def test_flush_at_the_end():
     assert got["output_text"] == want and streamed == want, (
         f"tokens {show(ids)} finished on half a character: the text must be {want!r} (the "
         f"tokenizer's decode), got output_text {got['output_text']!r}, streamed {streamed!r}"
+    )
+    # The core stops on EOS right after half a character: EOS's text is left out, the held
+    # half is still flushed.
+    ids = [*TOK.encode("ok "), TOK.token_id(EMOJI[:2]), TOK.eos_token_id]
+    got = run([], [ids[:-1], ids[-1:]], skip_special_tokens=False, stop_terminated=True)
+    streamed = "".join(s["delta"] for s in got["steps"])
+    assert got["output_text"] == "ok \ufffd" and streamed == "ok \ufffd", (
+        f"tokens {show(ids)}, the core stopped on the last (EOS, stop_terminated): its text is "
+        f"left out but the half emoji held back before it must still be flushed at the finish: "
+        f"expected 'ok \\ufffd', got output_text {got['output_text']!r}, streamed {streamed!r}"
+    )
+    # A SentencePiece-style tokenizer: the held-back token ' \xe2\x89' (a space and half of
+    # '≤') is flushed in the window's context, so it keeps its leading space.
+    prompt, held = TOK.encode("Question:"), TOK.token_id(" ≤".encode()[:3])
+    ids = [*TOK.encode("x"), held]
+    got = run(prompt, [[t] for t in ids], leading_space_rule=True)
+    assert got["output_text"] == "x \ufffd", (
+        f"after the prompt 'Question:', tokens {show(ids)} one a step, finished with the last "
+        f"held back: expected 'x \\ufffd', got {got['output_text']!r}; flush must decode the "
+        f"held tokens together with the window before them (_decode_next(flush=True)), not "
+        f"alone, or a SentencePiece tokenizer drops their leading space"
     )
 
 

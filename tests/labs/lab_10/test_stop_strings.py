@@ -62,13 +62,22 @@ def test_include_stop_str_in_output():
     STOPS,
 )
 def test_first_occurrence_wins():
-    """Stops ['cd', 'abcd'] over 'xxabcdef' in one step: 'abcd' starts first."""
+    """Stops ['cd', 'abcd'] over 'xxabcdef' in one step: 'abcd' starts first; stops
+    ['ab', 'cdef']: the shorter 'ab' starts first and is not the last of the list."""
     ids = TOK.encode("xxabcdef")
     got = run([ids], stop=["cd", "abcd"], finish=False)
     found = got["steps"][-1]["stop"]
     assert found == "abcd" and got["output_text"] == "xx", (
         f"'abcd' starts at 2, 'cd' at 4: expected stop 'abcd' and text 'xx', got stop "
         f"{found!r} and text {got['output_text']!r}"
+    )
+    got = run([ids], stop=["ab", "cdef"], finish=False)
+    found = got["steps"][-1]["stop"]
+    assert found == "ab" and got["output_text"] == "xx", (
+        f"stops ['ab', 'cdef'] over 'xxabcdef': 'ab' starts at 2, 'cdef' at 4, so 'ab' wins "
+        f"(not the longer one, not the last one of the list): expected stop 'ab' and text 'xx', "
+        f"got stop {found!r} and text {got['output_text']!r}; return the stop string of the "
+        f"earliest match together with its index"
     )
 
 

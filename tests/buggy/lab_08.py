@@ -875,4 +875,28 @@ MUTANTS = [
         "running request",
         caught_by="test_preemption.py::test_reset_prefix_cache_preempts_every_running_request",
     ),
+    Mutant(
+        name="stop_token_searched_in_all_outputs",
+        file=FILE,
+        find="if last_token_id in (sampling_params.stop_token_ids or ()):",
+        replace=(
+            "if any(t in (sampling_params.stop_token_ids or ()) for t in request.output_token_ids):"
+        ),
+        why="check_stop looks for a stop token among all outputs, not the one just appended: a "
+        "stop token sampled while min_tokens deferred it stops the request at the first token "
+        "after min_tokens",
+        caught_by="test_stop.py::test_min_tokens_and_the_order_of_checks",
+    ),
+    Mutant(
+        name="eos_searched_in_all_outputs",
+        file=FILE,
+        find="if request.eos_token_id is not None and last_token_id == request.eos_token_id:",
+        replace=(
+            "if request.eos_token_id is not None and request.eos_token_id in "
+            "request.output_token_ids:"
+        ),
+        why="check_stop asks whether EOS is among the outputs: an EOS sampled while min_tokens "
+        "deferred it stops the request at the first token after min_tokens",
+        caught_by="test_stop.py::test_min_tokens_and_the_order_of_checks",
+    ),
 ]

@@ -120,14 +120,15 @@ def test_max_model_len_stops():
 @graded(
     1,
     "Stop conditions: nothing stops a request before min_tokens outputs, neither EOS, a "
-    "stop token nor a repeated pattern; then EOS is checked first, stop tokens next, the "
-    "length limits only after them",
+    "stop token nor a repeated pattern (and one sampled then does not stop a later token: "
+    "only the token just appended is judged); then EOS is checked first, stop tokens next, "
+    "the length limits only after them",
     f"{DOC}#stop-conditions",
 )
 def test_min_tokens_and_the_order_of_checks():
-    """min_tokens 3 defers EOS, min_tokens 2 a stop token, min_tokens 4 a repetition; EOS that
-    is also a stop token is reported as EOS; EOS or a stop token on the max_tokens-th output is
-    reported as a stop."""
+    """min_tokens 3 defers EOS, min_tokens 2 a stop token (one sampled early stops nothing
+    later), min_tokens 4 a repetition; EOS that is also a stop token is reported as EOS; EOS or
+    a stop token on the max_tokens-th output is reported as a stop."""
     answers, _ = appended(request("a", 4, max_tokens=10, eos=7, min_tokens=3), 7, 7, 7)
     assert answers == [False, False, True], f"EOS counts only from the 3rd output, got {answers}"
     answers, _ = appended(request("s", 4, max_tokens=10, stop_token_ids=[9], min_tokens=2), 9, 9)
@@ -135,6 +136,16 @@ def test_min_tokens_and_the_order_of_checks():
         f"min_tokens 2 defers stop tokens too: the stop token 9 counts only from the 2nd output; "
         f"check_stop answered {answers}"
     )
+    for rid, kwargs, what in (
+        ("a2", {"eos": 7}, "EOS 7"),
+        ("s2", {"stop_token_ids": [7]}, "the stop token 7"),
+    ):
+        answers, _ = appended(request(rid, 4, max_tokens=10, min_tokens=2, **kwargs), 7, 1, 2)
+        assert answers == [False, False, False], (
+            f"min_tokens 2, outputs 7 1 2: {what} came as the 1st output (deferred), and the "
+            f"2nd and 3rd are ordinary tokens, so nothing stops; check_stop answered {answers} "
+            f"(judge only the token just appended, output_token_ids[-1], not every output)"
+        )
     answers, _ = appended(
         request("r", 4, max_tokens=10, min_tokens=4, repetition=(2, 1, 2)), 4, 4, 4, 4
     )

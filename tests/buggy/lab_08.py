@@ -326,6 +326,24 @@ MUTANTS = [
         "adding them: a chunked prompt restarts at the wrong place",
         caught_by="test_stop.py::test_no_output_for_a_prefill_chunk",
     ),
+    Mutant(
+        name="update_after_schedule_walks_all_running",
+        file=FILE,
+        find="""
+            for req_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+                request = self.requests[req_id]
+                request.num_computed_tokens += num_tokens
+        """,
+        replace="""
+            for request in self.running:
+                num_tokens = scheduler_output.num_scheduled_tokens.get(request.request_id, 0)
+                request.num_computed_tokens += num_tokens
+        """,
+        why="_update_after_schedule walks every running request, adding 0 for those left out "
+        "of the step: a decoding request the pass never reached is marked mid-prefill, and "
+        "the runner's token for it then raises instead of being ignored",
+        caught_by="test_admission.py::test_requests_left_out_of_the_step_keep_their_progress",
+    ),
     # -- finish_requests (aborts) --------------------------------------------------------------
     Mutant(
         name="abort_repeated_ids_not_deduped",

@@ -197,6 +197,44 @@ def test_priority_a_request_that_preempts_itself_stops_the_loop():
 
 @graded(
     1,
+    "Advancing the computed-token count touches only the requests this step scheduled: a "
+    "running request the pass left out keeps num_computed_tokens and is_prefill_chunk (it is "
+    "decoding, not mid-prefill), so a token the runner hands back for it is ignored",
+    f"{DOC}#advancing-the-computed-token-count",
+)
+def test_requests_left_out_of_the_step_keep_their_progress():
+    """The scenario above: in step 5 a preempts itself, and b and c (decoding) are left out."""
+    engine = Engine(num_blocks=5, budget=4, max_num_seqs=3, policy="priority")
+    engine.add("a", 1, base=0, priority=5)
+    engine.step()
+    engine.add("b", 1, base=40, priority=0)
+    engine.add("c", 4, base=80, priority=1)
+    for _ in range(3):
+        engine.step()
+    before = {rid: engine.info(rid)["num_computed_tokens"] for rid in "bc"}
+    out = engine.schedule()
+    assert out.preempted_req_ids == {"a"} and batch(out) == [], (
+        f"set-up: in step 5 a preempts itself and nobody is scheduled; got batch {batch(out)}, "
+        f"preempted {sorted(out.preempted_req_ids)}"
+    )
+    for rid in "bc":
+        info = engine.info(rid)
+        assert (info["num_computed_tokens"], info["is_prefill_chunk"]) == (before[rid], False), (
+            f"{rid} decodes and was not scheduled in step 5, so _update_after_schedule must not "
+            f"touch it: num_computed_tokens {before[rid]} and is_prefill_chunk False; got "
+            f"{info['num_computed_tokens']} and {info['is_prefill_chunk']!r} (walk the "
+            f"step's num_scheduled_tokens, not self.running)"
+        )
+    results = engine.update({"b": [7]})
+    assert results == [], (
+        f"b was not scheduled in step 5: the runner's token for it is ignored; got {results}"
+    )
+    engine.run()
+    engine.check_drained()
+
+
+@graded(
+    1,
     "Priority policy: a preempted request goes back into the heap by its priority, not "
     "to the front of the queue",
     f"{DOC}#the-priority-policy",

@@ -474,6 +474,16 @@ MUTANTS = [
         caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
     ),
     Mutant(
+        name="hit_count_checked_in_blocks",
+        file=FILE,
+        find="if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:",
+        replace="if len(new_computed_block_list[0]) != num_new_computed_tokens // self.block_size:",
+        why="compares the hit blocks with num_new_computed_tokens // block_size: a count that is "
+        "not a whole number of blocks (one block, block_size + 1 tokens) is accepted, and the "
+        "token past the hit counts as computed with no KV written for it",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
         name="returned_blocks_alias_the_table",
         file=FILE,
         find="""

@@ -449,6 +449,19 @@ def test_bad_arguments_are_rejected():
         "was accepted: the hits must cover exactly num_new_computed_tokens tokens "
         "(len(blocks) * block_size), too many blocks as well as too few, else ValueError"
     )
+    # A hit count that is not a whole number of blocks: one block cannot cover BS + 1 tokens.
+    try:
+        mgr.allocate_slots(b, 2, BS + 1, b_hits)
+        raised = False
+    except ValueError:
+        raised = True
+    assert raised, (
+        f"allocate_slots(b, 2, num_new_computed_tokens={BS + 1}, new_computed_blocks=<1 hit "
+        f"block>) was accepted: 1 block of {BS} tokens covers {BS} tokens, not {BS + 1}, so "
+        f"token {BS} would count as computed with no KV behind it; compare len(blocks) * "
+        "block_size with num_new_computed_tokens (not len(blocks) with num_new_computed_tokens "
+        "// block_size), else ValueError"
+    )
 
 
 @graded(

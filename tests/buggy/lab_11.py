@@ -259,6 +259,58 @@ MUTANTS = [
         caught_by="test_weights.py::test_qkv_query_heads_are_never_replicated",
     ),
     Mutant(
+        name="vocab_range_floors",
+        file=FILE,
+        find="    return shard_range(pad_vocab_size(vocab_size), rank, tp_size)\n",
+        replace="    _check_rank(rank, tp_size)\n"
+        "    size = pad_vocab_size(vocab_size) // tp_size\n"
+        "    return rank * size, (rank + 1) * size\n",
+        why="floors the ranks' share of the padded vocabulary: 100 ids (padded to 128) over 3 "
+        "ranks give 42 each, and ids 126 and 127 belong to nobody, with no error",
+        caught_by="test_vocab.py::test_vocab_range_refuses",
+    ),
+    Mutant(
+        name="vocab_range_rank_unchecked",
+        file=FILE,
+        find="    return shard_range(pad_vocab_size(vocab_size), rank, tp_size)\n",
+        replace="    size = divide(pad_vocab_size(vocab_size), tp_size)\n"
+        "    return rank * size, (rank + 1) * size\n",
+        why="divides the padded vocabulary but skips shard_range's rank check: rank 4 of 4 gets "
+        "ids past the vocabulary, rank -1 a negative range",
+        caught_by="test_vocab.py::test_vocab_range_refuses",
+    ),
+    Mutant(
+        name="shard_tensor_tp1_shortcut",
+        file=FILE,
+        find="    start, end = shard_range(int(tensor.shape[dim]), rank, tp_size)\n",
+        replace="    if tp_size == 1:\n"
+        "        return tensor\n"
+        "    start, end = shard_range(int(tensor.shape[dim]), rank, tp_size)\n",
+        why="a shortcut for one rank returns the whole weight before the rank is checked: rank 1 "
+        "of 1 is given every row",
+        caught_by="test_weights.py::test_shard_tensor_refuses_an_uneven_dimension",
+    ),
+    Mutant(
+        name="qkv_tp1_shortcut",
+        file=FILE,
+        find='    if shard_id == "q":\n',
+        replace='    if tp_size == 1:\n        return tensor\n    if shard_id == "q":\n',
+        why="a shortcut for one rank returns the whole projection before shard_id is checked: "
+        "'o' or 'kv' is loaded as q/k/v on a single GPU",
+        caught_by="test_weights.py::test_qkv_replicated_kv_heads",
+    ),
+    Mutant(
+        name="qkv_q_rank_unchecked",
+        file=FILE,
+        find="        first, last = shard_range(total_num_heads, rank, tp_size)\n    elif",
+        replace="        per = num_heads_per_rank(total_num_heads, tp_size)\n"
+        "        first, last = rank * per, (rank + 1) * per\n"
+        "    elif",
+        why="q rows from num_heads_per_rank without shard_range's rank check: rank -1 of 4 "
+        "silently gets the last rank's query heads (narrow wraps a negative start)",
+        caught_by="test_weights.py::test_qkv_refuses_a_rank_outside_the_group",
+    ),
+    Mutant(
         name="kv_block_not_sharded",
         file=FILE,
         find="heads = max(1, total_num_kv_heads // tensor_parallel_size)",

@@ -40,3 +40,20 @@ def test_vocab_ranges_tile_the_padded_vocabulary(vocab: int, tp: int):
             f"vocab_range({vocab}, {rank}, {tp}) should be ({rank * size}, {(rank + 1) * size}) "
             f"({vocab:,} padded to {padded:,}, {size:,} ids a rank), got {show(outcome)}"
         )
+
+
+@graded(
+    1,
+    "vocab_range is shard_range of the padded vocabulary: a padded vocabulary tp does not "
+    "divide, or a rank outside [0, tp_size), is refused with ValueError, never floored into "
+    "short shards that leave the last ids to nobody",
+    SHARES,
+)
+def test_vocab_range_refuses():
+    """A vocabulary of 100 (padded to 128) over 3 ranks; GPT-2's 50,257 at ranks 4 and -1 of 4."""
+    check_table(
+        "vocab_range",
+        [[100, 0, 3], [100, 2, 3], [50257, 4, 4], [50257, -1, 4]],
+        "vocab_range must refuse like shard_range (100 ids pad to 128, which 3 ranks cannot "
+        "split evenly; a group of 4 has ranks 0..3)",
+    )

@@ -79,7 +79,7 @@ def brief(outcome) -> str:
 )
 def test_shard_tensor_refuses_an_uneven_dimension():
     """A 10 x 6 weight along dim 0 and a 6 x 10 weight along dim 1, over 4 ranks; ranks -1 and 4
-    of 4 for a 24 x 36 weight."""
+    of 4, and rank 1 of 1, for a 24 x 36 weight."""
     for dim, shape in [(0, (10, 6)), (1, (6, 10))]:
         got = side().outcomes("shard_tensor", [[full_weight(*shape), dim, r, 4] for r in range(4)])
         for rank, outcome in enumerate(got):
@@ -88,12 +88,14 @@ def test_shard_tensor_refuses_an_uneven_dimension():
                 f"of 4: 10 does not divide by 4, so it must raise ValueError (every rank holds "
                 f"an equal shard, or the split is refused), got {brief(outcome)}"
             )
-    got = side().outcomes("shard_tensor", [[full_weight(24, 36), 0, r, 4] for r in (-1, 4)])
-    for rank, outcome in zip((-1, 4), got, strict=True):
+    bad = [(-1, 4), (4, 4), (1, 1)]
+    got = side().outcomes("shard_tensor", [[full_weight(24, 36), 0, r, tp] for r, tp in bad])
+    for (rank, tp), outcome in zip(bad, got, strict=True):
         assert outcome[0] == "error" and outcome[1] == "ValueError", (
-            f"shard_tensor of a 24 x 36 weight along dim 0, rank {rank} of 4: there is no such "
-            f"rank (ranks are 0..3), so it must raise ValueError (check it with shard_range, "
-            f"as narrow wraps a negative start around to the last rows), got {brief(outcome)}"
+            f"shard_tensor of a 24 x 36 weight along dim 0, rank {rank} of {tp}: there is no "
+            f"such rank (ranks are 0..{tp - 1}), so it must raise ValueError (check it with "
+            f"shard_range, as narrow wraps a negative start around to the last rows, and a "
+            f"shortcut for TP=1 must check the rank too), got {brief(outcome)}"
         )
 
 
@@ -163,7 +165,7 @@ def test_qkv_split_by_head_groups():
 )
 def test_qkv_replicated_kv_heads():
     """8 query heads, 2 KV heads, head_dim 4, at TP 4 (2 replicas) and TP 8 (4 replicas); the
-    shard_ids 'o', 'kv' and ''."""
+    shard_ids 'o', 'kv' and '' at TP 2 and TP 1."""
     t = torch()
     for tp in [4, 8]:
         replicas = tp // 2
@@ -178,13 +180,15 @@ def test_qkv_replicated_kv_heads():
                     f"should be KV head {head}'s 4 rows (rows {head * 4}..{head * 4 + 3}); "
                     f"{where_differs(shard, want)}"
                 )
-    for shard_id in ("o", "kv", ""):
-        got = side().qkv_shards(full_weight(8, 6), shard_id, 4, 8, 2, 2)
-        assert got[0][0] == "error" and got[0][1] == "ValueError", (
-            f"shard_qkv_weight(..., {shard_id!r}, ...) must raise ValueError: shard_id is 'q', "
-            f"'k' or 'v' exactly (mind that '' and 'kv' are both `in \"kv\"`, a substring "
-            f"test), got {brief(got[0])}"
-        )
+    for tp in (2, 1):
+        for shard_id in ("o", "kv", ""):
+            got = side().qkv_shards(full_weight(8, 6), shard_id, 4, 8, 2, tp)
+            assert got[0][0] == "error" and got[0][1] == "ValueError", (
+                f"shard_qkv_weight(..., {shard_id!r}, ..., rank 0, TP={tp}) must raise "
+                f"ValueError: shard_id is 'q', 'k' or 'v' exactly (mind that '' and 'kv' are "
+                f'both `in "kv"`, a substring test; and a shortcut for TP=1 must check it '
+                f"too), got {brief(got[0])}"
+            )
 
 
 @graded(
@@ -206,3 +210,31 @@ def test_qkv_query_heads_are_never_replicated():
                 f"is never replicated, nor cut into rows), so it must raise ValueError, got "
                 f"{brief(outcome)}"
             )
+
+
+@graded(
+    1,
+    "shard_qkv_weight checks the rank as shard_range and kv_head_range do: q, k or v of a rank "
+    "outside [0, tp_size) is refused with ValueError, never wrapped around to another rank's "
+    "heads",
+    KV_HEADS,
+)
+def test_qkv_refuses_a_rank_outside_the_group():
+    """q, k and v (8 query heads, 4 KV heads, head_dim 4) at ranks -1 and 4 of 4, and rank 1 of
+    1."""
+    cases = [(shard_id, rank, tp) for shard_id in "qkv" for rank, tp in [(-1, 4), (4, 4), (1, 1)]]
+    got = side().outcomes(
+        "shard_qkv_weight",
+        [
+            [full_weight((8 if shard_id == "q" else 4) * 4, 6), shard_id, 4, 8, 4, rank, tp]
+            for shard_id, rank, tp in cases
+        ],
+    )
+    for (shard_id, rank, tp), outcome in zip(cases, got, strict=True):
+        assert outcome[0] == "error" and outcome[1] == "ValueError", (
+            f"shard_qkv_weight({shard_id!r}, head_dim=4, 8 heads, 4 KV heads, rank {rank} of "
+            f"{tp}): there is no such rank (ranks are 0..{tp - 1}), so it must raise ValueError "
+            f"(take the {'query' if shard_id == 'q' else 'KV'} heads from "
+            f"{'shard_range' if shard_id == 'q' else 'kv_head_range'}, which checks the rank; "
+            f"narrow wraps a negative start around to the last rows), got {brief(outcome)}"
+        )

@@ -295,6 +295,15 @@ MUTANTS = [
         caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
     ),
     Mutant(
+        name="length_check_forgets_num_computed_tokens",
+        file=FILE,
+        find="if not (len(token_ids) == len(num_computed_tokens) == len(block_ids) == num_reqs):",
+        replace="if not (len(token_ids) == len(block_ids) == num_reqs):",
+        why="the length check leaves num_computed_tokens out: a list of the wrong length is "
+        "broadcast into seq_lens, which then has a row per computed count, not per request",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    Mutant(
         name="empty_batch_not_refused",
         file=FILE,
         find="""
@@ -371,6 +380,58 @@ MUTANTS = [
         why="positions written into a module-level buffer (a persistent CPU buffer, as "
         "upstream's runner keeps) and returned through torch.from_numpy, which shares it: the "
         "next call overwrites the positions of every step a caller still holds",
+        caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
+    ),
+    Mutant(
+        name="block_tables_kept_per_shape",
+        file=FILE,
+        find="""
+            block_tables = np.zeros((len(block_ids), width), dtype=np.int32)
+            block_tables[np.arange(width) < lens[:, None]] = flat
+        """,
+        replace="""
+            shape = (len(block_ids), width)
+            block_tables = _TABLES.setdefault(shape, np.zeros(shape, dtype=np.int32))
+            block_tables.fill(0)  # one array per shape, cleared and reused: no allocation
+            block_tables[np.arange(width) < lens[:, None]] = flat
+        """,
+        more=(
+            (
+                "def make_block_tables(",
+                """
+                _TABLES: dict = {}
+
+
+                def make_block_tables(
+                """,
+            ),
+        ),
+        why="one block-table array kept per shape and refilled by every later step of that "
+        "shape (decode steps mostly keep theirs): a caller still holding a step's inputs "
+        "finds the next step's tables in them",
+        caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
+    ),
+    Mutant(
+        name="positions_kept_per_step_size",
+        file=FILE,
+        find="positions = computed[req_indices] + query_pos",
+        replace="""
+            positions = _POSITIONS.setdefault(len(req_indices), np.empty(len(req_indices), np.int64))
+            np.add(computed[req_indices], query_pos, out=positions)
+        """,
+        more=(
+            (
+                "def prepare_inputs(",
+                """
+                _POSITIONS: dict = {}
+
+
+                def prepare_inputs(
+                """,
+            ),
+        ),
+        why="positions written into a buffer kept per token count: the next step of the same "
+        "size overwrites the positions of the step a caller still holds",
         caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
     ),
 ]

@@ -343,8 +343,9 @@ def test_dtypes_and_shapes():
     f"{DOC}#the-step-as-tensors",
 )
 def test_arguments_are_left_unchanged():
-    """The mixed batch, then its four lists compared with what was passed in; then a second step,
-    and the first step's tensors read again."""
+    """The mixed batch, then its four lists compared with what was passed in; then two more
+    steps (a smaller one, and one of the same shapes), the first step's tensors read again
+    after each."""
     m = runner("prepare_inputs")
     before = [TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS]
     first = m.prepare_inputs(TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE)
@@ -367,15 +368,34 @@ def test_arguments_are_left_unchanged():
             "them); build the padded table, the sums and the slices in new arrays"
         )
     seen = {name: as_list(getattr(first, name)) for name in TENSOR_FIELDS}
-    m.prepare_inputs([[5, 6, 7], [8, 9]], [2, 0], [1, 2], [[3], [4]], 16)  # a second step
-    for name in TENSOR_FIELDS:
-        now = as_list(getattr(first, name))
-        assert now == seen[name], (
-            f"a second call of prepare_inputs changed the tensors the first call returned: its "
-            f"{name} was {seen[name][:8]} and is now {now[:8]}; a caller may still hold a step's "
-            "inputs while it prepares the next, so build each call's arrays anew instead of "
-            "reusing a module-level buffer"
-        )
+    # A smaller step, then one of the first step's shapes (5 requests, 14 tokens, 3-block rows)
+    # with other values: a buffer reused for a later step, sliced or kept per shape, shows.
+    later = [
+        (
+            "a second call of prepare_inputs (2 requests, 3 tokens)",
+            ([[5, 6, 7], [8, 9]], [2, 0], [1, 2], [[3], [4]], 16),
+        ),
+        (
+            "a third call, of the first call's shapes (5 requests, 14 tokens, 3-block rows),",
+            (
+                [[t + 1000 for t in tokens] for tokens in TOKENS],
+                [9, 11, 0, 7, 3],
+                [1, 1, 5, 1, 6],
+                [[61, 62, 63], [71, 72, 73], [81, 82], [91, 92], [14, 15, 16]],
+                BLOCK_SIZE,
+            ),
+        ),
+    ]
+    for which, args in later:
+        m.prepare_inputs(*args)
+        for name in TENSOR_FIELDS:
+            now = as_list(getattr(first, name))
+            assert now == seen[name], (
+                f"{which} changed the tensors the first call returned: its "
+                f"{name} was {seen[name][:8]} and is now {now[:8]}; a caller may still hold a "
+                "step's inputs while it prepares the next, so build each call's arrays anew "
+                "instead of reusing a module-level buffer (one per size or shape included)"
+            )
 
 
 # -- other batches -----------------------------------------------------------------------------
@@ -473,6 +493,14 @@ def test_inconsistent_steps_are_refused():
             ok | dict(token_ids=[[1, 2, 3], [4, 5, 6]]),
         ),
         ("block_ids has 2 requests, the other lists 1", ok | dict(block_ids=[[1, 2], [3, 4]])),
+        (
+            "num_computed_tokens has 2 requests, the other lists 1",
+            ok | dict(num_computed_tokens=[0, 0]),
+        ),
+        (
+            "num_scheduled_tokens has 2 requests, the other lists 1",
+            ok | dict(num_scheduled_tokens=[1, 1]),
+        ),
         (
             "an empty batch",
             dict(ok, token_ids=[], num_computed_tokens=[], num_scheduled_tokens=[], block_ids=[]),

@@ -477,6 +477,25 @@ MUTANTS = [
         caught_by="test_free_queue.py::test_new_queue_links_blocks_in_order",
     ),
     Mutant(
+        name="pool_size_checked_against_zero",
+        file=FILE,
+        find="if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:",
+        replace="if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 0:",
+        why="BlockPool(num_gpu_blocks=0) passes the check (< 0 instead of < 1) and fails only "
+        "when the null block is popped from an empty queue: a ValueError that says the queue is "
+        "empty, not that the pool size is wrong",
+        caught_by="test_block_pool.py::test_bad_pool_sizes_are_errors",
+    ),
+    Mutant(
+        name="pool_refuses_one_token_blocks",
+        file=FILE,
+        find="if hash_block_size < 1:",
+        replace="if hash_block_size <= 1:",
+        why="BlockPool refuses hash_block_size 1 (<= instead of <): blocks of one token are "
+        "legal, and the misuse table refuses only sizes below 1",
+        caught_by="test_block_pool.py::test_bad_pool_sizes_are_errors",
+    ),
+    Mutant(
         name="pool_hash_block_size_unchecked",
         file=FILE,
         find="""

@@ -16,6 +16,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from grading.remote import LearnerError
 from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import (
     as_int,
@@ -84,10 +85,28 @@ def test_null_block_is_reserved():
 def test_bad_pool_sizes_are_errors():
     """A pool needs at least the null block, and blocks of at least one token."""
     bp = load_impl("block_pool")
-    with pytest.raises(ValueError):
-        bp.BlockPool(num_gpu_blocks=0, enable_caching=False, hash_block_size=4)
+    for num_gpu_blocks in (0, -2):
+        with pytest.raises(ValueError) as excinfo:
+            bp.BlockPool(num_gpu_blocks=num_gpu_blocks, enable_caching=False, hash_block_size=4)
+        message = str(excinfo.value)
+        assert "num_gpu_blocks" in message or str(num_gpu_blocks) in message, (
+            f"BlockPool(num_gpu_blocks={num_gpu_blocks}) raised ValueError({message!r}), which "
+            f"does not say what was wrong: check num_gpu_blocks >= 1 first and name it (or its "
+            f"value) in the message, rather than letting an empty free queue fail later"
+        )
     with pytest.raises(ValueError):
         bp.BlockPool(num_gpu_blocks=4, enable_caching=False, hash_block_size=0)
+    # The smallest legal pool: the null block alone, blocks of one token.
+    try:
+        smallest = bp.BlockPool(num_gpu_blocks=1, enable_caching=True, hash_block_size=1)
+    except LearnerError as exc:
+        raise AssertionError(
+            f"BlockPool(num_gpu_blocks=1, hash_block_size=1) raised "
+            f"{getattr(exc, 'display', exc)}: both sizes are legal (>= 1 each; refuse only < 1)"
+        ) from None
+    assert as_int(smallest.get_num_free_blocks(), "get_num_free_blocks()") == 0, (
+        "BlockPool(num_gpu_blocks=1): block 0 is the null block, so no block is free"
+    )
 
 
 @graded(

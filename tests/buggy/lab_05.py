@@ -85,6 +85,24 @@ MUTANTS = [
         caught_by="test_hashing.py::test_map_keeps_several_blocks_per_hash",
     ),
     Mutant(
+        name="map_third_duplicate_dropped",
+        file=FILE,
+        find="""
+            elif isinstance(blocks, KVCacheBlock):
+                self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+            else:
+                blocks[block.block_id] = block
+        """,
+        replace="""
+            elif isinstance(blocks, KVCacheBlock):
+                self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+        """,
+        why="insert handles an empty key and a key with one block, but not a key that already "
+        "holds several: a third block with the same content keeps its hash without being "
+        "indexed, so it never serves a hit and its eviction finds nothing to pop (I3)",
+        caught_by="test_hashing.py::test_map_keeps_several_blocks_per_hash",
+    ),
+    Mutant(
         name="map_pop_removes_whole_key",
         file=FILE,
         find="""

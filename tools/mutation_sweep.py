@@ -1,0 +1,220 @@
+"""Hunt for holes in a graded suite: grade every small operator mutation of a lab's solution.
+
+The mutants kept in ``tests/buggy/`` are mistakes someone thought of. This sweep thinks of none:
+it applies each of a few mechanical edits (a comparison flipped or made strict, ``and`` for
+``or``, an integer one off, ``+`` for ``-``, a statement deleted, ...) at every place it fits
+inside the functions the lab grades (its ``tasks``), grades each edit the way ``check-suites``
+grades a mutant (stopping at the first failing test), and lists the ones that score full marks.
+A survivor is either equivalent (no behaviour the lab's contract can observe changed: a
+deleted ``assert``, a sentinel's id) or a hole: then strengthen a test and keep the mistake,
+written as a learner would write it, as a mutant (docs/dev/authoring-labs.md, "Sweeping a
+suite"). Edits are made on tokens, so strings and comments are never touched.
+
+    python tools/mutation_sweep.py lab-01 --list      # the edits, not graded
+    python tools/mutation_sweep.py lab-01             # grade them; survivors at the end
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import sys
+import tempfile
+import time
+import tokenize
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from grading.labs import Lab, load_lab  # noqa: E402
+from grading.report import totals  # noqa: E402
+from grading.runner import SuiteRunner  # noqa: E402
+
+#: Token -> its replacements. Each is a mistake of the kind a learner makes by one keystroke.
+SWAPS: dict[str, tuple[str, ...]] = {
+    "<": ("<=",),
+    "<=": ("<",),
+    ">": (">=",),
+    ">=": (">",),
+    "==": ("!=",),
+    "!=": ("==",),
+    "+": ("-",),
+    "-": ("+",),
+    "+=": ("-=",),
+    "-=": ("+=",),
+    "and": ("or",),
+    "or": ("and",),
+    "True": ("False",),
+    "False": ("True",),
+    "break": ("continue",),
+    "continue": ("break",),
+    "min": ("max",),
+    "max": ("min",),
+    "is": ("is not",),
+}
+#: Binary ``+``/``-`` only: after one of these tokens the operator is not a sign.
+OPERAND_END = {tokenize.NAME, tokenize.NUMBER, tokenize.STRING}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One mechanical change of one solution file."""
+
+    file: str
+    function: str
+    line: int
+    kind: str
+    before: str  # the line as the solution has it
+    text: str  # the whole edited file
+
+
+def graded_spans(source: str, qualnames: set[str]) -> list[tuple[str, int, int, list[ast.stmt]]]:
+    """(qualname, first body line, last line, body) of each graded function, docstring left out."""
+    spans = []
+
+    def walk(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                walk(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.FunctionDef) and f"{prefix}{node.name}" in qualnames:
+                stmts = node.body
+                if (
+                    stmts
+                    and isinstance(stmts[0], ast.Expr)
+                    and isinstance(stmts[0].value, ast.Constant)
+                ):
+                    stmts = stmts[1:]
+                if stmts:
+                    spans.append(
+                        (f"{prefix}{node.name}", stmts[0].lineno, node.end_lineno or 0, stmts)
+                    )
+
+    walk(ast.parse(source).body, "")
+    return spans
+
+
+def _token_edits(lines: list[str], first: int, last: int) -> Iterator[tuple[int, str, str]]:
+    """(line, kind, new line) for every token swap between lines ``first`` and ``last``."""
+    source = "".join(lines)
+    previous = None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        row, col = token.start
+        if first <= row <= last and token.start[0] == token.end[0]:
+            options: tuple[str, ...] = SWAPS.get(token.string, ())
+            if token.string in "+-" and (
+                previous is None
+                or (previous.type not in OPERAND_END and previous.string not in ")]}")
+            ):
+                options = ()  # a sign, not a binary operator
+            if token.type == tokenize.NUMBER and token.string.isdigit():
+                value = int(token.string)
+                options = tuple(str(v) for v in (value - 1, value + 1) if v >= 0)
+            if token.string == "not":
+                options = ("",)  # "not x" -> "x", "is not" -> "is"
+            line = lines[row - 1]
+            for new in options:
+                end = token.end[1]
+                if new == "" and line[end : end + 1] == " ":
+                    end += 1  # "not x" -> "x"
+                yield row, f"{token.string} -> {new or '(removed)'}", line[:col] + new + line[end:]
+        if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+            previous = token
+
+
+def _deletions(lines: list[str], body: list[ast.stmt]) -> Iterator[tuple[int, int, str]]:
+    """(first line, last line, replacement) deleting each simple statement, nested ones too."""
+    for stmt in body:
+        if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr | ast.Assert):
+            indent = lines[stmt.lineno - 1][: stmt.col_offset]
+            yield stmt.lineno, stmt.end_lineno or stmt.lineno, f"{indent}pass\n"
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list):
+                yield from _deletions(lines, [s for s in inner if isinstance(s, ast.stmt)])
+                for handler in inner:
+                    if isinstance(handler, ast.ExceptHandler):
+                        yield from _deletions(lines, handler.body)
+
+
+def edits(lab: Lab) -> list[Edit]:
+    """Every edit of the lab's solution that still parses and changes the text."""
+    found: list[Edit] = []
+    for filename, tasks in lab.tasks.items():
+        source = (lab.solution_dir / filename).read_text()
+        lines = source.splitlines(keepends=True)
+        for qualname, first, last, body in graded_spans(source, set(tasks)):
+            candidates = [
+                (row, kind, [*lines[: row - 1], new, *lines[row:]])
+                for row, kind, new in _token_edits(lines, first, last)
+            ] + [
+                (start, "statement deleted", [*lines[: start - 1], new, *lines[end:]])
+                for start, end, new in _deletions(lines, body)
+            ]
+            for row, kind, edited in candidates:
+                text = "".join(edited)
+                if text == source:
+                    continue
+                try:
+                    ast.parse(text)
+                except SyntaxError:
+                    continue
+                found.append(Edit(filename, qualname, row, kind, lines[row - 1].strip(), text))
+    return found
+
+
+def grade(lab: Lab, edit: Edit, tests: list, workdir: Path) -> tuple[int, int]:
+    """The edit's score on ``tests``, stopping at the first failure (as ``check-suites``)."""
+    folder = Path(tempfile.mkdtemp(dir=workdir)) / lab.dirname
+    folder.mkdir()
+    for filename in lab.files:
+        (folder / filename).write_text((lab.solution_dir / filename).read_text())
+    (folder / edit.file).write_text(edit.text)
+    return totals(SuiteRunner(lab, folder, fail_fast=True, preflight=False).run(tests))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("lab", help="lab-NN")
+    parser.add_argument("--list", action="store_true", help="print the edits, grade nothing")
+    parser.add_argument("--workers", type=int, default=1, help="edits graded at once")
+    parser.add_argument("--only", help="only the graded function with this qualname")
+    args = parser.parse_args(argv)
+    lab = load_lab(args.lab)
+    todo = [e for e in edits(lab) if args.only in (None, e.function)]
+    if args.list:
+        for e in todo:
+            print(f"{e.file}:{e.line} {e.function} [{e.kind}] {e.before}")
+        print(f"{len(todo)} edits")
+        return 0
+    tests = SuiteRunner(lab, lab.solution_dir).collect()
+    survivors = []
+    with tempfile.TemporaryDirectory(prefix="mutation-sweep-") as tmp:
+
+        def one(e: Edit) -> tuple[Edit, int, int, float]:
+            start = time.monotonic()
+            return (e, *grade(lab, e, tests, Path(tmp)), time.monotonic() - start)
+
+        with ThreadPoolExecutor(max_workers=args.workers) as pool:
+            for e, score, total, seconds in pool.map(one, todo):
+                verdict = "caught" if score < total else "SURVIVED"
+                print(
+                    f"{verdict:8} {seconds:5.1f}s {e.file}:{e.line} {e.function} "
+                    f"[{e.kind}] {e.before}",
+                    flush=True,
+                )
+                if score == total:
+                    survivors.append(e)
+    print(f"\n{len(todo)} edits, {len(todo) - len(survivors)} caught, {len(survivors)} survived:")
+    for e in survivors:
+        print(f"  {e.file}:{e.line} {e.function} [{e.kind}] {e.before}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -99,6 +99,22 @@ MUTANTS = [
         "before it",
         caught_by="test_allocators.py::test_free_coalesces_neighbours",
     ),
+    Mutant(
+        name="free_merges_only_with_the_last_free_range",
+        file=FILE,
+        find="""
+            if i > 0 and sum(self.free_ranges[i - 1]) == start:
+                start, size = self.free_ranges[i - 1][0], self.free_ranges[i - 1][1] + size
+        """,
+        replace="""
+            if i > 0 and sum(self.free_ranges[-1]) == start:
+                start, size = self.free_ranges[-1][0], self.free_ranges[-1][1] + size
+        """,
+        why="free looks for the neighbour before in the last free range instead of the one just "
+        "before the insertion point: a range freed between two free ranges, with more free "
+        "ranges after it, is left unmerged",
+        caught_by="test_allocators.py::test_free_coalesces_neighbours",
+    ),
     # -- PagedAllocator -----------------------------------------------------------------------
     Mutant(
         name="paged_blocks_rounded_down",

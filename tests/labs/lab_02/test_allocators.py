@@ -125,6 +125,31 @@ def test_free_coalesces_neighbours():
     with pytest.raises(ValueError):
         alloc.free("A")
 
+    # The neighbour before is not always the first free range, nor the last one.
+    alloc = frag().ContiguousAllocator(36)
+    for rid in "ABCDEF":
+        assert reserve(alloc, rid, max_len=6), f"ensure({rid!r}, 1, max_len=6) must fit"
+    for rid in "ACF":
+        alloc.free(rid)
+    assert alloc.free_ranges == [(0, 6), (12, 6), (30, 6)], (
+        f"freeing A, C and F of six 6-slot ranges leaves [(0, 6), (12, 6), (30, 6)], got "
+        f"{alloc.free_ranges}"
+    )
+    alloc.free("D")
+    assert alloc.free_ranges == [(0, 6), (12, 12), (30, 6)], (
+        f"D (18..24) merges with C's range (12, 6) just before it, the second of three free "
+        f"ranges: expected [(0, 6), (12, 12), (30, 6)], got {alloc.free_ranges}"
+    )
+    alloc.free("E")
+    assert alloc.free_ranges == [(0, 6), (12, 24)], (
+        f"E (24..30) touches (12, 12) before it and (30, 6) after it: expected "
+        f"[(0, 6), (12, 24)], got {alloc.free_ranges}"
+    )
+    alloc.free("B")
+    assert alloc.free_ranges == [(0, 36)], (
+        f"B (6..12) closes the last gap: expected [(0, 36)], got {alloc.free_ranges}"
+    )
+
 
 @graded(
     2,

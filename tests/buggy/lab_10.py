@@ -226,6 +226,21 @@ MUTANTS = [
         "string is part of the answer",
         caught_by="test_stop_strings.py::test_stop_string_inside_one_step",
     ),
+    Mutant(
+        name="cut_at_minus_one",
+        file=FILE,
+        find="""
+            if truncate_to != -1:
+                self.output_text = self.output_text[:truncate_to]
+        """,
+        replace="""
+            self.output_text = self.output_text[:truncate_to]
+        """,
+        why="cuts at truncate_to without looking for -1 ('nothing to cut'): with "
+        "include_stop_str_in_output, a stop string that ends the text loses its last "
+        "character (output_text[:-1])",
+        caught_by="test_stop_strings.py::test_include_stop_str_in_output",
+    ),
     # -- the output processor -------------------------------------------------------------------
     Mutant(
         name="stop_string_no_abort",

@@ -46,12 +46,19 @@ def test_stop_string_inside_one_step():
     STOPS,
 )
 def test_include_stop_str_in_output():
-    """The same text, keeping the stop string."""
+    """The same text, keeping the stop string; then a text that ends with the stop string."""
     ids = TOK.encode("Hello world. the end")
     got = run([ids], stop=[" the"], include_stop_str_in_output=True, finish=False)
     assert got["output_text"] == "Hello world. the", (
         f"include_stop_str_in_output keeps the stop string and cuts after it: expected "
         f"'Hello world. the', got {got['output_text']!r}"
+    )
+    ids = TOK.encode("Hello world. the")
+    got = run([ids], stop=[" the"], include_stop_str_in_output=True, finish=False)
+    assert got["output_text"] == "Hello world. the" and got["steps"][-1]["stop"] == " the", (
+        f"' the' ends the text itself: check_stop_strings says -1 (nothing to cut), and the "
+        f"text stays 'Hello world. the' (output_text[:-1] would drop its last character); got "
+        f"stop {got['steps'][-1]['stop']!r} and text {got['output_text']!r}"
     )
 
 

@@ -344,6 +344,19 @@ MUTANTS = [
         "the runner's token for it then raises instead of being ignored",
         caught_by="test_admission.py::test_requests_left_out_of_the_step_keep_their_progress",
     ),
+    Mutant(
+        name="previous_step_not_remembered",
+        file=FILE,
+        find="""
+            self.prev_step_scheduled_req_ids = set(num_scheduled_tokens)
+        """,
+        replace="",
+        why="schedule() never records the ids it scheduled, so _make_cached_request_data takes "
+        "every running request for one the runner has not seen and resends its whole token "
+        "list every step (upstream sends it only to resumed requests and to those that sat "
+        "out the previous step)",
+        caught_by="test_schedule.py::test_whole_token_lists_only_where_the_runner_may_be_stale",
+    ),
     # -- finish_requests (aborts) --------------------------------------------------------------
     Mutant(
         name="abort_repeated_ids_not_deduped",

@@ -859,6 +859,8 @@ class Engine:
                 "scheduled_cached_reqs.req_ids": list(c["req_ids"]),
                 "resumed_req_ids": sorted(c["resumed"]),
                 "scheduled_cached_reqs.new_token_ids": [list(t) for t in c["new_token_ids"]],
+                "requests sent their whole token list again (scheduled_cached_reqs.all_token_ids:"
+                " resumed, or not scheduled in the previous step)": sorted(c["all_token_ids"]),
                 "scheduled_cached_reqs.num_computed_tokens": list(c["num_computed_tokens"]),
                 "scheduled_cached_reqs.num_output_tokens": list(c["num_output_tokens"]),
                 "number of new blocks (None: none added) of each cached request": [

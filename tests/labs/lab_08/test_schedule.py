@@ -121,6 +121,46 @@ def test_num_computed_tokens_advances_after_the_output_is_built():
 
 
 @graded(
+    1,
+    "The output resends a request's whole token list (scheduled_cached_reqs.all_token_ids) "
+    "only where the runner's copy may be stale: a resumed request, or one the previous step "
+    "did not schedule; schedule() records the ids it scheduled (prev_step_scheduled_req_ids)",
+    f"{DOC}#running-first-then-waiting",
+)
+def test_whole_token_lists_only_where_the_runner_may_be_stale():
+    """4 usable blocks: a and b (8 tokens each) fill them, b is preempted in step 2 and
+    resumed once a finishes; before that, a runs on step after step."""
+    engine = Engine(num_blocks=5, budget=16, max_model_len=32)
+    engine.add("a", 8, base=0, max_tokens=3)
+    engine.add("b", 8, base=50, max_tokens=3)
+    engine.step()
+    resumed_at = None
+    for step in range(2, 12):
+        out = engine.schedule()
+        cached = out.scheduled_cached_reqs
+        sent = sorted(cached.all_token_ids)
+        expected = sorted(cached.resumed_req_ids)
+        assert sent == expected, (
+            f"step {step}: all_token_ids is sent for {sent}; expected {expected} (resumed "
+            f"requests; every other cached request ran in step {step - 1}, so the runner's "
+            f"token list is current): record the ids each step schedules in "
+            f"self.prev_step_scheduled_req_ids"
+        )
+        if "b" in cached.resumed_req_ids:
+            resumed_at = step
+            want = engine.info("b")["num_tokens"]
+            assert len(cached.all_token_ids["b"]) == want, (
+                f"step {step}: resumed b is sent {len(cached.all_token_ids['b'])} tokens, not "
+                f"all {want} of its tokens"
+            )
+        engine.update(engine.execute(out))
+        if not engine.unfinished():
+            break
+    assert resumed_at is not None, "set-up: b is preempted in step 2 and resumed later"
+    engine.check_drained()
+
+
+@graded(
     2,
     "Running pass: a running request with nothing to compute (num_tokens - "
     "num_computed_tokens is 0: its last token is still being sampled, when schedule() runs "

@@ -73,6 +73,10 @@ class Edit:
     before: str  # the line as the solution has it
     text: str  # the whole edited file
 
+    def describe(self) -> str:
+        after = self.text.splitlines()[self.line - 1].strip()
+        return f"{self.file}:{self.line} {self.function} [{self.kind}] {self.before}  ->  {after}"
+
 
 def graded_spans(source: str, qualnames: set[str]) -> list[tuple[str, int, int, list[ast.stmt]]]:
     """(qualname, first body line, last line, body) of each graded function, docstring left out."""
@@ -189,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [e for e in edits(lab) if args.only in (None, e.function)]
     if args.list:
         for e in todo:
-            print(f"{e.file}:{e.line} {e.function} [{e.kind}] {e.before}")
+            print(e.describe())
         print(f"{len(todo)} edits")
         return 0
     tests = SuiteRunner(lab, lab.solution_dir).collect()
@@ -203,16 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=args.workers) as pool:
             for e, score, total, seconds in pool.map(one, todo):
                 verdict = "caught" if score < total else "SURVIVED"
-                print(
-                    f"{verdict:8} {seconds:5.1f}s {e.file}:{e.line} {e.function} "
-                    f"[{e.kind}] {e.before}",
-                    flush=True,
-                )
+                print(f"{verdict:8} {seconds:5.1f}s {e.describe()}", flush=True)
                 if score == total:
                     survivors.append(e)
     print(f"\n{len(todo)} edits, {len(todo) - len(survivors)} caught, {len(survivors)} survived:")
     for e in survivors:
-        print(f"  {e.file}:{e.line} {e.function} [{e.kind}] {e.before}")
+        print(f"  {e.describe()}")
     return 0
 
 

@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from grading.labs import Lab, load_lab  # noqa: E402
+from grading.protocol import TestInfo  # noqa: E402
 from grading.report import totals  # noqa: E402
 from grading.runner import SuiteRunner  # noqa: E402
 
@@ -111,7 +112,7 @@ def _token_edits(lines: list[str], first: int, last: int) -> Iterator[tuple[int,
         row, col = token.start
         if first <= row <= last and token.start[0] == token.end[0]:
             options: tuple[str, ...] = SWAPS.get(token.string, ())
-            if token.string in "+-" and (
+            if token.string in ("+", "-") and (
                 previous is None
                 or (previous.type not in OPERAND_END and previous.string not in ")]}")
             ):
@@ -172,7 +173,7 @@ def edits(lab: Lab) -> list[Edit]:
     return found
 
 
-def grade(lab: Lab, edit: Edit, tests: list, workdir: Path) -> tuple[int, int]:
+def grade(lab: Lab, edit: Edit, tests: list[TestInfo], workdir: Path) -> tuple[int, int]:
     """The edit's score on ``tests``, stopping at the first failure (as ``check-suites``)."""
     folder = Path(tempfile.mkdtemp(dir=workdir)) / lab.dirname
     folder.mkdir()

@@ -42,6 +42,8 @@ def test_edits_stay_inside_the_graded_functions_and_out_of_strings():
             assert strings(e.text) == solution_strings, f"{e} changed a string literal"
     kinds = {e.kind for e in found if "hash_block_size < 1" in e.before}
     assert {"< -> <=", "1 -> 0", "1 -> 2"} <= kinds, kinds
+    unwrapped = [e for e in found if e.kind == "list() removed"]
+    assert [e.describe().split("  ->  ")[1] for e in unwrapped] == ["blocks = ordered_blocks"]
 
 
 def test_an_edit_the_suite_catches_loses_points(tmp_path: Path):

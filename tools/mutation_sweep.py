@@ -2,7 +2,8 @@
 
 The mutants kept in ``tests/buggy/`` are mistakes someone thought of. This sweep thinks of none:
 it applies each of a few mechanical edits (a comparison flipped or made strict, ``and`` for
-``or``, an integer one off, ``+`` for ``-``, a statement deleted, ...) at every place it fits
+``or``, an integer one off, ``+`` for ``-``, ``x`` for ``list(x)`` or ``x.copy()``, a statement
+deleted, ...) at every place it fits
 inside the functions the lab grades (its ``tasks``), grades each edit the way ``check-suites``
 grades a mutant (stopping at the first failing test), and lists the ones that score full marks.
 A survivor is either equivalent (no behaviour the lab's contract can observe changed: a
@@ -147,6 +148,36 @@ def _deletions(lines: list[str], body: list[ast.stmt]) -> Iterator[tuple[int, in
                         yield from _deletions(lines, handler.body)
 
 
+#: Calls whose removal is a classic mistake: an alias for a copy, the given order for another.
+UNWRAP = {"list", "tuple", "sorted", "reversed"}
+
+
+def _unwraps(lines: list[str], body: list[ast.stmt]) -> Iterator[tuple[int, str, str]]:
+    """(line, kind, new line) replacing ``list(x)``, ``sorted(x)``, ``x.copy()``, ... by ``x``."""
+    nodes = [n for stmt in body for n in ast.walk(stmt)]
+    in_messages = {
+        id(n) for f in nodes if isinstance(f, ast.JoinedStr) for n in ast.walk(f)
+    }  # an f-string's calls only change a message
+    for node in nodes:
+        if id(node) in in_messages:
+            continue
+        if not isinstance(node, ast.Call) or node.lineno != node.end_lineno or node.keywords:
+            continue
+        if isinstance(node.func, ast.Name) and node.func.id in UNWRAP and len(node.args) == 1:
+            inner, name = node.args[0], node.func.id
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "copy" and not node.args:
+            inner, name = node.func.value, "copy"
+        else:
+            continue
+        line = lines[node.lineno - 1]
+        source = line[inner.col_offset : inner.end_col_offset]
+        yield (
+            node.lineno,
+            f"{name}() removed",
+            line[: node.col_offset] + source + line[node.end_col_offset :],
+        )
+
+
 def edits(lab: Lab) -> list[Edit]:
     """Every edit of the lab's solution that still parses and changes the text."""
     found: list[Edit] = []
@@ -157,7 +188,12 @@ def edits(lab: Lab) -> list[Edit]:
             candidates = [
                 (row, kind, [*lines[: row - 1], new, *lines[row:]])
                 for row, kind, new in _token_edits(lines, first, last)
-            ] + [
+            ]
+            candidates += [
+                (row, kind, [*lines[: row - 1], new, *lines[row:]])
+                for row, kind, new in _unwraps(lines, body)
+            ]
+            candidates += [
                 (start, "statement deleted", [*lines[: start - 1], new, *lines[end:]])
                 for start, end, new in _deletions(lines, body)
             ]
@@ -189,9 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the edits, grade nothing")
     parser.add_argument("--workers", type=int, default=1, help="edits graded at once")
     parser.add_argument("--only", help="only the graded function with this qualname")
+    parser.add_argument("--kind", help="only edits whose kind contains this text")
     args = parser.parse_args(argv)
     lab = load_lab(args.lab)
-    todo = [e for e in edits(lab) if args.only in (None, e.function)]
+    todo = [
+        e
+        for e in edits(lab)
+        if args.only in (None, e.function) and (args.kind is None or args.kind in e.kind)
+    ]
     if args.list:
         for e in todo:
             print(e.describe())

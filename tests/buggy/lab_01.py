@@ -496,6 +496,17 @@ MUTANTS = [
         caught_by="test_block_pool.py::test_bad_pool_sizes_are_errors",
     ),
     Mutant(
+        name="free_blocks_argument_not_listed",
+        file=FILE,
+        find="blocks = list(ordered_blocks)",
+        replace="blocks = ordered_blocks",
+        why="free_blocks walks ordered_blocks as given: one pass works on an iterator, but a "
+        "refused call rolls back with blocks[:i], which an iterator (reversed(...), what the KV "
+        "cache manager passes) cannot do: a TypeError, and the references already dropped stay "
+        "dropped",
+        caught_by="test_block_pool.py::test_double_free_is_an_error",
+    ),
+    Mutant(
         name="pool_hash_block_size_unchecked",
         file=FILE,
         find="""

@@ -272,6 +272,16 @@ def test_double_free_is_an_error():
         "before dropping any"
     )
     assert check_pool(pool) == [3, 4, 1], "a refused free_blocks([b, b]) must not queue b"
+    # Refused through an iterator, as the KV cache manager passes: reversed([a, b]) gives b, a.
+    b.ref_cnt = 2
+    with pytest.raises(ValueError):
+        side().free_reversed(pool, [a, b])
+    assert (ref(b), ref(a)) == (2, 0), (
+        f"a refused free_blocks(reversed([a, b])) must change no ref_cnt: b has {ref(b)} "
+        f"(expected 2), a has {ref(a)} (expected 0). ordered_blocks may be an iterator, which "
+        "can be walked (or sliced) only as a list: make it one first"
+    )
+    assert check_pool(pool) == [3, 4, 1], "a refused free through an iterator must queue nothing"
 
 
 @graded(2, "Misuse: freeing the null block raises ValueError", f"{DOC}#misuse-errors")

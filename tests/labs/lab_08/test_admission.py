@@ -164,16 +164,9 @@ def test_priority_preempts_the_lowest_priority():
     engine.check_drained()
 
 
-@graded(
-    1,
-    "Priority policy: a request whose victim is itself (it has the largest (priority, "
-    "arrival time) of the running requests) is not scheduled, and the running pass stops "
-    "there, as under FCFS, although the requests after it might fit",
-    f"{DOC}#the-priority-policy",
-)
-def test_priority_a_request_that_preempts_itself_stops_the_loop():
-    """4 usable blocks: a (priority 5, admitted first), b (0) and c (1) fill them; in step 5 a
-    needs a fifth block."""
+def _a_b_c_fill_the_pool() -> Engine:
+    """Priority policy, 4 usable blocks: a (priority 5, admitted first), b (0) and c (1) hold
+    them all after 4 steps, and a's next token needs a fifth block."""
     engine = Engine(num_blocks=5, budget=4, max_num_seqs=3, policy="priority")
     engine.add("a", 1, base=0, priority=5)
     engine.step()
@@ -185,6 +178,20 @@ def test_priority_a_request_that_preempts_itself_stops_the_loop():
         f"set-up: a, b, c run and hold the 4 usable blocks; running {engine.running}, "
         f"{engine.num_free()} free"
     )
+    return engine
+
+
+@graded(
+    1,
+    "Priority policy: a request whose victim is itself (it has the largest (priority, "
+    "arrival time) of the running requests) is not scheduled, and the running pass stops "
+    "there, as under FCFS, although the requests after it might fit",
+    f"{DOC}#the-priority-policy",
+)
+def test_priority_a_request_that_preempts_itself_stops_the_loop():
+    """4 usable blocks: a (priority 5, admitted first), b (0) and c (1) fill them; in step 5 a
+    needs a fifth block."""
+    engine = _a_b_c_fill_the_pool()
     out, _ = engine.step()
     assert out.preempted_req_ids == {"a"} and batch(out) == [], (
         "step 5: a needs a block and none is free; its victim is a itself (priority 5): it is "
@@ -204,13 +211,7 @@ def test_priority_a_request_that_preempts_itself_stops_the_loop():
 )
 def test_requests_left_out_of_the_step_keep_their_progress():
     """The scenario above: in step 5 a preempts itself, and b and c (decoding) are left out."""
-    engine = Engine(num_blocks=5, budget=4, max_num_seqs=3, policy="priority")
-    engine.add("a", 1, base=0, priority=5)
-    engine.step()
-    engine.add("b", 1, base=40, priority=0)
-    engine.add("c", 4, base=80, priority=1)
-    for _ in range(3):
-        engine.step()
+    engine = _a_b_c_fill_the_pool()
     before = {rid: engine.info(rid)["num_computed_tokens"] for rid in "bc"}
     out = engine.schedule()
     assert out.preempted_req_ids == {"a"} and batch(out) == [], (

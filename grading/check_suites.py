@@ -37,14 +37,19 @@ def grade_folder(
     return score, total, results
 
 
+def grade_edited_solution(lab: Lab, folder: Path, tests: list[TestInfo]) -> list[TestResult]:
+    """Grade a copy of the solution with one mistake in it: ``tests`` in order, stopping at the
+    first failure (one is enough to tell it from the solution), without the pre-import (an
+    edit of the solution imports)."""
+    return SuiteRunner(lab, folder, fail_fast=True, preflight=False).run(tests)
+
+
 def check_mutant(lab: Lab, mutant: Mutant, tests: list[TestInfo]) -> Verdict:
-    """Grade ``mutant`` on ``tests`` (the suite as collected once for all mutants): its
-    ``caught_by`` test first, stopping at the first failure, without the pre-import (a
-    mutant of the solution imports). Ok when it loses points on that very test."""
+    """Grade ``mutant`` on ``tests`` (the suite as collected once for all mutants), its
+    ``caught_by`` test first. Ok when it loses points on that very test."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
         folder = mutant.materialize(lab, Path(tmp) / lab.dirname)
-        runner = SuiteRunner(lab, folder, fail_fast=True, preflight=False)
-        results = runner.run(mutant.first(tests))
+        results = grade_edited_solution(lab, folder, mutant.first(tests))
     score, total = totals(results)
     failed = [r for r in results if r.outcome not in ("passed", "skipped")]
     if not failed:

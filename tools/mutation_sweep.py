@@ -3,9 +3,9 @@
 The mutants kept in ``tests/buggy/`` are mistakes someone thought of. This sweep thinks of none:
 it applies each of a few mechanical edits (a comparison flipped or made strict, ``and`` for
 ``or``, an integer one off, ``+`` for ``-``, ``x`` for ``list(x)`` or ``x.copy()``, a statement
-deleted, ...) at every place it fits
-inside the functions the lab grades (its ``tasks``), grades each edit the way ``check-suites``
-grades a mutant (stopping at the first failing test), and lists the ones that score full marks.
+deleted, ...) at every place it fits inside the functions the lab grades (its ``tasks``), grades
+each edit the way ``check-suites`` grades a mutant (stopping at the first failing test), and
+lists the ones that score full marks.
 A survivor is either equivalent (no behaviour the lab's contract can observe changed: a
 deleted ``assert``, a sentinel's id) or a hole: then strengthen a test and keep the mistake,
 written as a learner would write it, as a mutant (docs/dev/authoring-labs.md, "Sweeping a
@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import itertools
+import shutil
 import sys
 import tempfile
 import time
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from grading.check_suites import grade_edited_solution  # noqa: E402
 from grading.labs import Lab, load_lab  # noqa: E402
 from grading.protocol import TestInfo  # noqa: E402
 from grading.report import totals  # noqa: E402
@@ -105,8 +108,12 @@ def graded_spans(source: str, qualnames: set[str]) -> list[tuple[str, int, int, 
     return spans
 
 
-def _token_edits(lines: list[str], first: int, last: int) -> Iterator[tuple[int, str, str]]:
-    """(line, kind, new line) for every token swap between lines ``first`` and ``last``."""
+#: What each edit generator yields: (first line, last line, kind, the replacement of those lines).
+Change = tuple[int, int, str, str]
+
+
+def _token_edits(lines: list[str], first: int, last: int) -> Iterator[Change]:
+    """Every token swap between lines ``first`` and ``last``, one line each."""
     source = "".join(lines)
     previous = None
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -128,32 +135,31 @@ def _token_edits(lines: list[str], first: int, last: int) -> Iterator[tuple[int,
                 end = token.end[1]
                 if new == "" and line[end : end + 1] == " ":
                     end += 1  # "not x" -> "x"
-                yield row, f"{token.string} -> {new or '(removed)'}", line[:col] + new + line[end:]
+                kind = f"{token.string} -> {new or '(removed)'}"
+                yield row, row, kind, line[:col] + new + line[end:]
         if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
             previous = token
 
 
-def _deletions(lines: list[str], body: list[ast.stmt]) -> Iterator[tuple[int, int, str]]:
-    """(first line, last line, replacement) deleting each simple statement, nested ones too."""
+def _deletions(lines: list[str], body: list[ast.stmt]) -> Iterator[Change]:
+    """Each simple statement of ``body``, nested ones too, replaced by ``pass``."""
     for stmt in body:
         if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr | ast.Assert):
             indent = lines[stmt.lineno - 1][: stmt.col_offset]
-            yield stmt.lineno, stmt.end_lineno or stmt.lineno, f"{indent}pass\n"
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            inner = getattr(stmt, field, None)
-            if isinstance(inner, list):
-                yield from _deletions(lines, [s for s in inner if isinstance(s, ast.stmt)])
-                for handler in inner:
-                    if isinstance(handler, ast.ExceptHandler):
-                        yield from _deletions(lines, handler.body)
+            end = stmt.end_lineno or stmt.lineno
+            yield stmt.lineno, end, "statement deleted", f"{indent}pass\n"
+        for field in ("body", "orelse", "finalbody"):
+            yield from _deletions(lines, getattr(stmt, field, []))
+        for handler in getattr(stmt, "handlers", []):
+            yield from _deletions(lines, handler.body)
 
 
 #: Calls whose removal is a classic mistake: an alias for a copy, the given order for another.
 UNWRAP = {"list", "tuple", "sorted", "reversed"}
 
 
-def _unwraps(lines: list[str], body: list[ast.stmt]) -> Iterator[tuple[int, str, str]]:
-    """(line, kind, new line) replacing ``list(x)``, ``sorted(x)``, ``x.copy()``, ... by ``x``."""
+def _unwraps(lines: list[str], body: list[ast.stmt]) -> Iterator[Change]:
+    """``list(x)``, ``sorted(x)``, ``x.copy()``, ... replaced by ``x``, one line each."""
     nodes = [n for stmt in body for n in ast.walk(stmt)]
     in_messages = {
         id(n) for f in nodes if isinstance(f, ast.JoinedStr) for n in ast.walk(f)
@@ -171,11 +177,8 @@ def _unwraps(lines: list[str], body: list[ast.stmt]) -> Iterator[tuple[int, str,
             continue
         line = lines[node.lineno - 1]
         source = line[inner.col_offset : inner.end_col_offset]
-        yield (
-            node.lineno,
-            f"{name}() removed",
-            line[: node.col_offset] + source + line[node.end_col_offset :],
-        )
+        new = line[: node.col_offset] + source + line[node.end_col_offset :]
+        yield node.lineno, node.lineno, f"{name}() removed", new
 
 
 def edits(lab: Lab) -> list[Edit]:
@@ -185,38 +188,31 @@ def edits(lab: Lab) -> list[Edit]:
         source = (lab.solution_dir / filename).read_text()
         lines = source.splitlines(keepends=True)
         for qualname, first, last, body in graded_spans(source, set(tasks)):
-            candidates = [
-                (row, kind, [*lines[: row - 1], new, *lines[row:]])
-                for row, kind, new in _token_edits(lines, first, last)
-            ]
-            candidates += [
-                (row, kind, [*lines[: row - 1], new, *lines[row:]])
-                for row, kind, new in _unwraps(lines, body)
-            ]
-            candidates += [
-                (start, "statement deleted", [*lines[: start - 1], new, *lines[end:]])
-                for start, end, new in _deletions(lines, body)
-            ]
-            for row, kind, edited in candidates:
-                text = "".join(edited)
+            changes = itertools.chain(
+                _token_edits(lines, first, last),
+                _unwraps(lines, body),
+                _deletions(lines, body),
+            )
+            for start, end, kind, new in changes:
+                text = "".join([*lines[: start - 1], new, *lines[end:]])
                 if text == source:
                     continue
                 try:
                     ast.parse(text)
                 except SyntaxError:
                     continue
-                found.append(Edit(filename, qualname, row, kind, lines[row - 1].strip(), text))
+                found.append(Edit(filename, qualname, start, kind, lines[start - 1].strip(), text))
     return found
 
 
 def grade(lab: Lab, edit: Edit, tests: list[TestInfo], workdir: Path) -> tuple[int, int]:
-    """The edit's score on ``tests``, stopping at the first failure (as ``check-suites``)."""
+    """The edit's score on ``tests``, graded as ``check-suites`` grades a mutant."""
     folder = Path(tempfile.mkdtemp(dir=workdir)) / lab.dirname
     folder.mkdir()
     for filename in lab.files:
-        (folder / filename).write_text((lab.solution_dir / filename).read_text())
+        shutil.copy(lab.solution_dir / filename, folder / filename)
     (folder / edit.file).write_text(edit.text)
-    return totals(SuiteRunner(lab, folder, fail_fast=True, preflight=False).run(tests))
+    return totals(grade_edited_solution(lab, folder, tests))
 
 
 def main(argv: list[str] | None = None) -> int:

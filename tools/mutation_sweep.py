@@ -2,10 +2,11 @@
 
 The mutants kept in ``tests/buggy/`` are mistakes someone thought of. This sweep thinks of none:
 it applies each of a few mechanical edits (a comparison flipped or made strict, ``and`` for
-``or``, an integer one off, ``+`` for ``-``, ``x`` for ``list(x)`` or ``x.copy()``, a statement
-deleted, ...) at every place it fits inside the functions the lab grades (its ``tasks``), grades
-each edit the way ``check-suites`` grades a mutant (stopping at the first failing test), and
-lists the ones that score full marks.
+``or``, an integer one off, ``+`` for ``-``, ``x`` for ``list(x)`` or ``x.copy()``, a statement,
+``raise`` or ``return`` deleted, an ``if`` always or never taken, two arguments swapped, a
+slice's or ``range``'s bound one off, ``=`` for ``+=``) at every place it fits inside the
+functions the lab grades (its ``tasks``), grades each edit the way ``check-suites`` grades a
+mutant (stopping at the first failing test), and lists the ones that score full marks.
 A survivor is either equivalent (no behaviour the lab's contract can observe changed: a
 deleted ``assert``, a sentinel's id) or a hole: then strengthen a test and keep the mistake,
 written as a learner would write it, as a mutant (docs/dev/authoring-labs.md, "Sweeping a
@@ -51,8 +52,9 @@ SWAPS: dict[str, tuple[str, ...]] = {
     "!=": ("==",),
     "+": ("-",),
     "-": ("+",),
-    "+=": ("-=",),
-    "-=": ("+=",),
+    "+=": ("-=", "="),
+    "-=": ("+=", "="),
+    "//": ("/",),
     "and": ("or",),
     "or": ("and",),
     "True": ("False",),
@@ -141,13 +143,20 @@ def _token_edits(lines: list[str], first: int, last: int) -> Iterator[Change]:
             previous = token
 
 
+#: Statements whose loss is a one-line mistake: a forgotten update, check, raise or return.
+DELETABLE = (
+    ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr | ast.Assert | ast.Raise | ast.Return
+)
+
+
 def _deletions(lines: list[str], body: list[ast.stmt]) -> Iterator[Change]:
     """Each simple statement of ``body``, nested ones too, replaced by ``pass``."""
     for stmt in body:
-        if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr | ast.Assert):
+        if isinstance(stmt, DELETABLE):
             indent = lines[stmt.lineno - 1][: stmt.col_offset]
             end = stmt.end_lineno or stmt.lineno
-            yield stmt.lineno, end, "statement deleted", f"{indent}pass\n"
+            kind = {ast.Raise: "raise", ast.Return: "return"}.get(type(stmt), "statement")
+            yield stmt.lineno, end, f"{kind} deleted", f"{indent}pass\n"
         for field in ("body", "orelse", "finalbody"):
             yield from _deletions(lines, getattr(stmt, field, []))
         for handler in getattr(stmt, "handlers", []):
@@ -181,6 +190,72 @@ def _unwraps(lines: list[str], body: list[ast.stmt]) -> Iterator[Change]:
         yield node.lineno, node.lineno, f"{name}() removed", new
 
 
+def _replace(lines: list[str], node: ast.expr, new: str) -> Change:
+    """``node``'s source (on one line) replaced by ``new``."""
+    line = lines[node.lineno - 1]
+    return node.lineno, node.lineno, line[: node.col_offset] + new + line[node.end_col_offset :]
+
+
+def _one_line(node: ast.AST) -> bool:
+    return isinstance(node, ast.expr) and node.lineno == node.end_lineno
+
+
+#: Calls whose first two arguments commute, or that raise at once when they are swapped.
+SYMMETRIC = {"min", "max", "isinstance"}
+
+
+def _structural(lines: list[str], body: list[ast.stmt]) -> Iterator[Change]:
+    """Edits of a whole expression: a guard always or never taken, the first two arguments of a
+    call swapped, a bound that is not a literal (a slice's, ``range``'s) one off."""
+    nodes = [n for stmt in body for n in ast.walk(stmt)]
+    in_messages = {id(n) for f in nodes if isinstance(f, ast.JoinedStr) for n in ast.walk(f)}
+    for node in nodes:
+        if id(node) in in_messages:
+            continue
+        if isinstance(node, ast.If) and _one_line(node.test):
+            for value in ("True", "False"):
+                row, _, new = _replace(lines, node.test, value)
+                yield row, row, f"condition -> {value}", new
+        if (
+            isinstance(node, ast.Call)
+            and len(node.args) >= 2
+            and _one_line(node)
+            and ast.unparse(node.func) not in SYMMETRIC
+        ):
+            first, second = node.args[:2]
+            if not any(isinstance(a, ast.Starred) for a in (first, second)):
+                line = lines[node.lineno - 1]
+                a = line[first.col_offset : first.end_col_offset]
+                b = line[second.col_offset : second.end_col_offset]
+                if a != b:
+                    new = (
+                        line[: first.col_offset]
+                        + b
+                        + line[first.end_col_offset : second.col_offset]
+                        + a
+                        + line[second.end_col_offset :]
+                    )
+                    yield node.lineno, node.lineno, "arguments swapped", new
+        bounds: list[ast.expr | None] = []
+        if isinstance(node, ast.Slice):
+            bounds = [node.lower, node.upper]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "range"
+        ):
+            bounds = list(node.args[:2])
+        for bound in bounds:
+            if bound is None or isinstance(bound, ast.Constant) or not _one_line(bound):
+                continue  # a literal's off-by-one is a token edit already
+            text = lines[bound.lineno - 1][bound.col_offset : bound.end_col_offset]
+            if not isinstance(bound, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
+                text = f"({text})"
+            for delta in ("+ 1", "- 1"):
+                row, _, new = _replace(lines, bound, f"{text} {delta}")
+                yield row, row, f"bound {delta}", new
+
+
 def edits(lab: Lab) -> list[Edit]:
     """Every edit of the lab's solution that still parses and changes the text."""
     found: list[Edit] = []
@@ -191,6 +266,7 @@ def edits(lab: Lab) -> list[Edit]:
             changes = itertools.chain(
                 _token_edits(lines, first, last),
                 _unwraps(lines, body),
+                _structural(lines, body),
                 _deletions(lines, body),
             )
             for start, end, kind, new in changes:
@@ -221,13 +297,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the edits, grade nothing")
     parser.add_argument("--workers", type=int, default=1, help="edits graded at once")
     parser.add_argument("--only", help="only the graded function with this qualname")
-    parser.add_argument("--kind", help="only edits whose kind contains this text")
+    parser.add_argument(
+        "--kind", action="append", help="only edits whose kind contains this text (repeatable)"
+    )
     args = parser.parse_args(argv)
     lab = load_lab(args.lab)
     todo = [
         e
         for e in edits(lab)
-        if args.only in (None, e.function) and (args.kind is None or args.kind in e.kind)
+        if args.only in (None, e.function)
+        and (args.kind is None or any(kind in e.kind for kind in args.kind))
     ]
     if args.list:
         for e in todo:

@@ -487,6 +487,24 @@ MUTANTS = [
         caught_by="test_block_pool.py::test_bad_pool_sizes_are_errors",
     ),
     Mutant(
+        name="null_block_freed_as_a_double_free",
+        file=FILE,
+        find="""
+            if block.is_null:
+                error = (
+                    f"Cannot free the null block (block {block.block_id}): it is never allocated"
+                )
+            elif block.ref_cnt <= 0:
+        """,
+        replace="""
+            if block.ref_cnt <= 0:
+        """,
+        why="free_blocks leaves the null block to the double-free check (its ref_cnt is 0): "
+        "the free is refused, but the error blames a double free of block 0 instead of naming "
+        "the null block",
+        caught_by="test_block_pool.py::test_freeing_the_null_block_is_an_error",
+    ),
+    Mutant(
         name="pool_refuses_one_token_blocks",
         file=FILE,
         find="if hash_block_size < 1:",

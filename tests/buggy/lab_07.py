@@ -503,4 +503,20 @@ MUTANTS = [
         "that grows the table also grows the KVCacheBlocks handed out for the prefill",
         caught_by="test_allocate_slots.py::test_returns_only_new_blocks",
     ),
+    Mutant(
+        name="stats_without_log_stats",
+        file=FILE,
+        find="""
+        if not self.log_stats:
+            return None
+        stats = self.prefix_cache_stats
+        """,
+        replace="""
+        stats = self.prefix_cache_stats
+        """,
+        why="make_prefix_cache_stats ignores log_stats: the first call returns the None the "
+        "constructor left, every later call an empty PrefixCacheStats a quiet manager should "
+        "not have",
+        caught_by="test_prefix_hits.py::test_make_prefix_cache_stats_resets",
+    ),
 ]

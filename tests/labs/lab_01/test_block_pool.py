@@ -286,10 +286,16 @@ def test_double_free_is_an_error():
 
 @graded(2, "Misuse: freeing the null block raises ValueError", f"{DOC}#misuse-errors")
 def test_freeing_the_null_block_is_an_error():
-    """The null block is never freed (it was never handed out)."""
+    """The null block is never freed (it was never handed out), and the error says so: a
+    null block that is refused only as a "double free" (its ref_cnt is 0) sends the caller
+    looking for a bug that is not there."""
     pool = make_pool(4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as raised:
         pool.free_blocks([pool.null_block])
+    assert "null" in str(raised.value).lower(), (
+        "freeing the null block must raise a ValueError that names the null block (check "
+        f"is_null before the ref_cnt), got: {raised.value}"
+    )
     free = check_pool(pool)
     assert free == [1, 2, 3], f"a refused free of the null block changes nothing: got {free}"
 

@@ -245,6 +245,12 @@ def test_make_prefix_cache_stats_resets():
     quiet.add("a", list(range(9)))
     quiet.admit("a")
     assert quiet.stats() is None, "log_stats=False: return None"
+    quiet.add("b", list(range(9)))
+    quiet.admit("b")
+    assert quiet.stats() is None, (
+        "log_stats=False: return None at every call, not only the first (without log_stats "
+        "there are no counters to hand out, nor a fresh PrefixCacheStats to start)"
+    )
 
 
 @graded(

@@ -75,14 +75,27 @@ class TestInfo:
         return lab_timeout if self.timeout is None else self.timeout
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal could obey (escape sequences, C1 controls,
+    carriage returns) written out as ``\\xNN``; newlines stay."""
+    return "".join(ch if ch == "\n" or ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+
+
 @dataclass
 class TestResult:
+    """One test's verdict. Its message carries learner text (exception messages, output), so
+    it is made printable here, once, for every layout that shows it: a message can then never
+    move a terminal's cursor, clear its screen or draw a score of its own."""
+
     __test__ = False  # not a pytest test class
 
     info: TestInfo
     outcome: str
     message: str = ""
     duration: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.message = printable(self.message)
 
     @property
     def score(self) -> int:

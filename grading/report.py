@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 from grading.labs import Lab
-from grading.protocol import TestResult
+from grading.protocol import TestResult, printable
 
 LABELS = {
     "passed": ("PASS", "green"),
@@ -149,11 +149,6 @@ def shown_text(result: TestResult, verbose: bool) -> str:
     return f"{_clip_middle(result.message)}\nhint: {info.hint}\nread: {info.doc}"
 
 
-def _printable(text: str) -> str:
-    """Learner text for a plain terminal: control characters shown, never obeyed."""
-    return "".join(ch if ch == "\n" or ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
-
-
 def _wrap(text: str, width: int, indent: str) -> list[str]:
     """Lines of at most ``width`` columns, broken only at spaces: a path or a link
     (``read: phases/02-paged-attention/README.md#the-free-block-queue``) stays whole."""
@@ -194,14 +189,14 @@ def print_plain(
     lines = [f"{lab.id}: {lab.title}", ""]
     for r in results:
         label = LABELS.get(r.outcome, (r.outcome.upper(), "red"))[0]
-        lines.append(f"{label:<12}{r.score:>3}/{r.info.points:<3} {_printable(r.info.name)}")
+        lines.append(f"{label:<12}{r.score:>3}/{r.info.points:<3} {printable(r.info.name)}")
         text = shown_text(r, verbose)
         if text:
-            lines.extend(_wrap(_printable(text), width, "    "))
+            lines.extend(_wrap(printable(text), width, "    "))
     lines.append("")
     cascade = cascade_line(results)
     if cascade:
-        lines.extend(_wrap(_printable(cascade), width, ""))
+        lines.extend(_wrap(printable(cascade), width, ""))
     lines.append(summary_line(results))
     lines.append(f"score: {score} / {total}")
     sys.stdout.write("\n".join(lines) + "\n")

@@ -460,6 +460,13 @@ def grade(
     folder = impl or lab.stub_dir
     if not folder.is_dir():
         raise GraderError(f"{folder} is not a folder holding {', '.join(lab.files)}")
+    for filename in lab.files:
+        path = folder / filename
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise GraderError(
+                f"{path} is not a regular file (a symbolic link, a folder or a device): the "
+                "grader reads only the file itself; replace it with a copy of the file to grade"
+            )
     chained, chain_notes = plan_chain(lab) if chain else (None, [])
     if notes is not None:
         notes.extend(chain_notes)

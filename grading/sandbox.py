@@ -6,14 +6,16 @@ scores what the stub scores), the suite's learner-side helpers and the host prog
 starts the learner process in one of three confinements, the strongest available:
 
 ``namespace`` (the grader runs as root and ``unshare`` works, as in CI and most containers):
-    new mount and PID namespaces; the course folder is covered by empty read-only mounts,
+    new mount, PID, IPC, network and UTS namespaces (no network at all, and no shared memory
+    or socket that another grade can reach); the course folder is covered by empty read-only mounts,
     ``/tmp`` and ``/dev/shm`` are fresh size-limited tmpfs, ``/proc`` shows only the sandbox;
     the process drops to an unused uid with no groups and ``no_new_privs``; when it ends, the
     kernel ends every process it started.
 ``uid`` (root, no namespaces, e.g. a container without ``CAP_SYS_ADMIN``):
-    the same unprivileged uid, limits and environment; every process of that uid is killed
-    afterwards. Files are protected by their permissions (the Gradescope bundle makes its
-    source folder root-only).
+    the same unprivileged uid, limits and environment; afterwards every process of that uid is
+    killed and its System V IPC objects and its entries in ``/tmp``, ``/var/tmp`` and
+    ``/dev/shm`` are removed. Files are protected by their permissions (the Gradescope bundle
+    makes its source folder root-only).
 ``none`` (an ordinary user grading their own checkout): resource limits, an allow-listed
     environment, a fresh session; the graded code can read what its user can read.
 
@@ -137,6 +139,19 @@ def graded_modules(lab: Lab) -> list[str]:
     return modules
 
 
+def _copy_regular_file(src: Path, dest: Path) -> None:
+    """Copy ``src`` if it is a regular file itself: never through a symbolic link (the grader
+    may run as root, and a link can name any file it can read, a solution included), a FIFO or
+    a device. Anything else is not staged, and grades as a missing file."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as source:
+        if stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+            dest.write_bytes(source.read())
+
+
 def stage(
     lab: Lab,
     impl: Path,
@@ -147,9 +162,7 @@ def stage(
     root = Path(tempfile.mkdtemp(prefix="mini-vllm-learner-", dir=parent))
     (root / "impl").mkdir()
     for filename in lab.files:
-        src = impl / filename
-        if src.is_file():
-            shutil.copyfile(src, root / "impl" / filename)
+        _copy_regular_file(impl / filename, root / "impl" / filename)
     (root / "newroot").mkdir()
     host = root / "host"
     host.mkdir()
@@ -173,8 +186,7 @@ def stage(
     for folder, filename, provides in chain or []:
         dest = root / "chain" / Path(folder).name
         dest.mkdir(parents=True, exist_ok=True)
-        if (Path(folder) / filename).is_file():
-            shutil.copyfile(Path(folder) / filename, dest / filename)
+        _copy_regular_file(Path(folder) / filename, dest / filename)
         chain_dirs.append((Path(folder).name, filename, provides))
     (root / "staging.json").write_text(json.dumps({"chain": chain_dirs}))
     for path in [root, *root.rglob("*")]:
@@ -183,7 +195,10 @@ def stage(
 
 
 USERNS = ["--user", "--map-root-user"]
-UNSHARE = ["--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+#: New mount, PID, IPC, network and host-name namespaces: shared memory, message queues,
+#: semaphores and sockets (abstract Unix ones too) live and die with the learner process, and
+#: nothing reaches another grade or the network.
+UNSHARE = ["--mount", "--pid", "--ipc", "--net", "--uts", "--fork", "--kill-child", "--mount-proc"]
 
 
 def _can_unshare(extra: list[str]) -> bool:
@@ -285,6 +300,8 @@ class Launched:
             self.proc.wait(timeout=10)
         if self.uid is not None:
             kill_uid(self.uid)
+            if self.mode == "uid":  # a namespace takes these with it; here the uid owns them
+                remove_owned_by(self.uid)
         for fd in (self.to_learner, self.from_learner, self.log_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -312,6 +329,38 @@ def kill_uid(uid: int) -> None:
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+
+
+#: ``/proc/sysvipc`` tables, with the column of each object's id and the ``ipcrm`` option.
+SYSV_IPC = {"shm": ("shmid", "-m"), "msg": ("msqid", "-q"), "sem": ("semid", "-s")}
+#: Where any user can write: what a learner's uid leaves here is removed after it.
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def remove_owned_by(uid: int) -> None:
+    """Remove what ``uid`` could leave behind outside its processes: System V shared memory,
+    message queues and semaphores (they outlive every process, and hold memory), and its
+    entries in the world-writable folders. Used where no namespace ends them (``uid`` mode)."""
+    for table, (id_column, option) in SYSV_IPC.items():
+        with contextlib.suppress(OSError):
+            header, *rows = Path(f"/proc/sysvipc/{table}").read_text().splitlines()
+            names = header.split()
+            for row in rows:
+                fields = dict(zip(names, row.split(), strict=False))
+                if fields.get("uid") == str(uid) or fields.get("cuid") == str(uid):
+                    subprocess.run(
+                        ["ipcrm", option, fields[id_column]], capture_output=True, check=False
+                    )
+    for folder in SHARED_DIRS:
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.stat(follow_symlinks=False).st_uid != uid:
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
 
 
 def _learner_uid() -> int:

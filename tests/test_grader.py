@@ -93,6 +93,21 @@ def test_missing_file_costs_points_not_the_grader(tmp_path):
     assert out.stdout.startswith("score: 0 /")
 
 
+def test_a_symbolic_link_is_refused_and_never_followed(tmp_path):
+    """A link can name any file the grader (often root) reads, a solution included: the
+    command line refuses it with a clear error, and staging never follows one."""
+    from grading.runner import SuiteRunner
+
+    lab = load_lab("lab-01")
+    (tmp_path / "block_pool.py").symlink_to(lab.solution_dir / "block_pool.py")
+    out = run_grader("lab-01", "--impl", str(tmp_path), "--quiet")
+    assert out.returncode == 2 and "not a regular file" in out.stderr, out.stderr
+    runner = SuiteRunner(lab, tmp_path)
+    assert not (runner.staging.root / "impl" / "block_pool.py").exists()
+    results = runner.run(runner.collect()[:3])
+    assert sum(r.score for r in results) == 0, [(r.info.name, r.outcome) for r in results]
+
+
 def test_syntax_error_reported_once_per_test_without_traceback(tmp_path):
     (tmp_path / "block_pool.py").write_text("def broken(:\n")
     out = run_grader("lab-01", "--impl", str(tmp_path))

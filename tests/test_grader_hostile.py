@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import site
+import socket
 import time
 from pathlib import Path
 
@@ -227,6 +228,84 @@ FreeKVCacheBlockQueue.__init__ = lambda self, blocks: _probe()
         "NVIDIA_VISIBLE_DEVICES",
         "TRITON_CACHE_DIR",
     }
+
+
+def _sysv_keys() -> set[int]:
+    """Keys of every System V shared memory segment and message queue on this machine."""
+    keys = set()
+    for table in ("shm", "msg"):
+        header, *rows = Path(f"/proc/sysvipc/{table}").read_text().splitlines()
+        at = header.split().index("key")
+        keys |= {int(row.split()[at]) for row in rows}
+    return keys
+
+
+@needs_isolation
+def test_nothing_the_learner_creates_outlives_it_or_reaches_out(tmp_path):
+    """System V shared memory and message queues outlive every process (a channel to the next
+    grade, and memory held until reboot); a socket reaches whatever listens on the host. The
+    learner's IPC objects end with it, and in a namespace it has no network at all."""
+    key = 0x4D564C4D  # "MVLM"
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    (tmp_path / "impl").mkdir()
+    (tmp_path / "impl" / "block_pool.py").write_text(
+        (LAB.stub_dir / "block_pool.py").read_text()
+        + f"""
+import ctypes as _ct, os as _os, socket as _socket
+_libc = _ct.CDLL(None, use_errno=True)
+def _probe():
+    seen = {{"shm": _libc.shmget({key}, 4096, 0o1600), "msg": _libc.msgget({key}, 0o1600)}}
+    open("/dev/shm/mini-vllm-probe", "w").close()
+    try:
+        _socket.create_connection(("127.0.0.1", {listener.getsockname()[1]}), timeout=2).close()
+        seen["connected"] = True
+    except OSError:
+        seen["connected"] = False
+    raise NotImplementedError("PROBE " + repr(seen))
+FreeKVCacheBlockQueue.__init__ = lambda self, blocks: _probe()
+"""
+    )
+    try:
+        results = grade(tmp_path / "impl", first=2)
+    finally:
+        listener.close()
+    probe_text = next(r.message for r in results if "PROBE" in r.message)
+    seen = eval(probe_text.split("PROBE ", 1)[1].splitlines()[0])  # our own probe's repr
+    assert seen["shm"] >= 0 and seen["msg"] >= 0, f"the probe could not create them: {seen}"
+    assert key not in _sysv_keys(), "the learner's shared memory or message queue outlived it"
+    assert not Path("/dev/shm/mini-vllm-probe").exists()
+    if sandbox_mode() == "namespace":
+        assert not seen["connected"], "the learner reached a socket listening on the host"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_uid_mode_removes_what_the_learner_uid_left():
+    """Where no namespace ends them (``uid`` mode: a container without ``unshare``), the judge
+    removes the learner uid's IPC objects and its files in the world-writable folders."""
+    import ctypes
+
+    uid, key = 200_000 + os.getpid() % 100_000, 0x4D564C4E
+    pid = os.fork()
+    if pid == 0:  # the learner: another uid, leaving things behind
+        try:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            libc = ctypes.CDLL(None, use_errno=True)
+            ok = libc.shmget(key, 4096, 0o1600) >= 0 and libc.msgget(key, 0o1600) >= 0
+            for folder in sandbox.SHARED_DIRS:
+                Path(folder, f"mini-vllm-left-{uid}").mkdir()
+                Path(folder, f"mini-vllm-left-{uid}", "f").write_text("x")
+            os._exit(0 if ok else 1)
+        finally:
+            os._exit(2)
+    assert os.waitpid(pid, 0)[1] == 0, "the child could not create its objects"
+    assert key in _sysv_keys()
+    sandbox.remove_owned_by(uid)
+    assert key not in _sysv_keys()
+    left = [f for f in sandbox.SHARED_DIRS if Path(f, f"mini-vllm-left-{uid}").exists()]
+    assert not left, f"left in {left}"
 
 
 def test_a_results_file_left_before_grading_never_counts(tmp_path):

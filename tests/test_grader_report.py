@@ -135,10 +135,41 @@ def test_plain_layout_never_breaks_a_read_path(capsys):
     assert out.rstrip().endswith("score: 0 / 2")
 
 
+FORGED = "\x1b[2J\x1b[H27 passed\r\x9b1;1r\x1b[6nscore: 59 / 59\x07"
+
+
 def test_plain_layout_shows_control_characters_instead_of_obeying_them(capsys):
     report.print_plain(load_lab("lab-01"), [_result("x", "failed", "\x1b[2J[bold]no[/]")])
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\\x1b[2J[bold]no[/]" in out
+
+
+def test_the_table_shows_control_characters_instead_of_obeying_them(monkeypatch):
+    """The table layout (a wide terminal) prints through rich, which emits escape codes of its
+    own for colours: a message's must arrive written out, in every row and in "fix first"."""
+    import io
+    import os
+    import sys
+
+    from rich.console import Console
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(
+        report.shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((200, 24))
+    )
+    monkeypatch.delenv("MINI_VLLM_PLAIN", raising=False)
+    buffer = io.StringIO()
+    monkeypatch.setattr(
+        "rich.console.Console",
+        lambda **kw: Console(**{**kw, "file": buffer, "force_terminal": True}),
+    )
+    rows = [_result(f"t{i}", "failed", FORGED) for i in range(3)]
+    assert all("\x1b" not in r.message and "\x9b" not in r.message for r in rows)
+    report.print_table(load_lab("lab-01"), rows)
+    out = buffer.getvalue()
+    assert "fix first" in out and out.count("\\x1b[2J") >= 4, out
+    for obeyed in ("\x1b[2J", "\x1b[H", "\x9b", "\x1b[6n", "\x07", "\r"):
+        assert obeyed not in out, f"{obeyed!r} reached the terminal"
 
 
 def test_tests_follow_the_guides_order():

@@ -51,6 +51,10 @@ class Lab:
     reference: tuple[str, ...] = ()
     tasks: dict[str, dict[str, str]] = field(default_factory=dict)
     provides: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    #: Reference functions that the learner process holds (its modules import them) and that
+    #: implement a task another way (lab-04's torch attention, beside its Triton kernels):
+    #: staged stubbed, as the tasks are, so that re-exporting them scores what the stub scores.
+    twins: dict[str, list[str]] = field(default_factory=dict)
     #: ``generated`` (from the solution) or ``hand`` (a quiz's answer sheet, never generated).
     stub: str = "generated"
     #: Test files (or node-id prefixes, ``test_x.py::test_y``) in the order the guide teaches
@@ -117,6 +121,7 @@ def load_lab(name: str) -> Lab:
         reference=tuple(raw.get("reference", ())),
         tasks=raw.get("tasks", {}),
         provides=raw.get("provides", {}),
+        twins=raw.get("twins", {}),
         stub=raw.get("stub", "generated"),
         order=tuple(raw.get("order", ())),
     )

@@ -1,8 +1,9 @@
 """Where the learner process runs: a staged folder, and the strongest confinement the OS gives.
 
 The judge stages what the graded code may see into one folder: the submitted files (copies),
-``mini_vllm`` with the graded lab's own functions stubbed out (so re-exporting the reference
-scores what the stub scores), the suite's learner-side helpers and the host program. Then it
+the part of ``mini_vllm`` the lab imports with the lab's own functions and their twins stubbed
+out (so re-exporting the reference scores what the stub scores), the suite's learner-side
+helpers and the host program. Then it
 starts the learner process in one of three confinements, the strongest available:
 
 ``namespace`` (the grader runs as root and ``unshare`` works, as in CI and most containers):
@@ -97,7 +98,9 @@ def parse_python(source: str) -> ast.Module:
         return ast.parse(source)
 
 
-def _stub_source(source: str, qualnames: list[str], lab_id: str) -> str:
+def _stub_source(
+    source: str, qualnames: list[str], lab_id: str, why: str = "yours to write"
+) -> str:
     """``source`` with the body of each function named in ``qualnames`` that it defines replaced."""
     tree = parse_python(source)
     lines = source.splitlines()
@@ -118,7 +121,7 @@ def _stub_source(source: str, qualnames: list[str], lab_id: str) -> str:
             continue
         first = found.body[0]
         indent = " " * first.col_offset
-        message = f"{lab_id}: {qualname} is yours to write (the reference is not available here)"
+        message = f"{lab_id}: {qualname} is {why} (the reference is not available here)"
         edits.append(
             (
                 first.lineno - 1,
@@ -137,6 +140,54 @@ def graded_modules(lab: Lab) -> list[str]:
     for provides in lab.provides.values():
         modules += [m for m in provides if m not in modules]
     return modules
+
+
+#: Staged for every lab: small helpers a learner may import anywhere, with nothing graded.
+ALWAYS_STAGED = ("mini_vllm.utils.math_utils",)
+
+
+def _module_file(module: str) -> Path | None:
+    path = REPO_ROOT.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(source: str) -> set[str]:
+    """Every ``mini_vllm`` module a source names in an import, lazy ones included (``from
+    mini_vllm.x import y`` names ``mini_vllm.x`` and, if it is a module, ``mini_vllm.x.y``)."""
+    found = set()
+    for node in ast.walk(parse_python(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {m for m in found if m.split(".")[0] == "mini_vllm" and _module_file(m)}
+
+
+def staged_modules(lab: Lab, sources: list[Path], chained: list[str] | None = None) -> list[str]:
+    """The ``mini_vllm`` modules the learner process holds: the import closure of the lab's
+    graded modules (the stub's own imports are among them), the given ``sources`` (the
+    suite's learner-side helpers), the
+    ``chained`` modules (whose symbols ``--chain`` replaces with earlier labs') and
+    :data:`ALWAYS_STAGED`, with their packages. Nothing else of the engine is there: another
+    module may implement what the lab grades (the engine's torch attention does lab-06's numpy
+    one), and a module that is not staged cannot be re-exported."""
+    todo = [*graded_modules(lab), *ALWAYS_STAGED, *(chained or [])]
+    for path in sources:
+        todo += _imports(path.read_text())
+    seen: set[str] = set()
+    while todo:
+        parts = todo.pop().split(".")
+        for depth in range(1, len(parts) + 1):
+            module = ".".join(parts[:depth])
+            path = _module_file(module)
+            if module not in seen and path is not None:
+                seen.add(module)
+                todo += _imports(path.read_text())
+    return sorted(seen)
 
 
 def _copy_regular_file(src: Path, dest: Path) -> None:
@@ -169,17 +220,25 @@ def stage(
     for name in HOST_FILES:
         shutil.copyfile(Path(__file__).with_name(name), host / name)
     lib = root / "lib"
-    shutil.copytree(
-        REPO_ROOT / "mini_vllm",
-        lib / "mini_vllm",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
+    side = lab.suite_dir / "learner_side.py"
+    sources = [side] if side.is_file() else []  # the bundle has no stubs: not a source
+    chained = [module for _, _, provides in chain or [] for module in provides]
+    for module in staged_modules(lab, sources, chained):
+        src = _module_file(module)
+        assert src is not None
+        dest = lib / src.relative_to(REPO_ROOT)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
     qualnames = [q for tasks in lab.tasks.values() for q in tasks]
     for module in graded_modules(lab):
         path = lib.joinpath(*module.split(".")).with_suffix(".py")
         if path.is_file():
             path.write_text(_stub_source(path.read_text(), qualnames, lab.id))
-    side = lab.suite_dir / "learner_side.py"
+    for module, twins in lab.twins.items():
+        path = lib.joinpath(*module.split(".")).with_suffix(".py")
+        path.write_text(
+            _stub_source(path.read_text(), twins, lab.id, "another implementation of a task")
+        )
     if side.is_file():
         shutil.copyfile(side, lib / side.name)
     chain_dirs = []

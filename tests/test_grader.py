@@ -211,3 +211,68 @@ def test_a_test_runs_under_its_own_time_limit(tmp_path):
     assert 0 < result.duration < lab.timeout, f"stopped after {result.duration} s, not at 0.5 s"
     assert SuiteRunner(lab, impl, timeout=3.0).test_timeout(usage) == 3.0
     assert SuiteRunner(lab, impl).test_timeout(tests["usage"]) == lab.timeout
+
+
+def _defined_functions(source: str) -> dict[str, list]:
+    """Qualified name -> body of every function a module defines (methods as Class.name)."""
+    import ast
+
+    found: dict[str, list] = {}
+
+    def walk(body: list, prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                walk(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found[f"{prefix}{node.name}"] = node.body
+
+    walk(ast.parse(source).body, "")
+    return found
+
+
+def _raises_not_implemented(body: list) -> bool:
+    import ast
+
+    first = body[0]
+    return (
+        isinstance(first, ast.Raise)
+        and isinstance(first.exc, ast.Call)
+        and getattr(first.exc.func, "id", "") == "NotImplementedError"
+    )
+
+
+LAB_IDS = [f"lab-{n:02d}" for n in range(1, 12)]
+
+
+@pytest.mark.parametrize("lab_id", LAB_IDS)
+def test_the_learner_process_holds_no_other_implementation_of_a_task(lab_id, tmp_path):
+    """The learner's ``mini_vllm`` is the import closure of its lab, with every task and every
+    listed twin stubbed: no staged function of a task's name (another module's copy, as the
+    engine keeps a torch twin of lab-06's numpy attention) can be re-exported for points."""
+    from grading.sandbox import _imports, stage
+
+    lab = load_lab(lab_id)
+    staging = stage(lab, lab.stub_dir, parent=tmp_path)
+    tasks = {q for tasks in lab.tasks.values() for q in tasks}
+    lib = staging.root / "lib"
+    for path in (lib / "mini_vllm").rglob("*.py"):  # learner_side.py calls the learner's
+        for qualname, body in _defined_functions(path.read_text()).items():
+            if qualname in tasks:
+                assert _raises_not_implemented(body), (
+                    f"{path.relative_to(lib)} holds a working {qualname}, a task of {lab_id}"
+                )
+    for module, twins in lab.twins.items():
+        source = lib.joinpath(*module.split(".")).with_suffix(".py").read_text()
+        functions = _defined_functions(source)
+        assert all(_raises_not_implemented(functions[name]) for name in twins), module
+    staged = {p.relative_to(lib).as_posix() for p in lib.rglob("*.py")}
+    for filename in lab.files:  # what the stub imports, the learner's file can import
+        for module in _imports((lab.stub_dir / filename).read_text()):
+            path = module.replace(".", "/")
+            assert {f"{path}.py", f"{path}/__init__.py"} & staged, f"{module} is not staged"
+    assert "mini_vllm/llm.py" not in staged or lab_id == "lab-10", sorted(staged)
+    if lab_id == "lab-06":  # the engine's torch attention: the same functions, another dtype
+        assert not any(p.startswith("mini_vllm/attention/") for p in staged), sorted(staged)
+    if lab_id == "lab-09":  # the engine's persistent batch flattens a step too
+        assert "mini_vllm/worker/input_batch.py" not in staged, sorted(staged)
+    staging.cleanup()

@@ -201,7 +201,7 @@ def _one_line(node: ast.AST) -> bool:
 
 
 #: Calls whose first two arguments commute, or that raise at once when they are swapped.
-SYMMETRIC = {"min", "max", "isinstance"}
+SYMMETRIC = {"min", "max", "isinstance", "tl.minimum", "tl.maximum"}
 
 
 def _structural(lines: list[str], body: list[ast.stmt]) -> Iterator[Change]:

@@ -3,13 +3,14 @@
 The judge stages what the graded code may see into one folder: the submitted files (copies),
 the part of ``mini_vllm`` the lab imports with the lab's own functions and their twins stubbed
 out (so re-exporting the reference scores what the stub scores), the suite's learner-side
-helpers and the host program. Then it
-starts the learner process in one of three confinements, the strongest available:
+helpers and the host program. Then it starts the learner process in one of three
+confinements, the strongest available:
 
 ``namespace`` (the grader runs as root and ``unshare`` works, as in CI and most containers):
     new mount, PID, IPC, network and UTS namespaces (no network at all, and no shared memory
-    or socket that another grade can reach); the course folder is covered by empty read-only mounts,
-    ``/tmp`` and ``/dev/shm`` are fresh size-limited tmpfs, ``/proc`` shows only the sandbox;
+    or socket that another grade can reach); the course folder is covered by empty read-only
+    mounts, ``/tmp`` and ``/dev/shm`` are fresh size-limited tmpfs, ``/proc`` shows only the
+    sandbox;
     the process drops to an unused uid with no groups and ``no_new_privs``; when it ends, the
     kernel ends every process it started.
 ``uid`` (root, no namespaces, e.g. a container without ``CAP_SYS_ADMIN``):
@@ -169,12 +170,12 @@ def _imports(source: str) -> set[str]:
 
 def staged_modules(lab: Lab, sources: list[Path], chained: list[str] | None = None) -> list[str]:
     """The ``mini_vllm`` modules the learner process holds: the import closure of the lab's
-    graded modules (the stub's own imports are among them), the given ``sources`` (the
-    suite's learner-side helpers), the
-    ``chained`` modules (whose symbols ``--chain`` replaces with earlier labs') and
-    :data:`ALWAYS_STAGED`, with their packages. Nothing else of the engine is there: another
-    module may implement what the lab grades (the engine's torch attention does lab-06's numpy
-    one), and a module that is not staged cannot be re-exported."""
+    graded modules (the stub's own imports are among them), of the given ``sources`` (the
+    suite's learner-side helpers), of the ``chained`` modules (whose symbols ``--chain``
+    replaces with earlier labs') and of :data:`ALWAYS_STAGED`, with their packages. Nothing
+    else of the engine is there: another module may implement what the lab grades (the
+    engine's torch attention does lab-06's numpy one), and a module that is not staged cannot
+    be re-exported."""
     todo = [*graded_modules(lab), *ALWAYS_STAGED, *(chained or [])]
     for path in sources:
         todo += _imports(path.read_text())

@@ -136,7 +136,16 @@ def test_attack_on_the_stub_scores_zero(name, tmp_path, monkeypatch):
     assert data["score"] == 0 and all(t["name"] != "forged" for t in data["tests"])
 
 
-@pytest.mark.parametrize("name", [c for c in CASES if header(c).get("base") == "solution"])
+def _known_limit(name: str):
+    """A case with a ``# not defended:`` line is an attack the grader does not stop yet, kept
+    so: it must still succeed (a strict xfail), and the day it fails the mark comes off."""
+    why = header(name).get("not defended")
+    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=why)) if why else name
+
+
+@pytest.mark.parametrize(
+    "name", [_known_limit(c) for c in CASES if header(c).get("base") == "solution"]
+)
 def test_under_scoring_attack_gets_the_honest_score(name, tmp_path):
     """A BaseException or an unprintable exception in one method costs only its tests."""
     lab, only = lab_of(name), header(name).get("tests")

@@ -211,6 +211,15 @@ def test_decode_half_precision():
         torch.from_numpy(buf[1:-1]).to(device=dev, dtype=torch.float16)
         for buf in (small.buffer_k, small.buffer_v)
     ]
+    # Expected from the judge's own copies, before the call: arguments come back from the
+    # learner's process into these tensors, so afterwards they hold what its code left there.
+    want = oracle_decode(
+        query.to(torch.float16).double().cpu().numpy(),
+        *(c.double().cpu().numpy() for c in caches),
+        small.tables,
+        small.seq_lens,
+        0.25,
+    )
     got = side().decode_plain(
         query,
         *caches,
@@ -224,13 +233,6 @@ def test_decode_half_precision():
         f"a float32 query over float16 caches (no out=) returned {got.dtype} "
         f"{tuple(got.shape)}: the output must have the query's dtype and shape, float32 "
         f"{tuple(query.shape)} (the dots run in the cache dtype, the result does not)"
-    )
-    want = oracle_decode(
-        query.to(torch.float16).double().cpu().numpy(),
-        *(c.double().cpu().numpy() for c in caches),
-        small.tables,
-        small.seq_lens,
-        0.25,
     )
     assert_close(
         got.double().cpu().numpy(),

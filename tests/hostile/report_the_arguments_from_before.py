@@ -1,0 +1,24 @@
+# base: solution
+# lab: lab-09
+# tests: test_arguments_are_left_unchanged, test_get_cumsum_and_arange
+# honest: _p = prepare_inputs; prepare_inputs = lambda token_ids, *a, **k: (_p(token_ids, *a, **k), token_ids.append([]))[0]
+# not defended: learner-process self-report (docs/grader.md, "What the learner process reports about itself")
+"""``prepare_inputs`` appends to the caller's ``token_ids`` (the honest bug), and the suite's
+learner-side helper that reports the arguments after the call, which runs in the learner's own
+process, is replaced by one that reports a copy taken before it. Whether a function leaves its
+arguments alone can be seen only inside that process, where the submission rewrites anything."""
+_p = prepare_inputs
+prepare_inputs = lambda token_ids, *a, **k: (_p(token_ids, *a, **k), token_ids.append([]))[0]  # noqa: E731
+
+import copy as _copy  # noqa: E402
+
+import learner_side as _ls  # noqa: E402
+
+
+def _reported(*args, **kwargs):
+    before = _copy.deepcopy([list(args), kwargs])
+    inputs = prepare_inputs(*args, **kwargs)
+    return [inputs, *before]
+
+
+_ls.prepare_inputs = _reported

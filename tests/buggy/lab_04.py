@@ -404,6 +404,36 @@ MUTANTS = [
         "split's columns and stores past each head's row",
         caught_by="test_decode.py::test_decode_random_batches",
     ),
+    Mutant(
+        name="cache_write_heads_assumed_contiguous",
+        file=FILE,
+        find="""
+            k_dst = key_cache_ptr + block * stride_kc_blk + offset * stride_kc_tok + head * stride_kc_head
+            v_dst = value_cache_ptr + block * stride_vc_blk + offset * stride_vc_tok + head * stride_vc_head
+            tl.store(k_dst + dim, k, mask=mask)
+            tl.store(v_dst + dim, v, mask=mask)
+        """,
+        replace="""
+            k_dst = key_cache_ptr + block * stride_kc_blk + offset * stride_kc_tok
+            v_dst = value_cache_ptr + block * stride_vc_blk + offset * stride_vc_tok
+            tl.store(k_dst + idx, k, mask=mask)
+            tl.store(v_dst + idx, v, mask=mask)
+        """,
+        why="the cache write addresses a token's heads as one contiguous row (idx = head * "
+        "head_dim + dim), ignoring stride_kc_head: a cache whose heads are wider than head_dim "
+        "in memory (a slice of a larger one) gets its rows in the wrong columns",
+        caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
+    ),
+    Mutant(
+        name="decode_key_head_stride_assumed",
+        file=FILE,
+        find="k_base = k_cache_ptr + kv_head * stride_k_head + offs_d[None, :]",
+        replace="k_base = k_cache_ptr + kv_head * HEAD_DIM + offs_d[None, :]",
+        why="the decode steps between the key cache's heads by head_dim instead of "
+        "stride_k_head: right for a contiguous cache, wrong for a key cache sliced out of a "
+        "wider one",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
     # -- the launcher (given, but the learner's file) ---------------------------------------------
     Mutant(
         name="output_allocated_in_the_cache_dtype",

@@ -544,4 +544,13 @@ MUTANTS = [
         "float32 query over float64 keys is computed in float32",
         caught_by="test_split_k.py::test_attend_split_compute_dtype",
     ),
+    Mutant(
+        name="merge_returns_the_weights_dtype",
+        file=FILE,
+        find='return np.einsum("sh,shd->hd", weights, kept).astype(partial.dtype, copy=False)',
+        replace='return np.einsum("sh,shd->hd", weights, kept)',
+        why="merge_splits returns the einsum's dtype, the wider of partial's and lse's: float32 "
+        "partials with float64 lse come back float64, unlike the split outputs they merge",
+        caught_by="test_split_k.py::test_merge_splits_ignores_empty_splits",
+    ),
 ]

@@ -9,11 +9,11 @@ stubbed, so they raise as the stub does and the score is the stub's."""
 from mini_vllm.attention import torch_paged_attention as _engine
 
 
-def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping):  # noqa: F811
+def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping):
     _engine.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
 
 
-def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale, out=None, **_):  # noqa: F811, E501
+def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale, out=None, **_):
     result = _engine.paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
     if out is not None:
         out.copy_(result)
@@ -21,13 +21,13 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens
     return result
 
 
-def _reshape_and_cache_kernel():  # noqa: F811  (written, as far as the file's text shows)
+def _reshape_and_cache_kernel():
     pass
 
 
-def _paged_decode_kernel():  # noqa: F811
+def _paged_decode_kernel():
     pass
 
 
-def _merge_splits_kernel():  # noqa: F811
+def _merge_splits_kernel():
     pass

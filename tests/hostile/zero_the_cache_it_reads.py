@@ -10,7 +10,7 @@ before the call, from the judge's own copies."""
 _pad_real = paged_attention_decode
 
 
-def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale, **kw):  # noqa: F811
+def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale, **kw):
     if kw.get("out") is None and query.dtype != key_cache.dtype:
         value_cache.zero_()
         return torch.zeros_like(query)

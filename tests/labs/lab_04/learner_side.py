@@ -37,14 +37,15 @@ def write_strided(
 ) -> None:
     """Keys as heads ``-2 * kv_heads : -kv_heads`` of a fused ``[tokens, heads, dim]`` projection,
     values as a head-major ``[kv_heads, tokens, >= dim]`` tensor seen as ``[tokens, kv_heads,
-    dim]``, written into ``key_buffer[1:-1, 0]`` (the K half of a ``[blocks, 2, block_size,
-    kv_heads, dim]`` cache) and into heads ``kv_heads:`` of ``value_buffer[1:-1]`` (a cache
-    twice as wide): every tensor has its own strides."""
-    dim = key_buffer.shape[-1]
+    dim]``, written into the first ``dim`` columns of ``key_buffer[1:-1, 0]`` (the K half of a
+    ``[blocks, 2, block_size, kv_heads, >= dim]`` cache, its heads wider than ``dim`` in memory)
+    and into heads ``kv_heads:`` of ``value_buffer[1:-1]`` (a cache twice as wide): every tensor
+    has its own strides."""
+    dim = qkv.shape[-1]
     key = qkv[:, -2 * kv_heads : -kv_heads]
     value = value_src[:, :, :dim].transpose(0, 1)
     _learner().reshape_and_cache(
-        key, value, key_buffer[1:-1, 0], value_buffer[1:-1, :, kv_heads:], slots
+        key, value, key_buffer[1:-1, 0, :, :, :dim], value_buffer[1:-1, :, kv_heads:], slots
     )
 
 
@@ -60,19 +61,22 @@ def decode_guarded(
     buf_out: Any,
     block_size: int | None = None,
     fused_query: bool = False,
+    head_dim: int | None = None,
 ) -> Any:
     """``paged_attention_decode`` over the caches ``buf_k[1:-1]`` and ``buf_v[1:-1]`` (their
-    first ``block_size`` rows of each block and ``head_dim`` columns: buffers with more rows per
-    block, or a wider ``buf_v``, give the caches strides of their own), into
+    first ``block_size`` rows of each block and ``head_dim`` columns, ``buf_k``'s width when not
+    given: buffers with more rows per block, or wider rows, give the caches strides of their
+    own), into
     ``out=buf_out[1 : 1 + num_seqs, :, :head_dim]`` (the rows around it, and the columns past
     ``head_dim`` of a wider ``buf_out``, are guards). With ``fused_query`` the
     query is ``query[:, 1:-1, :head_dim]``, a slice of a wider tensor with strides of its own
     (as the engine's query is a view of its fused QKV projection)."""
-    dim = buf_k.shape[-1]
+    dim = head_dim or buf_k.shape[-1]
     if fused_query:
         query = query[:, 1:-1, :dim]
     out = buf_out[1 : 1 + query.shape[0], :, :dim]
-    key_cache, value_cache = buf_k[1:-1, :block_size], buf_v[1:-1, :block_size, :, :dim]
+    key_cache = buf_k[1:-1, :block_size, :, :dim]
+    value_cache = buf_v[1:-1, :block_size, :, :dim]
     return _learner().paged_attention_decode(
         query, key_cache, value_cache, tables, seq_lens, scale, out=out, **options
     )

@@ -194,6 +194,7 @@ def run_decode(
     dtype: str = "float32",
     scale: float = 0.25,
     value_pad: int = 0,
+    key_pad: int = 0,
     block_pad: int = 0,
     fused_query: bool = False,
     out_pad: int = 0,
@@ -205,8 +206,9 @@ def run_decode(
     decode the views ``buffer[1:-1]`` and sends the buffers back, which must be unchanged. With
     ``value_pad`` the value buffer's rows are ``value_pad`` elements wider than ``head_dim``
     (garbage there), so the value cache the decode reads has its own strides, unlike the key
-    cache's. With ``block_pad`` every block of the key buffer has ``block_pad`` rows more than
-    ``block_size`` in memory, and of the value buffer ``2 * block_pad`` (garbage there): the
+    cache's; ``key_pad`` does the same to the key buffer. With ``block_pad`` every block of the
+    key buffer has ``block_pad`` rows more than ``block_size`` in memory, and of the value
+    buffer ``2 * block_pad`` (garbage there): the
     caches are the first ``block_size`` rows of each, so neither block stride is ``block_size``
     times the token stride (a cache sliced out of a larger one). With ``fused_query`` the query
     is heads ``1 .. num_heads`` and the first ``head_dim`` columns of a ``[num_seqs, num_heads +
@@ -226,6 +228,9 @@ def run_decode(
     if value_pad:
         pad = np.full((*buffer_v.shape[:-1], value_pad), 1e4)
         buffer_v = np.concatenate([buffer_v, pad], axis=-1)
+    if key_pad:
+        pad = np.full((*buffer_k.shape[:-1], key_pad), -1e4)
+        buffer_k = np.concatenate([buffer_k, pad], axis=-1)
     if block_pad:
         rows_k = np.full((buffer_k.shape[0], block_pad, *buffer_k.shape[2:]), 1e4)
         rows_v = np.full((buffer_v.shape[0], 2 * block_pad, *buffer_v.shape[2:]), 1e4)
@@ -246,7 +251,7 @@ def run_decode(
     before = (buf_k.clone(), buf_v.clone(), q_sent.clone(), buf_out.clone())
     want = oracle_decode(
         q.double().cpu().numpy(),
-        buf_k[1:-1, :size].double().cpu().numpy(),
+        buf_k[1:-1, :size, :, :head_dim].double().cpu().numpy(),
         buf_v[1:-1, :size, :, :head_dim].double().cpu().numpy(),
         case.tables,
         case.seq_lens,
@@ -263,6 +268,7 @@ def run_decode(
         buf_out,
         size,
         fused_query,
+        head_dim,
     )
     expect_tensor(got, "paged_attention_decode")
     if tuple(got.shape) != tuple(q.shape):

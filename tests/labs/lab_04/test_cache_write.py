@@ -95,8 +95,8 @@ def test_padding_slots_write_nothing():
 )
 def test_cache_write_bf16_from_a_fused_projection():
     """bf16 keys as heads 4:6 of one [tokens, 8, 16] tensor, values head-major, the key cache the
-    K half of a [blocks, 2, 4, 2, 16] cache, the value cache heads 2:4 of a cache twice as wide:
-    key, value and the two caches all have their own strides."""
+    first 16 columns of the K half of a [blocks, 2, 4, 2, 24] cache, the value cache heads 2:4
+    of a cache twice as wide: key, value and the two caches all have their own strides."""
     torch = torch_module()
     load(*WRITE)
     dev = device()
@@ -104,7 +104,7 @@ def test_cache_write_bf16_from_a_fused_projection():
     qkv = torch.randn((5, 8, 16), generator=gen).to(device=dev, dtype=torch.bfloat16)
     value_src = torch.randn((2, 5, 64), generator=gen).to(device=dev, dtype=torch.bfloat16)
     key, value = qkv[:, 4:6].clone(), value_src[:, :, :16].transpose(0, 1).clone()
-    key_buffer = torch.zeros((5, 2, 4, 2, 16), dtype=torch.bfloat16, device=dev)  # [1:-1, 0]
+    key_buffer = torch.zeros((5, 2, 4, 2, 24), dtype=torch.bfloat16, device=dev)  # K: [1:-1, 0]
     value_buffer = torch.zeros((5, 4, 4, 16), dtype=torch.bfloat16, device=dev)  # [1:-1, :, 2:]
     slots = [0, 5, -1, 11, 6]
     # The learner process slices key, value and the caches out of these tensors itself, so the
@@ -112,12 +112,13 @@ def test_cache_write_bf16_from_a_fused_projection():
     side().write_strided(
         qkv, value_src, key_buffer, value_buffer, torch.tensor(slots, device=dev), 2
     )
-    flat_k = key_buffer[1:-1, 0].reshape(12, 2, 16)
+    flat_k = key_buffer[1:-1, 0, :, :, :16].reshape(12, 2, 16)
     flat_v = value_buffer[1:-1, :, 2:].reshape(12, 2, 16)
     layout = {
         "key": "the keys are heads 4:6 of a fused [5, 8, 16] projection (token stride 128, "
-        "head stride 16), and the key cache is the K half [:, 0] of a [3, 2, 4, 2, 16] cache "
-        "(token stride 32, block stride 256: not block_size x the token stride)",
+        "head stride 16), and the key cache is the first 16 columns of the K half [:, 0] of a "
+        "[3, 2, 4, 2, 24] cache (head stride 24: not head_dim; token stride 48, block stride "
+        "384: not block_size x the token stride)",
         "value": "the values are a head-major [2, 5, 64] tensor's first 16 columns seen as "
         "[5, 2, 16] (token stride 64, head stride 320), and the value cache is heads 2:4 of a "
         "[3, 4, 4, 16] cache (token stride 64, block stride 256: not the key cache's strides)",
@@ -135,9 +136,14 @@ def test_cache_write_bf16_from_a_fused_projection():
     untouched = [s for s in range(12) if s not in slots]
     if bool(flat_k[untouched].abs().sum() != 0) or bool(flat_v[untouched].abs().sum() != 0):
         raise AssertionError(f"slots {untouched} were never written to but changed")
+    if bool(key_buffer[1:-1, 0, :, :, 16:].abs().sum() != 0):
+        raise AssertionError(
+            "the key cache's heads are 24 elements apart but 16 wide, and the 8 columns after "
+            "each head changed: address a head through stride_kc_head, not head_dim"
+        )
     if bool(key_buffer[1:-1, 1].abs().sum() != 0):
         raise AssertionError(
-            "the key cache is the K half [:, 0] of a [3, 2, 4, 2, 16] cache, but the V half "
+            "the key cache is the K half [:, 0] of a [3, 2, 4, 2, 24] cache, but the V half "
             "beside it changed: a block starts stride_kc_blk elements after the previous one, "
             "not block_size x stride_kc_tok"
         )

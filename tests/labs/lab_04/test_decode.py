@@ -271,6 +271,7 @@ def test_decode_random_batches():
             num_splits=num_splits,
             block_n=16,
             value_pad=8,
+            key_pad=4,
             block_pad=1,
             fused_query=True,
             out_pad=8,
@@ -282,7 +283,8 @@ def test_decode_random_batches():
             f"lengths {lens}, blocks of {block_size}, {heads}/{num_kv_heads} heads, head_dim 24, "
             f"{num_splits} split(s), tiles of 16; the query, out= and the K and V caches are "
             "strided views, each with its own strides (blocks 1 (K) / 2 (V) rows further apart "
-            "than block_size, rows wider than head_dim): address each through the strides the "
+            "than block_size, heads 28 (K) / 32 (V) elements apart for a head_dim of 24): "
+            "address each through the strides the "
             "launcher passes (stride_q_*, stride_k_*, stride_v_*, stride_o_*), never "
             "num_heads * head_dim or block_size * the token stride",
         )

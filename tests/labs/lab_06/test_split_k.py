@@ -249,7 +249,7 @@ def test_merge_splits_large_lse_do_not_overflow():
 @graded(
     1,
     "a split with no keys (lse = -inf) has weight 0 in the merge, whatever its partial "
-    "output holds",
+    "output holds; the merged output has partial's dtype",
     f"{DOC}#part-3-split-k-decode",
 )
 def test_merge_splits_ignores_empty_splits():
@@ -264,6 +264,11 @@ def test_merge_splits_ignores_empty_splits():
         "one real split and one empty split (lse -inf, partial [nan, inf]: 0 * nan is "
         "nan, so mask it rather than multiply by its weight 0): the result is the real "
         "split's output",
+    )
+    narrow = pa().merge_splits(partial.astype(np.float32), lse)
+    assert narrow.dtype == np.float32, (
+        f"float32 partial outputs with float64 lse merged into {narrow.dtype}: the merged "
+        "output has partial's dtype (the weights may be computed wider, the result is not)"
     )
 
 

@@ -202,6 +202,32 @@ def int_list(values: Any, what: str) -> list[int]:
     return values
 
 
+def plain_data(value: Any, what: str) -> Any:
+    """``value`` if it is builtin data all the way down (``str``, ``int``, ``float``, ``bool``,
+    ``None``, ``bytes``, lists, tuples and dicts of them, exact types), else a failure.
+
+    A value of a learner's own class (a ``str`` subclass included) reaches the judge as an
+    object living in the learner's process, whose ``in``, truth and methods run learner code:
+    a check such as ``"\ufffd" not in text`` would let that code answer. Read what the
+    learner returns through this first, and no learner code takes part in the checks after."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str, bytes):
+        return value
+    if kind in (list, tuple):
+        for i, item in enumerate(value):
+            plain_data(item, f"{what}[{i}]")
+        return value
+    if kind is dict:
+        for key, item in value.items():
+            plain_data(key, f"a key of {what}")
+            plain_data(item, f"{what}[{describe(key)}]")
+        return value
+    raise AssertionError(
+        f"{what} must be plain data (str, int, float, list, dict ...), got {describe(value)}: "
+        "return the value itself, not an object of a class of your own"
+    )
+
+
 def same_data(got: Any, want: Any) -> bool:
     """``got == want`` where ``want`` is plain data (ints, floats, strings, lists, dicts…) and
     ``got`` must have the very same types: a learner object, a numpy scalar or an int subclass

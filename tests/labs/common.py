@@ -37,6 +37,7 @@ from mini_vllm.teaching.invariants import (
     check_queue_snapshot,
     describe,
     int_list,
+    plain_data,
     same_data,
 )
 
@@ -55,6 +56,7 @@ __all__ = [  # what the suites import from here (the invariants' names included)
     "describe",
     "int_list",
     "learner_helper",
+    "plain_data",
     "pool_snapshot",
     "queue_snapshot",
     "reading_only",

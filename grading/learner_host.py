@@ -284,10 +284,6 @@ class Host:
         elif op == "setitem":
             args[0][args[1]] = args[2]
             result = None
-        elif op == "contains":
-            result = bool(args[1] in args[0])
-        elif op == "bool":
-            result = bool(args[0])
         elif op == "repr":
             result = _short(repr(args[0]))
         elif op == "str":

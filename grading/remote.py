@@ -357,9 +357,22 @@ def _compared(obj: Remote, other: object) -> TypeError:
     )
 
 
+def _asked(obj: Remote, question: str) -> TypeError:
+    """A question only data can answer, put to a learner object: its answer would be learner
+    code's to give (``in``, truth), so the object is refused as a value instead."""
+    name = object.__getattribute__(obj, "_type").name
+    return TypeError(
+        f"your code gave a {name} object where a value was expected (the test asked "
+        f"{question}): return builtin data (a list, a dict, a str ...), not an object of your "
+        "own class"
+    )
+
+
 class Remote:
     """An object that lives in the learner process. Equality, hash and ``is`` are identity;
-    comparing one with data (``== 3``, ``!= [1]``) raises ``TypeError``.
+    comparing one with data (``== 3``, ``!= [1]``), asking it ``x in obj`` or its truth raises
+    ``TypeError``: those answers would be the learner's code to give, and a suite that wants
+    them reads plain data (an attribute's dict, a list) instead.
 
     Handles are never released during a test (a proxy that dies and a handle that comes back
     in the same reply must not race); the learner process drops them all when the test ends.
@@ -411,10 +424,10 @@ class Remote:
         self._req("setitem", key, value)
 
     def __contains__(self, item: Any) -> bool:
-        return self._req("contains", item) is True
+        raise _asked(self, f"whether it holds {item!r}"[:80])
 
     def __bool__(self) -> bool:
-        return self._req("bool") is True
+        raise _asked(self, "whether it is true")
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Remote):

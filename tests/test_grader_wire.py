@@ -163,3 +163,16 @@ class Color(enum.Enum):
 
 def test_unknown_enum_members_reach_the_callback_as_names():
     assert roundtrip(Color.RED)[2] == "RED"
+
+
+def test_a_learner_object_answers_no_question_only_data_can():
+    """``==``, ``in`` and truth on a learner object would run the learner's code (a ``str``
+    subclass whose ``__contains__`` hides a character): each raises instead, naming its type,
+    and never reaches the learner process (the proxy has no connection here)."""
+    from grading.remote import Remote, _TypeInfo
+
+    text = Remote._make(None, 1, _TypeInfo("output_processor._Text", frozenset({"endswith"})))  # type: ignore[arg-type]
+    for question in (lambda: text == "a", lambda: "\ufffd" in text, lambda: bool(text)):
+        with pytest.raises(TypeError, match=r"output_processor\._Text object where a value"):
+            question()
+    assert text == text and hash(text) == hash(text)

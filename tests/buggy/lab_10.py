@@ -456,4 +456,55 @@ MUTANTS = [
         why="drops the last step's rows: the finished output has one logprob fewer than tokens",
         caught_by="test_processor.py::test_logprobs_reach_the_outputs",
     ),
+    Mutant(
+        name="cut_only_two_characters_before_the_end",
+        file=FILE,
+        find="return stop_str, (end if end < len(output_text) else -1)",
+        replace="return stop_str, (end if end < len(output_text) - 1 else -1)",
+        why="'nothing to cut' (-1) also when one character follows the stop string: with "
+        "include_stop_str_in_output, 'the!' keeps its '!' past the stop string",
+        caught_by="test_stop_strings.py::test_include_stop_str_in_output",
+    ),
+    Mutant(
+        name="stop_strings_checked_before_the_flush",
+        file=FILE,
+        find="""
+            if finished:
+                self.output_text += self.flush()
+            if not self.stop:
+                return None
+            new_char_count = len(self.output_text) - num_chars_before
+            match = check_stop_strings(
+                self.output_text, new_char_count, self.stop, self.include_stop_str_in_output
+            )
+            if match is None:
+                return None
+        """,
+        replace="""
+            if not self.stop:
+                if finished:
+                    self.output_text += self.flush()
+                return None
+            new_char_count = len(self.output_text) - num_chars_before
+            match = check_stop_strings(
+                self.output_text, new_char_count, self.stop, self.include_stop_str_in_output
+            )
+            if match is None:
+                if finished:
+                    self.output_text += self.flush()
+                return None
+        """,
+        why="the stop strings are looked for before the finish's flush: a stop string that only "
+        "the flushed text completes is never seen, and the request ends on length showing it",
+        caught_by="test_stop_strings.py::test_stop_string_inside_one_step",
+    ),
+    Mutant(
+        name="error_tested_for_truth",
+        file=FILE,
+        find="if out.error is not None:",
+        replace="if out.error:",
+        why="an error is tested for truth: the core's failure of an exception with no message "
+        "(error '') is streamed as a normal output with finish_reason 'error'",
+        caught_by="test_processor.py::test_error_output_fails_the_request",
+    ),
 ]

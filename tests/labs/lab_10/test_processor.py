@@ -233,25 +233,41 @@ def test_aborts():
     FINISH,
 )
 def test_error_output_fails_the_request():
-    """'a' fails in the first step while 'b' runs on; a late output for 'a' is ignored, and so
-    is an error for 'c', aborted before the step (skip ids no longer tracked first)."""
+    """'a' fails in the first step while 'b' runs on, and so does 'd', as the core reports a
+    failure (finish_reason 'error', an empty message); a late output for 'a' is ignored, and
+    so is an error for 'c', aborted before the step (skip ids no longer tracked first)."""
     hello = TOK.encode("Hello")
     recs = run(
         [
             add("a"),
             add("b", stream=True),
-            ["step", [["a", [], None, None, "boom"], ["b", hello, None, None]]],
+            add("d"),
+            [
+                "step",
+                [
+                    ["a", [], None, None, "boom"],
+                    ["b", hello, None, None],
+                    ["d", [], "error", None, ""],
+                ],
+            ],
             ["step", [["a", hello, "length", None], ["b", TOK.encode("!"), "length", None]]],
             add("c"),
             ["abort", ["c"]],
             ["step", [["a", [], None, None, "again"], ["c", [], None, None, "gone"]]],
         ]
     )
-    failed, later, late_errors = recs[2], recs[3], recs[6]
+    failed, later, late_errors = recs[3], recs[4], recs[7]
     a = failed["outputs"].get("a", [])
     assert a == [{"error": "ValueError: boom"}], (
         f"the core reported error 'boom' for 'a': its queue must get exactly one "
         f"ValueError('boom') (no RequestOutput), got {a}"
+    )
+    d = failed["outputs"].get("d", [])
+    assert d == [{"error": "ValueError: "}], (
+        f"the core reported 'd' failed as it sends a failure, finish_reason 'error' and an "
+        f"error whose message is empty (str() of ValueError()): an error is any error that is "
+        f"not None, even '' and even with a finish reason; its queue must get ValueError(''), "
+        f"got {d}"
     )
     assert failed["tracked"] == ["b"], (
         f"a failed request is forgotten at once: request_states must hold ['b'], holds "

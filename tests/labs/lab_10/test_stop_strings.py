@@ -22,7 +22,8 @@ def run(chunks: list[list[int]], **kwargs) -> dict:
     STOPS,
 )
 def test_stop_string_inside_one_step():
-    """'Hello world. the end' with stop ' the': one step holds all of it."""
+    """'Hello world. the end' with stop ' the': one step holds all of it. Then a stop string
+    that only the finish's flush completes."""
     ids = TOK.encode("Hello world. the end")
     got = run([ids], stop=[" the"], finish=False)
     step = got["steps"][-1]
@@ -37,6 +38,16 @@ def test_stop_string_inside_one_step():
         f"once the stop string ends the request the whole cut text is handed out: expected "
         f"'Hello world.', got {step['delta']!r}"
     )
+    # The last step's text ends in half a character, so it is held back until the finish:
+    # the stop string '日' shows up only in what flush emits, and is found there.
+    ids = [TOK.token_id(b"\xe6"), TOK.token_id("日本".encode()[1:4])]
+    got = run([ids], stop=["日"])
+    assert got["steps"][-1]["stop"] == "日" and got["output_text"] == "", (
+        f"the final step's tokens {show(ids)} decode to '日' and half of '本', held back until "
+        f"the finish: flush first, then look for stop strings in all the new text, or '日' is "
+        f"never seen; expected stop '日' and text '', got stop {got['steps'][-1]['stop']!r} "
+        f"and text {got['output_text']!r}"
+    )
 
 
 @graded(
@@ -46,7 +57,8 @@ def test_stop_string_inside_one_step():
     STOPS,
 )
 def test_include_stop_str_in_output():
-    """The same text, keeping the stop string; then a text that ends with the stop string."""
+    """The same text, keeping the stop string; a text that ends with the stop string; one
+    that has a single character after it."""
     ids = TOK.encode("Hello world. the end")
     got = run([ids], stop=[" the"], include_stop_str_in_output=True, finish=False)
     assert got["output_text"] == "Hello world. the", (
@@ -59,6 +71,13 @@ def test_include_stop_str_in_output():
         f"' the' ends the text itself: check_stop_strings says -1 (nothing to cut), and the "
         f"text stays 'Hello world. the' (output_text[:-1] would drop its last character); got "
         f"stop {got['steps'][-1]['stop']!r} and text {got['output_text']!r}"
+    )
+    ids = TOK.encode("Hello world. the!")
+    got = run([ids], stop=[" the"], include_stop_str_in_output=True, finish=False)
+    assert got["output_text"] == "Hello world. the", (
+        f"' the' followed by one character, '!': the text is cut after the stop string, "
+        f"'Hello world. the' (the cut is at len(text) - 1, still a cut: -1 means only that the "
+        f"stop string ends the text); got {got['output_text']!r}"
     )
 
 

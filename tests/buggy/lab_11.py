@@ -344,4 +344,14 @@ MUTANTS = [
         "its position (blocks.index), sizes the cache from another rank's memory",
         caught_by="test_kv_sizing.py::test_every_rank_gets_the_smallest_count",
     ),
+    Mutant(
+        name="kv_heads_read_as_given",
+        file=FILE,
+        find='total_kv = int(getattr(config, "num_key_value_heads", None) or total_heads)',
+        replace="total_kv = int(config.num_key_value_heads)",
+        why="num_key_value_heads read as always there: an older multi-head config without it "
+        "(or with None) raises AttributeError / TypeError instead of having one KV head per "
+        "query head",
+        caught_by="test_check.py::test_accepted_sizes_give_each_ranks_shapes",
+    ),
 ]

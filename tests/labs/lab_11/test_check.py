@@ -26,6 +26,9 @@ SMOLLM2 = model(9, 3, 1536, 49152)
 LLAMA3_8B = model(32, 8, 14336, 128256)
 TINY = model(4, 2, 64, 100)  # fewer KV heads than 4 ranks: replicated
 GPT2 = model(12, 12, 3072, 50257)  # an odd vocabulary: only its padded size (50,304) divides
+# Multi-head attention as older configs state it: no num_key_value_heads, or None.
+GPT2_NO_KV = {k: v for k, v in GPT2.items() if k != "num_key_value_heads"}
+GPT2_KV_NONE = {**GPT2, "num_key_value_heads": None}
 
 
 def refusal(fields: dict[str, Any], tp: Any, name: str) -> str:
@@ -46,12 +49,15 @@ def refusal(fields: dict[str, Any], tp: Any, name: str) -> str:
 def test_accepted_sizes_give_each_ranks_shapes():
     """SmolLM2 at TP 1 and 3 (its MLP width 1536 does not split 9 ways); Llama-3-8B at 1, 2,
     8, 16; a tiny model at 2 and 4; GPT-2's shape at 2 and 4 (its 50,257 tokens do not divide
-    by 2, their padded 50,304 do)."""
+    by 2, their padded 50,304 do), also as older configs state multi-head attention: no
+    num_key_value_heads, or None."""
     for name, fields, sizes in [
         ("SmolLM2", SMOLLM2, [1, 3]),
         ("Llama-3-8B", LLAMA3_8B, [1, 2, 8, 16]),
         ("tiny (4 heads, 2 KV)", TINY, [2, 4]),
         ("GPT-2 (vocabulary 50,257, padded to 50,304)", GPT2, [2, 4]),
+        ("GPT-2 without num_key_value_heads (multi-head: 12 KV heads)", GPT2_NO_KV, [4]),
+        ("GPT-2 with num_key_value_heads None (multi-head: 12 KV heads)", GPT2_KV_NONE, [2]),
     ]:
         for tp in sizes:
             shapes = ref.check_tensor_parallel_size(SimpleNamespace(**fields), tp)

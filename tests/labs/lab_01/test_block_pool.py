@@ -500,8 +500,10 @@ def test_random_allocations_and_frees_keep_the_invariants():
 class PoolBench:
     """A pool of ``n`` blocks in the learner process, half of them held, and its model.
 
-    Each step frees a run of 500 held blocks and allocates 500, then reads the counters 200
-    times each, in one request (timed here); what it returns is checked against the model.
+    Each step frees 500 held blocks one at a time, reading both counters after each free, and
+    allocates 500, in one request (timed here); what it returns is checked against the model.
+    The counters are read between changes, so a count cached until the next change does not
+    pass for O(1).
     """
 
     def __init__(self, n: int) -> None:
@@ -518,32 +520,39 @@ class PoolBench:
         self.chunk = list(range(1, half + 1))[n // 8 : n // 8 + 500]
 
     def step(self) -> float:
-        k, reads = len(self.chunk), 200
-        ops = [["free_blocks", self.chunk], ["get_new_blocks", k]]
-        ops += [["get_num_free_blocks"], ["get_usage"]] * reads
+        k, before = len(self.chunk), len(self.free)
+        ops = [
+            x
+            for i in self.chunk
+            for x in (["free_blocks", [i]], ["get_num_free_blocks"], ["get_usage"])
+        ]
+        ops.append(["get_new_blocks", k])
         queue = self.free + self.chunk
         popped, self.free = queue[:k], queue[k:]
         seconds, got = timed_call(self.run_ops, self.pool, ops)
-        if type(got) is not list or len(got) != 1 + 2 * reads:
+        if type(got) is not list or len(got) != 1 + 2 * k:
             raise AssertionError(
                 f"the batch on a pool of {self.n:,} blocks returned {describe(got)}"
             )
-        if not same_data(got[0], popped):
+        if not same_data(got[-1], popped):
             raise AssertionError(
                 f"after free_blocks of {k} blocks, get_new_blocks({k}) on a pool of {self.n:,} "
                 "blocks must take the front of the free queue; it gave other blocks"
             )
-        counts, usages = got[1::2], got[2::2]
-        if not same_data(counts, [len(self.free)] * reads):
+        counts, usages = got[0:-1:2], got[1:-1:2]
+        want_counts = [before + i + 1 for i in range(k)]
+        if not same_data(counts, want_counts):
             raise AssertionError(
-                f"get_num_free_blocks() must stay {len(self.free)}: got "
-                f"{sorted(set(map(describe, counts)))[:3]}"
+                f"get_num_free_blocks() after each of {k} frees must count {before + 1} .. "
+                f"{before + k}: got {describe(counts[:3])} ..."
             )
-        want = 1 - len(self.free) / (self.n - 1)
-        if not all(type(u) is float and abs(u - want) < 1e-9 for u in usages):
-            raise AssertionError(
-                f"get_usage() must stay {want:.4f}: got {sorted(set(map(describe, usages)))[:3]}"
-            )
+        for count, usage in zip(want_counts, usages, strict=True):
+            want = 1 - count / (self.n - 1)
+            if not (type(usage) is float and abs(usage - want) < 1e-9):
+                raise AssertionError(
+                    f"get_usage() with {count} blocks free must be {want:.4f}, got "
+                    f"{describe(usage)}"
+                )
         self.chunk = popped
         return seconds
 

@@ -6,6 +6,8 @@ there); the checks read them back as data (``tests/labs/common.py``) and decide 
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -340,7 +342,12 @@ class QueueBench:
     """A queue of ``n`` blocks in the learner process, and the list it should equal.
 
     Each step sends one batch of operations (one request, timed here), then checks what the
-    batch returned against the list, which the judge updates doing the same.
+    batch returned against the list, which the judge updates doing the same. Which blocks a
+    batch removes, and in what order, is drawn afresh for every batch (seeded: the grade is
+    reproducible), and the counter is read between changes: a batch whose pattern could be
+    guessed (a run removed from one place, the count asked again and again with nothing in
+    between) would let a search that starts where the last one ended, or a count cached until
+    the next change, pass for O(1).
     """
 
     BATCH = 500
@@ -350,15 +357,22 @@ class QueueBench:
         self.bench = side().make_queue_bench(n)
         self.run_ops = side().run_queue_ops
         self.model = list(range(n))
+        self.rng = random.Random(n)
 
     def plan(self, op: str) -> tuple[list[list], list]:
         """A batch exercising ``op`` that puts every block back, and what it must return."""
         k, model = self.BATCH, self.model
-        if op == "remove":  # take a run out of the middle, then put it back at the end
-            start = len(model) // 4
-            run = model[start : start + k]
-            self.model = model[:start] + model[start + k :] + run
-            return [["remove", i] for i in run] + [["append", i] for i in run], []
+        if op == "remove":  # blocks from anywhere, in any order, then back at the end
+            picked = self.rng.sample(model, k)
+            taken = set(picked)
+            self.model = [i for i in model if i not in taken] + picked
+            return [["remove", i] for i in picked] + [["append", i] for i in picked], []
+        if op == "num_free_blocks":  # read after every change
+            front = model[:k]
+            self.model = model[k:] + front
+            ops = [x for i in front for x in (["popleft"], ["num_free_blocks"], ["append", i])]
+            want = [x for i in front for x in (i, self.n - 1)]
+            return [*ops, ["num_free_blocks"]], [*want, self.n]
         front = model[:k]
         self.model = model[k:] + front
         if op == "popleft":
@@ -367,11 +381,8 @@ class QueueBench:
             return [x for i in front for x in (["popleft_n", 1], ["append_n", [i]])], [
                 [i] for i in front
             ]
-        if op == "append_n":  # the whole run at once
-            return [["popleft_n", k], ["append_n", front]], [front]
-        assert op == "num_free_blocks"
-        self.model = model
-        return [["num_free_blocks"]] * k, [self.n] * k
+        assert op == "append_n"  # the whole run at once
+        return [["popleft_n", k], ["append_n", front]], [front]
 
     def step(self, op: str) -> float:
         ops, want = self.plan(op)

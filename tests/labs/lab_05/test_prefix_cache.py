@@ -9,6 +9,7 @@ and by the judge's own hashes; the pool's state is read back as data
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -715,9 +716,12 @@ def _call_every_method_once() -> None:
 class TouchBench:
     """A pool of ``n`` blocks, all free, ``K`` of them in the middle of the queue cached.
 
-    Each step revives the ``K`` (``touch``) and frees them again, in one request (timed here);
-    the model moves them to the back of the queue. ``K`` is small enough that a touch costing
-    a copy of the queue fails in seconds, not in minutes.
+    The first step revives those ``K`` (``touch``) and frees them again, in one request (timed
+    here); each later step does the same to ``K`` blocks drawn afresh from anywhere in the
+    queue (seeded), so a search for the block that starts where the last one ended, or at the
+    back where the last step left them, does not pass for O(1). The model moves them to the
+    back of the queue. ``K`` is small enough that a touch costing a copy of the queue fails in
+    seconds, not in minutes.
     """
 
     K = 50
@@ -744,12 +748,16 @@ class TouchBench:
                 f"get_new_blocks({n - 1}) on a new pool of {n:,} blocks must give blocks 1..{n - 1}"
             )
         self.queue = everything
+        self.rng = random.Random(n)
+        self.picked = self.middle
 
     def step(self) -> float:
-        ops = [["touch", self.middle], ["free_blocks", self.middle], ["get_num_free_blocks"]]
+        picked = self.picked
+        ops = [["touch", picked], ["free_blocks", picked], ["get_num_free_blocks"]]
         seconds, got = timed_call(self.run_ops, self.pool, ops)
-        moved = set(self.middle)
-        self.queue = [i for i in self.queue if i not in moved] + self.middle
+        moved = set(picked)
+        self.queue = [i for i in self.queue if i not in moved] + picked
+        self.picked = self.rng.sample(self.queue, self.K)
         if not same_data(got, [self.n - 1]):
             raise AssertionError(
                 f"after touch and free_blocks of the same {self.K} blocks, all "

@@ -111,6 +111,11 @@ class SuiteRunner:
         # without a namespace reaches its staged folder by the path it is given.
         self.workdir.chmod(0o711)
         self.staging = stage(lab, self.impl, self.chain, parent=self.workdir)
+        # The judge's own temporary files (a suite's checkpoints) live here, removed with the
+        # workdir: a judge ends with os._exit, which skips the finalizers that would remove
+        # them, and a judge stopped at a time limit never reaches them either.
+        self.judge_tmp = self.workdir / "judge-tmp"
+        self.judge_tmp.mkdir(mode=0o700)
 
     # -- one judge -------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -121,6 +126,7 @@ class SuiteRunner:
         env[IMPL_ENV] = str(self.staging.root / "impl")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
+        env["TMPDIR"] = str(self.judge_tmp)
         return env
 
     def _spawn(

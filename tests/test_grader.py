@@ -185,6 +185,33 @@ def test_a_stub_ends_a_property_test_at_its_first_call():
     assert not issubclass(LearnerNotStarted, Exception)
 
 
+def test_the_judges_temporary_files_go_with_the_grade(tmp_path):
+    """A judge ends with ``os._exit`` (or is killed at a time limit), so a suite's
+    ``TemporaryDirectory`` (lab-09's saved checkpoint) is never finalized: the judge's
+    ``TMPDIR`` is a private folder of the grade's workdir, which the grade removes."""
+    import subprocess
+    import sys
+
+    from grading.runner import SuiteRunner
+
+    lab = load_lab("lab-01")
+    runner = SuiteRunner(lab, lab.solution_dir)
+    env = runner._env()
+    judge_tmp = Path(env["TMPDIR"])
+    assert judge_tmp.parent == runner.workdir and judge_tmp.stat().st_mode & 0o077 == 0
+    seen = subprocess.run(
+        [sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert Path(seen).parent == judge_tmp
+    (result,) = runner.run([collected_tests("lab-01")[0]])
+    assert result.outcome == "passed", result.message
+    assert not Path(seen).exists() and not runner.workdir.exists()
+
+
 def test_a_test_runs_under_its_own_time_limit(tmp_path):
     """``@graded(timeout=)`` reaches both the judge and the grader's watchdog through the
     collected ``TestInfo``: a hung call is stopped at the test's own limit (here cut to 0.5 s,

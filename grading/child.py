@@ -212,6 +212,10 @@ def _pytest_args(suite: str, nodeids: list[str]) -> list[str]:
         "-q",
         "-s",
         "--no-header",
+        # The results go over the pipe; a failure report would print learner data again, into a
+        # log capped at MAX_LOG_BYTES whose overflow kills the judge.
+        "--tb=no",
+        "-rN",
         "-p",
         "no:warnings",
         "-p",

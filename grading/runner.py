@@ -351,7 +351,12 @@ class SuiteRunner:
             started = [e["nodeid"] for e in out.events if e["event"] == "start"]
             victim = next((n for n in reversed(started) if n not in results), None)
             if victim is None:
-                victim = next(t.nodeid for t in tests if t.nodeid not in results)
+                # Died between tests: the first one not run is charged (it would have crashed
+                # the same way, and it bounds the restarts). With every test recorded (a judge
+                # killed after its last result), nothing is.
+                victim = next((t.nodeid for t in tests if t.nodeid not in results), None)
+                if victim is None:
+                    break
             tail = protocol.clip(out.log_tail, 600)
             record(
                 TestResult(

@@ -223,4 +223,32 @@ MUTANTS = [
         "dtype_size: a dtype given by name ('float16') is repeated as a string, not sized",
         caught_by="test_formulas.py::test_bytes_per_block",
     ),
+    Mutant(
+        name="budget_rounded_up_by_adding_a_half",
+        file=FILE,
+        find="return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
+        replace="return round(total_memory * gpu_memory_utilization + 0.5) - int(non_kv_cache_memory)",
+        why="'round up' written as round(x + 0.5): Python rounds halves to even, so a whole "
+        "odd product (1,001 x 1.0) gains a byte the device does not have",
+        caught_by="test_formulas.py::test_available_kv_cache_memory_rounds_up",
+    ),
+    Mutant(
+        name="dtype_name_looked_up_without_dtype_size",
+        file=FILE,
+        find="return 2 * num_layers * num_kv_heads * head_dim * dtype_size(dtype_bytes)",
+        replace="return 2 * num_layers * num_kv_heads * head_dim * (dtype_bytes if "
+        "isinstance(dtype_bytes, int) else DTYPE_SIZES[dtype_bytes])",
+        why="sizes a named dtype from the table directly: the name the engine hands over, "
+        "str(torch.bfloat16) = 'torch.bfloat16', is a KeyError",
+        caught_by="test_formulas.py::test_bytes_per_token_of_real_models",
+    ),
+    Mutant(
+        name="dtype_table_of_the_common_names_only",
+        file=FILE,
+        find="    if name not in DTYPE_SIZES:",
+        replace='    if name not in DTYPE_SIZES or name in ("float", "float8_e5m2"):',
+        why="a hand-written table without the aliases (float) and the second fp8 format "
+        "(float8_e5m2): a cache dtype the engine accepts is refused",
+        caught_by="test_formulas.py::test_dtype_size",
+    ),
 ]

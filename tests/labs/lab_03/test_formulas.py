@@ -91,14 +91,19 @@ def test_dtype_size():
     m = kv()
     cases = {
         "float32": 4,
+        "float": 4,
         "float16": 2,
         "bfloat16": 2,
         "half": 2,
         "fp8": 1,
         "float8_e4m3fn": 1,
+        "float8_e5m2": 1,
         "torch.float16": 2,
         "torch.bfloat16": 2,
         "torch.float32": 4,
+        "torch.float": 4,
+        "torch.half": 2,
+        "torch.float8_e5m2": 1,
         2: 2,
         4: 4,
     }
@@ -163,6 +168,12 @@ def test_bytes_per_token_of_real_models():
     # A dtype given by name works too.
     assert m.bytes_per_token(32, 32, 128, "float16") == 512 * KiB, (
         "bytes_per_token(32, 32, 128, 'float16') should be 524,288 bytes (Llama-2-7B)"
+    )
+    # ... in every spelling dtype_size accepts: the engine hands it str(torch.bfloat16).
+    got = whole(m.bytes_per_token(32, 8, 128, "torch.bfloat16"), "bytes_per_token(...)")
+    assert got == 128 * KiB, (
+        "bytes_per_token(32, 8, 128, 'torch.bfloat16') should be 131,072 bytes (Llama-3-8B): a "
+        f"dtype given by name is sized by dtype_size, 'torch.' prefix included, got {got:,}"
     )
 
 
@@ -236,6 +247,11 @@ def test_available_kv_cache_memory_rounds_up():
     assert got == 250_000_001, (
         f"ceil(1,000,000,001 x 0.25) = ceil(250,000,000.25) should be 250,000,001 (rounded UP, "
         f"not to the nearest byte), got {got}"
+    )
+    got = m.available_kv_cache_memory(1001, 1.0, 0)
+    assert got == 1001, (
+        f"ceil(1,001 x 1.0) should be 1,001 (a whole number is not rounded up again; "
+        f"round(x + 0.5) rounds 1,001.5 to the even 1,002), got {got}"
     )
 
 

@@ -430,4 +430,54 @@ MUTANTS = [
         "validation and the simulation runs no request at all",
         caught_by="test_simulation.py::test_trace_may_be_a_one_shot_iterator",
     ),
+    Mutant(
+        name="contiguous_length_checked_only_once_reserved",
+        file=FILE,
+        find="""        if length > max_len:
+            raise ValueError(
+                f"request {request_id} needs {length} tokens but reserves only {max_len}"
+            )
+        if request_id in self.ranges:
+            return True
+""",
+        replace="""        if request_id in self.ranges:
+            if length > self.ranges[request_id][1]:
+                raise ValueError(
+                    f"request {request_id} needs {length} tokens but reserves only {max_len}"
+                )
+            return True
+""",
+        why="checks the length against the range only once a request has one ('a range cannot "
+        "grow'): a first call with length > max_len reserves max_len slots for a request "
+        "that does not fit them",
+        caught_by="test_allocators.py::test_contiguous_reserves_max_len_up_front",
+    ),
+    Mutant(
+        name="victims_queued_in_preemption_order",
+        file=FILE,
+        find="                waiting.appendleft(victim)",
+        replace="                waiting.insert(len(preempted), victim)",
+        why="puts a step's victims at the front in the order they were preempted: two victims "
+        "of one step come back oldest preemption first, where each going to the front in turn "
+        "puts the last one first",
+        caught_by="test_simulation.py::test_preemption_newest_first",
+    ),
+    Mutant(
+        name="paged_refusal_leaves_an_empty_table",
+        file=FILE,
+        find="""        table = self.block_tables.get(request_id, [])
+        needed = -(-length // self.block_size) - len(table)
+        if needed > len(self.free_block_ids):
+            return False
+        table = self.block_tables.setdefault(request_id, table)
+""",
+        replace="""        table = self.block_tables.setdefault(request_id, [])
+        needed = -(-length // self.block_size) - len(table)
+        if needed > len(self.free_block_ids):
+            return False
+""",
+        why="registers the request before knowing it fits: a refused request keeps an empty "
+        "block table, and freeing it no longer says that it holds nothing",
+        caught_by="test_allocators.py::test_paged_ensure_is_all_or_nothing",
+    ),
 ]

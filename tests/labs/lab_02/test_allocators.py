@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grading.suite import graded, load_impl
+from tests.labs.common import assert_value_error
 from tests.labs.lab_02.worked_example import DOC
 
 
@@ -46,6 +47,12 @@ def test_contiguous_reserves_max_len_up_front():
     assert "C" not in alloc.ranges, f"a refused request gets no range: ranges {alloc.ranges}"
     with pytest.raises(ValueError):
         alloc.ensure("A", 9, 8)
+    fresh = frag().ContiguousAllocator(24)
+    assert_value_error("ensure('D', 9, max_len=8), D's first call", lambda: fresh.ensure("D", 9, 8))
+    assert fresh.ranges == {} and fresh.free_ranges == [(0, 24)], (
+        "a length over max_len is refused before anything is reserved, at a request's first "
+        f"call too: ranges {fresh.ranges}, free ranges {fresh.free_ranges}"
+    )
 
 
 @graded(
@@ -199,6 +206,10 @@ def test_paged_ensure_is_all_or_nothing():
     )
     assert alloc.held("B") == 0 and list(alloc.free_block_ids) == [3], (
         "a refused ensure must not take the one free block"
+    )
+    assert "B" not in alloc.block_tables, (
+        f"a refused request gets no block table, not even an empty one (free('B') must still "
+        f"be the ValueError of a request that holds nothing): {alloc.block_tables}"
     )
     assert alloc.ensure("B", 4, 100) is True and alloc.block_tables["B"] == [3], (
         f"ensure('B', 4 tokens) takes the last free block, 3: block tables {alloc.block_tables}"

@@ -211,6 +211,17 @@ def test_preemption_newest_first():
     )
     expect_runs(sim, {"A": 0, "B": 0, "C": 0, "D": 0}, {"A": 2, "B": 2, "C": 3, "D": 3}, 2)
 
+    rows = (("A", 1, 1, 6, None), ("B", 1, 1, 4, None), ("C", 0, 2, 4, None))
+    sim = run(mod, rows, mod.PagedAllocator(8, 2), max_model_len=20)
+    seen = [(tuple(s.preempted), tuple(s.running)) for s in sim.steps[2:5]]
+    assert seen == [(("B", "A"), ("C",)), ((), ("C",)), ((), ("A", "B"))], (
+        "at step 2 C needs a third block and preempts B (the newest), then A needs a second "
+        "and, now the newest, preempts itself: each victim goes to the FRONT of the queue in "
+        "turn, so A (preempted last) is first and step 4 runs ('A', 'B'); (preempted, running) "
+        f"at steps 2-4: {seen}"
+    )
+    expect_runs(sim, {"C": 0, "A": 1, "B": 1}, {"C": 3, "A": 8, "B": 9}, 3)
+
 
 @graded(
     1,

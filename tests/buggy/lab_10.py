@@ -507,4 +507,16 @@ MUTANTS = [
         "(error '') is streamed as a normal output with finish_reason 'error'",
         caught_by="test_processor.py::test_error_output_fails_the_request",
     ),
+    Mutant(
+        name="abort_returns_the_ids_as_asked",
+        file=FILE,
+        find="        return [rid for rid in request_ids if self.request_states.pop(rid, None) is not None]",
+        replace="""        found = [rid for rid in request_ids if rid in self.request_states]
+        for rid in found:
+            self.request_states.pop(rid, None)
+        return found""",
+        why="filters the ids by membership before forgetting any: an id listed twice is "
+        "returned twice, and the core is asked to abort it twice",
+        caught_by="test_processor.py::test_aborts",
+    ),
 ]

@@ -195,7 +195,8 @@ def test_stop_string_in_the_last_step_needs_no_abort():
     FINISH,
 )
 def test_aborts():
-    """Abort 'a' and an unknown id; 'a''s late output is dropped; abort 'a' again."""
+    """Abort 'a' and an unknown id; 'a''s late output is dropped; abort 'a' again; abort 'b'
+    twice in one call."""
     recs = run(
         [
             add("a"),
@@ -206,6 +207,7 @@ def test_aborts():
                 [["a", TOK.encode("late"), None, None], ["b", TOK.encode("Hello"), None, None]],
             ],
             ["abort", ["a"]],
+            ["abort", ["b", "b"]],
         ]
     )
     assert recs[2]["returned"] == ["a"], (
@@ -221,6 +223,10 @@ def test_aborts():
     assert recs[3]["outputs"].get("b"), "'b' is still running: its output must be queued"
     assert recs[4]["returned"] == [], (
         f"'a' is gone: aborting it again returns [], got {recs[4]['returned']}"
+    )
+    assert recs[5]["returned"] == ["b"] and recs[5]["tracked"] == [], (
+        f"abort_requests(['b', 'b']): 'b' was tracked once, so it is returned once (the core "
+        f"is asked to abort it once), got {recs[5]['returned']}"
     )
 
 

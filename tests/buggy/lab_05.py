@@ -682,4 +682,42 @@ MUTANTS = [
         "the blocks that held them",
         caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
     ),
+    Mutant(
+        name="eviction_reported_only_for_cached_blocks",
+        file=FILE,
+        find="""        if self.metrics_collector is not None:
+            self.metrics_collector.on_block_evicted(block)
+        key = block.block_hash
+        if key is None:
+            return False
+""",
+        replace="""        key = block.block_hash
+        if key is None:
+            return False
+        if self.metrics_collector is not None:
+            self.metrics_collector.on_block_evicted(block)
+""",
+        why="tells the collector only of blocks that were cached: a reused block that held no "
+        "prefix stays in the collector's residency records",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="touch_reports_only_revived_blocks",
+        file=FILE,
+        find="""            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+            if self.metrics_collector is not None:
+                self.metrics_collector.on_block_accessed(block)
+""",
+        replace="""            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_accessed(block)
+            block.ref_cnt += 1
+""",
+        why="reports a hit only when it revives a free block: a hit on a block another request "
+        "is using is not counted as an access",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
 ]

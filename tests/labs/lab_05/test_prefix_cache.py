@@ -533,11 +533,25 @@ def test_cache_events_are_reported_to_the_metrics_collector():
         f"and nothing else; it saw {got!r}"
     )
     seen += len(got)
-    pool.get_new_blocks(2)  # blocks 3 and 2: block 2 loses its cached prefix
+    pool.touch([blocks[0]])  # a second user of block 1, which is no longer free
+    got = _new_events(collector, seen)
+    assert same_data(got, [["accessed", first]]), (
+        f"touch([block {first}]) of a block already in use is a hit too: the collector must "
+        f"hear on_block_accessed(block {first}) for every block touched; it saw {got!r}"
+    )
+    pool.free_blocks([blocks[0]])
+    seen = len(collector.events)
+    reused = ids(pool.get_new_blocks(2))  # blocks 3 and 2: block 2 loses its cached prefix
     got = _new_events(collector, seen)
     assert ["evicted", second] in got, (
         f"get_new_blocks reused cached block {second}: _maybe_evict_cached_block must tell the "
         f"collector on_block_evicted(block {second}); it saw {got!r}"
+    )
+    (never_cached,) = [i for i in reused if i != second]
+    assert ["evicted", never_cached] in got, (
+        f"get_new_blocks reused block {never_cached}, which held no prefix: "
+        f"_maybe_evict_cached_block tells the collector on_block_evicted for every block it is "
+        f"called on, cached or not (so the collector never keeps a reused block); it saw {got!r}"
     )
     pool.free_blocks(pool.blocks[1:4])
     seen = len(collector.events)

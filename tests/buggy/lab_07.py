@@ -519,4 +519,59 @@ MUTANTS = [
         "not have",
         caught_by="test_prefix_hits.py::test_make_prefix_cache_stats_resets",
     ),
+    Mutant(
+        name="stats_handed_out_as_a_copy",
+        file=FILE,
+        find="""        stats = self.prefix_cache_stats
+        self.prefix_cache_stats = PrefixCacheStats()
+        return stats
+""",
+        replace="""        live = self.prefix_cache_stats
+        stats = PrefixCacheStats(
+            reset=live.reset,
+            requests=live.requests,
+            queries=live.queries,
+            hits=live.hits,
+            preempted_requests=live.preempted_requests,
+            preempted_queries=live.preempted_queries,
+            preempted_hits=live.preempted_hits,
+        )
+        live.requests = live.queries = live.hits = 0
+        live.preempted_requests = live.preempted_queries = live.preempted_hits = 0
+        return stats
+""",
+        why="hands out a copy and zeroes the counters instead of starting a fresh "
+        "PrefixCacheStats: the reset flag is never cleared, so every snapshot after one "
+        "reset_prefix_cache says reset=True (and the hit-rate window is cleared every interval)",
+        caught_by="test_prefix_hits.py::test_make_prefix_cache_stats_resets",
+    ),
+    Mutant(
+        name="table_is_the_callers_list_of_hits",
+        file=FILE,
+        find="""        req_blocks.extend(new_computed_blocks)
+        self.num_cached_block[request_id] = len(req_blocks)""",
+        replace="""        req_blocks = self.req_to_blocks[request_id] = new_computed_blocks
+        self.num_cached_block[request_id] = len(req_blocks)""",
+        why="starts the request's table with the caller's list of hits instead of a copy: the "
+        "KVCacheBlocks that get_computed_blocks returned grows with every block the request "
+        "gets",
+        caught_by="test_allocate_slots.py::test_hits_are_shared_and_touched",
+    ),
+    Mutant(
+        name="num_new_tokens_checked_after_the_gate",
+        file=FILE,
+        find="""        if num_new_tokens <= 0:
+            raise ValueError(
+                f"request {request.request_id!r}: num_new_tokens must be > 0, got {num_new_tokens}"
+            )
+""",
+        replace="""        if num_new_tokens <= 0 and not full_sequence_must_fit:
+            raise ValueError(
+                f"request {request.request_id!r}: num_new_tokens must be > 0, got {num_new_tokens}"
+            )
+""",
+        why="skips the argument check on the admission gate's path: allocate_slots(r, 0, "
+        "full_sequence_must_fit=True) answers None (or blocks) for a call that asks for nothing",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
 ]

@@ -97,6 +97,19 @@ def test_hits_are_shared_and_touched():
     assert table(state, "b") == [1, 2, 4], f"b's table should be [1, 2, 4], is {table(state, 'b')}"
     check_state(state, expected_ref_cnts={1: 2, 2: 2, 3: 1, 4: 1})
     assert state["hash"][1] == cache_key(tokens, 0), "a hit block keeps its hash"
+    side = learner_module("learner_side")
+    c = d.add("c", [*range(8), 57, 58])
+    hits, num_hit = d.mgr.get_computed_blocks(c)
+    d.mgr.allocate_slots(c, 2, num_hit, hits)
+    c.num_computed_tokens = 10
+    for token in (200, 201, 202, 203):
+        d.decode("c", token)
+    held = side.block_ids(hits)
+    assert held == [1, 2], (
+        f"the hits get_computed_blocks gave for c were [1, 2] and are now {held}: c's table "
+        "became the caller's list of hits and grew with it; start the table with a copy "
+        "(extend a list of its own)"
+    )
 
 
 @graded(
@@ -418,6 +431,9 @@ def test_bad_arguments_are_rejected():
     mgr = d.mgr
     with pytest.raises(ValueError):
         mgr.allocate_slots(a, 0)
+    big = d.add("big", list(range(60)))  # more than the pool holds: the gate would say None
+    with pytest.raises(ValueError):  # checked first, before the admission gate too
+        mgr.allocate_slots(big, 0, full_sequence_must_fit=True)
     with pytest.raises(ValueError):
         mgr.allocate_slots(a, 2, num_new_computed_tokens=BS)  # claims hits, gives no blocks
     state = d.state()

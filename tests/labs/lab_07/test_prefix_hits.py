@@ -241,6 +241,14 @@ def test_make_prefix_cache_stats_resets():
         "the second snapshot must be a fresh PrefixCacheStats with nothing counted"
     )
     assert first.requests == 1, "handing out a snapshot must not change the previous one"
+    d.free("a")
+    assert mgr.reset_prefix_cache() is True, "no request holds a block: the reset happens"
+    after_reset, later = mgr.make_prefix_cache_stats(), mgr.make_prefix_cache_stats()
+    assert after_reset.reset is True and later.reset is False, (
+        "the snapshot after reset_prefix_cache says reset=True, and the next one, a fresh "
+        f"PrefixCacheStats, says False (got {after_reset.reset} then {later.reset}): start a new "
+        "PrefixCacheStats instead of zeroing the counters of the old one"
+    )
     quiet = driver()
     quiet.add("a", list(range(9)))
     quiet.admit("a")

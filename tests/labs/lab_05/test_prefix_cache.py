@@ -147,7 +147,7 @@ def test_cache_full_blocks_indexes_new_full_blocks():
 )
 def test_cache_full_blocks_skips_null_and_masked_blocks():
     """Only real blocks the caller selected enter the prefix cache."""
-    pool = make_pool(8)
+    pool = make_pool(10)
     req = make_request([1, 2, 3, 4, 5, 6])
     blocks = pool.get_new_blocks(3)
     pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0, block_mask=[True, False, True])
@@ -163,6 +163,15 @@ def test_cache_full_blocks_skips_null_and_masked_blocks():
         "I3: the null block is a placeholder: it is never cached"
     )
     assert hit(pool, other.block_hashes[1]) is blk, "the real block after it must be cached"
+    masked = make_request([6, 6, 7, 7, 8, 8])
+    two = pool.get_new_blocks(2)
+    pool.cache_full_blocks(
+        masked.obj, [pool.null_block, *two], 0, 3, BS, 0, block_mask=[True, False, True]
+    )
+    assert two[0].block_hash is None and hit(pool, masked.block_hashes[2]) is two[1], (
+        "I3: block_mask[i] belongs to blocks[num_cached_blocks + i], the null block counted: "
+        "mask [True, False, True] over [null, x, y] leaves x out and caches y"
+    )
     third = make_request([3, 3, 4, 4, 5, 5])
     more = pool.get_new_blocks(3)
     pool.cache_full_blocks(third.obj, more, 0, 1, BS, 0)
@@ -189,12 +198,12 @@ def test_hashing_a_block_twice_is_an_error():
     req = make_request([1, 2, 3, 4])
     blocks = pool.get_new_blocks(2)
     pool.cache_full_blocks(req.obj, blocks[1:], 0, 1, BS, 0)  # block 2 holds h0
-    with pytest.raises((RuntimeError, ValueError)):
+    with pytest.raises(RuntimeError):
         pool.cache_full_blocks(req.obj, blocks[1:], 0, 1, BS, 0)
     with pytest.raises((RuntimeError, ValueError)):
         blocks[1].block_hash = b"another"
     # Block 1 is new, block 2 already has a hash: the whole call is refused.
-    with pytest.raises((RuntimeError, ValueError)):
+    with pytest.raises(RuntimeError):
         pool.cache_full_blocks(req.obj, [blocks[0], blocks[1]], 0, 2, BS, 0)
     assert blocks[0].block_hash is None, (
         "a refused cache_full_blocks must cache no block: block 1, before the bad block 2, "
@@ -239,6 +248,18 @@ def test_cache_full_blocks_refuses_bad_arguments():
     _refused(
         f"block_size={2 * BS} in a pool of hash_block_size={BS}",
         lambda: cache(req.obj, blocks, 0, 2, 2 * BS, 0),
+    )
+    _refused(
+        "num_full_blocks=3 for a request of 2 block hashes, one block already cached",
+        lambda: cache(req.obj, blocks, 1, 3, BS, 0),
+    )
+    _refused(
+        "num_full_blocks=2 but 1 block given, one block already cached",
+        lambda: cache(req.obj, blocks[:1], 1, 2, BS, 0),
+    )
+    _refused(
+        "an empty block_mask for 2 new full blocks",
+        lambda: cache(req.obj, blocks, 0, 2, BS, 0, block_mask=[]),
     )
     hashes = pool_snapshot(pool, hashes=True)["hashes"]
     assert hashes == [None] * 6, "a refused cache_full_blocks must give no block a hash"
@@ -553,12 +574,31 @@ def test_cache_events_are_reported_to_the_metrics_collector():
         f"_maybe_evict_cached_block tells the collector on_block_evicted for every block it is "
         f"called on, cached or not (so the collector never keeps a reused block); it saw {got!r}"
     )
+    seen = len(collector.events)
+    assert pool.reset_prefix_cache() is False, "blocks are in use: the reset must be refused"
+    got = _new_events(collector, seen)
+    assert same_data(got, []), (
+        f"a refused reset_prefix_cache changes nothing, the collector included; it saw {got!r}"
+    )
+    pool.evict_blocks({first})  # block 1, in use and still cached
+    got = _new_events(collector, seen)
+    assert same_data(got, [["evicted", first]]), (
+        f"evict_blocks({{{first}}}) evicts through _maybe_evict_cached_block, which tells the "
+        f"collector on_block_evicted(block {first}); it saw {got!r}"
+    )
     pool.free_blocks(pool.blocks[1:4])
     seen = len(collector.events)
     assert pool.reset_prefix_cache() is True, "no block is in use: the reset must happen"
     got = _new_events(collector, seen)
     assert same_data(got, [["reset", None]]), (
         f"reset_prefix_cache must call the collector's reset() once; it saw {got!r}"
+    )
+    seen += len(got)
+    pool.touch([pool.blocks[second]])  # free and no longer cached
+    got = _new_events(collector, seen)
+    assert same_data(got, [["accessed", second]]), (
+        f"touch([block {second}]) of a free block that holds no prefix must still tell the "
+        f"collector on_block_accessed(block {second}); it saw {got!r}"
     )
 
 
@@ -583,6 +623,24 @@ def test_duplicate_blocks_both_cached():
     pool.free_blocks([b])
     pool.get_new_blocks(2)  # pops block 3 then a: a is evicted
     assert hit(pool, req.block_hashes[0]) is b, "the duplicate b must still serve hits"
+    # The other order: the block reused is the one cached second.
+    pool = make_pool(4)
+    (a,) = pool.get_new_blocks(1)
+    (b,) = pool.get_new_blocks(1)
+    pool.cache_full_blocks(req.obj, [a], 0, 1, BS, 0)
+    pool.cache_full_blocks(req.obj, [b], 0, 1, BS, 0)
+    pool.free_blocks([b])
+    pool.free_blocks([a])
+    pool.get_new_blocks(2)  # pops block 3 then b: b, cached second under the hash, is evicted
+    assert hit(pool, req.block_hashes[0]) is a and b.block_hash is None, (
+        "reusing b (cached second under the hash) must remove b itself from the map, "
+        "pop(key, b.block_id), and clear b's hash: a keeps serving hits, and a hit never "
+        "returns b, whose page now holds other tokens"
+    )
+    pool.get_new_blocks(1)  # a is reused too
+    assert hit(pool, req.block_hashes[0]) is None and a.block_hash is None, (
+        "both duplicates were reused: the hash must miss, and a's hash is cleared"
+    )
 
 
 class PrefixCacheMachine(RuleBasedStateMachine):

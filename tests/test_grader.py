@@ -189,9 +189,6 @@ def test_the_judges_temporary_files_go_with_the_grade(tmp_path):
     """A judge ends with ``os._exit`` (or is killed at a time limit), so a suite's
     ``TemporaryDirectory`` (lab-09's saved checkpoint) is never finalized: the judge's
     ``TMPDIR`` is a private folder of the grade's workdir, which the grade removes."""
-    import subprocess
-    import sys
-
     from grading.runner import SuiteRunner
 
     lab = load_lab("lab-01")

@@ -21,7 +21,7 @@ from grading.suite import learner_module, load_impl
 from mini_vllm.core.kv_cache_manager import KVCacheManager as ReferenceManager
 from mini_vllm.core.kv_cache_utils import hash_block_tokens, make_block_hash_with_group_id, sha256
 from tests.labs.lab_07 import learner_side as oracle_side
-from tests.labs.lab_07.checks import check_state, free_queue, num_free, table
+from tests.labs.lab_07.checks import check_state, free_queue, num_free, table, visible
 
 __all__ = [
     "BS",
@@ -89,13 +89,10 @@ def describe_change(before: dict[str, Any], after: dict[str, Any]) -> str:
 COMPARED_KEYS = ("forward", "ref_cnt", "hash", "tables", "num_cached_block", "progress")
 
 
-def visible(state: dict[str, Any], key: str) -> Any:
-    """One part of a state as the contract sees it: a ``num_cached_block`` entry of 0 is no
-    entry (upstream records 0 for a new request that has published nothing yet)."""
-    if key == "num_cached_block":
-        return {rid: n for rid, n in state[key].items() if n != 0}
-    return state[key]
+def changed_keys(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The parts of the state that differ, as the contract sees them (:func:`visible`)."""
+    return [k for k in COMPARED_KEYS if visible(before, k) != visible(after, k)]
 
 
 def unchanged(before: dict[str, Any], after: dict[str, Any]) -> bool:
-    return all(visible(before, k) == visible(after, k) for k in COMPARED_KEYS)
+    return not changed_keys(before, after)

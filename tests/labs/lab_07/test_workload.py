@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from grading.suite import graded
 from tests.labs.common import GRADED_SETTINGS, close_to
 from tests.labs.lab_07.checks import check_state, compare_states
-from tests.labs.lab_07.helpers import BS, COMPARED_KEYS, DOC, driver, oracle, visible
+from tests.labs.lab_07.helpers import BS, DOC, changed_keys, driver, oracle
 from tests.labs.lab_07.learner_side import expand
 
 MAX_MODEL_LEN = 40
@@ -239,9 +239,7 @@ class Trace:
             check_state(state)
             if name == "allocate" and ref_result is None:
                 before = self.seen[k - 1][2] if k else ref_state
-                changed = [
-                    key for key in COMPARED_KEYS if visible(state, key) != visible(before, key)
-                ]
+                changed = changed_keys(before, state)
                 if changed:
                     raise AssertionError(
                         f"allocate_slots returned None but changed "

@@ -792,4 +792,120 @@ MUTANTS = [
         why="reports a touch only for a block that holds a prefix: touching a free block with no hash goes unrecorded",
         caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
     ),
+    Mutant(
+        name="own_none_hash_seed",
+        file=FILE,
+        find="""
+            logger = logging.getLogger(__name__)
+        """,
+        replace="""
+            logger = logging.getLogger(__name__)
+
+            NONE_HASH = BlockHash(bytes(32))
+        """,
+        why="the module binds NONE_HASH to a seed of its own: every first block hashes apart "
+        "from the engine's (which chains from kv_cache_utils.NONE_HASH), so no prefix is ever "
+        "shared with it (I3)",
+        caught_by="test_hashing.py::test_first_block_chains_from_none_hash",
+    ),
+    Mutant(
+        name="empty_extra_keys_hashed_as_none",
+        file=FILE,
+        find="""
+                parent_block_hash = NONE_HASH
+            return BlockHash(
+        """,
+        replace="""
+                parent_block_hash = NONE_HASH
+            extra_keys = extra_keys or None
+            return BlockHash(
+        """,
+        why="turns an empty tuple of extra keys into None: fn((parent, tokens, ())) is not what "
+        "the formula says, so the hash differs from the engine's for the same block (I3)",
+        caught_by="test_hashing.py::test_hash_is_the_documented_formula",
+    ),
+    Mutant(
+        name="pop_keeps_the_emptied_key",
+        file=FILE,
+        find="""
+                block = blocks.pop(block_id, None)
+                if not blocks:
+                    del self._cache[key]
+                return block
+        """,
+        replace="""
+                return blocks.pop(block_id, None)
+        """,
+        more=(("return next(iter(blocks.values()))", "return next(iter(blocks.values()), None)"),),
+        why="pop leaves a key whose last block it removed, as an empty dict: lookups still miss, "
+        "but len counts dead keys and the map only grows",
+        caught_by="test_hashing.py::test_map_keeps_several_blocks_per_hash",
+    ),
+    Mutant(
+        name="rehash_checked_on_the_last_block_only",
+        file=FILE,
+        find="""
+                for block, _ in selected:
+                    if block.block_hash is not None:
+        """,
+        replace="""
+                for block, _ in selected[-1:]:
+                    if block.block_hash is not None:
+        """,
+        why="validates only the last block before caching: a call with an already hashed block "
+        "in the middle caches the blocks before it and then raises, half done",
+        caught_by="test_prefix_cache.py::test_hashing_a_block_twice_is_an_error",
+    ),
+    Mutant(
+        name="touch_takes_one_reference_per_distinct_block",
+        file=FILE,
+        find="""
+                for block in blocks:
+                    if block.ref_cnt == 0:
+                        self.free_block_queue.remove(block)
+        """,
+        replace="""
+                for block in dict.fromkeys(blocks):
+                    if block.ref_cnt == 0:
+                        self.free_block_queue.remove(block)
+        """,
+        why="touch deduplicates its blocks: a block listed twice gains one reference, and the "
+        "two free_blocks entries that give them back free it while still in use",
+        caught_by="test_prefix_cache.py::test_touch_shared_block_in_use",
+    ),
+    Mutant(
+        name="touch_revives_in_a_loop_of_its_own",
+        file=FILE,
+        find="""
+                for block in blocks:
+                    if block.ref_cnt == 0:
+                        self.free_block_queue.remove(block)
+                    block.ref_cnt += 1
+        """,
+        replace="""
+                for block in [b for b in blocks if b.ref_cnt == 0]:
+                    self.free_block_queue.remove(block)
+                for block in blocks:
+                    block.ref_cnt += 1
+        """,
+        why="takes free blocks out of the queue in a first loop and counts references in a "
+        "second: a free block listed twice is removed from the queue twice",
+        caught_by="test_prefix_cache.py::test_touch_shared_block_in_use",
+    ),
+    Mutant(
+        name="evict_blocks_changes_the_callers_set",
+        file=FILE,
+        find="""
+                for block_id in block_ids:
+                    self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+                block_ids.discard(0)
+                for block_id in block_ids:
+                    self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        why="evict_blocks drops the null block's id from the set it was given: the caller's set "
+        "changes under it",
+        caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
+    ),
 ]

@@ -108,4 +108,11 @@ def run_pool_ops(pool: Any, ops: list[list[Any]], request: Any = None) -> list[A
     return out
 
 
+def evict_blocks_and_read_the_ids(pool: Any, block_ids: list[int]) -> list[Any]:
+    """Call ``pool.evict_blocks`` with a set of ``block_ids``; return the set afterwards, sorted."""
+    asked = set(block_ids)
+    pool.evict_blocks(asked)
+    return sorted(asked)
+
+
 # -- reading back ---------------------------------------------------------------------------------

@@ -34,11 +34,21 @@ def a_hash(value, what: str = "hash_block_tokens") -> bytes:
 
 
 def learner_none_hash(mod) -> bytes:
-    """The NONE_HASH the learner's code sees: its module's, or the sandbox reference's."""
-    seed = getattr(mod, "NONE_HASH", None)
-    if seed is None:
-        seed = learner_module("mini_vllm.core.kv_cache_utils").NONE_HASH
-    return a_hash(seed, "NONE_HASH")
+    """``kv_cache_utils.NONE_HASH`` as the learner process holds it: the one seed of every chain.
+
+    The engine (and every other process) chains from that value, so a module that binds
+    ``NONE_HASH`` to a value of its own (a constant, a hash of its own) hashes every prefix
+    differently from the engine and is refused here.
+    """
+    seed = a_hash(learner_module("mini_vllm.core.kv_cache_utils").NONE_HASH, "NONE_HASH")
+    own = getattr(mod, "NONE_HASH", None)
+    if own is not None and own != seed:
+        raise AssertionError(
+            "I3: your module's NONE_HASH is not mini_vllm.core.kv_cache_utils.NONE_HASH: use the "
+            "one your file imports at the top; a seed of your own makes every first block hash "
+            "differently from the engine's, so no prefix is ever shared with it"
+        )
+    return seed
 
 
 @graded(
@@ -136,6 +146,7 @@ def test_hash_is_the_documented_formula():
         (parent, (9, 8), ("lora-a", 3)),
         (None, [1, 2], None),
         (None, [7], ("salt",)),
+        (parent, [3, 3], ()),
     ]
     for block_parent, tokens, extra in cases:
         got = a_hash(h(fn, block_parent, tokens, extra))
@@ -191,6 +202,10 @@ def test_map_keeps_several_blocks_per_hash():
     )
     assert m.pop(k, 4) is d, "pop(key, 4) must remove and return block 4"
     assert m.get_one_block(k) is None, "a key whose blocks were all popped must miss"
+    assert len(m) == 1, (
+        f"after popping every block under one of its two keys the map must hold one key "
+        f"(len counts keys), got len {len(m)}: pop must delete a key whose last block it removes"
+    )
     assert m.get_one_block(k2) is c, "popping under one key must not touch another key"
     assert m.pop(k2, 1) is None, (
         "pop(key, 1) must return None when key holds only block 3: remove exactly the block "

@@ -213,6 +213,18 @@ def test_hashing_a_block_twice_is_an_error():
         "a refused cache_full_blocks must leave the map as it was"
     )
     check_pool(pool)
+    # The hashed block in the middle: blocks 3 and 4 around block 2 stay uncached too.
+    pool = make_pool(6)
+    req = make_request([1, 2, 3, 4, 5, 6])
+    first, middle, last = pool.get_new_blocks(3)
+    pool.cache_full_blocks(req.obj, [middle], 0, 1, BS, 0)
+    with pytest.raises(RuntimeError):
+        pool.cache_full_blocks(req.obj, [first, middle, last], 0, 3, BS, 0)
+    assert first.block_hash is None and last.block_hash is None, (
+        "a refused cache_full_blocks must cache no block: blocks 1 and 3 around the hashed "
+        "block 2 got a hash (validate every block, not only the first or the last)"
+    )
+    check_pool(pool)
 
 
 def _refused(what: str, call) -> None:
@@ -382,6 +394,12 @@ def test_touch_shared_block_in_use():
     )
     pool.free_blocks([blk])
     assert check_pool(pool) == [*before, 1], "the last free queues the block at the back"
+    pool.touch([blk, blk])
+    assert ref(blk) == 2 and check_pool(pool) == before, (
+        f"touch([b, b]) of a free block must take two references, one per entry (as "
+        f"free_blocks gives one back per entry), and take b out of the queue once: got ref_cnt "
+        f"{ref(blk)} and the queue {check_pool(pool)} (expected 2 and {before})"
+    )
 
 
 @graded(
@@ -482,6 +500,12 @@ def test_evict_blocks_by_id():
     assert [ref(b) for b in blocks] == [1, 1, 1], "evict_blocks must not free blocks"
     check_pool(pool)
     pool.evict_blocks({0})  # the null block is a block of the pool (never cached): a no-op
+    kept = side().evict_blocks_and_read_the_ids(pool, [0, 3])
+    assert same_data(kept, [0, 3]), (
+        f"evict_blocks({{0, 3}}) must leave the caller's set as it was, got {describe(kept)}: "
+        "the set belongs to the caller"
+    )
+    pool.cache_full_blocks(req.obj, blocks, 2, 3, BS, 0)  # block 3 cached again
     for bad in (6, -1):
         with pytest.raises(ValueError):
             pool.evict_blocks({1, bad})

@@ -354,4 +354,57 @@ MUTANTS = [
         "query head",
         caught_by="test_check.py::test_accepted_sizes_give_each_ranks_shapes",
     ),
+    Mutant(
+        name="negative_dim_read_as_rows",
+        file=FILE,
+        find="""
+            start, end = shard_range(int(tensor.shape[dim]), rank, tp_size)
+            return tensor.narrow(dim, start, end - start)
+        """,
+        replace="""
+            dim = dim if dim >= 0 else 0
+            start, end = shard_range(int(tensor.shape[dim]), rank, tp_size)
+            return tensor.narrow(dim, start, end - start)
+        """,
+        why="reads a negative dim as dim 0: dim=-1, torch's last dimension, cuts the rows of "
+        "a row-parallel weight instead of its input columns",
+        caught_by="test_weights.py::test_column_and_row_shards_concatenate_back",
+    ),
+    Mutant(
+        name="shard_id_compared_without_case",
+        file=FILE,
+        find='    if shard_id == "q":',
+        replace='    if shard_id.lower() == "q":',
+        why="accepts 'Q' as the query shard: the three shard ids are exact names, and anything "
+        "else is a caller's mistake to refuse",
+        caught_by="test_weights.py::test_qkv_replicated_kv_heads",
+    ),
+    Mutant(
+        name="minimum_started_past_rank_0",
+        file=FILE,
+        find="    return min(int(n) for n in num_blocks_per_rank)",
+        replace="""
+            best = int(num_blocks_per_rank[-1])
+            for n in num_blocks_per_rank[1:]:
+                best = min(best, int(n))
+            return best
+        """,
+        why="a running minimum started from the last rank and looped from rank 1: rank 0 is "
+        "never compared, and when it holds the fewest blocks the others hand out ids it "
+        "cannot hold",
+        caught_by="test_kv_sizing.py::test_every_rank_gets_the_smallest_count",
+    ),
+    Mutant(
+        name="multiple_of_64_kept_whatever_pad_to",
+        file=FILE,
+        find="    return -(-vocab_size // pad_to) * pad_to",
+        replace="""
+            if vocab_size % DEFAULT_VOCAB_PADDING_SIZE == 0:
+                return vocab_size
+            return -(-vocab_size // pad_to) * pad_to
+        """,
+        why="keeps a vocabulary that is a multiple of 64 as it is, whatever pad_to says: "
+        "pad_vocab_size(128, 96) must be 192",
+        caught_by="test_vocab.py::test_pad_vocab_size",
+    ),
 ]

@@ -50,9 +50,9 @@ def test_bytes_per_block_per_rank():
     KV_BLOCKS,
 )
 def test_every_rank_gets_the_smallest_count():
-    """[900, 850, 1000] -> 850: a rank that measured less memory limits them all; [500, 0, 700]
-    -> 0: a rank with no room for a block leaves none for the others. The list the executor
-    passes is still in rank order afterwards."""
+    """[900, 850, 1000] -> 850 and [300, 500, 400] -> 300: a rank that measured less memory
+    limits them all, rank 0 included; [500, 0, 700] -> 0: a rank with no room for a block leaves
+    none for the others. The list the executor passes is still in rank order afterwards."""
     check_table(
         "num_gpu_blocks_across_ranks",
         [
@@ -61,6 +61,7 @@ def test_every_rank_gets_the_smallest_count():
             [[5, 5]],
             [[12_000, 7_999, 10_500, 8_000]],
             [[500, 0, 700]],
+            [[300, 500, 400]],
             [[]],
         ],
         "the block count every rank agrees on",

@@ -53,6 +53,12 @@ def test_column_and_row_shards_concatenate_back():
                 f"{kind}, TP={tp}: the shards concatenated along dim {dim} are not the full "
                 f"weight ({where_differs(joined, full)})"
             )
+    got = side().rank_shards(full, -1, 4)["shards"]
+    joined = t.cat(list(got), dim=1)
+    assert [tuple(s.shape) for s in got] == [(24, 9)] * 4 and t.equal(joined, full), (
+        f"dim=-1 is the last dimension, as everywhere in torch: a 24 x 36 weight over 4 ranks "
+        f"along dim -1 should give four 24 x 9 shards, got {[tuple(s.shape) for s in got]}"
+    )
     bias = full_weight(24, 1)[:, 0].contiguous()
     got = side().outcomes("shard_tensor", [[bias, 0, rank, 4] for rank in range(4)])
     shards = [value(o, f"shard_tensor(bias of 24 entries, 0, {r}, 4)") for r, o in enumerate(got)]
@@ -181,13 +187,13 @@ def test_qkv_replicated_kv_heads():
                     f"{where_differs(shard, want)}"
                 )
     for tp in (2, 1):
-        for shard_id in ("o", "kv", ""):
+        for shard_id in ("o", "kv", "", "Q"):
             got = side().qkv_shards(full_weight(8, 6), shard_id, 4, 8, 2, tp)
             assert got[0][0] == "error" and got[0][1] == "ValueError", (
                 f"shard_qkv_weight(..., {shard_id!r}, ..., rank 0, TP={tp}) must raise "
                 f"ValueError: shard_id is 'q', 'k' or 'v' exactly (mind that '' and 'kv' are "
-                f'both `in "kv"`, a substring test; and a shortcut for TP=1 must check it '
-                f"too), got {brief(got[0])}"
+                f'both `in "kv"`, a substring test; "Q" is not "q"; and a shortcut for TP=1 '
+                f"must check it too), got {brief(got[0])}"
             )
 
 

@@ -675,4 +675,219 @@ MUTANTS = [
         "residency metrics see hits and evictions of blocks that were never allocated",
         caught_by="test_block_pool.py::test_allocations_are_reported_to_the_metrics_collector",
     ),
+    Mutant(
+        name="popleft_counts_before_the_empty_check",
+        file=FILE,
+        find="""
+                first = self.fake_free_list_head.next_free_block
+                if first is None or first is self.fake_free_list_tail:
+                    raise ValueError("No free blocks available")
+        """,
+        replace="""
+                self.num_free_blocks -= 1
+                first = self.fake_free_list_head.next_free_block
+                if first is None or first is self.fake_free_list_tail:
+                    raise ValueError("No free blocks available")
+        """,
+        more=(
+            (
+                """
+                first.prev_free_block = first.next_free_block = None
+                self.num_free_blocks -= 1
+                return first
+                """,
+                """
+                first.prev_free_block = first.next_free_block = None
+                return first
+                """,
+            ),
+        ),
+        why="popleft lowers the counter before it checks that the queue is empty: a refused "
+        "popleft leaves num_free_blocks at -1 (I2)",
+        caught_by="test_free_queue.py::test_empty_queue",
+    ),
+    Mutant(
+        name="free_blocks_counted_by_walking_the_queue",
+        file=FILE,
+        find="        num_free = self.get_num_free_blocks()\n",
+        replace="        num_free = len(self.free_block_queue.get_all_free_blocks())\n",
+        why="get_new_blocks counts the free blocks by listing the queue: every allocation "
+        "walks the whole free list, O(n) where the counter is O(1) (I2)",
+        caught_by="test_block_pool.py::test_pool_operations_are_constant_time",
+    ),
+    Mutant(
+        name="caching_branch_forgets_the_collector",
+        file=FILE,
+        find="""
+                block.ref_cnt = 1
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_allocated(block)
+        """,
+        replace="""
+                block.ref_cnt = 1
+                if self.metrics_collector is not None and not self.enable_caching:
+                    self.metrics_collector.on_block_allocated(block)
+        """,
+        why="reports allocations only when caching is off (upstream's two branches, the "
+        "collector call left out of the caching one): a caching pool's allocations go unseen",
+        caught_by="test_block_pool.py::test_allocations_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="caching_branch_skips_the_ref_cnt_check",
+        file=FILE,
+        find="            if block.ref_cnt != 0:\n                raise RuntimeError(\n"
+        '                    f"Block {block.block_id} was in the free queue',
+        replace="            if block.ref_cnt != 0 and not self.enable_caching:\n"
+        "                raise RuntimeError(\n"
+        '                    f"Block {block.block_id} was in the free queue',
+        why="checks that a popped block is unreferenced only when caching is off: a caching "
+        "pool hands out a block someone still holds (I1)",
+        caught_by="test_block_pool.py::test_queued_block_in_use_is_an_error",
+    ),
+    Mutant(
+        name="ref_cnt_checked_on_the_front_block_only",
+        file=FILE,
+        find="            if block.ref_cnt != 0:\n                raise RuntimeError(\n"
+        '                    f"Block {block.block_id} was in the free queue',
+        replace="            if block is blocks[0] and block.ref_cnt != 0:\n"
+        "                raise RuntimeError(\n"
+        '                    f"Block {block.block_id} was in the free queue',
+        why="checks only the first popped block's ref_cnt: a held block further back is "
+        "handed out to a second owner (I1)",
+        caught_by="test_block_pool.py::test_queued_block_in_use_is_an_error",
+    ),
+    Mutant(
+        name="newly_free_collected_after_the_loop",
+        file=FILE,
+        find="""
+                    block.ref_cnt -= 1
+                    if block.ref_cnt == 0:
+                        newly_free.append(block)
+                self.free_block_queue.append_n(newly_free)
+        """,
+        replace="""
+                    block.ref_cnt -= 1
+                newly_free = [block for block in blocks if block.ref_cnt == 0]
+                self.free_block_queue.append_n(newly_free)
+        """,
+        why="collects the blocks at 0 after the loop: a block listed once per holder appears "
+        "twice, append_n refuses it, and the block is left at ref_cnt 0 outside the queue (I1)",
+        caught_by="test_block_pool.py::test_shared_block_freed_only_at_zero",
+    ),
+    Mutant(
+        name="allocated_reported_before_the_eviction",
+        file=FILE,
+        find="""
+                    if self.enable_caching:
+                        self._maybe_evict_cached_block(block)
+                    if block.ref_cnt != 0:
+        """,
+        replace="""
+                    if block.ref_cnt != 0:
+        """,
+        more=(
+            (
+                """
+                    block.ref_cnt = 1
+                    if self.metrics_collector is not None:
+                        self.metrics_collector.on_block_allocated(block)
+                return blocks
+                """,
+                """
+                    block.ref_cnt = 1
+                    if self.metrics_collector is not None:
+                        self.metrics_collector.on_block_allocated(block)
+                    if self.enable_caching:
+                        self._maybe_evict_cached_block(block)
+                return blocks
+                """,
+            ),
+        ),
+        why="evicts each block after reporting it allocated: the collector ends the residency "
+        "it has just started, and loses the block's new one",
+        caught_by="test_block_pool.py::test_allocations_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="only_cached_blocks_go_through_eviction",
+        file=FILE,
+        find="""
+                    if self.enable_caching:
+                        self._maybe_evict_cached_block(block)
+        """,
+        replace="""
+                    if self.enable_caching and block.block_hash is not None:
+                        self._maybe_evict_cached_block(block)
+        """,
+        why="calls _maybe_evict_cached_block only for blocks with a hash: the hashes are "
+        "dropped alike, but the collector never hears that an uncached block's residency ended",
+        caught_by="test_block_pool.py::test_allocations_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="hash_block_size_tested_for_truth",
+        file=FILE,
+        find="        if hash_block_size < 1:\n",
+        replace="        if not hash_block_size:\n",
+        why="refuses hash_block_size 0 only: a negative block size is accepted",
+        caught_by="test_block_pool.py::test_bad_pool_sizes_are_errors",
+    ),
+    Mutant(
+        name="num_gpu_blocks_type_unchecked",
+        file=FILE,
+        find="        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:\n",
+        replace="        if num_gpu_blocks < 1:\n",
+        why="BlockPool(num_gpu_blocks=2.5) fails later with a TypeError from range() instead "
+        "of the ValueError that names the argument",
+        caught_by="test_block_pool.py::test_bad_pool_sizes_are_errors",
+    ),
+    Mutant(
+        name="append_n_walks_its_blocks_twice",
+        file=FILE,
+        find="""
+                for block in blocks:
+                    if block.prev_free_block is not None or block.next_free_block is not None:
+                        self._unlink_after(anchor, count)
+        """,
+        replace="""
+                for block in blocks:
+                    if block.prev_free_block is not None or block.next_free_block is not None:
+                        raise RuntimeError(f"block {block.block_id} is already in the queue")
+                for block in blocks:
+                    if block.prev_free_block is not None or block.next_free_block is not None:
+                        self._unlink_after(anchor, count)
+        """,
+        why="validates every block in a first pass and links them in a second: an iterator "
+        "is spent by the first pass, and its blocks are never linked",
+        caught_by="test_free_queue.py::test_append_n_keeps_order",
+    ),
+    Mutant(
+        name="append_n_counts_with_len",
+        file=FILE,
+        find="        self.num_free_blocks += count\n",
+        replace="        self.num_free_blocks += len(blocks)\n",
+        why="counts the appended blocks with len(): an iterator has none (TypeError after "
+        "the blocks were linked)",
+        caught_by="test_free_queue.py::test_append_n_keeps_order",
+    ),
+    Mutant(
+        name="append_n_remembers_its_blocks_in_a_list",
+        file=FILE,
+        find="""
+                count = 0
+                for block in blocks:
+                    if block.prev_free_block is not None or block.next_free_block is not None:
+        """,
+        replace="""
+                count = 0
+                seen: list[KVCacheBlock] = []
+                for block in blocks:
+                    if block in seen:
+                        self._unlink_after(anchor, count)
+                        raise RuntimeError(f"block {block.block_id} is listed twice")
+                    seen.append(block)
+                    if block.prev_free_block is not None or block.next_free_block is not None:
+        """,
+        why="looks each block up in a list of the blocks seen so far: appending k blocks "
+        "costs O(k^2), seconds for a long run (I2: O(1) per block)",
+        caught_by="test_free_queue.py::test_operations_are_constant_time",
+    ),
 ]

@@ -54,14 +54,17 @@ def make_queue_bench(n: int) -> Any:
     return types.SimpleNamespace(blocks=blocks, queue=queue)
 
 
-def make_pool_with_collector(n: int) -> list[Any]:
-    """``[pool, collector]``: the learner's ``BlockPool`` of ``n`` blocks, caching off, with a
+def make_pool_with_collector(n: int, enable_caching: bool = False) -> list[Any]:
+    """``[pool, collector]``: the learner's ``BlockPool`` of ``n`` blocks with a
     ``RecordingCollector`` as its ``metrics_collector``."""
     import block_pool
 
     collector = RecordingCollector()
     pool = block_pool.BlockPool(
-        num_gpu_blocks=n, enable_caching=False, hash_block_size=4, metrics_collector=collector
+        num_gpu_blocks=n,
+        enable_caching=enable_caching,
+        hash_block_size=4,
+        metrics_collector=collector,
     )
     return [pool, collector]
 
@@ -71,7 +74,8 @@ def run_queue_ops(bench: Any, ops: list[list[Any]]) -> list[Any]:
     """Run ``ops`` on ``bench.queue``; blocks are named by their index in ``bench.blocks``.
 
     ``["popleft"]``, ``["popleft_n", k]``, ``["remove", i]``, ``["append", i]``,
-    ``["append_n", [i, ...]]``, ``["num_free_blocks"]``. Returns, in order, what the
+    ``["append_n", [i, ...]]``, ``["append_n_iter", [i, ...]]`` (the blocks as an iterator),
+    ``["num_free_blocks"]``. Returns, in order, what the
     operations that return something returned: a popped block's ``block_id``, a list of them,
     or the counter.
     """
@@ -89,6 +93,8 @@ def run_queue_ops(bench: Any, ops: list[list[Any]]) -> list[Any]:
             queue.append(blocks[op[1]])
         elif name == "append_n":
             queue.append_n([blocks[i] for i in op[1]])
+        elif name == "append_n_iter":
+            queue.append_n(iter([blocks[i] for i in op[1]]))
         elif name == "num_free_blocks":
             out.append(queue.num_free_blocks)
         else:

@@ -79,7 +79,8 @@ def test_null_block_is_reserved():
 
 @graded(
     1,
-    "Misuse: BlockPool refuses num_gpu_blocks < 1 and hash_block_size < 1 with ValueError",
+    "Misuse: BlockPool refuses num_gpu_blocks < 1 (or not an int) and hash_block_size < 1 "
+    "with ValueError",
     f"{DOC}#misuse-errors",
 )
 def test_bad_pool_sizes_are_errors():
@@ -95,7 +96,10 @@ def test_bad_pool_sizes_are_errors():
             f"value) in the message, rather than letting an empty free queue fail later"
         )
     with pytest.raises(ValueError):
-        bp.BlockPool(num_gpu_blocks=4, enable_caching=False, hash_block_size=0)
+        bp.BlockPool(num_gpu_blocks=2.5, enable_caching=False, hash_block_size=4)
+    for hash_block_size in (0, -1):
+        with pytest.raises(ValueError):
+            bp.BlockPool(num_gpu_blocks=4, enable_caching=False, hash_block_size=hash_block_size)
     # The smallest legal pool: the null block alone, blocks of one token.
     try:
         smallest = bp.BlockPool(num_gpu_blocks=1, enable_caching=True, hash_block_size=1)
@@ -185,6 +189,18 @@ def test_queued_block_in_use_is_an_error():
     pool.blocks[1].ref_cnt = 1  # corrupt the pool: block 1 is queued but held
     with pytest.raises(RuntimeError):
         pool.get_new_blocks(1)
+    for caching in (False, True):
+        pool = make_pool(5, caching=caching)
+        pool.blocks[2].ref_cnt = 1  # the second block handed out, not the front one
+        try:
+            pool.get_new_blocks(2)
+        except RuntimeError:
+            continue
+        raise AssertionError(
+            f"get_new_blocks(2) on a pool (caching {'on' if caching else 'off'}) whose block 2, "
+            "second in the free queue, has ref_cnt 1 must raise RuntimeError: check every block "
+            "it pops, with caching on and off"
+        )
 
 
 @graded(
@@ -234,6 +250,16 @@ def test_shared_block_freed_only_at_zero():
     free = check_pool(pool)
     assert free == [3, 4, 2, 1], (
         f"the last holder's free queues a (block 1): expected [3, 4, 2, 1], got {free}"
+    )
+    # One call, the block listed once per holder: each entry drops one reference.
+    (c,) = pool.get_new_blocks(1)  # block 3
+    c.ref_cnt = 2
+    pool.free_blocks([c, c])
+    free = check_pool(pool)
+    assert ref(c) == 0 and free == [4, 2, 1, 3], (
+        f"free_blocks([c, c]) with c (block 3) held twice drops both references and queues c "
+        f"once: expected ref_cnt 0 and the queue [4, 2, 1, 3], got {ref(c)} and {free} (collect "
+        "a block when its count reaches 0, not every entry whose count is 0 after the loop)"
     )
 
 
@@ -359,7 +385,7 @@ def test_reused_block_loses_its_stale_hash():
 @graded(
     1,
     "get_new_blocks reports each block it hands out to the pool's metrics_collector "
-    "(on_block_allocated), when the pool has one",
+    "(on_block_allocated), when the pool has one; with caching on, after evicting it",
     f"{DOC}#allocating-blocks",
 )
 def test_allocations_are_reported_to_the_metrics_collector():
@@ -375,6 +401,41 @@ def test_allocations_are_reported_to_the_metrics_collector():
     )
     pool.get_new_blocks(0)
     assert same_data(collector.events, want), "get_new_blocks(0) allocates nothing to report"
+    # With caching on, each block handed out is first evicted (_maybe_evict_cached_block tells
+    # the collector, cached or not), then allocated: the collector ends the block's last
+    # residency before it starts the new one.
+    pool, collector = side().make_pool_with_collector(4, True)
+    first = ids(pool.get_new_blocks(2))
+    pool.free_blocks([pool.blocks[i] for i in first])
+    second = ids(pool.get_new_blocks(3))
+    events = collector.events
+    _check_evicted_then_allocated(events, [*first, *second])
+
+
+def _check_evicted_then_allocated(events, handed_out: list[int]) -> None:
+    """``events``: one ``evicted`` then one ``allocated`` per block of ``handed_out``, in order."""
+    if type(events) is not list or not all(
+        type(e) is list and len(e) == 2 and type(e[0]) is str for e in events
+    ):
+        raise AssertionError(f"the collector recorded {describe(events)}")
+    allocated = [block_id for kind, block_id in events if kind == "allocated"]
+    assert allocated == handed_out, (
+        f"a caching pool handed out blocks {handed_out} over two calls: the collector must be "
+        f"told on_block_allocated for each, in that order, but it saw {events!r}"
+    )
+    pending: dict[int, int] = {}
+    for kind, block_id in events:
+        if kind == "evicted":
+            pending[block_id] = pending.get(block_id, 0) + 1
+        elif kind == "allocated":
+            assert pending.get(block_id, 0) == 1, (
+                f"with caching on, get_new_blocks must evict each block it hands out "
+                f"(_maybe_evict_cached_block, for every block, cached or not: it tells the "
+                f"collector on_block_evicted) and only then report it allocated; block "
+                f"{block_id} was reported allocated without exactly one eviction before it: "
+                f"{events!r}"
+            )
+            pending[block_id] = 0
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -501,9 +562,9 @@ class PoolBench:
     """A pool of ``n`` blocks in the learner process, half of them held, and its model.
 
     Each step frees 500 held blocks one at a time, reading both counters after each free, and
-    allocates 500, in one request (timed here); what it returns is checked against the model.
-    The counters are read between changes, so a count cached until the next change does not
-    pass for O(1).
+    allocates 500 one at a time, in one request (timed here); what it returns is checked against
+    the model. The counters are read between changes, so a count cached until the next change
+    does not pass for O(1), and each allocation counts the free blocks again.
     """
 
     def __init__(self, n: int) -> None:
@@ -526,20 +587,20 @@ class PoolBench:
             for i in self.chunk
             for x in (["free_blocks", [i]], ["get_num_free_blocks"], ["get_usage"])
         ]
-        ops.append(["get_new_blocks", k])
+        ops += [["get_new_blocks", 1]] * k
         queue = self.free + self.chunk
         popped, self.free = queue[:k], queue[k:]
         seconds, got = timed_call(self.run_ops, self.pool, ops)
-        if type(got) is not list or len(got) != 1 + 2 * k:
+        if type(got) is not list or len(got) != 3 * k:
             raise AssertionError(
                 f"the batch on a pool of {self.n:,} blocks returned {describe(got)}"
             )
-        if not same_data(got[-1], popped):
+        if not same_data(got[2 * k :], [[i] for i in popped]):
             raise AssertionError(
-                f"after free_blocks of {k} blocks, get_new_blocks({k}) on a pool of {self.n:,} "
-                "blocks must take the front of the free queue; it gave other blocks"
+                f"after free_blocks of {k} blocks, {k} calls of get_new_blocks(1) on a pool of "
+                f"{self.n:,} blocks must take the front of the free queue; they gave other blocks"
             )
-        counts, usages = got[0:-1:2], got[1:-1:2]
+        counts, usages = got[0 : 2 * k : 2], got[1 : 2 * k : 2]
         want_counts = [before + i + 1 for i in range(k)]
         if not same_data(counts, want_counts):
             raise AssertionError(

@@ -930,4 +930,133 @@ MUTANTS = [
         "deferred it stops the request at the first token after min_tokens",
         caught_by="test_stop.py::test_min_tokens_and_the_order_of_checks",
     ),
+    Mutant(
+        name="runner_checked_on_the_step_only",
+        file=FILE,
+        find="""
+                for req_id, tokens in sampled_token_ids.items():
+                    request = self.requests.get(req_id)
+        """,
+        replace="""
+                for req_id in scheduler_output.num_scheduled_tokens:
+                    tokens = sampled_token_ids.get(req_id)
+                    request = self.requests.get(req_id)
+        """,
+        why="checks the runner's tokens only for the requests the step scheduled: a token for "
+        "a request left out of the step while mid-prefill is ignored instead of refused",
+        caught_by="test_admission.py::test_requests_left_out_of_the_step_keep_their_progress",
+    ),
+    Mutant(
+        name="prev_step_ids_are_the_running_ones",
+        file=FILE,
+        find="        self.prev_step_scheduled_req_ids = set(num_scheduled_tokens)\n",
+        replace="        self.prev_step_scheduled_req_ids = {r.request_id for r in self.running}\n",
+        why="records the running requests as the ones the step scheduled: a running request the "
+        "step left out is later sent without its whole token list, and the runner's is stale",
+        caught_by="test_admission.py::test_requests_left_out_of_the_step_keep_their_progress",
+    ),
+    Mutant(
+        name="prev_step_ids_set_before_the_cached_data",
+        file=FILE,
+        find="""
+                cached_reqs_data = self._make_cached_request_data(
+                    scheduled_running_reqs, scheduled_resumed_reqs, num_scheduled_tokens, req_to_new_blocks
+                )
+                self.prev_step_scheduled_req_ids = set(num_scheduled_tokens)
+        """,
+        replace="""
+                self.prev_step_scheduled_req_ids = set(num_scheduled_tokens)
+                cached_reqs_data = self._make_cached_request_data(
+                    scheduled_running_reqs, scheduled_resumed_reqs, num_scheduled_tokens, req_to_new_blocks
+                )
+        """,
+        why="records this step's ids before building the cached requests' data, which reads "
+        "the previous step's: no running request ever gets its whole token list again",
+        caught_by="test_admission.py::test_requests_left_out_of_the_step_keep_their_progress",
+    ),
+    Mutant(
+        name="no_chunking_check_before_the_threshold",
+        file=FILE,
+        find="""
+                        threshold = self.long_prefill_token_threshold
+                        if 0 < threshold < num_new_tokens:
+                            num_new_tokens = threshold
+                        if not self.enable_chunked_prefill and num_new_tokens > token_budget:
+                            # Without chunking the prompt must fit whole; nobody may overtake it.
+                            break
+        """,
+        replace="""
+                        if not self.enable_chunked_prefill and num_new_tokens > token_budget:
+                            # Without chunking the prompt must fit whole; nobody may overtake it.
+                            break
+                        threshold = self.long_prefill_token_threshold
+                        if 0 < threshold < num_new_tokens:
+                            num_new_tokens = threshold
+        """,
+        why="with chunked prefill off, checks the whole prompt against the budget before the "
+        "threshold caps it: a prompt whose capped share fits waits, and everyone behind it",
+        caught_by="test_schedule.py::test_without_chunked_prefill",
+    ),
+    Mutant(
+        name="preemption_clears_is_prefill_chunk",
+        file=FILE,
+        find="""
+                request.num_computed_tokens = 0
+                request.spec_token_ids = []
+        """,
+        replace="""
+                request.num_computed_tokens = 0
+                request.is_prefill_chunk = False
+                request.spec_token_ids = []
+        """,
+        why="clears is_prefill_chunk when preempting: a token the runner hands back for the "
+        "preempted request's non-final chunk, still in flight, is appended instead of refused",
+        caught_by="test_aborts.py::test_update_from_output_checks_the_runner",
+    ),
+    Mutant(
+        name="finish_requests_always_aborts",
+        file=FILE,
+        find="            request.status = finished_status\n",
+        replace="            request.status = RequestStatus.FINISHED_ABORTED\n",
+        why="sets FINISHED_ABORTED whatever status the caller gave: a request stopped from "
+        "outside reports the wrong finish reason",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
+    ),
+    Mutant(
+        name="finish_requests_accepts_only_aborts",
+        file=FILE,
+        find="        if not RequestStatus.is_finished(finished_status):\n",
+        replace="        if finished_status != RequestStatus.FINISHED_ABORTED:\n",
+        why="refuses every finished status but FINISHED_ABORTED: a caller stopping a request "
+        "(FINISHED_STOPPED) gets a ValueError",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
+    ),
+    Mutant(
+        name="outputs_in_the_runners_order",
+        file=FILE,
+        find="""
+                for req_id in scheduler_output.num_scheduled_tokens:
+                    request = self.requests.get(req_id)
+                    if request is None or request.is_finished():
+        """,
+        replace="""
+                for req_id in sampled_token_ids:
+                    if req_id not in scheduler_output.num_scheduled_tokens:
+                        continue
+                    request = self.requests.get(req_id)
+                    if request is None or request.is_finished():
+        """,
+        why="walks the runner's dict instead of the step's batch: the outputs come in whatever "
+        "order the runner used, not in scheduling order",
+        caught_by="test_aborts.py::test_random_traces_with_aborts_match_the_reference",
+    ),
+    Mutant(
+        name="priority_ties_broken_by_request_id",
+        file=FILE,
+        find="max(self.running, key=lambda r: (r.priority, r.arrival_time))",
+        replace="max(self.running, key=lambda r: (r.priority, r.request_id))",
+        why="breaks priority ties by request id instead of arrival time: with ids that do not "
+        "sort in arrival order, the request that came first is preempted",
+        caught_by="test_admission.py::test_priority_random_workloads",
+    ),
 ]

@@ -24,6 +24,8 @@ from mini_vllm.request import RequestStatus
 from tests.labs.lab_08.helpers import DOC, RANDOM_SETTINGS, Engine, batch, bounded_shrinking
 
 ABORTED = RequestStatus.FINISHED_ABORTED
+#: What a client's finish_requests may pass (aborts mostly).
+FINISHED = [ABORTED, ABORTED, RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED]
 TRACE_SETTINGS = settings(RANDOM_SETTINGS, max_examples=80)
 
 
@@ -116,6 +118,18 @@ def test_finish_requests_aborts():
     assert sorted(done) == ["e", "f"], f"finish_requests(None) finishes everyone, got {done}"
     assert engine.num_free() == 4 and engine.schedule().finished_req_ids == {"e", "f"}
     engine.update({})
+    # Any finished status, not only FINISHED_ABORTED (Engine.abort checks the status set).
+    for rid, status in (
+        ("g", RequestStatus.FINISHED_STOPPED),
+        ("h", RequestStatus.FINISHED_LENGTH_CAPPED),
+    ):
+        engine.add(rid, 3, base=60)
+        engine.step()
+        done = engine.abort([rid], status)
+        assert done == [rid], (
+            f"finish_requests([{rid!r}], {status.name}) must finish {rid} with that status, "
+            f"got {done}"
+        )
 
 
 @graded(
@@ -202,6 +216,32 @@ def test_update_from_output_checks_the_runner():
     )
     engine.run()
     engine.check_drained()
+    # Preempted while its non-final chunk is in flight: a token for that chunk is still a bug.
+    engine = Engine(
+        num_blocks=3,
+        budget=16,
+        max_model_len=32,
+        long_prefill_token_threshold=4,
+        scheduler_reserve_full_isl=False,
+    )
+    engine.add("a", 8, base=0)
+    engine.add("b", 8, base=50)
+    out1 = engine.schedule()
+    sampled1 = engine.execute(out1)
+    out2 = engine.schedule(ahead=True)  # step 1 still runs; a needs b's block
+    assert batch(out1) == [("a", 4), ("b", 4)] and out2.preempted_req_ids == {"b"}, (
+        f"set-up: step 1 runs a's and b's first chunks, step 2 (planned while step 1 runs) "
+        f"preempts b; got {batch(out1)} and preempted {sorted(out2.preempted_req_ids)}"
+    )
+    engine.update({**sampled1, "b": [7]}, raises=ValueError)
+    assert engine.info("b")["output_token_ids"] == [], (
+        "b's step-1 chunk was not its last, so the runner's token for it is a runner bug "
+        "(ValueError), also after b was preempted: preemption resets b's progress, not "
+        "is_prefill_chunk"
+    )
+    engine.update(sampled1)
+    engine.update(engine.execute(out2))
+    engine.abort(None)  # two usable blocks cannot hold a's 16 tokens: stop here
 
 
 # -- random traces against the reference -----------------------------------------------------
@@ -348,7 +388,10 @@ class Trace:
             engine.abort(self.abort_ids())
         sampled = engine.execute(out)
         extra = self.junk(out) if sloppy else {}
-        engine.update({**sampled, **extra})
+        handed_back = {**sampled, **extra}
+        if self.draw(st.booleans()):  # the runner's dict in another order than the batch
+            handed_back = dict(reversed(handed_back.items()))
+        engine.update(handed_back)
         waiting = [req.request_id for req in self.ref.waiting]
         if waiting and self.draw(st.sampled_from([False, False, True])):
             # A client gives up on a request that waits (just preempted, often), twice.
@@ -360,7 +403,7 @@ class Trace:
             if kind == "arrive" and self.arrivals:
                 self.arrive()
             elif kind == "abort":
-                self.engine.abort(self.abort_ids())
+                self.engine.abort(self.abort_ids(), self.draw(st.sampled_from(FINISHED)))
             elif kind.startswith("step") or kind == "abort mid-step":
                 self.step(abort_mid_step=kind == "abort mid-step")
         while self.arrivals:

@@ -230,8 +230,39 @@ def test_requests_left_out_of_the_step_keep_their_progress():
     assert results == [], (
         f"b was not scheduled in step 5: the runner's token for it is ignored; got {results}"
     )
+    out = engine.schedule()
+    cached = out.scheduled_cached_reqs
+    assert {"b", "c"} <= set(cached.req_ids), f"set-up: step 6 runs b and c, got {batch(out)}"
+    stale = sorted(rid for rid in cached.req_ids if rid not in cached.all_token_ids)
+    assert not stale, (
+        f"step 5 scheduled nobody, so in step 6 the runner's token lists of {stale} are stale: "
+        f"scheduled_cached_reqs.all_token_ids must carry their whole lists "
+        f"(prev_step_scheduled_req_ids is the ids step 5 scheduled, set after building the "
+        f"cached requests' data); it carries {sorted(cached.all_token_ids)}"
+    )
+    engine.update(engine.execute(out))
     engine.run()
     engine.check_drained()
+    # The same, with c still in the middle of its prompt when step 5 leaves it out.
+    engine = Engine(
+        num_blocks=5, budget=4, max_num_seqs=3, policy="priority", scheduler_reserve_full_isl=False
+    )
+    engine.add("a", 1, base=0, priority=5)
+    engine.step()
+    engine.add("b", 1, base=40, priority=0)
+    engine.add("c", 14, base=80, priority=1)
+    for _ in range(3):
+        engine.step()
+    out = engine.schedule()
+    assert batch(out) == [] and engine.info("c")["is_prefill_chunk"] is True, (
+        f"set-up: in step 5 a preempts itself and c, mid-prefill, is left out; got batch "
+        f"{batch(out)}, c's is_prefill_chunk {engine.info('c')['is_prefill_chunk']!r}"
+    )
+    engine.update({"c": [7]}, raises=ValueError)
+    assert engine.info("c")["output_token_ids"] == [], (
+        "c is in the middle of its prompt: a token the runner hands back for it is a runner "
+        "bug (ValueError) even in a step that did not schedule it, and nothing is applied"
+    )
 
 
 @graded(
@@ -291,7 +322,8 @@ def _random_priority_workloads(case) -> None:
         while step < arrival and engine.unfinished():
             engine.step()
             step += 1
-        engine.add(f"r{i}", prompt_len, base=3 * i, max_tokens=max_tokens, priority=priority)
+        # Ids sort against their arrival order (r9 arrives first): ties go by arrival time.
+        engine.add(f"r{9 - i}", prompt_len, base=3 * i, max_tokens=max_tokens, priority=priority)
     engine.run()
     engine.check_drained()
 

@@ -233,6 +233,20 @@ def test_without_chunked_prefill():
         f"step 2: a decodes (1), b (30) and c (5) fit, and d's 28 tokens fit the 28 left "
         f"exactly (a prompt that fits the budget left whole is admitted); got {batch(out)}"
     )
+    # With a threshold too: n is capped first, and only the capped n must fit the budget.
+    engine = Engine(
+        budget=16, max_model_len=16, enable_chunked_prefill=False, long_prefill_token_threshold=5
+    )
+    engine.add("a", 12, base=0)
+    engine.add("b", 12, base=20)
+    engine.add("c", 3, base=40)
+    out, _ = engine.step()
+    assert batch(out) == [("a", 5), ("b", 5), ("c", 3)], (
+        f"chunked prefill off, threshold 5, budget 16: a's and b's 12 tokens are capped to 5 "
+        f"first (n = num_tokens - num_hit, capped by the threshold), and 5 fits the budget "
+        f"left, then c's 3: expected [a 5, b 5, c 3], got {batch(out)} (check n against the "
+        f"budget after the threshold cap, not before)"
+    )
 
 
 @graded(

@@ -246,7 +246,7 @@ def test_update_from_output_checks_the_runner():
 
 # -- random traces against the reference -----------------------------------------------------
 VOCAB = 16
-KINDS = ["step", "step", "step", "arrive", "arrive", "abort", "abort mid-step"]
+KINDS = ["step", "step", "step", "step ahead", "arrive", "arrive", "abort", "abort mid-step"]
 
 
 @st.composite
@@ -270,6 +270,7 @@ def trace_configs(draw: Any) -> dict[str, Any]:
             "enable_chunked_prefill": chunked,
             "long_prefill_token_threshold": draw(st.sampled_from([0, 3, 5])),
             "seed": draw(st.integers(0, 3)),
+            "policy": draw(st.sampled_from(["fcfs", "priority"])),
         },
         "eos": draw(st.sampled_from([None, 3])),
         "shared": draw(st.integers(0, max_model_len // 2)),
@@ -278,6 +279,7 @@ def trace_configs(draw: Any) -> dict[str, Any]:
                 st.tuples(
                     st.integers(max_model_len // 3, max_model_len - 1),
                     st.integers(2, max_model_len),
+                    st.integers(0, 2),  # the priority (read under the priority policy only)
                 ),
                 min_size=3,
                 max_size=7,
@@ -313,8 +315,8 @@ class Trace:
         self.data = data
         self.eos = config["eos"]
         self.arrivals = [
-            (f"r{i}", _prompt(i, length, config["shared"]), max_tokens)
-            for i, (length, max_tokens) in enumerate(config["requests"])
+            (f"r{i}", _prompt(i, length, config["shared"]), max_tokens, priority)
+            for i, (length, max_tokens, priority) in enumerate(config["requests"])
         ]
 
     def draw(self, strategy: Any) -> Any:
@@ -324,8 +326,8 @@ class Trace:
         return sorted(set(self.engine.specs) - set(self.ref.requests))
 
     def arrive(self) -> None:
-        rid, prompt, max_tokens = self.arrivals.pop(0)
-        self.engine.add(rid, prompt=prompt, max_tokens=max_tokens, eos=self.eos)
+        rid, prompt, max_tokens, priority = self.arrivals.pop(0)
+        self.engine.add(rid, prompt=prompt, max_tokens=max_tokens, eos=self.eos, priority=priority)
 
     def abort_ids(self) -> Any:
         """Running, preempted, waiting, finished and unknown ids, maybe one repeated; as a list,
@@ -397,6 +399,15 @@ class Trace:
             # A client gives up on a request that waits (just preempted, often), twice.
             self.engine.abort([self.draw(st.sampled_from(waiting))] * 2)
 
+    def step_ahead(self) -> None:
+        """Two steps, the second planned while the first runs (async scheduling's order)."""
+        engine = self.engine
+        first = engine.schedule()
+        sampled = engine.execute(first)
+        second = engine.schedule(ahead=True)
+        engine.update(sampled)
+        engine.update(engine.execute(second))
+
     def run(self) -> None:
         for _ in range(self.draw(st.integers(5, 40))):
             kind = self.draw(st.sampled_from(KINDS))
@@ -404,6 +415,8 @@ class Trace:
                 self.arrive()
             elif kind == "abort":
                 self.engine.abort(self.abort_ids(), self.draw(st.sampled_from(FINISHED)))
+            elif kind == "step ahead":
+                self.step_ahead()
             elif kind.startswith("step") or kind == "abort mid-step":
                 self.step(abort_mid_step=kind == "abort mid-step")
         while self.arrivals:
@@ -426,9 +439,10 @@ def _random_traces(config: dict[str, Any], data: Any) -> None:
 @graded(
     5,
     "Random traces with aborts (running, waiting, preempted, mid-step, repeated, unknown "
-    "and finished ids, finish_requests(None)) and a sloppy runner (tokens for unknown, "
-    "finished or unscheduled requests, empty lists): after every call, your scheduler "
-    "agrees with the reference (batch, outputs, queues, counters, blocks)",
+    "and finished ids, finish_requests(None)), steps planned while the last one runs, both "
+    "policies, and a sloppy runner (tokens for unknown, finished or unscheduled requests, "
+    "empty lists, any order): after every call, your scheduler agrees with the reference "
+    "(batch, outputs, queues, counters, blocks)",
     f"{DOC}#finishing-and-freeing",
     timeout=45,
 )

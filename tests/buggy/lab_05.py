@@ -723,73 +723,184 @@ MUTANTS = [
     Mutant(
         name="eviction_pops_the_first_block_under_the_hash",
         file=FILE,
-        find="        if self.cached_block_hash_to_block.pop(key, block.block_id) is None:\n",
-        replace="        first = self.cached_block_hash_to_block.get_one_block(key)\n        if first is None or self.cached_block_hash_to_block.pop(key, first.block_id) is None:\n",
-        why="evicts whichever block comes first under the hash instead of the block being reused: when the second of two duplicates is reused, the first loses its map entry and a hit returns the reused page, which now holds other tokens",
+        find="""
+            if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+        """,
+        replace="""
+            first = self.cached_block_hash_to_block.get_one_block(key)
+            if first is None or self.cached_block_hash_to_block.pop(key, first.block_id) is None:
+        """,
+        why="evicts whichever block comes first under the hash instead of the block being reused: "
+        "when the second of two duplicates is reused, the first loses its map entry and a hit "
+        "returns the reused page, which now holds other tokens",
         caught_by="test_prefix_cache.py::test_duplicate_blocks_both_cached",
     ),
     Mutant(
         name="eviction_only_of_the_first_block_under_the_hash",
         file=FILE,
-        find="        if key is None:\n            return False\n",
-        replace="        if key is None:\n            return False\n        if self.cached_block_hash_to_block.get_one_block(key) is not block:\n            return False\n",
-        why="evicts a block only if it is the one get_one_block would return: a reused duplicate keeps its hash and its map entry, and a hit returns its overwritten page",
+        find="""
+            if key is None:
+                return False
+        """,
+        replace="""
+            if key is None:
+                return False
+            if self.cached_block_hash_to_block.get_one_block(key) is not block:
+                return False
+        """,
+        why="evicts a block only if it is the one get_one_block would return: a reused duplicate "
+        "keeps its hash and its map entry, and a hit returns its overwritten page",
         caught_by="test_prefix_cache.py::test_duplicate_blocks_both_cached",
     ),
     Mutant(
         name="mask_indexed_after_dropping_the_null_block",
         file=FILE,
-        find="        selected = [\n            (block, block_hash)\n            for i, (block, block_hash) in enumerate(\n                zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])\n            )\n            if not block.is_null and (block_mask is None or block_mask[i])\n        ]\n",
-        replace="        real = [\n            (block, block_hash)\n            for block, block_hash in zip(\n                new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks]\n            )\n            if not block.is_null\n        ]\n        selected = [pair for i, pair in enumerate(real) if block_mask is None or block_mask[i]]\n",
-        why="drops the null blocks before applying block_mask: after a null block every mask entry applies to the next block, caching the wrong one",
+        find="""
+            selected = [
+                (block, block_hash)
+                for i, (block, block_hash) in enumerate(
+                    zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])
+                )
+                if not block.is_null and (block_mask is None or block_mask[i])
+            ]
+        """,
+        replace="""
+            real = [
+                (block, block_hash)
+                for block, block_hash in zip(
+                    new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks]
+                )
+                if not block.is_null
+            ]
+            selected = [pair for i, pair in enumerate(real) if block_mask is None or block_mask[i]]
+        """,
+        why="drops the null blocks before applying block_mask: after a null block every mask entry "
+        "applies to the next block, caching the wrong one",
         caught_by="test_prefix_cache.py::test_cache_full_blocks_skips_null_and_masked_blocks",
     ),
     Mutant(
         name="block_count_checked_against_the_new_blocks_only",
         file=FILE,
-        find="        if num_full_blocks > len(blocks):\n",
-        replace="        if num_full_blocks - num_cached_blocks > len(blocks):\n",
-        why="compares the new blocks (num_full_blocks - num_cached_blocks) with len(blocks): with blocks already cached, too few blocks are silently cached short",
+        find="""
+            if num_full_blocks > len(blocks):
+        """,
+        replace="""
+            if num_full_blocks - num_cached_blocks > len(blocks):
+        """,
+        why="compares the new blocks (num_full_blocks - num_cached_blocks) with len(blocks): with "
+        "blocks already cached, too few blocks are silently cached short",
         caught_by="test_prefix_cache.py::test_cache_full_blocks_refuses_bad_arguments",
     ),
     Mutant(
         name="empty_block_mask_read_as_no_mask",
         file=FILE,
-        find='        if block_mask is not None and len(block_mask) != len(new_full_blocks):\n            raise ValueError(\n                f"block_mask has {len(block_mask)} entries for {len(new_full_blocks)} new full "\n                "blocks"\n            )\n        selected = [\n            (block, block_hash)\n            for i, (block, block_hash) in enumerate(\n                zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])\n            )\n            if not block.is_null and (block_mask is None or block_mask[i])\n',
-        replace='        if block_mask and len(block_mask) != len(new_full_blocks):\n            raise ValueError(\n                f"block_mask has {len(block_mask)} entries for {len(new_full_blocks)} new full "\n                "blocks"\n            )\n        selected = [\n            (block, block_hash)\n            for i, (block, block_hash) in enumerate(\n                zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])\n            )\n            if not block.is_null and (not block_mask or block_mask[i])\n',
-        why="tests block_mask for truth: an empty mask for two new blocks is taken as no mask and caches both instead of being refused",
+        find="""
+            if block_mask is not None and len(block_mask) != len(new_full_blocks):
+                raise ValueError(
+                    f"block_mask has {len(block_mask)} entries for {len(new_full_blocks)} new full "
+                    "blocks"
+                )
+            selected = [
+                (block, block_hash)
+                for i, (block, block_hash) in enumerate(
+                    zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])
+                )
+                if not block.is_null and (block_mask is None or block_mask[i])
+        """,
+        replace="""
+            if block_mask and len(block_mask) != len(new_full_blocks):
+                raise ValueError(
+                    f"block_mask has {len(block_mask)} entries for {len(new_full_blocks)} new full "
+                    "blocks"
+                )
+            selected = [
+                (block, block_hash)
+                for i, (block, block_hash) in enumerate(
+                    zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])
+                )
+                if not block.is_null and (not block_mask or block_mask[i])
+        """,
+        why="tests block_mask for truth: an empty mask for two new blocks is taken as no mask and "
+        "caches both instead of being refused",
         caught_by="test_prefix_cache.py::test_cache_full_blocks_refuses_bad_arguments",
     ),
     Mutant(
         name="rehashing_raises_value_error",
         file=FILE,
-        find="            if block.block_hash is not None:\n                raise RuntimeError(\n",
-        replace="            if block.block_hash is not None:\n                raise ValueError(\n",
-        why="raises ValueError for a block that already has a hash: that is a RuntimeError (the engine's own state is wrong, not the caller's arguments), as the misuse table says",
+        find="""
+                if block.block_hash is not None:
+                    raise RuntimeError(
+        """,
+        replace="""
+                if block.block_hash is not None:
+                    raise ValueError(
+        """,
+        why="raises ValueError for a block that already has a hash: that is a RuntimeError (the "
+        "engine's own state is wrong, not the caller's arguments), as the misuse table says",
         caught_by="test_prefix_cache.py::test_hashing_a_block_twice_is_an_error",
     ),
     Mutant(
         name="collector_reset_before_the_refusal",
         file=FILE,
-        find='        num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null\n        if num_used_blocks != 0:\n            logger.warning(\n                "Cannot reset the prefix cache: %d blocks are still in use", num_used_blocks\n            )\n            return False\n        self.cached_block_hash_to_block = BlockHashToBlockMap()\n        for block in self.blocks:\n            block.reset_hash()\n        if self.metrics_collector is not None:\n            self.metrics_collector.reset()\n',
-        replace='        if self.metrics_collector is not None:\n            self.metrics_collector.reset()\n        num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null\n        if num_used_blocks != 0:\n            logger.warning(\n                "Cannot reset the prefix cache: %d blocks are still in use", num_used_blocks\n            )\n            return False\n        self.cached_block_hash_to_block = BlockHashToBlockMap()\n        for block in self.blocks:\n            block.reset_hash()\n',
-        why="resets the metrics collector before checking that no block is in use: a refused reset still wipes the collector's records",
+        find="""
+            num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null
+            if num_used_blocks != 0:
+                logger.warning(
+                    "Cannot reset the prefix cache: %d blocks are still in use", num_used_blocks
+                )
+                return False
+            self.cached_block_hash_to_block = BlockHashToBlockMap()
+            for block in self.blocks:
+                block.reset_hash()
+            if self.metrics_collector is not None:
+                self.metrics_collector.reset()
+        """,
+        replace="""
+            if self.metrics_collector is not None:
+                self.metrics_collector.reset()
+            num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null
+            if num_used_blocks != 0:
+                logger.warning(
+                    "Cannot reset the prefix cache: %d blocks are still in use", num_used_blocks
+                )
+                return False
+            self.cached_block_hash_to_block = BlockHashToBlockMap()
+            for block in self.blocks:
+                block.reset_hash()
+        """,
+        why="resets the metrics collector before checking that no block is in use: a refused reset "
+        "still wipes the collector's records",
         caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
     ),
     Mutant(
         name="evict_blocks_bypasses_maybe_evict",
         file=FILE,
-        find="            self._maybe_evict_cached_block(self.blocks[block_id])\n",
-        replace="            block = self.blocks[block_id]\n            if block.block_hash is not None:\n                self.cached_block_hash_to_block.pop(block.block_hash, block_id)\n                block.reset_hash()\n",
-        why="evict_blocks pops the map and clears the hash itself instead of calling _maybe_evict_cached_block: the collector never hears of those evictions",
+        find="""
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+                block = self.blocks[block_id]
+                if block.block_hash is not None:
+                    self.cached_block_hash_to_block.pop(block.block_hash, block_id)
+                    block.reset_hash()
+        """,
+        why="evict_blocks pops the map and clears the hash itself instead of calling "
+        "_maybe_evict_cached_block: the collector never hears of those evictions",
         caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
     ),
     Mutant(
         name="touch_reports_only_cached_blocks",
         file=FILE,
-        find="            block.ref_cnt += 1\n            if self.metrics_collector is not None:\n",
-        replace="            block.ref_cnt += 1\n            if self.metrics_collector is not None and block.block_hash is not None:\n",
-        why="reports a touch only for a block that holds a prefix: touching a free block with no hash goes unrecorded",
+        find="""
+                block.ref_cnt += 1
+                if self.metrics_collector is not None:
+        """,
+        replace="""
+                block.ref_cnt += 1
+                if self.metrics_collector is not None and block.block_hash is not None:
+        """,
+        why="reports a touch only for a block that holds a prefix: touching a free block with no "
+        "hash goes unrecorded",
         caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
     ),
     Mutant(

@@ -519,4 +519,115 @@ MUTANTS = [
         "returned twice, and the core is asked to abort it twice",
         caught_by="test_processor.py::test_aborts",
     ),
+    Mutant(
+        name="no_stop_strings_when_the_core_stopped",
+        file=FILE,
+        find="""
+                if not self.stop:
+                    return None
+        """,
+        replace="""
+                if not self.stop or stop_terminated:
+                    return None
+        """,
+        why="skips the stop strings when the core stopped on EOS or a stop token: a stop "
+        "string completed in that same step is left in the text",
+        caught_by="test_processor.py::test_stop_string_in_the_last_step_needs_no_abort",
+    ),
+    Mutant(
+        name="core_stop_reason_kept_over_the_stop_string",
+        file=FILE,
+        find="            if stop_str is not None:\n                finish_reason, stop_reason",
+        replace='            if stop_str is not None and finish_reason != "stop":\n'
+        "                finish_reason, stop_reason",
+        why="keeps the core's stop_reason (None for EOS, the token id) when a stop string "
+        "completes in the step the core stopped: the client is told the wrong reason",
+        caught_by="test_processor.py::test_stop_string_in_the_last_step_needs_no_abort",
+    ),
+    Mutant(
+        name="abort_asked_unless_the_core_hit_the_length",
+        file=FILE,
+        find="""
+                        if not out.finished:
+                            result.reqs_to_abort.append(out.request_id)
+        """,
+        replace="""
+                        if out.finish_reason != "length":
+                            result.reqs_to_abort.append(out.request_id)
+        """,
+        why="asks the core to abort a request stopped by a stop string unless the core ended "
+        "it by length: a request the core already stopped on EOS is aborted too",
+        caught_by="test_processor.py::test_stop_string_in_the_last_step_needs_no_abort",
+    ),
+    Mutant(
+        name="stop_strings_checked_after_each_token",
+        file=FILE,
+        find="""
+                    self.output_text += self._decode_next()
+                if skipped is not None:
+        """,
+        replace="""
+                    before = len(self.output_text)
+                    self.output_text += self._decode_next()
+                    if self.stop:
+                        match = check_stop_strings(
+                            self.output_text,
+                            len(self.output_text) - before,
+                            self.stop,
+                            self.include_stop_str_in_output,
+                        )
+                        if match is not None:
+                            if match[1] != -1:
+                                self.output_text = self.output_text[: match[1]]
+                            return match[0]
+                if skipped is not None:
+        """,
+        why="looks for stop strings after each token and returns at the first match: the "
+        "step's later tokens never become output tokens (the RequestOutput has fewer token "
+        "ids than logprob rows)",
+        caught_by="test_stop_strings.py::test_stop_string_inside_one_step",
+    ),
+    Mutant(
+        name="abort_requests_as_a_generator",
+        file=FILE,
+        find="        return [rid for rid in request_ids if self.request_states.pop(rid, None) is "
+        "not None]\n",
+        replace="""
+                for rid in request_ids:
+                    if self.request_states.pop(rid, None) is not None:
+                        yield rid
+        """,
+        why="abort_requests yields the ids: nothing is forgotten until a caller walks the "
+        "answer, and a caller that ignores it (AsyncLLM's error path) leaks the request",
+        caught_by="test_processor.py::test_aborts",
+    ),
+    Mutant(
+        name="stop_token_popped_from_the_callers_list",
+        file=FILE,
+        find="        new_token_ids = [int(t) for t in new_token_ids]\n",
+        replace="",
+        why="pops the stop token from the caller's own list of new token ids (a tuple, which "
+        "the signature allows, raises AttributeError)",
+        caught_by="test_stop_strings.py::test_stop_terminated_token_left_out",
+    ),
+    Mutant(
+        name="every_search_starts_at_the_longest_string",
+        file=FILE,
+        find="            start = max(len(output_text) - new_char_count - len(stop_str) + 1, 0)\n",
+        replace="            start = max(\n"
+        "                len(output_text) - new_char_count - max(len(s) for s in stop) + 1, 0\n"
+        "            )\n",
+        why="starts every string's search len(longest) - 1 characters back: a short string "
+        "that ended before the new text is reported again",
+        caught_by="test_stop_strings.py::test_check_stop_strings_looks_only_at_the_tail",
+    ),
+    Mutant(
+        name="stop_string_tie_to_the_last_listed",
+        file=FILE,
+        find="best is None or index < best[0]",
+        replace="best is None or index <= best[0]",
+        why="of two stop strings starting at the same place, keeps the one listed last "
+        "(upstream and the README: the first)",
+        caught_by="test_stop_strings.py::test_first_occurrence_wins",
+    ),
 ]

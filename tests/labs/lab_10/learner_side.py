@@ -169,8 +169,9 @@ def run_detokenizer(
     The last chunk is sent with ``finished=finish`` (and ``stop_terminated``); a step whose
     ``update`` returns a stop string is the last. Returns, per step, the delta handed out
     (``get_next_output_text(finished, delta=True)``), the whole text so far (``delta=False``)
-    and what ``update`` returned; then ``output_text``, ``output_token_ids`` and how many
-    tokens were decoded in all (``decoded_tokens``).
+    and what ``update`` returned; then ``output_text``, ``output_token_ids``, how many
+    tokens were decoded in all (``decoded_tokens``) and the steps whose list of new token ids
+    ``update`` changed (``inputs_changed``).
     """
     import output_processor
 
@@ -183,11 +184,15 @@ def run_detokenizer(
         include_stop_str_in_output=include_stop_str_in_output,
     )
     steps: list[dict[str, Any]] = []
+    inputs_changed: list[int] = []
     for i, chunk in enumerate(chunks):
         last = i == len(chunks) - 1
+        given = list(chunk)
         found = detok.update(
-            list(chunk), finished=last and finish, stop_terminated=last and stop_terminated
+            given, finished=last and finish, stop_terminated=last and stop_terminated
         )
+        if given != list(chunk):
+            inputs_changed.append(i + 1)
         finished = (last and finish) or found is not None
         text = detok.get_next_output_text(finished, delta=False)
         delta = detok.get_next_output_text(finished, delta=True)
@@ -199,6 +204,7 @@ def run_detokenizer(
         "output_text": detok.output_text,
         "output_token_ids": list(detok.output_token_ids),
         "decoded_tokens": tokenizer.decoded_tokens,
+        "inputs_changed": inputs_changed,
     }
 
 
@@ -301,7 +307,10 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
             result = processor.process_outputs(outs, now=1.0)
             returned = list(result.reqs_to_abort)
         elif name == "abort":
-            returned = list(processor.abort_requests(list(op[1])))
+            answer = processor.abort_requests(list(op[1]))
+            # Read before the answer is walked: a generator would forget nothing until then.
+            tracked = sorted(processor.request_states)
+            returned = list(answer) if type(answer) is list else f"a {type(answer).__name__}"
         else:
             raise ValueError(f"unknown operation {name!r}")
         outputs: dict[str, list[dict[str, Any]]] = {}
@@ -313,7 +322,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
                 "op": name,
                 "returned": returned,
                 "outputs": outputs,
-                "tracked": sorted(processor.request_states),
+                "tracked": tracked if name == "abort" else sorted(processor.request_states),
             }
         )
     return records

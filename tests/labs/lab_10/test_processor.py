@@ -186,6 +186,26 @@ def test_stop_string_in_the_last_step_needs_no_abort():
     assert outs and outs[-1]["finish_reason"] == "stop" and outs[-1]["stop_reason"] == "!!", (
         f"the stop string decides the finish reason: expected 'stop' / '!!', got {outs}"
     )
+    # The core stopped on EOS, or on a stop token id, in the step that completes '!!'.
+    for last, core_reason, what in (
+        (TOK.eos_token_id, None, "EOS"),
+        (TOK.encode("?")[0], TOK.encode("?")[0], "a stop token id"),
+    ):
+        recs = run(
+            [
+                add("a", stop=["!!"]),
+                ["step", [["a", [*TOK.encode("Hello!!"), last], "stop", core_reason]]],
+            ]
+        )
+        outs = recs[1]["outputs"].get("a", [])
+        got = [(o["text"], o["finish_reason"], o["stop_reason"]) for o in outs[-1:]]
+        assert got == [("Hello", "stop", "!!")] and recs[1]["returned"] == [], (
+            f"the core stopped 'a' on {what} (finish_reason 'stop') in the step whose text "
+            f"completes the stop string '!!': the text is still cut before it, stop_reason is "
+            f"'!!' (the stop string is found first), and the core, done with 'a', is asked to "
+            f"abort nothing: expected [('Hello', 'stop', '!!')] and [], got {got} and "
+            f"{recs[1]['returned']}"
+        )
 
 
 @graded(
@@ -211,11 +231,12 @@ def test_aborts():
         ]
     )
     assert recs[2]["returned"] == ["a"], (
-        f"abort_requests(['a', 'nobody']) must return the ids it was tracking, ['a'], got "
-        f"{recs[2]['returned']}"
+        f"abort_requests(['a', 'nobody']) must return the list of ids it was tracking, ['a'], "
+        f"got {recs[2]['returned']}"
     )
     assert recs[2]["tracked"] == ["b"], (
-        f"after aborting 'a' only 'b' is tracked, got {recs[2]['tracked']}"
+        f"after aborting 'a' only 'b' is tracked, got {recs[2]['tracked']} (forget the ids "
+        f"when abort_requests is called, not when its answer is read)"
     )
     assert "a" not in recs[3]["outputs"], (
         f"an output for the aborted 'a' must be ignored, got {recs[3]['outputs'].get('a')}"

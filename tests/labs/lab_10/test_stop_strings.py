@@ -38,6 +38,11 @@ def test_stop_string_inside_one_step():
         f"once the stop string ends the request the whole cut text is handed out: expected "
         f"'Hello world.', got {step['delta']!r}"
     )
+    assert got["output_token_ids"] == ids, (
+        f"every token of the step is an output token, also those after the stop string (the "
+        f"text is cut, the tokens are not): expected {len(ids)} output_token_ids, got "
+        f"{len(got['output_token_ids'])} (append the step's tokens, then look for stop strings)"
+    )
     # The last step's text ends in half a character, so it is held back until the finish:
     # the stop string '日' shows up only in what flush emits, and is found there.
     ids = [TOK.token_id(b"\xe6"), TOK.token_id("日本".encode()[1:4])]
@@ -84,7 +89,7 @@ def test_include_stop_str_in_output():
 @graded(
     2,
     "Stop strings: when several occur, the one that starts first in the text wins, "
-    "whatever the order of the list",
+    "whatever the order of the list; of two that start at the same place, the one listed first",
     STOPS,
 )
 def test_first_occurrence_wins():
@@ -104,6 +109,12 @@ def test_first_occurrence_wins():
         f"(not the longer one, not the last one of the list): expected stop 'ab' and text 'xx', "
         f"got stop {found!r} and text {got['output_text']!r}; return the stop string of the "
         f"earliest match together with its index"
+    )
+    got = side().check_stop_strings("xab", 3, ["a", "ab"], True)
+    assert got == ["a", 2], (
+        f"check_stop_strings('xab', 3, ['a', 'ab'], include_in_output=True): both start at 1, "
+        f"and a tie goes to the string listed first, 'a' (as upstream): expected ('a', 2), "
+        f"got {got}"
     )
 
 
@@ -153,6 +164,10 @@ def test_stop_terminated_token_left_out():
     assert got["output_token_ids"] == ids, (
         f"it is still an output token: expected output_token_ids {ids}, got "
         f"{got['output_token_ids']}"
+    )
+    assert not got["inputs_changed"], (
+        f"update changed the list of new token ids it was given (steps {got['inputs_changed']}): "
+        f"leave the stop token out of the text without popping it from the caller's list"
     )
     got = run(
         [ids[:1], ids[1:]],
@@ -237,6 +252,12 @@ def test_check_stop_strings_looks_only_at_the_tail():
     got = check("abSTOPcd", 3, ["STOP"], False)
     assert got == ["STOP", 2], (
         f"'STOP' ends inside the 3 new characters: expected ('STOP', 2), got {got}"
+    )
+    got = check("xxabyyyy", 3, ["ab", "abcdefgh"], False)
+    assert got is None, (
+        f"'ab' ends 4 characters before the 3 new ones: it was checked a step ago, so "
+        f"check_stop_strings must return None, got {got} (each stop string's search starts "
+        f"len(that string) - 1 characters before the new text, not the longest string's)"
     )
     got = check("abSTOP", 1, ["STOP"], True)
     assert got == ["STOP", -1], (

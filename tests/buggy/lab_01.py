@@ -890,4 +890,20 @@ MUTANTS = [
         "costs O(k^2), seconds for a long run (I2: O(1) per block)",
         caught_by="test_free_queue.py::test_operations_are_constant_time",
     ),
+    Mutant(
+        name="append_n_walks_to_the_last_block",
+        file=FILE,
+        find="""
+                anchor = tail.prev_free_block
+                assert anchor is not None  # the tail sentinel always has a predecessor
+        """,
+        replace="""
+                anchor = self.fake_free_list_head
+                while anchor.next_free_block is not tail:
+                    anchor = anchor.next_free_block
+        """,
+        why="finds the last block by walking from the head instead of asking the tail "
+        "sentinel: every append_n is O(n) in the queue's length (I2)",
+        caught_by="test_free_queue.py::test_operations_are_constant_time",
+    ),
 ]

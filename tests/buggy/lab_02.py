@@ -480,4 +480,20 @@ MUTANTS = [
         "block table, and freeing it no longer says that it holds nothing",
         caught_by="test_allocators.py::test_paged_ensure_is_all_or_nothing",
     ),
+    Mutant(
+        name="contiguous_worst_fit",
+        file=FILE,
+        find="""
+                for i, (start, size) in enumerate(self.free_ranges):
+                    if size >= max_len:
+        """,
+        replace="""
+                order = sorted(range(len(self.free_ranges)), key=lambda j: -self.free_ranges[j][1])
+                for i, (start, size) in ((j, self.free_ranges[j]) for j in order):
+                    if size >= max_len:
+        """,
+        why="takes the largest free range (worst fit) instead of the lowest one long enough "
+        "(first fit): the suite's holes had put the largest first",
+        caught_by="test_allocators.py::test_first_fit_and_refusal_despite_enough_free",
+    ),
 ]

@@ -251,4 +251,46 @@ MUTANTS = [
         "(float8_e5m2): a cache dtype the engine accepts is refused",
         caught_by="test_formulas.py::test_dtype_size",
     ),
+    Mutant(
+        name="dtype_size_guessed_from_the_digits",
+        file=FILE,
+        find="""
+            name = str(dtype).removeprefix("torch.")
+            if name not in DTYPE_SIZES:
+        """,
+        replace="""
+            name = str(dtype).removeprefix("torch.")
+            if "8" in name:
+                return 1
+            if "16" in name:
+                return 2
+            if "32" in name:
+                return 4
+            if name not in DTYPE_SIZES:
+        """,
+        why="guesses the size from the bit width in the name: int8, int32 or float8_e4m3fnuz, "
+        "no cache dtype of the table, get a size instead of a ValueError",
+        caught_by="test_formulas.py::test_dtype_size",
+    ),
+    Mutant(
+        name="utilization_rounded_to_a_whole_percent",
+        file=FILE,
+        find="    return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
+        replace="""
+            percent = round(gpu_memory_utilization * 100)
+            return -(-total_memory * percent // 100) - int(non_kv_cache_memory)
+        """,
+        why="stays in integers by rounding the utilization to a whole percent: 0.875 becomes "
+        "0.88, and 80 GiB x 0.925 is short by about 400 MiB",
+        caught_by="test_formulas.py::test_available_kv_cache_memory_rounds_up",
+    ),
+    Mutant(
+        name="head_dim_rounded_to_the_nearest",
+        file=FILE,
+        find="hidden_size // num_heads)",
+        replace="round(hidden_size / num_heads))",
+        why="derives head_dim as the nearest whole number of hidden_size / heads, where "
+        "transformers floors it",
+        caught_by="test_formulas.py::test_kv_cache_dims_reads_real_configs",
+    ),
 ]

@@ -98,6 +98,17 @@ def test_first_fit_and_refusal_despite_enough_free():
     assert alloc.free_ranges == [(4, 4), (12, 4)] and "F" not in alloc.ranges, (
         "a refused ensure changes nothing"
     )
+    # The lowest hole is the smaller one and lies before the last reservation.
+    alloc = frag().ContiguousAllocator(16)
+    assert reserve(alloc, "A", max_len=4) and reserve(alloc, "B", max_len=4)
+    alloc.free("A")
+    assert reserve(alloc, "E", max_len=4) is True
+    assert alloc.ranges["E"] == (0, 4) and alloc.free_ranges == [(8, 8)], (
+        f"16 slots, A (0, 4) and B (4, 4) reserved, A freed: the free ranges are [(0, 4), "
+        f"(8, 8)] and first fit puts E (4 slots) at offset 0, the lowest start, leaving "
+        f"[(8, 8)]; got E at {alloc.ranges['E']} and free ranges {alloc.free_ranges} (not the "
+        f"largest range, not the one after the last reservation)"
+    )
 
 
 @graded(

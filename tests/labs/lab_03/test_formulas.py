@@ -110,8 +110,16 @@ def test_dtype_size():
     for dtype, size in cases.items():
         got = whole(m.dtype_size(dtype), f"dtype_size({dtype!r})")
         assert got == size, f"dtype_size({dtype!r}) should be {size} bytes, got {got}"
-    with pytest.raises(ValueError):
-        m.dtype_size("int3")
+    for unknown in ("int3", "int8", "torch.int32", "float8_e4m3fnuz", "float64"):
+        try:
+            got = m.dtype_size(unknown)
+        except ValueError:
+            continue
+        raise AssertionError(
+            f"dtype_size({unknown!r}) must raise ValueError (no cache dtype of DTYPE_SIZES has "
+            f"that name), got {got!r}: look the name up in the table, do not guess a size from "
+            f"the digits in it"
+        )
 
 
 @graded(
@@ -139,6 +147,11 @@ def test_kv_cache_dims_reads_real_configs():
             "Llama-3-8B with head_dim: null (hidden_size / heads)",
             {**config(32, 4096, 32, 8), "head_dim": None},
             (32, 8, 128),
+        ),
+        (
+            "a config of hidden_size 200 and 3 heads (hidden_size // heads, floored, as HF)",
+            config(2, 200, 3),
+            (2, 3, 66),
         ),
     ):
         got = dims_of(
@@ -247,6 +260,11 @@ def test_available_kv_cache_memory_rounds_up():
     assert got == 250_000_001, (
         f"ceil(1,000,000,001 x 0.25) = ceil(250,000,000.25) should be 250,000,001 (rounded UP, "
         f"not to the nearest byte), got {got}"
+    )
+    got = m.available_kv_cache_memory(1000, 0.875, 0)
+    assert got == 875, (
+        f"ceil(1,000 x 0.875) should be 875 (use the utilization as given, not rounded to a "
+        f"whole percent), got {got}"
     )
     got = m.available_kv_cache_memory(1001, 1.0, 0)
     assert got == 1001, (

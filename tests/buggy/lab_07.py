@@ -574,4 +574,124 @@ MUTANTS = [
         "full_sequence_must_fit=True) answers None (or blocks) for a call that asks for nothing",
         caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
     ),
+    Mutant(
+        name="blocks_per_request_floor_of_max_model_len",
+        file=FILE,
+        find="        num_required_blocks = cdiv(num_tokens, self.block_size)\n",
+        replace="        num_required_blocks = min(\n"
+        "            cdiv(num_tokens, self.block_size), self.max_model_len // self.block_size\n"
+        "        )\n",
+        more=(
+            (
+                "        num_new_blocks = cdiv(num_tokens, self.block_size) - len(req_blocks)\n",
+                "        num_new_blocks = min(\n"
+                "            cdiv(num_tokens, self.block_size), self.max_model_len // self.block_size\n"
+                "        ) - len(req_blocks)\n",
+            ),
+            (
+                """
+                num_tokens_need_slot = min(
+                    total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
+                )
+                """,
+                """
+                num_tokens_need_slot = total_computed_tokens + num_new_tokens + num_lookahead_tokens
+                """,
+            ),
+        ),
+        why="caps a request at max_model_len // block_size blocks: with a max_model_len that is "
+        "not a multiple of the block size, the last tokens of a long request have no slot",
+        caught_by="test_allocate_slots.py::test_slots_capped_at_max_model_len",
+    ),
+    Mutant(
+        name="slots_capped_below_max_model_len",
+        file=FILE,
+        find="            total_computed_tokens + num_new_tokens + num_lookahead_tokens, "
+        "self.max_model_len\n",
+        replace="            total_computed_tokens + num_new_tokens + num_lookahead_tokens, "
+        "self.max_model_len - 1\n",
+        why="caps the slots at max_model_len - 1 tokens (positions below max_model_len): a "
+        "request of exactly max_model_len tokens is a slot short",
+        caught_by="test_allocate_slots.py::test_slots_capped_at_max_model_len",
+    ),
+    Mutant(
+        name="gate_sizes_max_model_len_in_whole_blocks",
+        file=FILE,
+        find="            full_num_tokens = min(request.num_tokens, self.max_model_len)\n",
+        replace="            full_num_tokens = min(\n"
+        "                request.num_tokens, self.max_model_len // self.block_size * self.block_size\n"
+        "            )\n",
+        why="rounds max_model_len down to whole blocks in the admission gate: a prompt whose "
+        "last block is partly filled is admitted although it cannot fit",
+        caught_by="test_allocate_slots.py::test_admission_gate",
+    ),
+    Mutant(
+        name="hits_returned_in_a_reused_buffer",
+        file=FILE,
+        find="        computed: list[KVCacheBlock] = []\n",
+        replace='        computed = self.__dict__.setdefault("_hit_buffer", [])\n'
+        "        computed.clear()\n",
+        why="returns the hits in one list the manager refills: the next lookup empties the hits "
+        "a caller still holds for another request",
+        caught_by="test_prefix_hits.py::test_lookup_changes_nothing",
+    ),
+    Mutant(
+        name="cache_blocks_publishes_without_caching",
+        file=FILE,
+        find="""
+                if not self.enable_caching:
+                    return
+                request_id = request.request_id
+                num_cached_blocks = self.num_cached_block.get(request_id, 0)
+        """,
+        replace="""
+                request_id = request.request_id
+                num_cached_blocks = self.num_cached_block.get(request_id, 0)
+        """,
+        why="cache_blocks publishes whatever caching says, relying on allocate_slots' guard: "
+        "the async scheduler's direct call publishes blocks with caching off",
+        caught_by="test_allocate_slots.py::test_request_without_hashes_publishes_nothing",
+    ),
+    Mutant(
+        name="hash_cap_only_in_allocate_slots",
+        file=FILE,
+        find="""
+                num_full_blocks = min(num_full_blocks, len(request.block_hashes))
+                if num_cached_blocks >= num_full_blocks:
+                    return
+        """,
+        replace="",
+        more=(
+            (
+                "            num_tokens_to_cache = min(total_computed_tokens + num_new_tokens, "
+                "request.num_tokens)\n",
+                "            num_tokens_to_cache = min(\n"
+                "                total_computed_tokens + num_new_tokens,\n"
+                "                request.num_tokens,\n"
+                "                len(request.block_hashes) * self.block_size,\n"
+                "            )\n",
+            ),
+        ),
+        why="caps the published blocks at the request's hashes in allocate_slots only: "
+        "cache_blocks called directly on a request without hashes raises",
+        caught_by="test_allocate_slots.py::test_request_without_hashes_publishes_nothing",
+    ),
+    Mutant(
+        name="cache_blocks_count_can_go_down",
+        file=FILE,
+        find="""
+                num_full_blocks = num_computed_tokens // self.block_size
+                if num_cached_blocks >= num_full_blocks:
+                    return  # the common case, checked first: no block was filled since the last call
+                num_full_blocks = min(num_full_blocks, len(request.block_hashes))
+                if num_cached_blocks >= num_full_blocks:
+                    return
+        """,
+        replace="""
+                num_full_blocks = min(num_computed_tokens // self.block_size, len(request.block_hashes))
+        """,
+        why="publishes up to the count given even when it is below what was published: "
+        "num_cached_block goes down, and the next call hashes published blocks again",
+        caught_by="test_allocate_slots.py::test_request_without_hashes_publishes_nothing",
+    ),
 ]

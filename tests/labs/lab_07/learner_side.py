@@ -214,6 +214,10 @@ class Driver:
         new = self.allocate(request_id, num_new, lookahead, gate)
         return {"hit": hit, "num_hit": num_hit, "new": new, "tried": True}
 
+    def publish(self, request_id: str, num_computed_tokens: int) -> None:
+        """``cache_blocks`` called directly, as the async scheduler does."""
+        self.mgr.cache_blocks(self.requests[request_id], num_computed_tokens)
+
     def append(self, request_id: str, token: int) -> None:
         self.requests[request_id].append_output_token_ids(token)
 

@@ -402,6 +402,32 @@ def test_request_without_hashes_publishes_nothing():
         "before num_cached_block advances"
     )
     check_state(state, expected_ref_cnts={4: 1, 5: 1, 6: 1, 7: 1})
+    # cache_blocks called directly (the async scheduler does): its own contract.
+    try:
+        d.publish("u", 12)
+    except (ValueError, IndexError, RuntimeError, KeyError) as exc:
+        raise AssertionError(
+            f"cache_blocks(u, 12), called directly, raised {type(exc).__name__} ({exc}): it "
+            "publishes at most len(request.block_hashes) = 0 blocks, so the cap belongs in "
+            "cache_blocks itself, not only in allocate_slots"
+        ) from exc
+    d.publish("a", 4)  # a published 2 blocks already: a smaller count publishes nothing
+    state = d.state()
+    assert state["num_cached_block"].get("a") == 2, (
+        f"cache_blocks(a, 4) after a had published 2 blocks set num_cached_block['a'] to "
+        f"{state['num_cached_block'].get('a')}: the count only grows (a smaller one publishes "
+        "nothing), or the blocks already published are hashed again"
+    )
+    off = driver(10, enable_caching=False)
+    off.add("a", list(range(9)))
+    off.admit("a")
+    off.publish("a", 9)
+    state = off.state()
+    published = [b for b in table(state, "a") if state["hash"][b] is not None]
+    assert not published, (
+        f"with enable_caching=False, cache_blocks(a, 9) called directly published blocks "
+        f"{published}: without caching nothing is ever published"
+    )
 
 
 @graded(
@@ -416,6 +442,17 @@ def test_slots_capped_at_max_model_len():
         f"max_model_len=8 caps the slots at 8 = 2 blocks, got "
         f"{None if new is None else len(new)} blocks"
     )
+    # A max_model_len that is not a multiple of the block size: the cap is in tokens.
+    for length in (9, 10):
+        d = driver(10, max_model_len=length)
+        d.add("a", list(range(length)))
+        new = d.allocate("a", length, 4)
+        assert new is not None and len(new) == 3, (
+            f"max_model_len={length}, blocks of {BS}: a {length}-token request holds slots for "
+            f"min({length} + 4 lookahead, {length}) = {length} tokens, cdiv({length}, {BS}) = 3 "
+            f"blocks; got {None if new is None else len(new)} (the cap is max_model_len tokens, "
+            f"not max_model_len // block_size blocks, nor max_model_len - 1 tokens)"
+        )
 
 
 @graded(
@@ -533,6 +570,18 @@ def test_admission_gate():
         f"blocks; it reserves nothing: a 4-token chunk gets 1 block, got {out['new']}"
     )
     assert num_free(d2.state()) == 8
+    # max_model_len 10, not a multiple of the block size: a 9-token prompt needs 3 blocks.
+    d3 = driver(5, max_model_len=10)
+    d3.add("a", list(range(8)))
+    d3.admit("a")  # 2 of the 4 usable blocks
+    d3.add("b", [50 + i for i in range(9)])
+    out = d3.admit("b", 4, gate=True)
+    assert out["new"] is None, (
+        "max_model_len 10, blocks of 4, 2 blocks free: b's whole 9-token prompt needs "
+        "cdiv(min(9, 10), 4) = 3 blocks, so the gate must refuse it (None); got "
+        f"{out['new']} (min(num_tokens, max_model_len) is in tokens: do not round "
+        "max_model_len down to whole blocks)"
+    )
 
 
 @graded(

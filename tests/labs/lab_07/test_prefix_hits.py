@@ -174,6 +174,20 @@ def test_lookup_changes_nothing():
     )
     assert "b" not in state["tables"], "a lookup must not create a block table"
     check_state(state)
+    # Another lookup in between leaves b's hits as they were: they are the caller's now.
+    d.add("c", [70 + i for i in range(9)])
+    d.lookup("c")
+    try:
+        d.allocate("b", 1)
+    except (ValueError, RuntimeError) as exc:
+        raise AssertionError(
+            f"b's hits [1, 2] (8 tokens), then a lookup for c, then allocate_slots(b, 1, 8, "
+            f"b's hits) raised {type(exc).__name__} ({exc}): get_computed_blocks must return "
+            "a new list each call, not a buffer it refills"
+        ) from exc
+    assert table(d.state(), "b")[:2] == hit, (
+        f"b's table must start with its hits {hit}, got {table(d.state(), 'b')}"
+    )
 
 
 @graded(

@@ -444,4 +444,102 @@ MUTANTS = [
         "fp16 result; the decode returns the query's dtype",
         caught_by="test_decode.py::test_decode_half_precision",
     ),
+    Mutant(
+        name="cache_write_key_read_as_one_row",
+        file=FILE,
+        find="    k = tl.load(key_ptr + token * stride_key_tok + head * stride_key_head + dim, "
+        "mask=mask)\n",
+        replace="    k = tl.load(key_ptr + token * stride_key_tok + idx, mask=mask)\n",
+        why="reads a token's keys as one contiguous row: keys sliced from a fused projection "
+        "whose heads are wider than head_dim are read from the wrong columns",
+        caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
+    ),
+    Mutant(
+        name="cache_write_value_heads_head_dim_apart",
+        file=FILE,
+        find="    v_dst = value_cache_ptr + block * stride_vc_blk + offset * stride_vc_tok + "
+        "head * stride_vc_head\n",
+        replace="    v_dst = value_cache_ptr + block * stride_vc_blk + offset * stride_vc_tok + "
+        "head * HEAD_DIM\n",
+        why="places the value cache's heads head_dim apart: a value cache whose heads are "
+        "wider in memory gets its second head written over the first one's padding",
+        caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
+    ),
+    Mutant(
+        name="cache_write_value_slot_with_the_values_token_stride",
+        file=FILE,
+        find="    v_dst = value_cache_ptr + block * stride_vc_blk + offset * stride_vc_tok + "
+        "head * stride_vc_head\n",
+        replace="    v_dst = value_cache_ptr + block * stride_vc_blk + offset * stride_value_tok + "
+        "head * stride_vc_head\n",
+        why="steps through the value cache's rows with the values' token stride: right only "
+        "while the two happen to be equal",
+        caught_by="test_cache_write.py::test_cache_write_bf16_from_a_fused_projection",
+    ),
+    Mutant(
+        name="output_heads_at_the_querys_head_stride",
+        file=FILE,
+        find="        tl.store(o_ptrs + offs_d[None, :], out.to(out_ptr.dtype.element_ty), "
+        "mask=o_mask)\n",
+        replace="        tl.store(\n"
+        "            out_ptr + seq.to(tl.int64) * stride_o_seq + heads[:, None] * stride_q_head\n"
+        "            + offs_d[None, :],\n"
+        "            out.to(out_ptr.dtype.element_ty),\n"
+        "            mask=o_mask,\n"
+        "        )\n",
+        why="addresses the output's heads with the query's head stride: an out= whose rows "
+        "are laid out differently from the query's gets its heads in the wrong places",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    Mutant(
+        name="output_stored_through_the_cache_dtype",
+        file=FILE,
+        find="        tl.store(o_ptrs + offs_d[None, :], out.to(out_ptr.dtype.element_ty), "
+        "mask=o_mask)\n",
+        replace="        tl.store(o_ptrs + offs_d[None, :], out.to(k_cache_ptr.dtype.element_ty), "
+        "mask=o_mask)\n",
+        why="rounds the output to the cache dtype before storing it: a float32 query over "
+        "fp16 caches gets an fp16-rounded float32 output",
+        caught_by="test_decode.py::test_decode_half_precision",
+    ),
+    Mutant(
+        name="partial_stored_in_the_cache_dtype",
+        file=FILE,
+        find="        tl.store(o_ptrs + split * stride_o_split + offs_d[None, :], out, "
+        "mask=o_mask)\n",
+        replace="        tl.store(\n"
+        "            o_ptrs + split * stride_o_split + offs_d[None, :],\n"
+        "            out.to(k_cache_ptr.dtype.element_ty),\n"
+        "            mask=o_mask,\n"
+        "        )\n",
+        why="rounds each split's partial to the cache dtype: the partials are float32, and "
+        "the merge of rounded partials loses that precision",
+        caught_by="test_decode.py::test_decode_half_precision",
+    ),
+    Mutant(
+        name="kv_columns_past_head_dim_loaded",
+        file=FILE,
+        find="        kv_mask = n_mask[:, None] & d_mask[None, :]\n",
+        replace="        kv_mask = n_mask[:, None]\n",
+        why="loads K and V rows past head_dim: whatever lies beside a narrower head (an inf "
+        "in a wider cache's padding) reaches the dot as 0 x inf = nan",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
+    Mutant(
+        name="query_columns_past_head_dim_loaded",
+        file=FILE,
+        find="""
+                mask=g_mask[:, None] & d_mask[None, :],
+                other=0.0,
+            ).to(k_cache_ptr.dtype.element_ty)
+        """,
+        replace="""
+                mask=g_mask[:, None],
+                other=0.0,
+            ).to(k_cache_ptr.dtype.element_ty)
+        """,
+        why="loads the query's columns past head_dim: a query sliced from a wider projection "
+        "brings its neighbours' values (an inf there makes the scores nan)",
+        caught_by="test_decode.py::test_decode_random_batches",
+    ),
 ]

@@ -33,19 +33,29 @@ def write_guarded(key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any) -> N
 
 
 def write_strided(
-    qkv: Any, value_src: Any, key_buffer: Any, value_buffer: Any, slots: Any, kv_heads: int
+    qkv: Any,
+    value_src: Any,
+    key_buffer: Any,
+    value_buffer: Any,
+    slots: Any,
+    kv_heads: int,
+    dim: int,
 ) -> None:
-    """Keys as heads ``-2 * kv_heads : -kv_heads`` of a fused ``[tokens, heads, dim]`` projection,
-    values as a head-major ``[kv_heads, tokens, >= dim]`` tensor seen as ``[tokens, kv_heads,
-    dim]``, written into the first ``dim`` columns of ``key_buffer[1:-1, 0]`` (the K half of a
-    ``[blocks, 2, block_size, kv_heads, >= dim]`` cache, its heads wider than ``dim`` in memory)
-    and into heads ``kv_heads:`` of ``value_buffer[1:-1]`` (a cache twice as wide): every tensor
-    has its own strides."""
-    dim = qkv.shape[-1]
-    key = qkv[:, -2 * kv_heads : -kv_heads]
+    """Keys as the first ``dim`` columns of heads ``-2 * kv_heads : -kv_heads`` of a fused
+    ``[tokens, heads, >= dim]`` projection, values as a head-major ``[kv_heads, tokens, >= dim]``
+    tensor seen as ``[tokens, kv_heads, dim]``, written into the first ``dim`` columns of
+    ``key_buffer[1:-1, 0]`` (the K half of a ``[blocks, 2, block_size, kv_heads, >= dim]``
+    cache, its heads wider than ``dim`` in memory) and of heads ``kv_heads:`` of
+    ``value_buffer[1:-1]`` (a cache twice as many heads wide, its heads wider than ``dim`` too):
+    every tensor has its own strides."""
+    key = qkv[:, -2 * kv_heads : -kv_heads, :dim]
     value = value_src[:, :, :dim].transpose(0, 1)
     _learner().reshape_and_cache(
-        key, value, key_buffer[1:-1, 0, :, :, :dim], value_buffer[1:-1, :, kv_heads:], slots
+        key,
+        value,
+        key_buffer[1:-1, 0, :, :, :dim],
+        value_buffer[1:-1, :, kv_heads:, :dim],
+        slots,
     )
 
 

@@ -229,7 +229,7 @@ def run_decode(
         pad = np.full((*buffer_v.shape[:-1], value_pad), 1e4)
         buffer_v = np.concatenate([buffer_v, pad], axis=-1)
     if key_pad:
-        pad = np.full((*buffer_k.shape[:-1], key_pad), -1e4)
+        pad = np.full((*buffer_k.shape[:-1], key_pad), -np.inf)  # 0 x inf is nan: mask it
         buffer_k = np.concatenate([buffer_k, pad], axis=-1)
     if block_pad:
         rows_k = np.full((buffer_k.shape[0], block_pad, *buffer_k.shape[2:]), 1e4)
@@ -246,7 +246,9 @@ def run_decode(
     buf_out = buf_out.to(dev)
     q_sent = q
     if fused_query:
-        q_sent = torch.full((num_seqs, num_heads + 2, head_dim + 8), 1e4, dtype=dt, device=dev)
+        q_sent = torch.full(
+            (num_seqs, num_heads + 2, head_dim + 8), float("inf"), dtype=dt, device=dev
+        )
         q_sent[:, 1:-1, :head_dim] = q
     before = (buf_k.clone(), buf_v.clone(), q_sent.clone(), buf_out.clone())
     want = oracle_decode(

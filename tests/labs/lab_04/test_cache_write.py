@@ -94,34 +94,37 @@ def test_padding_slots_write_nothing():
     f"{DOC}#the-cache-write-kernel",
 )
 def test_cache_write_bf16_from_a_fused_projection():
-    """bf16 keys as heads 4:6 of one [tokens, 8, 16] tensor, values head-major, the key cache the
-    first 16 columns of the K half of a [blocks, 2, 4, 2, 24] cache, the value cache heads 2:4
-    of a cache twice as wide: key, value and the two caches all have their own strides."""
+    """bf16 keys as the first 16 columns of heads 4:6 of one [tokens, 8, 24] tensor, values
+    head-major, the key cache the first 16 columns of the K half of a [blocks, 2, 4, 2, 24]
+    cache, the value cache the first 16 columns of heads 2:4 of a [blocks, 4, 4, 20] cache: key,
+    value and the two caches all have their own strides, none of them head_dim apart."""
     torch = torch_module()
     load(*WRITE)
     dev = device()
     gen = torch.Generator().manual_seed(2)
-    qkv = torch.randn((5, 8, 16), generator=gen).to(device=dev, dtype=torch.bfloat16)
+    qkv = torch.randn((5, 8, 24), generator=gen).to(device=dev, dtype=torch.bfloat16)
     value_src = torch.randn((2, 5, 64), generator=gen).to(device=dev, dtype=torch.bfloat16)
-    key, value = qkv[:, 4:6].clone(), value_src[:, :, :16].transpose(0, 1).clone()
+    key, value = qkv[:, 4:6, :16].clone(), value_src[:, :, :16].transpose(0, 1).clone()
     key_buffer = torch.zeros((5, 2, 4, 2, 24), dtype=torch.bfloat16, device=dev)  # K: [1:-1, 0]
-    value_buffer = torch.zeros((5, 4, 4, 16), dtype=torch.bfloat16, device=dev)  # [1:-1, :, 2:]
+    value_buffer = torch.zeros((5, 4, 4, 20), dtype=torch.bfloat16, device=dev)  # [1:-1, :, 2:]
     slots = [0, 5, -1, 11, 6]
     # The learner process slices key, value and the caches out of these tensors itself, so the
     # kernel reads and writes strided views, as it would behind a fused projection.
     side().write_strided(
-        qkv, value_src, key_buffer, value_buffer, torch.tensor(slots, device=dev), 2
+        qkv, value_src, key_buffer, value_buffer, torch.tensor(slots, device=dev), 2, 16
     )
     flat_k = key_buffer[1:-1, 0, :, :, :16].reshape(12, 2, 16)
-    flat_v = value_buffer[1:-1, :, 2:].reshape(12, 2, 16)
+    flat_v = value_buffer[1:-1, :, 2:, :16].reshape(12, 2, 16)
     layout = {
-        "key": "the keys are heads 4:6 of a fused [5, 8, 16] projection (token stride 128, "
-        "head stride 16), and the key cache is the first 16 columns of the K half [:, 0] of a "
+        "key": "the keys are the first 16 columns of heads 4:6 of a fused [5, 8, 24] "
+        "projection (token stride 192, head stride 24: not head_dim), and the key cache is the "
+        "first 16 columns of the K half [:, 0] of a "
         "[3, 2, 4, 2, 24] cache (head stride 24: not head_dim; token stride 48, block stride "
         "384: not block_size x the token stride)",
         "value": "the values are a head-major [2, 5, 64] tensor's first 16 columns seen as "
-        "[5, 2, 16] (token stride 64, head stride 320), and the value cache is heads 2:4 of a "
-        "[3, 4, 4, 16] cache (token stride 64, block stride 256: not the key cache's strides)",
+        "[5, 2, 16] (token stride 64, head stride 320), and the value cache is the first 16 "
+        "columns of heads 2:4 of a [3, 4, 4, 20] cache (head stride 20, token stride 80: not "
+        "the values' 64, block stride 320: not the key cache's strides)",
     }
     for i, slot in enumerate(slots):
         if slot < 0:
@@ -146,6 +149,11 @@ def test_cache_write_bf16_from_a_fused_projection():
             "the key cache is the K half [:, 0] of a [3, 2, 4, 2, 24] cache, but the V half "
             "beside it changed: a block starts stride_kc_blk elements after the previous one, "
             "not block_size x stride_kc_tok"
+        )
+    if bool(value_buffer[1:-1, :, 2:, 16:].abs().sum() != 0):
+        raise AssertionError(
+            "the value cache's heads are 20 elements apart but 16 wide, and the 4 columns "
+            "after each head changed: address a head through stride_vc_head, not head_dim"
         )
     if bool(value_buffer[1:-1, :, :2].abs().sum() != 0):
         raise AssertionError(

@@ -220,26 +220,32 @@ def test_decode_half_precision():
         small.seq_lens,
         0.25,
     )
-    got = side().decode_plain(
-        query,
-        *caches,
-        torch.from_numpy(np.maximum(small.tables, 0)).to(dev),
-        torch.from_numpy(small.seq_lens).to(dev),
-        0.25,
-        {"num_splits": 1},
-    )
-    expect_tensor(got, "paged_attention_decode")
-    assert got.dtype == torch.float32 and tuple(got.shape) == tuple(query.shape), (
-        f"a float32 query over float16 caches (no out=) returned {got.dtype} "
-        f"{tuple(got.shape)}: the output must have the query's dtype and shape, float32 "
-        f"{tuple(query.shape)} (the dots run in the cache dtype, the result does not)"
-    )
-    assert_close(
-        got.double().cpu().numpy(),
-        want,
-        2e-3 + 2e-3 * float(np.abs(want).max()),
-        "a float32 query over float16 caches, no out=",
-    )
+    # On a GPU the dots round p to the cache dtype; in the interpreter (IEEE float32 dots) only
+    # a store in the cache dtype, of the output or of a split's partial, loses that much.
+    rel = 2e-3 if dev == "cuda" else 1e-5
+    for num_splits in (1, 3):
+        got = side().decode_plain(
+            query,
+            *caches,
+            torch.from_numpy(np.maximum(small.tables, 0)).to(dev),
+            torch.from_numpy(small.seq_lens).to(dev),
+            0.25,
+            {"num_splits": num_splits},
+        )
+        expect_tensor(got, "paged_attention_decode")
+        assert got.dtype == torch.float32 and tuple(got.shape) == tuple(query.shape), (
+            f"a float32 query over float16 caches (no out=) returned {got.dtype} "
+            f"{tuple(got.shape)}: the output must have the query's dtype and shape, float32 "
+            f"{tuple(query.shape)} (the dots run in the cache dtype, the result does not)"
+        )
+        assert_close(
+            got.double().cpu().numpy(),
+            want,
+            rel + rel * float(np.abs(want).max()),
+            f"a float32 query over float16 caches, no out=, {num_splits} split(s): the "
+            "accumulator, a split's partial and the output stay float32 (only the dots' inputs "
+            "are in the cache dtype)",
+        )
 
 
 @graded(
@@ -274,7 +280,7 @@ def test_decode_random_batches():
             key_pad=4,
             block_pad=1,
             fused_query=True,
-            out_pad=8,
+            out_pad=4,
         )
         assert_close(
             got,

@@ -251,8 +251,8 @@ KINDS = ["step", "step", "step", "step ahead", "arrive", "arrive", "abort", "abo
 
 @st.composite
 def trace_configs(draw: Any) -> dict[str, Any]:
-    """A tiny pool (a few blocks more than the longest request needs alone), a budget, and the
-    requests to come: (prompt length, max_tokens)."""
+    """A tiny pool (a few blocks more than the longest request needs alone), a budget, a
+    policy, and the requests to come: (prompt length, max_tokens, priority)."""
     block_size = draw(st.sampled_from([2, 4]))
     max_model_len = draw(st.integers(8, 24))
     min_blocks = -(-(max_model_len - 1) // block_size) + 1

@@ -8,6 +8,8 @@ last. Requests arrive at times 0, 1, 2, ... in the order the tests add them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -164,14 +166,15 @@ def test_priority_preempts_the_lowest_priority():
     engine.check_drained()
 
 
-def _a_b_c_fill_the_pool() -> Engine:
-    """Priority policy, 4 usable blocks: a (priority 5, admitted first), b (0) and c (1) hold
-    them all after 4 steps, and a's next token needs a fifth block."""
-    engine = Engine(num_blocks=5, budget=4, max_num_seqs=3, policy="priority")
+def _a_b_c_fill_the_pool(c_prompt: int = 4, **options: Any) -> Engine:
+    """Priority policy, 4 usable blocks: a (priority 5, admitted first), b (0) and c (1, a prompt
+    of ``c_prompt`` tokens) hold them all after 4 steps, and a's next token needs a fifth block.
+    ``options`` go to the scheduler."""
+    engine = Engine(num_blocks=5, budget=4, max_num_seqs=3, policy="priority", **options)
     engine.add("a", 1, base=0, priority=5)
     engine.step()
     engine.add("b", 1, base=40, priority=0)
-    engine.add("c", 4, base=80, priority=1)
+    engine.add("c", c_prompt, base=80, priority=1)
     for _ in range(3):
         engine.step()
     assert engine.running == ["a", "b", "c"] and engine.num_free() == 0, (
@@ -244,15 +247,7 @@ def test_requests_left_out_of_the_step_keep_their_progress():
     engine.run()
     engine.check_drained()
     # The same, with c still in the middle of its prompt when step 5 leaves it out.
-    engine = Engine(
-        num_blocks=5, budget=4, max_num_seqs=3, policy="priority", scheduler_reserve_full_isl=False
-    )
-    engine.add("a", 1, base=0, priority=5)
-    engine.step()
-    engine.add("b", 1, base=40, priority=0)
-    engine.add("c", 14, base=80, priority=1)
-    for _ in range(3):
-        engine.step()
+    engine = _a_b_c_fill_the_pool(14, scheduler_reserve_full_isl=False)
     out = engine.schedule()
     assert batch(out) == [] and engine.info("c")["is_prefill_chunk"] is True, (
         f"set-up: in step 5 a preempts itself and c, mid-prefill, is left out; got batch "

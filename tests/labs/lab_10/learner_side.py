@@ -307,12 +307,13 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
             result = processor.process_outputs(outs, now=1.0)
             returned = list(result.reqs_to_abort)
         elif name == "abort":
-            answer = processor.abort_requests(list(op[1]))
-            # Read before the answer is walked: a generator would forget nothing until then.
-            tracked = sorted(processor.request_states)
-            returned = list(answer) if type(answer) is list else f"a {type(answer).__name__}"
+            returned = processor.abort_requests(list(op[1]))
         else:
             raise ValueError(f"unknown operation {name!r}")
+        # Read before an abort's answer is walked: a generator would forget nothing until then.
+        tracked = sorted(processor.request_states)
+        if name == "abort":
+            returned = list(returned) if type(returned) is list else f"a {type(returned).__name__}"
         outputs: dict[str, list[dict[str, Any]]] = {}
         for rid, queue in queues.items():
             while not queue.empty():
@@ -322,7 +323,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
                 "op": name,
                 "returned": returned,
                 "outputs": outputs,
-                "tracked": tracked if name == "abort" else sorted(processor.request_states),
+                "tracked": tracked,
             }
         )
     return records

@@ -74,12 +74,19 @@ class LearnerError(Exception):
 _classes: dict[str, type[LearnerError]] = {}
 
 
+#: Exceptions that steer the judge's own control flow rather than report an error: a learner's
+#: ``StopIteration`` mirrored as one would silently end a judge-side ``map`` or ``next`` loop.
+_CONTROL_FLOW = frozenset({"StopIteration", "StopAsyncIteration"})
+
+
 def _exception_class(builtin_name: str) -> type[LearnerError]:
     """``LearnerError`` mixed with the builtin exception the learner's one derives from."""
     cls = _classes.get(builtin_name)
     if cls is None:
         base = getattr(builtins, builtin_name, None)
         bases: tuple[type, ...] = (LearnerError,)
+        if builtin_name in _CONTROL_FLOW:
+            base = None
         if isinstance(base, type) and issubclass(base, Exception) and base is not Exception:
             bases = (LearnerError, base)
         try:
@@ -304,13 +311,32 @@ def _array_like(value: Any) -> bool:
     )
 
 
-def _copy_into(dest: Any, src: Any) -> None:
+def _copy_into(conn: Connection, dest: Any, src: Any) -> None:
+    """An array argument's new contents, written into the judge's own array.
+
+    Only contents cross back: an array whose type, dtype or shape the learner's code changed in
+    place (``a.dtype = ...``, ``a.resize(...)``) ends the test as a fault, so that a failed copy
+    never raises an ordinary exception in the judge, where a ``pytest.raises`` around the call
+    would take it for the learner's."""
+    same = _array_like(src) and type(src).__module__ == type(dest).__module__
+    if not (same and src.dtype == dest.dtype and tuple(src.shape) == tuple(dest.shape)):
+        raise conn._fail(
+            LearnerFault(
+                "your code changed the type, dtype or shape of an array it was given "
+                f"(a {_array_text(dest)} came back as a {_array_text(src)}): write into the "
+                "array, do not reshape or re-type it in place"
+            )
+        )
     if type(dest).__module__ == "numpy":
-        if getattr(src, "shape", None) == dest.shape:
-            dest[...] = src
+        dest[...] = src
     else:
-        if tuple(getattr(src, "shape", ())) == tuple(dest.shape):
-            dest.copy_(src.to(dest.device))
+        dest.copy_(src.to(dest.device))
+
+
+def _array_text(value: Any) -> str:
+    if not _array_like(value):
+        return type(value).__name__
+    return f"{type(value).__name__} of {value.dtype} {tuple(value.shape)}"
 
 
 def _call(
@@ -324,9 +350,9 @@ def _call(
                 continue
             key, new = entry
             if isinstance(key, int) and 0 <= key < len(args) and _array_like(args[key]):
-                _copy_into(args[key], new)
+                _copy_into(conn, args[key], new)
             elif isinstance(key, str) and _array_like(kwargs.get(key)):
-                _copy_into(kwargs[key], new)
+                _copy_into(conn, kwargs[key], new)
     return value
 
 

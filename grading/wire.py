@@ -28,6 +28,12 @@ MAX_DEPTH = 48
 #: A frame larger than this ends the learner process's session (a 4 GiB length prefix must
 #: not make the judge allocate 4 GiB).
 MAX_FRAME = 512 * 1024 * 1024
+#: A frame of more values than this is refused before it is decoded (about 1 GiB of Python
+#: objects at most). Its byte size alone does not bound what decoding costs: an empty list is one
+#: byte of msgpack and 64 of Python, so 512 MiB of them would make the judge allocate tens of
+#: gigabytes. Arrays and tensors cross as one value each, whatever their size; the largest honest
+#: reply of the suites holds 2 million values (lab-05's pool of 333,000 blocks).
+MAX_VALUES = 1 << 24
 _LEN = struct.Struct("!I")
 
 
@@ -142,6 +148,8 @@ class Decoder:
 
     def decode(self, data: bytes) -> Any:
         self._depth = 0
+        if len(data) > MAX_VALUES:  # a value takes a byte at least: a shorter frame is fine
+            count_values(data, MAX_VALUES)
         try:
             return self._decoder.decode(data)
         except WireError:
@@ -195,6 +203,66 @@ class Decoder:
         if code == HANDLE:
             return self._on_handle(payload)
         raise WireError(f"unknown extension code {code}")
+
+
+#: msgpack type bytes by what follows them: a fixed number of data bytes; a length of so many
+#: bytes, then that many data bytes (str, bin); a length, then items (array, map); a length, a
+#: type byte and a payload (ext); a type byte and a payload of a fixed size (fixext).
+_FIXED = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+_FIXED.update({0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8})
+_SIZED = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
+_HEADERS = {0xDC: 2, 0xDD: 4, 0xDE: 2, 0xDF: 4}
+_EXT = {0xC7: 1, 0xC8: 2, 0xC9: 4}
+_FIXEXT = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
+
+
+def count_values(data: bytes | memoryview, stop_after: int) -> int:
+    """How many values ``data`` holds, extension payloads included; ``WireError`` past
+    ``stop_after``, or if the bytes are not msgpack.
+
+    A walk over the type bytes only (strings and bins, arrays' included, are skipped whole), so
+    it costs one step per value and stops at the first one past the limit. Each extension
+    payload is walked as the message it is and must end where its length says, so bytes cannot
+    be counted as one thing and decoded as another."""
+    view = memoryview(data).cast("B")
+    count, pos, ends = 0, 0, [len(view)]
+    try:
+        while True:
+            while pos == ends[-1]:
+                ends.pop()
+                if not ends:
+                    return count
+            if pos > ends[-1]:
+                raise WireError("a malformed message (a value overruns its extension)")
+            count += 1
+            if count > stop_after:
+                raise WireError(f"a message of more than {stop_after} values")
+            byte = view[pos]
+            pos += 1
+            if 0xA0 <= byte <= 0xBF:  # fixstr
+                pos += byte - 0xA0
+            elif byte <= 0x9F or byte >= 0xE0:  # fixint, fixmap, fixarray: items follow inline
+                pass
+            elif byte in _FIXED:
+                pos += _FIXED[byte]
+            elif byte in _FIXEXT:
+                ends.append(pos + 1 + _FIXEXT[byte])
+                pos += 1
+            else:
+                width = _SIZED.get(byte) or _HEADERS.get(byte) or _EXT.get(byte)
+                if width is None:
+                    raise WireError(f"a malformed message (type byte {byte:#x})")
+                size = int.from_bytes(view[pos : pos + width], "big")
+                pos += width
+                if byte in _SIZED:
+                    pos += size
+                elif byte in _EXT:
+                    ends.append(pos + 1 + size)
+                    pos += 1
+            if len(ends) > MAX_DEPTH + 2:
+                raise WireError(f"a value nested more than {MAX_DEPTH} levels deep")
+    except IndexError:
+        raise WireError("a malformed message (truncated)") from None
 
 
 def _hashable(value: Any) -> Any:

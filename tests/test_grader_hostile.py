@@ -119,7 +119,8 @@ def test_attack_on_the_stub_scores_zero(name, tmp_path, monkeypatch):
     started = time.monotonic()
     first = 2 if name in ("loop_in_method", "resource_hog", "output_flood") else 6
     lab = lab_of(name)
-    results = grade(compose(name, tmp_path / "impl"), first=first, lab=lab)
+    only = header(name).get("tests")
+    results = grade(compose(name, tmp_path / "impl"), first=first, lab=lab, only=only)
     elapsed = time.monotonic() - started
     write_results_json(lab, results, results_path)
     assert_sound(results, lab)
@@ -179,6 +180,40 @@ def test_crashes_are_named(tmp_path):
     assert crashed and "SIGSEGV" in crashed[0].message
     results = grade(compose("os_exit_in_test", tmp_path / "exit"), first=3)
     assert "crashed" in {r.outcome for r in results}
+
+
+def test_a_reply_cheap_on_the_wire_cannot_swell_the_judge(tmp_path):
+    """``bomb_the_judges_decoder`` sends 40 MB of empty msgpack lists a reply: decoded, 40
+    million Python lists, over 2 GiB in the judge. Graded in a process of its own, so that the
+    largest process it ever waited for is this grade's judge (or its learner processes), whose
+    peak must stay near what an honest grade takes."""
+    import subprocess
+    import sys
+
+    folder = compose("bomb_the_judges_decoder", tmp_path / "impl")
+    script = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from tests.test_grader_hostile import grade, header\n"
+        "only = header('bomb_the_judges_decoder')['tests']\n"
+        "results = grade(Path(sys.argv[1]), only=only)\n"
+        "print(sum(r.score for r in results), "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", script, str(folder)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    score, peak_kib = (float(x) for x in done.stdout.split()[-2:])
+    assert score == 0
+    assert peak_kib < 1024 * 1024, (
+        f"the judge (or a learner process) peaked at {peak_kib / 1024:.0f} MiB"
+    )
 
 
 def test_markup_is_shown_literally(tmp_path, capsys):

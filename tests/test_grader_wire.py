@@ -104,6 +104,51 @@ def test_any_bytes_decode_to_data_or_a_wire_error(raw):
     decoder = wire.Decoder(lambda p: ("handle", p), lambda *a: a)
     with contextlib.suppress(wire.WireError):
         decoder.decode(raw)
+    with contextlib.suppress(wire.WireError):
+        wire.count_values(raw, 10**6)
+
+
+def _values_in(value) -> int:
+    """The values msgspec builds for ``value`` (extension payloads decoded as messages)."""
+    if isinstance(value, list):
+        return 1 + sum(_values_in(v) for v in value)
+    if isinstance(value, dict):
+        return 1 + sum(_values_in(k) + _values_in(v) for k, v in value.items())
+    if isinstance(value, msgspec.msgpack.Ext):
+        return 1 + _values_in(_raw_decode(value.data))
+    return 1
+
+
+def _raw_decode(data: bytes):
+    return msgspec.msgpack.decode(data, ext_hook=lambda c, d: msgspec.msgpack.Ext(c, bytes(d)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data | st.lists(data, max_size=3).map(tuple))
+def test_the_value_count_is_what_decoding_builds(value):
+    body = wire.pack(wire.encode_value(value, None))[4:]
+    assert wire.count_values(body, 10**6) == _values_in(_raw_decode(body))
+
+
+def test_a_message_of_too_many_values_is_refused_before_it_is_decoded(monkeypatch):
+    """Bytes do not bound what decoding costs: an empty list is one byte of msgpack and 56 of
+    Python. A frame longer than ``MAX_VALUES`` bytes has its values counted first, extension
+    payloads included, so that a reply cheap on the wire cannot make the judge build millions
+    of objects (tests/hostile/bomb_the_judges_decoder.py is the real-size case)."""
+    monkeypatch.setattr(wire, "MAX_VALUES", 1000)
+    decoder = wire.Decoder(lambda p: p, lambda *a: a)
+    empty_lists = b"\xdd" + (1500).to_bytes(4, "big") + b"\x90" * 1500
+    spread = msgspec.msgpack.encode(
+        [msgspec.msgpack.Ext(wire.TUPLE, msgspec.msgpack.encode([[]] * 300)) for _ in range(5)]
+    )
+    for bomb in (empty_lists, spread):
+        with pytest.raises(wire.WireError, match="more than 1000 values"):
+            decoder.decode(bomb)
+    honest = wire.pack(wire.encode_value([b"x" * 5000, np.zeros(4000), *range(900)], None))
+    assert len(honest) > 1000 and len(decoder.decode(honest[4:])) == 902
+    overrun = msgspec.msgpack.encode([msgspec.msgpack.Ext(wire.TUPLE, b"\xc4\x10"), *[0] * 2000])
+    with pytest.raises(wire.WireError, match="malformed"):
+        decoder.decode(overrun)
 
 
 def test_object_arrays_and_unknown_extensions_are_refused():
@@ -163,6 +208,45 @@ class Color(enum.Enum):
 
 def test_unknown_enum_members_reach_the_callback_as_names():
     assert roundtrip(Color.RED)[2] == "RED"
+
+
+def test_only_an_arrays_contents_come_back_into_the_judge():
+    """An array argument comes back as new contents only: one whose type, dtype or shape the
+    learner's code changed in place (numpy lets ``a.dtype = "S8"`` reinterpret it) ends the
+    test as a fault. Copying it would raise an ordinary ``ValueError`` in the judge, which a
+    ``pytest.raises(ValueError)`` around the call would count as the learner's."""
+    from grading.remote import LearnerFault, _copy_into
+
+    class Conn:
+        def _fail(self, fault):
+            return fault
+
+    dest = np.zeros(3, dtype=np.float32)
+    _copy_into(Conn(), dest, np.arange(3, dtype=np.float32))
+    assert dest.tolist() == [0, 1, 2]
+    retyped = np.arange(3, dtype=np.float32).view("S4")
+    for changed in (retyped, np.zeros(4, np.float32), np.zeros(3, np.float64), [0, 1, 2]):
+        with pytest.raises(LearnerFault, match="changed the type, dtype or shape"):
+            _copy_into(Conn(), dest, changed)
+    torch = pytest.importorskip("torch")
+    cache = torch.zeros(2, dtype=torch.bfloat16)
+    _copy_into(Conn(), cache, torch.ones(2, dtype=torch.bfloat16))
+    assert cache.tolist() == [1, 1]
+    with pytest.raises(LearnerFault, match="changed the type, dtype or shape"):
+        _copy_into(Conn(), cache, np.ones(2, np.float32))
+
+
+def test_a_learner_stop_iteration_is_not_the_judges():
+    """A learner's ``StopIteration`` arrives as an error, not as the control-flow exception
+    that would silently end a judge-side ``map`` or ``next`` loop; other builtins keep their
+    type, so ``pytest.raises(ValueError)`` still sees a learner's ``ValueError``."""
+    from grading.remote import LearnerError, _exception_class
+
+    for name in ("StopIteration", "StopAsyncIteration"):
+        cls = _exception_class(name)
+        assert issubclass(cls, LearnerError) and not issubclass(cls, StopIteration)
+        assert not issubclass(cls, StopAsyncIteration)
+    assert issubclass(_exception_class("ValueError"), ValueError)
 
 
 def test_a_learner_object_answers_no_question_only_data_can():

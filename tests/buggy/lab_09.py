@@ -434,4 +434,165 @@ MUTANTS = [
         "size overwrites the positions of the step a caller still holds",
         caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
     ),
+    # -- learner-bug probe, 2026-11-28 (a helper's 55 tries) --------------------------------------
+    Mutant(
+        name="table_kept_for_the_last_shape",
+        file=FILE,
+        find="""
+            block_tables = np.zeros((len(block_ids), width), dtype=np.int32)
+        """,
+        replace="""
+            global _LAST_TABLE
+            if _LAST_TABLE is None or _LAST_TABLE.shape != (len(block_ids), width):
+                _LAST_TABLE = np.zeros((len(block_ids), width), dtype=np.int32)
+            block_tables = _LAST_TABLE
+            block_tables.fill(0)
+        """,
+        more=(
+            (
+                "def make_block_tables(",
+                """
+                _LAST_TABLE = None
+
+
+                def make_block_tables(
+                """,
+            ),
+        ),
+        why="one table kept for the last call's shape: the next step of the same shape (two "
+        "decode steps of one batch) refills the table a caller still holds; a step of another "
+        "shape in between hides it",
+        caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
+    ),
+    Mutant(
+        name="positions_kept_for_the_last_step_size",
+        file=FILE,
+        find="positions = computed[req_indices] + query_pos",
+        replace="""
+            global _LAST_POSITIONS
+            if _LAST_POSITIONS is None or len(_LAST_POSITIONS) != len(req_indices):
+                _LAST_POSITIONS = np.empty(len(req_indices), np.int64)
+            positions = _LAST_POSITIONS
+            np.add(computed[req_indices], query_pos, out=positions)
+        """,
+        more=(
+            (
+                "def prepare_inputs(",
+                """
+                _LAST_POSITIONS = None
+
+
+                def prepare_inputs(
+                """,
+            ),
+        ),
+        why="positions written into a buffer kept for the last step's token count: the next "
+        "step of the same size overwrites the positions of the step a caller still holds",
+        caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
+    ),
+    Mutant(
+        name="length_check_leaves_out_the_scheduled_counts",
+        file=FILE,
+        find="num_reqs = len(num_scheduled_tokens)",
+        replace="num_reqs = len(token_ids)",
+        more=(
+            (
+                "if not (len(token_ids) == len(num_computed_tokens) == len(block_ids) == num_reqs):",
+                "if not (len(num_computed_tokens) == len(block_ids) == num_reqs):",
+            ),
+        ),
+        why="num_scheduled_tokens left out of the length check: a shorter list builds a step "
+        "for its requests only, with positions and seq_lens for all of them (a longer one "
+        "fails anyway, in np.repeat)",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    Mutant(
+        name="scheduled_check_after_the_loop",
+        file=FILE,
+        find="""
+            if (scheduled < 1).any():
+        """,
+        replace="""
+            for i in range(num_reqs):
+                bad = scheduled[i] < 1
+            if bad:
+        """,
+        why="a check computed in a loop and tested after it: only the last request's count is "
+        "left, so a request with no scheduled token before it goes through",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    Mutant(
+        name="block_check_after_the_loop",
+        file=FILE,
+        find="too_few_blocks = blocks_needed > num_blocks",
+        replace="""
+            too_few_blocks = np.zeros(num_reqs, dtype=bool)
+            for i in range(num_reqs):
+                short = blocks_needed[i] > num_blocks[i]
+            too_few_blocks[-1] = short
+        """,
+        why="the table-length check of the last request only: an earlier request's short table "
+        "goes through, and its last positions get the null block's slots",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
+    Mutant(
+        name="decode_shortcut_with_int64_query_start_loc",
+        file=FILE,
+        find="""
+            # [2, 5, 3] -> cu_num_tokens [2, 7, 10], query_pos [0 1 0 1 2 3 4 0 1 2],
+        """,
+        replace="""
+            if (scheduled == 1).all():  # a decode-only step: one token per request
+                width = max_num_blocks_per_req or int(num_blocks.max())
+                tables = make_block_tables(block_ids, width)
+                rows = np.arange(num_reqs)
+                return ModelInputs(
+                    input_ids=torch.tensor([t[c] for t, c in zip(token_ids, computed.tolist())]),
+                    positions=torch.from_numpy(computed.copy()),
+                    slot_mapping=torch.from_numpy(
+                        compute_slot_mapping(tables, rows, computed, block_size)
+                    ),
+                    block_tables=torch.from_numpy(tables),
+                    query_start_loc=torch.from_numpy(np.arange(num_reqs + 1)),
+                    seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),
+                    logits_indices=torch.from_numpy(rows),
+                    max_query_len=1,
+                    max_seq_len=int(seq_lens.max()),
+                )
+            # [2, 5, 3] -> cu_num_tokens [2, 7, 10], query_pos [0 1 0 1 2 3 4 0 1 2],
+        """,
+        why="a shortcut for decode-only steps whose query_start_loc is int64: right values, "
+        "the wrong dtype for the kernels, in the most common step",
+        caught_by="test_prepare_inputs.py::test_dtypes_and_shapes",
+    ),
+    Mutant(
+        name="block_size_one_shortcut_with_int32_slots",
+        file=FILE,
+        find="""
+            block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)
+        """,
+        replace="""
+            if block_size == 1:  # every position is its own block
+                return block_tables[req_indices, positions]
+            block_numbers = block_tables[req_indices, positions // block_size].astype(np.int64)
+        """,
+        why="with blocks of one token the slot is the block id, returned straight from the "
+        "int32 table: the slot mapping comes out int32",
+        caught_by="test_prepare_inputs.py::test_dtypes_and_shapes",
+    ),
+    Mutant(
+        name="rows_of_one_length_not_padded",
+        file=FILE,
+        find="""
+            flat = np.fromiter(itertools.chain.from_iterable(block_ids), np.int32, count=int(lens.sum()))
+        """,
+        replace="""
+            if (lens == lens.max()).all():  # every row as long: nothing to pad
+                return np.array(block_ids, dtype=np.int32)
+            flat = np.fromiter(itertools.chain.from_iterable(block_ids), np.int32, count=int(lens.sum()))
+        """,
+        why="rows of one length returned as they are, ignoring the width: the table comes out "
+        "narrower than max_num_blocks_per_req",
+        caught_by="test_prepare_inputs.py::test_make_block_tables_pads_with_the_null_block",
+    ),
 ]

@@ -133,6 +133,11 @@ def test_make_block_tables_pads_with_the_null_block():
         f"{np.asarray(tables).tolist()}"
     )
     assert np.asarray(tables).dtype == np.int32, "block tables are int32, as the kernels read them"
+    equal = np.asarray(m.make_block_tables([[7, 3], [5, 9]], 4)).tolist()
+    assert equal == [[7, 3, 0, 0], [5, 9, 0, 0]], (
+        "rows of one length are padded to the width too: make_block_tables([[7, 3], [5, 9]], 4) "
+        f"should be [[7, 3, 0, 0], [5, 9, 0, 0]], got {equal}"
+    )
     try:
         full = np.asarray(m.make_block_tables([[7, 3], [5]], 2)).tolist()
     except ValueError as exc:
@@ -304,35 +309,57 @@ def test_block_tables_of_the_mixed_batch():
     1,
     "dtypes as the model and kernels read them: int64 input_ids, positions, "
     "slot_mapping, logits_indices; int32 block_tables, query_start_loc, seq_lens; torch "
-    "tensors on the CPU; max_query_len and max_seq_len plain Python ints",
+    "tensors on the CPU; max_query_len and max_seq_len plain Python ints; in every step (a "
+    "decode-only step and blocks of one token too, not only the mixed batch)",
     f"{DOC}#the-step-as-tensors",
 )
 def test_dtypes_and_shapes():
-    """Five requests and 14 tokens."""
-    inputs = mixed_batch()
+    """The mixed batch (five requests, 14 tokens), a decode-only step and a step with blocks of
+    one token: a shortcut for a common case must return the same dtypes as the general path."""
     import torch
 
-    want = {
-        "input_ids": (torch.int64, (14,)),
-        "positions": (torch.int64, (14,)),
-        "slot_mapping": (torch.int64, (14,)),
-        "logits_indices": (torch.int64, (5,)),
-        "block_tables": (torch.int32, (5, 3)),
-        "query_start_loc": (torch.int32, (6,)),
-        "seq_lens": (torch.int32, (5,)),
-    }
-    for name, (dtype, shape) in want.items():
-        tensor = getattr(inputs, name)
-        assert isinstance(tensor, torch.Tensor), f"{name} should be a torch tensor"
-        assert tensor.dtype == dtype and tuple(tensor.shape) == shape, (
-            f"{name} should be {dtype} of shape {shape}, got {tensor.dtype} {tuple(tensor.shape)}"
-        )
-    for name in ("max_query_len", "max_seq_len"):
-        value = getattr(inputs, name)
-        assert type(value) is int, (
-            f"{name} should be a plain Python int (ModelInputs declares it int), got "
-            f"{describe(value)}: a numpy maximum is a numpy scalar, convert it with int(...)"
-        )
+    m = runner("prepare_inputs")
+    batches = [
+        ("the mixed batch", mixed_batch(), 5, 14, 3),
+        (
+            "a decode-only step (2 requests)",
+            m.prepare_inputs([[5, 6, 7], [*range(16), 99]], [2, 16], [1, 1], [[3], [8, 2]], 16),
+            2,
+            2,
+            2,
+        ),
+        (
+            "a step with block_size 1 (3 tokens)",
+            m.prepare_inputs([[10, 11, 12, 13, 14]], [2], [3], [[5, 6, 9, 4, 7]], 1),
+            1,
+            3,
+            5,
+        ),
+    ]
+    for setting, inputs, reqs, tokens, width in batches:
+        want = {
+            "input_ids": (torch.int64, (tokens,)),
+            "positions": (torch.int64, (tokens,)),
+            "slot_mapping": (torch.int64, (tokens,)),
+            "logits_indices": (torch.int64, (reqs,)),
+            "block_tables": (torch.int32, (reqs, width)),
+            "query_start_loc": (torch.int32, (reqs + 1,)),
+            "seq_lens": (torch.int32, (reqs,)),
+        }
+        for name, (dtype, shape) in want.items():
+            tensor = getattr(inputs, name)
+            assert isinstance(tensor, torch.Tensor), f"{setting}: {name} should be a torch tensor"
+            assert tensor.dtype == dtype and tuple(tensor.shape) == shape, (
+                f"{setting}: {name} should be {dtype} of shape {shape}, got {tensor.dtype} "
+                f"{tuple(tensor.shape)}"
+            )
+        for name in ("max_query_len", "max_seq_len"):
+            value = getattr(inputs, name)
+            assert type(value) is int, (
+                f"{setting}: {name} should be a plain Python int (ModelInputs declares it int), "
+                f"got {describe(value)}: a numpy maximum is a numpy scalar, convert it with "
+                "int(...)"
+            )
 
 
 @graded(
@@ -344,7 +371,7 @@ def test_dtypes_and_shapes():
 )
 def test_arguments_are_left_unchanged():
     """The mixed batch, then its four lists compared with what was passed in; then two more
-    steps (a smaller one, and one of the same shapes), the first step's tensors read again
+    steps (one of the same shapes, then a smaller one), the first step's tensors read again
     after each."""
     m = runner("prepare_inputs")
     before = [TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS]
@@ -368,15 +395,12 @@ def test_arguments_are_left_unchanged():
             "them); build the padded table, the sums and the slices in new arrays"
         )
     seen = {name: as_list(getattr(first, name)) for name in TENSOR_FIELDS}
-    # A smaller step, then one of the first step's shapes (5 requests, 14 tokens, 3-block rows)
-    # with other values: a buffer reused for a later step, sliced or kept per shape, shows.
+    # A step of the first step's shapes (5 requests, 14 tokens, 3-block rows) with other values,
+    # right after it (two decode steps of one batch look alike), then a smaller one: a buffer
+    # reused for a later step, sliced, kept per shape or kept for the last shape, shows.
     later = [
         (
-            "a second call of prepare_inputs (2 requests, 3 tokens)",
-            ([[5, 6, 7], [8, 9]], [2, 0], [1, 2], [[3], [4]], 16),
-        ),
-        (
-            "a third call, of the first call's shapes (5 requests, 14 tokens, 3-block rows),",
+            "a second call, of the first call's shapes (5 requests, 14 tokens, 3-block rows),",
             (
                 [[t + 1000 for t in tokens] for tokens in TOKENS],
                 [9, 11, 0, 7, 3],
@@ -384,6 +408,10 @@ def test_arguments_are_left_unchanged():
                 [[61, 62, 63], [71, 72, 73], [81, 82], [91, 92], [14, 15, 16]],
                 BLOCK_SIZE,
             ),
+        ),
+        (
+            "a third call of prepare_inputs (2 requests, 3 tokens)",
+            ([[5, 6, 7], [8, 9]], [2, 0], [1, 2], [[3], [4]], 16),
         ),
     ]
     for which, args in later:
@@ -447,8 +475,8 @@ def test_block_size_one():
 @graded(
     2,
     "an inconsistent step is refused with ValueError: per-request lists of different "
-    "lengths, an empty batch, and in ANY request (not only the first or all of them) no "
-    "scheduled token, more tokens than known, or a block table too short for its "
+    "lengths, an empty batch, and in ANY request (not only the first, the last or all of "
+    "them) no scheduled token, more tokens than known, or a block table too short for its "
     "computed + scheduled tokens (the positions reach seq_len - 1)",
     f"{DOC}#the-step-as-tensors",
 )
@@ -467,6 +495,15 @@ def test_inconsistent_steps_are_refused():
         ),
         ("3 tokens, 2-token blocks, a table of 1 block", ok | dict(block_ids=[[1]])),
         ("request 1 of 2 has no scheduled token", two | dict(num_scheduled_tokens=[3, 0])),
+        ("request 0 of 2 has no scheduled token", two | dict(num_scheduled_tokens=[0, 3])),
+        (
+            "request 0 of 2: 2 computed + 3 scheduled of 3 known tokens",
+            two | dict(num_computed_tokens=[2, 0]),
+        ),
+        (
+            "request 0 of 2: 3 tokens, 2-token blocks, a table of 1 block",
+            two | dict(block_ids=[[1], [3, 4]]),
+        ),
         (
             "request 1 of 2: 2 computed + 3 scheduled of 3 known tokens",
             two | dict(num_computed_tokens=[0, 2]),
@@ -500,6 +537,10 @@ def test_inconsistent_steps_are_refused():
         (
             "num_scheduled_tokens has 2 requests, the other lists 1",
             ok | dict(num_scheduled_tokens=[1, 1]),
+        ),
+        (
+            "num_scheduled_tokens has 1 request, the other lists 2",
+            two | dict(num_scheduled_tokens=[1]),
         ),
         (
             "an empty batch",

@@ -407,4 +407,27 @@ MUTANTS = [
         "pad_vocab_size(128, 96) must be 192",
         caught_by="test_vocab.py::test_pad_vocab_size",
     ),
+    # -- red team, 2026-11-28: a check that only refuses -------------------------------------------
+    Mutant(
+        name="refuses_every_size",
+        file=FILE,
+        find="""
+            if not isinstance(tp_size, int) or isinstance(tp_size, bool) or tp_size < 1:
+                raise ValueError(f"tensor_parallel_size must be a positive integer, got {tp_size!r}")
+        """,
+        replace="""
+            h = int(config.num_attention_heads)
+            kv = int(getattr(config, "num_key_value_heads", None) or h)
+            choices = ", ".join(str(d) for d in range(1, h + 1) if h % d == 0)
+            raise ValueError(
+                f"cannot split: heads {h} (sizes that divide: {choices}), KV heads {kv}, "
+                f"MLP width {config.intermediate_size}, vocab {config.vocab_size} "
+                f"(padded {pad_vocab_size(int(config.vocab_size))}), tp {tp_size!r}"
+            )
+        """,
+        why="every size refused, in a message that names every dimension: each refusal test "
+        "found its numbers in it and passed (7 of the check's 10 points) until each also "
+        "asked for the same model at a size that splits",
+        caught_by="test_check.py::test_refuses_query_heads_that_do_not_split",
+    ),
 ]

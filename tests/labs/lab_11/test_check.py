@@ -31,6 +31,29 @@ GPT2_NO_KV = {k: v for k, v in GPT2.items() if k != "num_key_value_heads"}
 GPT2_KV_NONE = {**GPT2, "num_key_value_heads": None}
 
 
+SHAPE_FIELDS = (
+    "tp_size",
+    "num_heads",
+    "num_kv_heads",
+    "num_kv_head_replicas",
+    "intermediate_size",
+    "vocab_size_padded",
+)
+
+
+EVERY_SIZE = " (a check that refuses every size refuses the right ones too)"
+
+
+def assert_accepted(fields: dict[str, Any], tp: int, name: str, why: str = "") -> None:
+    """``check_tensor_parallel_size`` accepts ``tp`` for this model, with the reference's shapes."""
+    shapes = ref.check_tensor_parallel_size(SimpleNamespace(**fields), tp)
+    want = {k: getattr(shapes, k) for k in SHAPE_FIELDS}
+    got = value(side().check_tp(fields, tp), f"check_tensor_parallel_size({name}, {tp}){why}")
+    assert same_data(got, want), (
+        f"{name} at TP={tp}: the shapes should be {want} (plain ints), got {got}{why}"
+    )
+
+
 def refusal(fields: dict[str, Any], tp: Any, name: str) -> str:
     outcome = side().check_tp(fields, tp)
     assert outcome[0] == "error" and outcome[1] == "ValueError", (
@@ -60,22 +83,7 @@ def test_accepted_sizes_give_each_ranks_shapes():
         ("GPT-2 with num_key_value_heads None (multi-head: 12 KV heads)", GPT2_KV_NONE, [2]),
     ]:
         for tp in sizes:
-            shapes = ref.check_tensor_parallel_size(SimpleNamespace(**fields), tp)
-            want = {
-                k: getattr(shapes, k)
-                for k in (
-                    "tp_size",
-                    "num_heads",
-                    "num_kv_heads",
-                    "num_kv_head_replicas",
-                    "intermediate_size",
-                    "vocab_size_padded",
-                )
-            }
-            got = value(side().check_tp(fields, tp), f"check_tensor_parallel_size({name}, {tp})")
-            assert same_data(got, want), (
-                f"{name} at TP={tp}: the shapes should be {want} (plain ints), got {got}"
-            )
+            assert_accepted(fields, tp, name)
 
 
 @graded(
@@ -102,6 +110,9 @@ def test_refuses_query_heads_that_do_not_split():
         f"heads, are never replicated); the refusal should name the 2 heads and the size 4: "
         f"{message!r}"
     )
+    # Refusing is half of the check: the same models at a size that splits are accepted.
+    assert_accepted(SMOLLM2, 3, "SmolLM2", EVERY_SIZE)
+    assert_accepted(model(2, 1, 64, 128), 2, "2 heads, 1 KV head", EVERY_SIZE)
 
 
 @graded(
@@ -120,6 +131,8 @@ def test_refuses_kv_heads_that_do_not_split():
             f"12 heads, {kv} KV heads at TP={tp}: the refusal should name the {kv} KV heads "
             f"and the size {tp}: {message!r}"
         )
+    assert_accepted(model(12, 4, 96, 128), 4, "12 heads, 4 KV heads", EVERY_SIZE)
+    assert_accepted(model(12, 6, 96, 128), 2, "12 heads, 6 KV heads", EVERY_SIZE)
 
 
 @graded(
@@ -138,6 +151,8 @@ def test_refuses_mlp_width_and_vocabulary():
     assert {128, 3} <= numbers(message) and "vocab" in message.lower(), (
         f"a vocabulary of 128 at TP=3: the refusal should name the vocabulary: {message!r}"
     )
+    assert_accepted(model(32, 8, 1000, 128256), 8, "MLP width 1000", EVERY_SIZE)
+    assert_accepted(model(4, 4, 96, 128), 4, "vocabulary 128", EVERY_SIZE)
 
 
 @graded(1, "tensor_parallel_size must be a positive int: 0, -2, 2.0 and True are refused", KV_HEADS)
@@ -145,3 +160,4 @@ def test_refuses_sizes_that_are_not_positive_ints():
     """0, -2, 2.0 and True (bool is an int in Python, but not a size)."""
     for tp in [0, -2, 2.0, True]:
         refusal(TINY, tp, "tiny")
+    assert_accepted(TINY, 2, "tiny", EVERY_SIZE)

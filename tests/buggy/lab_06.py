@@ -553,4 +553,42 @@ MUTANTS = [
         "partials with float64 lse come back float64, unlike the split outputs they merge",
         caught_by="test_split_k.py::test_merge_splits_ignores_empty_splits",
     ),
+    # -- red team, 2026-11-28: split-K without the splits ---------------------------------------
+    Mutant(
+        name="split_k_decode_without_splitting",
+        file=FILE,
+        find="""
+            out = np.empty_like(query)
+            for i in range(num_seqs):
+                seq_len = int(seq_lens[i])
+                k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)
+                per_split = cdiv(seq_len, num_splits)
+        """,
+        replace="""
+            return paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
+            out = np.empty_like(query)
+            for i in range(num_seqs):
+                seq_len = int(seq_lens[i])
+                k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)
+                per_split = cdiv(seq_len, num_splits)
+        """,
+        why="split-K decode answered by the dense decode: the same numbers (the merge is exact), "
+        "no split and no merge; only the pieces attend_split is called on show it",
+        caught_by="test_split_k.py::test_split_k_decode_equals_dense",
+    ),
+    Mutant(
+        name="split_k_ranges_balanced_by_array_split",
+        file=FILE,
+        find="""
+                        k[j * per_split : (j + 1) * per_split],
+                        v[j * per_split : (j + 1) * per_split],
+        """,
+        replace="""
+                        np.array_split(k, num_splits)[j],
+                        np.array_split(v, num_splits)[j],
+        """,
+        why="ranges balanced by np.array_split (10 keys in 3 splits: 4, 3, 3) instead of "
+        "cdiv-sized ones (4, 4, 2), which lab-04's kernel and its split count assume",
+        caught_by="test_split_k.py::test_split_k_decode_equals_dense",
+    ),
 ]

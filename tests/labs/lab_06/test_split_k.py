@@ -15,8 +15,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grading.suite import graded
-from tests.labs.common import GRADED_SETTINGS, describe
+from grading.suite import graded, learner_module
+from tests.labs.common import GRADED_SETTINGS, describe, same_data
 from tests.labs.lab_06.oracle import as_array, assert_close, attention, pa, write_paged
 
 DOC = "labs/lab-06-paged-attention-numpy/README.md"
@@ -284,8 +284,8 @@ def split_k_cases(draw):
 @graded(
     3,
     "split-K decode cuts each sequence into num_splits ranges of cdiv(seq_len, "
-    "num_splits) tokens (the last may be short or empty), attends to each with the scale "
-    "given, merges: the result equals dense attention",
+    "num_splits) tokens (the last may be short or empty), attends to each with attend_split "
+    "and the scale given, merges them with merge_splits: the result equals dense attention",
     f"{DOC}#part-3-split-k-decode",
 )
 @GRADED_SETTINGS
@@ -312,6 +312,28 @@ def test_split_k_decode_equals_dense(case):
         TOL,
         f"split-K decode of lengths {lens} in {num_splits} splits, block_size {block_size}, "
         "scale 0.4",
+    )
+    # The output cannot tell a split decode from a dense one (the merge is exact): the pieces
+    # it attended to can. Empty ranges may be skipped (they weigh nothing), and one split may
+    # skip the merge (it is the identity).
+    _, pieces, merges = learner_module("learner_side").split_k_pieces(
+        query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.4, num_splits
+    )
+    if num_splits == 1:
+        return
+    per_split = -(-np.array(lens) // num_splits)
+    want_pieces = sorted(
+        int(min(per, n - j * per))
+        for n, per in zip(lens, per_split)
+        for j in range(num_splits)
+        if n > j * per
+    )
+    got_pieces = sorted(p for p in pieces if p != 0) if type(pieces) is list else pieces
+    assert same_data(got_pieces, want_pieces) and type(merges) is int and merges >= 1, (
+        f"split-K decode of lengths {lens} in {num_splits} splits should call attend_split "
+        f"once per range, on ranges of cdiv(seq_len, num_splits) keys (sorted sizes of the "
+        f"non-empty ones {want_pieces}), and merge them with merge_splits; it called "
+        f"attend_split on {describe(got_pieces)} keys and merge_splits {describe(merges)} times"
     )
 
 

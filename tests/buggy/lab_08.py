@@ -1059,4 +1059,23 @@ MUTANTS = [
         "sort in arrival order, the request that came first is preempted",
         caught_by="test_admission.py::test_priority_random_workloads",
     ),
+    # -- red team, 2026-11-28: static batching --------------------------------------------------
+    Mutant(
+        name="static_batching_admits_only_into_an_idle_step",
+        file=FILE,
+        find="""
+                        if len(self.running) == self.max_num_running_reqs:
+                            break
+                        request = self.waiting.peek_request()
+        """,
+        replace="""
+                        if len(self.running) == self.max_num_running_reqs or scheduled_running_reqs:
+                            break
+                        request = self.waiting.peek_request()
+        """,
+        why="waiting requests admitted only in a step where no running request was scheduled "
+        "(static batching): every request still finishes with its tokens, first admissions in "
+        "arrival order, which was all the FCFS random workloads checked",
+        caught_by="test_traces.py::test_random_workloads_finish_correctly",
+    ),
 ]

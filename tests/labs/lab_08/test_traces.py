@@ -6,8 +6,9 @@ a decode), the admissions (``^`` resumed, ``+8`` a prefix hit of 8 tokens), the 
 requests that finished. The workload is replayed as the simulator does, from the judge
 (``helpers.simulate``): every step is checked (the token budget, ``max_num_seqs``, the block pool's
 invariants, block tables covering the computed tokens, waiting requests holding no blocks) and
-executed by the fake model's runner; at the end, no block may be left held and every request must
-have produced exactly the fake model's tokens.
+executed by the fake model's runner, and in the random workloads compared with the reference
+scheduler run beside it; at the end, no block may be left held and every request must have
+produced exactly the fake model's tokens.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def simulations(draw):
 @given(simulations())
 def _random_workloads(case) -> None:
     config, workload = case
-    engine = simulate(config, workload)
+    engine = simulate(config, workload, reference=True)
     engine.check_drained()
     arrival = [spec.request_id for spec in sorted(workload, key=lambda s: s.arrival_step)]
     assert engine.admission_order == arrival, (
@@ -180,9 +181,10 @@ def _random_workloads(case) -> None:
 
 @graded(
     5,
-    "Random workloads on tiny pools: every request finishes with exactly the fake "
-    "model's tokens, first admissions in arrival order (FCFS), budget and max_num_seqs "
-    "respected every step, no block leaked",
+    "Random workloads on tiny pools: every step agrees with the reference scheduler (the "
+    "batch: continuous batching admits whatever fits; outputs, queues, blocks), every "
+    "request finishes with exactly the fake model's tokens, first admissions in arrival "
+    "order (FCFS), budget and max_num_seqs respected every step, no block leaked",
     f"{DOC}#watching-the-scheduler-in-the-simulator",
     timeout=30,
 )

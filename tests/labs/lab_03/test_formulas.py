@@ -11,6 +11,8 @@ counts are whole numbers (a ``float`` cannot size a tensor), the budget a plain 
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +23,20 @@ from tests.labs.lab_03.values import dims_of, whole
 
 DOC = "labs/lab-03-kv-cache-sizing/README.md"
 KiB, MiB, GiB = 2**10, 2**20, 2**30
+
+
+def drawn(test: str, n: int = 25) -> Iterator[Callable[[int, int], int]]:
+    """``n`` draws for the random cases of ``test``: sizes of every scale, from the rules alone.
+
+    Seeded by the test's name, so every run grades the same numbers: the fixed cases teach,
+    these make a table of the fixed cases' answers worth nothing."""
+    rng = random.Random(f"lab-03 {test}")
+    for _ in range(n):
+        yield lambda lo, hi: rng.randint(lo, hi)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def kv():
@@ -172,6 +188,13 @@ def test_bytes_per_token_of_real_models():
             f"{name}: {layers} layers x {kv_heads} KV heads x head_dim {head_dim} in {dtype} "
             f"should take {expected:,} bytes per token, got {got:,}"
         )
+    for draw in drawn("bytes_per_token"):
+        args = (draw(1, 128), draw(1, 64), draw(1, 512), draw(1, 8))
+        got = whole(m.bytes_per_token(*args), f"bytes_per_token{args}")
+        assert got == 2 * args[0] * args[1] * args[2] * args[3], (
+            f"bytes_per_token{args} should be 2 x {' x '.join(map(str, args))} = "
+            f"{2 * args[0] * args[1] * args[2] * args[3]:,}, got {got:,}"
+        )
     # A dtype given by name works too.
     assert m.bytes_per_token(32, 32, 128, "float16") == 512 * KiB, (
         "bytes_per_token(32, 32, 128, 'float16') should be 524,288 bytes (Llama-2-7B)"
@@ -203,6 +226,11 @@ def test_bytes_per_block():
     for args, expected, name in cases:
         got = whole(m.bytes_per_block(*args), f"bytes_per_block{args}")
         assert got == expected, f"{name}: bytes_per_block{args} should be {expected:,}, got {got:,}"
+    for draw in drawn("bytes_per_block"):
+        args = (draw(1, 256), draw(1, 128), draw(1, 64), draw(1, 512), draw(1, 8))
+        want = args[0] * 2 * args[1] * args[2] * args[3] * args[4]
+        got = whole(m.bytes_per_block(*args), f"bytes_per_block{args}")
+        assert got == want, f"bytes_per_block{args} should be {want:,}, got {got:,}"
     # A dtype given by name works too, as for bytes_per_token: block_size x bytes_per_token.
     got = whole(m.bytes_per_block(16, 32, 32, 128, "float16"), "bytes_per_block(..., 'float16')")
     assert got == 8 * MiB, (
@@ -300,6 +328,12 @@ def test_num_gpu_blocks_from_budget_floors():
         assert got == expected, (
             f"{name}: num_gpu_blocks_from_budget{args} should be {expected}, got {got}"
         )
+    for draw in drawn("num_gpu_blocks_from_budget"):
+        block = draw(1, 64 * MiB)
+        args = (draw(-GiB, 200 * GiB), block)
+        want = max(0, args[0] // block)
+        got = whole(m.num_gpu_blocks_from_budget(*args), f"num_gpu_blocks_from_budget{args}")
+        assert got == want, f"num_gpu_blocks_from_budget{args} should be {want}, got {got}"
 
 
 @graded(
@@ -325,6 +359,12 @@ def test_blocks_per_request_ceils():
         assert got == expected, (
             f"blocks_per_request({tokens}, {bs}) should be {expected}, got {got}"
         )
+    for draw in drawn("blocks_per_request"):
+        tokens, bs = draw(0, 2**20), draw(1, 256)
+        got = whole(m.blocks_per_request(tokens, bs), f"blocks_per_request({tokens}, {bs})")
+        assert got == cdiv(tokens, bs), (
+            f"blocks_per_request({tokens}, {bs}) should be {cdiv(tokens, bs)}, got {got}"
+        )
 
 
 @graded(
@@ -347,6 +387,11 @@ def test_min_num_gpu_blocks_counts_the_null_block_once():
     ]:
         got = whole(m.min_num_gpu_blocks(*args), f"min_num_gpu_blocks{args}")
         assert got == expected, f"min_num_gpu_blocks{args} should be {expected}, got {got}"
+    for draw in drawn("min_num_gpu_blocks"):
+        args = (draw(1, 2**17), draw(1, 256), draw(1, 512))
+        want = args[2] * cdiv(args[0], args[1]) + 1
+        got = whole(m.min_num_gpu_blocks(*args), f"min_num_gpu_blocks{args}")
+        assert got == want, f"min_num_gpu_blocks{args} should be {want}, got {got}"
 
 
 @graded(
@@ -371,6 +416,13 @@ def test_max_concurrency():
         )
         assert got == pytest.approx(expected, rel=1e-12), (
             f"max_concurrency{args} should be {expected}, got {got}"
+        )
+    for draw in drawn("max_concurrency"):
+        args = (draw(1, 2**20), draw(1, 256), draw(1, 2**17))
+        want = args[0] / cdiv(args[2], args[1])
+        got = m.max_concurrency(*args)
+        assert isinstance(got, float) and got == pytest.approx(want, rel=1e-12), (
+            f"max_concurrency{args} should be {want}, got {describe(got)}"
         )
 
 

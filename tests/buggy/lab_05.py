@@ -1019,4 +1019,22 @@ MUTANTS = [
         "changes under it",
         caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
     ),
+    Mutant(
+        name="prefix_cache_never_hits",
+        file=FILE,
+        find="cached_blocks: list[KVCacheBlock] = []",
+        replace="return None",
+        why="get_cached_block always misses: every hit it gives is trivially right, but no "
+        "prefix is ever shared and every block is computed again",
+        caught_by="test_prefix_cache.py::test_random_prefix_sharing_workload",
+    ),
+    Mutant(
+        name="free_cached_blocks_never_hit",
+        file=FILE,
+        find="if block is None:",
+        replace="if block is None or block.ref_cnt == 0:",
+        why="a cached block in the free queue misses: once its request ends a prefix is never "
+        "reused, though cached does not mean taken (touch revives it)",
+        caught_by="test_prefix_cache.py::test_random_prefix_sharing_workload",
+    ),
 ]

@@ -630,4 +630,24 @@ MUTANTS = [
         "(upstream and the README: the first)",
         caught_by="test_stop_strings.py::test_first_occurrence_wins",
     ),
+    Mutant(
+        name="never_streams_until_the_finish",
+        file=FILE,
+        find="else max(len(self.output_text) - self.stop_buffer_length, 0)",
+        replace="else 0",
+        why="hands out nothing until the finish, then everything at once: the deltas still add "
+        "up to the full text and no step ends in U+FFFD, but the client sees no stream (each "
+        "step must hand out the text that is final then)",
+        caught_by="test_detokenize.py::test_deltas_add_up_to_the_full_decode",
+    ),
+    Mutant(
+        name="holds_back_one_character_too_many",
+        file=FILE,
+        find="else max(len(self.output_text) - self.stop_buffer_length, 0)",
+        replace="else max(len(self.output_text) - self.stop_buffer_length - 1, 0)",
+        why="holds back len(longest stop) characters instead of len(longest stop) - 1: the "
+        "last character of a text that cannot begin a stop string waits a step for nothing "
+        "(the deltas still add up)",
+        caught_by="test_stop_strings.py::test_stop_string_across_tokens",
+    ),
 ]

@@ -672,7 +672,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     The model tracks what each block holds (its chained hash), each block's holders, the
     free-queue order and which content is cached; after every step the pool must match it,
-    and every hit must return a block holding exactly the requested prefix (I1-I4).
+    every hit must return a block holding exactly the requested prefix (I1-I4), and every
+    leading block whose hash some block still holds must be a hit.
     """
 
     N = 9
@@ -693,11 +694,19 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.refs = [0] * self.N
         self.running: list[list[int]] = []
         self.queue = list(range(1, self.N))
+        self.admissions = 0  # requests admitted so far, named in the messages
 
     @rule(data=st.data())
     def admit(self, data) -> None:
         tokens = data.draw(st.sampled_from(self.PROMPTS), label="prompt")
         hashes = chain_hashes(tokens)
+        self.admissions += 1
+        # The hits that must happen: the leading hashes some block still holds (cached, and
+        # neither reused nor reset since; the model's content is the pool's, checked by I3).
+        holder = {h: block_id for block_id, h in sorted(self.content.items(), reverse=True)}
+        expected = 0
+        while expected < len(hashes) and hashes[expected] in holder:
+            expected += 1
         hits: list[int] = []
         for h in hashes:
             blk = hit(self.pool, h)
@@ -709,6 +718,15 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             )
             self.blocks[block_id] = blk
             hits.append(block_id)
+        if len(hits) < expected:
+            missed = hashes[len(hits)]
+            raise AssertionError(
+                f"request {self.admissions} (prompt {tokens}): expected {expected} hit blocks, "
+                f"got {len(hits)}: get_cached_block missed the hash of its block {len(hits)} "
+                f"(from 0), which block {holder[missed]} still holds (cached, not reused or "
+                f"reset since); a block whose hash is still cached must be found, or its prefix "
+                f"is computed again (read {DOC}#caching-full-blocks)"
+            )
         need = len(hashes) - len(hits)
         if need > len(self.queue) - sum(self.refs[i] == 0 for i in hits):
             return
@@ -781,13 +799,14 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 @graded(
     5,
     "I1-I4: under random shared-prefix workloads every hit holds exactly the requested "
-    "prefix, ref_cnts count the requests holding each block, and the free queue stays "
-    "in eviction order",
+    "prefix, every prefix still cached is found, ref_cnts count the requests holding each "
+    "block, and the free queue stays in eviction order",
     f"{DOC}#invariants",
     timeout=30,
 )
 def test_random_prefix_sharing_workload():
-    """Property test: hits are always correct and eviction follows LRU, tail first."""
+    """Property test: hits are always correct and never missed, and eviction follows LRU, tail
+    first."""
     _call_every_method_once()
     run_machine(PrefixCacheMachine)
 

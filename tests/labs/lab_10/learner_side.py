@@ -183,6 +183,22 @@ def run_detokenizer(
         stop=stop or (),
         include_stop_str_in_output=include_stop_str_in_output,
     )
+    steps, inputs_changed = feed_steps(detok, chunks, finish, stop_terminated)
+    return {
+        "steps": steps,
+        "output_text": detok.output_text,
+        "output_token_ids": list(detok.output_token_ids),
+        "decoded_tokens": tokenizer.decoded_tokens,
+        "inputs_changed": inputs_changed,
+    }
+
+
+def feed_steps(
+    detok: Any, chunks: list[list[int]], finish: bool, stop_terminated: bool
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """``chunks`` fed to ``detok`` one step each: per step ``{"delta", "text", "stop"}``, and
+    the steps whose list of new token ids ``update`` changed. The judge feeds the reference
+    detokenizer through this same loop (``support.reference_steps``)."""
     steps: list[dict[str, Any]] = []
     inputs_changed: list[int] = []
     for i, chunk in enumerate(chunks):
@@ -199,13 +215,7 @@ def run_detokenizer(
         steps.append({"delta": delta, "text": text, "stop": found})
         if found is not None:
             break
-    return {
-        "steps": steps,
-        "output_text": detok.output_text,
-        "output_token_ids": list(detok.output_token_ids),
-        "decoded_tokens": tokenizer.decoded_tokens,
-        "inputs_changed": inputs_changed,
-    }
+    return steps, inputs_changed
 
 
 def check_stop_strings(

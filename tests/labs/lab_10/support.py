@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from grading.suite import learner_module, load_impl
 from tests.labs.common import plain_data
-from tests.labs.lab_10.learner_side import MULTI_BYTE_TEXTS, ToyTokenizer
+from tests.labs.lab_10.learner_side import MULTI_BYTE_TEXTS, ToyTokenizer, feed_steps
 
 DOC = "phases/06-serving/README.md"
 DETOK = f"{DOC}#text-one-step-at-a-time"
@@ -98,3 +98,53 @@ def show(ids: list[int]) -> str:
     """Token ids with their bytes, for a message: ``[12:b'\\xf0\\x9f', 40:b'\\x98\\x80']``."""
     shown = [f"{t}:EOS" if t == 0 else f"{t}:{TOK.token_bytes(t)!r}" for t in ids[:12]]
     return "[" + ", ".join(shown) + (", ...]" if len(ids) > 12 else "]")
+
+
+def reference_steps(
+    prompt_ids: list[int],
+    chunks: list[list[int]],
+    stop: list[str] | None = None,
+    include_stop_str_in_output: bool = False,
+    skip_special_tokens: bool = True,
+    stop_terminated: bool = False,
+    finish: bool = True,
+    leading_space_rule: bool = False,
+) -> list[dict[str, Any]]:
+    """The reference detokenizer (``mini_vllm.engine.detokenizer``), here in the judge, fed
+    ``chunks`` through the loop ``learner_side.run_detokenizer`` feeds the learner's with: one
+    record per step, ``{"delta", "text", "stop"}``, the yardstick of what each step hands out."""
+    from mini_vllm.engine.detokenizer import IncrementalDetokenizer
+
+    detok = IncrementalDetokenizer(
+        ToyTokenizer(leading_space_rule),
+        prompt_ids,
+        skip_special_tokens=skip_special_tokens,
+        stop=stop or (),
+        include_stop_str_in_output=include_stop_str_in_output,
+    )
+    return feed_steps(detok, chunks, finish, stop_terminated)[0]
+
+
+def check_each_step(
+    got: list[dict[str, Any]], want: list[dict[str, Any]], where: str, doc: str
+) -> None:
+    """Every step's handed-out text (``delta`` and the whole text so far) and ``update``'s
+    answer equal the reference's on the same steps: text is handed out as soon as it is final,
+    and held back only while it may still be an incomplete character or begin a stop string.
+    ``doc`` is the section of the README that the message points to."""
+    for i, (mine, ref) in enumerate(zip(got, want, strict=False)):
+        last = i == len(want) - 1
+        assert mine == ref, (
+            f"{where}: step {i + 1} of {len(want)}{' (the finish)' if last else ''} must hand "
+            f"out delta {ref['delta']!r} (text so far {ref['text']!r}, update returned "
+            f"{ref['stop']!r}), as the reference detokenizer does on the same steps; got delta "
+            f"{mine.get('delta')!r} (text so far {mine.get('text')!r}, update returned "
+            f"{mine.get('stop')!r}). A step hands out every character that is final: it holds "
+            f"back only a trailing incomplete character (U+FFFD) and, until the finish, the last "
+            f"len(longest stop) - 1 characters, which may begin a stop string (none without stop "
+            f"strings; read {doc})"
+        )
+    assert len(got) == len(want), (
+        f"{where}: the reference detokenizer ran {len(want)} steps (a step whose update "
+        f"returns a stop string is the last), yours {len(got)}"
+    )

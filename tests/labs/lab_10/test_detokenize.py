@@ -10,7 +10,17 @@ from grading.suite import graded
 from mini_vllm.engine.detokenizer import IncrementalDetokenizer as ReferenceDetokenizer
 from tests.labs.common import GRADED_SETTINGS, as_int, best_time, timed_call
 from tests.labs.lab_10.learner_side import ToyTokenizer
-from tests.labs.lab_10.support import DETOK, TOK, chunked, show, side, split, token_sequences
+from tests.labs.lab_10.support import (
+    DETOK,
+    TOK,
+    check_each_step,
+    chunked,
+    reference_steps,
+    show,
+    side,
+    split,
+    token_sequences,
+)
 
 EMOJI = "😀".encode()  # four bytes: the vocabulary has its head (2 bytes) and tail (2 bytes)
 
@@ -133,8 +143,9 @@ def test_flush_at_the_end():
 
 @graded(
     5,
-    "Deltas: whatever the tokens and however they are cut into steps, the concatenated "
-    "deltas equal the tokenizer's decode of all the output tokens",
+    "Deltas: whatever the tokens and however they are cut into steps, each step hands out "
+    "the text its tokens made final, and the deltas add up to the tokenizer's decode of all "
+    "the output tokens",
     DETOK,
 )
 @GRADED_SETTINGS
@@ -166,6 +177,15 @@ def test_deltas_add_up_to_the_full_decode(data, skip):
             f"step {i + 1} handed out text ending in U+FFFD that the final text does not have: "
             f"{step['text']!r} (a character cut by a step boundary must wait)"
         )
+    # Each step hands out what is final then, no later (a stream that waits for the finish
+    # adds up too): the reference detokenizer, run here on the same steps, is the yardstick.
+    check_each_step(
+        got["steps"],
+        reference_steps(prompt, chunks, skip_special_tokens=skip),
+        f"output tokens {show(ids)} in steps of {[len(c) for c in chunks]} "
+        f"(skip_special_tokens={skip})",
+        DETOK,
+    )
 
 
 @graded(

@@ -8,7 +8,17 @@ from hypothesis import strategies as st
 
 from grading.suite import graded
 from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_10.support import STOPS, TOK, chunked, show, side, split, texts
+from tests.labs.lab_10.support import (
+    STOPS,
+    TOK,
+    check_each_step,
+    chunked,
+    reference_steps,
+    show,
+    side,
+    split,
+    texts,
+)
 
 
 def run(chunks: list[list[int]], **kwargs) -> dict:
@@ -184,8 +194,8 @@ def test_stop_terminated_token_left_out():
 @graded(
     5,
     "Stop strings across tokens: a stop string split over tokens and steps is found at "
-    "the step that completes it; the text is cut before its first occurrence and "
-    "nothing past the cut was ever handed out",
+    "the step that completes it; the text is cut before its first occurrence, each step "
+    "hands out what is final and nothing past the cut is ever handed out",
     STOPS,
 )
 @GRADED_SETTINGS
@@ -226,6 +236,9 @@ def test_stop_string_across_tokens(data, stop):
         f"{where}: the deltas must add up to the cut text {want!r}, got {streamed!r} (text "
         f"handed out cannot be taken back: hold back what may begin a stop string)"
     )
+    # Each step hands out what is final then, no later (a stream that waits for the finish
+    # adds up too): the reference detokenizer, run here on the same steps, is the yardstick.
+    check_each_step(got["steps"], reference_steps([], chunks, stop=[stop]), where, STOPS)
 
 
 @graded(

@@ -906,4 +906,199 @@ MUTANTS = [
         "sentinel: every append_n is O(n) in the queue's length (I2)",
         caught_by="test_free_queue.py::test_operations_are_constant_time",
     ),
+    # -- learner-bug probe, round 2 (a helper's 56 tries, 2026-11-28) ------------------------------
+    Mutant(
+        name="sentinels_with_id_0",
+        file=FILE,
+        find="""
+            self.fake_free_list_head = KVCacheBlock(block_id=-1)
+            self.fake_free_list_tail = KVCacheBlock(block_id=-1)
+        """,
+        replace="""
+            self.fake_free_list_head = KVCacheBlock(block_id=0)
+            self.fake_free_list_tail = KVCacheBlock(block_id=0)
+        """,
+        why="sentinels with the id of the null block: a debugger or a log that prints ids shows "
+        "block 0 at both ends of every queue",
+        caught_by="test_free_queue.py::test_new_queue_links_blocks_in_order",
+    ),
+    Mutant(
+        name="popleft_without_a_message",
+        file=FILE,
+        find='raise ValueError("No free blocks available")',
+        replace="raise ValueError",
+        why="a bare ValueError: the caller learns something was wrong, not what",
+        caught_by="test_free_queue.py::test_empty_queue",
+    ),
+    Mutant(
+        name="append_without_naming_the_block",
+        file=FILE,
+        find="""
+                raise RuntimeError(
+                    f"Cannot append block {block.block_id} to the free queue: it is already in it"
+                )
+        """,
+        replace="""
+                raise RuntimeError("already in the queue")
+        """,
+        why="the refusal does not name the block that was already queued",
+        caught_by="test_free_queue.py::test_appending_a_queued_block_is_an_error",
+    ),
+    Mutant(
+        name="remove_checks_the_prev_link_only",
+        file=FILE,
+        find="if prev is None or following is None:",
+        replace="if prev is None:",
+        why="remove of the tail sentinel (prev set, next None) goes ahead: it sets the last "
+        "block's next to None, then fails on None, leaving the queue broken",
+        caught_by="test_free_queue.py::test_remove_block_not_in_queue_is_an_error",
+    ),
+    Mutant(
+        name="hash_block_size_error_without_the_size",
+        file=FILE,
+        find='raise ValueError(f"hash_block_size must be positive, got {hash_block_size}")',
+        replace='raise ValueError("bad pool")',
+        why="the refusal does not say which size was wrong",
+        caught_by="test_block_pool.py::test_bad_pool_sizes_are_errors",
+    ),
+    Mutant(
+        name="no_cache_map_without_caching",
+        file=FILE,
+        find="""
+            self.cached_block_hash_to_block = BlockHashToBlockMap()
+            self.null_block = self.free_block_queue.popleft()
+        """,
+        replace="""
+            self.cached_block_hash_to_block = BlockHashToBlockMap() if enable_caching else None
+            self.null_block = self.free_block_queue.popleft()
+        """,
+        why="the cache map made only with caching on: get_cached_block on a caching-off pool "
+        "fails on None instead of finding nothing",
+        caught_by="test_block_pool.py::test_null_block_is_reserved",
+    ),
+    Mutant(
+        name="queued_ref_cnt_checked_positive_only",
+        file=FILE,
+        find="if block.ref_cnt != 0:",
+        replace="if block.ref_cnt > 0:",
+        why="a queued block whose count went below zero is handed out as if it were sound",
+        caught_by="test_block_pool.py::test_queued_block_in_use_is_an_error",
+    ),
+    Mutant(
+        name="allocation_error_without_naming_the_block",
+        file=FILE,
+        find="""
+                    raise RuntimeError(
+                        f"Block {block.block_id} was in the free queue with ref_cnt={block.ref_cnt}"
+                    )
+        """,
+        replace="""
+                    raise RuntimeError("a queued block is in use")
+        """,
+        why="the broken-state error does not name the block that was queued while held",
+        caught_by="test_block_pool.py::test_queued_block_in_use_is_an_error",
+    ),
+    Mutant(
+        name="allocation_pops_then_puts_back_on_refusal",
+        file=FILE,
+        find="""
+            num_free = self.get_num_free_blocks()
+            if num_blocks > num_free:
+                raise ValueError(
+                    f"Cannot get {num_blocks} free blocks from the pool: only {num_free} are free"
+                )
+            blocks = self.free_block_queue.popleft_n(num_blocks)
+            for block in blocks:
+                if self.enable_caching:
+                    self._maybe_evict_cached_block(block)
+        """,
+        replace="""
+            blocks = []
+            try:
+                for _ in range(num_blocks):
+                    block = self.free_block_queue.popleft()
+                    if self.enable_caching:
+                        self._maybe_evict_cached_block(block)
+                    blocks.append(block)
+            except ValueError:
+                self.free_block_queue.append_n(blocks)
+                raise
+            for block in blocks:
+        """,
+        why="blocks popped (and evicted) one at a time and put back when the queue runs dry: "
+        "the queue is restored, but a refused call has wiped the cached blocks' hashes",
+        caught_by="test_block_pool.py::test_too_many_blocks_is_an_error",
+    ),
+    Mutant(
+        name="eviction_drops_the_whole_hash_entry",
+        file=FILE,
+        find="""
+                if self.enable_caching:
+                    self._maybe_evict_cached_block(block)
+                if block.ref_cnt != 0:
+        """,
+        replace="""
+                if self.enable_caching:
+                    if self.metrics_collector is not None:
+                        self.metrics_collector.on_block_evicted(block)
+                    if block.block_hash is not None:
+                        self.cached_block_hash_to_block._cache.pop(block.block_hash, None)
+                        block.reset_hash()
+                if block.ref_cnt != 0:
+        """,
+        why="an eviction of its own that pops the hash's whole entry: a second block cached "
+        "under the same hash stops answering for it (I3)",
+        caught_by="test_block_pool.py::test_reused_block_loses_its_stale_hash",
+    ),
+    Mutant(
+        name="rollback_once_per_distinct_block",
+        file=FILE,
+        find="for done in blocks[:i]:",
+        replace="for done in set(blocks[:i]):",
+        why="a refused free gives back one reference per distinct block: a block listed twice "
+        "before the bad entry ends one reference short",
+        caught_by="test_block_pool.py::test_double_free_is_an_error",
+    ),
+    Mutant(
+        name="free_blocks_grouped_by_block",
+        file=FILE,
+        find="""
+            newly_free: list[KVCacheBlock] = []
+            for i, block in enumerate(blocks):
+        """,
+        replace="""
+            from collections import Counter
+
+            counts = Counter(blocks)
+            for block, k in counts.items():
+                if block.is_null or block.ref_cnt < k:
+                    raise ValueError(f"Cannot free block {block.block_id}")
+            newly_free: list[KVCacheBlock] = []
+            for block, k in counts.items():
+                block.ref_cnt -= k
+                if block.ref_cnt == 0:
+                    newly_free.append(block)
+            self.free_block_queue.append_n(newly_free)
+            return
+            for i, block in enumerate(blocks):
+        """,
+        why="entries counted per block first: a block listed twice joins the queue at its "
+        "first entry, not where its count reaches 0",
+        caught_by="test_block_pool.py::test_shared_block_freed_only_at_zero",
+    ),
+    Mutant(
+        name="free_blocks_dedupes_with_in_list",
+        file=FILE,
+        find="""
+                if block.ref_cnt == 0:
+                    newly_free.append(block)
+        """,
+        replace="""
+                if block.ref_cnt == 0 and block not in newly_free:
+                    newly_free.append(block)
+        """,
+        why="a search of the blocks collected so far for every entry: freeing k blocks in one "
+        "call costs O(k^2)",
+        caught_by="test_block_pool.py::test_pool_operations_are_constant_time",
+    ),
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import time
 import weakref
 from collections.abc import Callable
@@ -394,6 +395,22 @@ def assert_constant_time(
             f"at most {max_ratio:g}x, and {ceiling * 1e3:.0f} ms on this machine): "
             "it walks the list or copies it instead of relinking neighbours"
         )
+
+
+def assert_error_names(error: BaseException, call: str, *names: object) -> None:
+    """A misuse error's message says what was wrong: it is not empty, and it names each of
+    ``names`` (a block id, a count, a size) as a word of its own."""
+    message = str(error)
+    missing = [
+        name
+        for name in names
+        if not re.search(rf"(?<![\w.]){re.escape(str(name))}(?![\w.])", message)
+    ]
+    assert message.strip() and not missing, (
+        f"{call} raised {exception_name(error)}({message!r}): the message must say what was "
+        f"wrong{', naming ' + ' and '.join(map(str, names)) if names else ''} (the misuse table: "
+        "a message naming the block and what was wrong)"
+    )
 
 
 def exception_name(exc: BaseException) -> str:

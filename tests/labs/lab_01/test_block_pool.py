@@ -21,6 +21,7 @@ from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import (
     as_int,
     assert_constant_time,
+    assert_error_names,
     block_ids,
     check_pool,
     check_pool_snapshot,
@@ -75,6 +76,12 @@ def test_null_block_is_reserved():
     free = as_int(pool.get_num_free_blocks(), "get_num_free_blocks()")
     assert free == 5, f"6 blocks minus the null block leaves 5 free, got {free}"
     assert check_pool(pool) == [1, 2, 3, 4, 5], "the free queue must hold blocks 1..5 in order"
+    found = pool.get_cached_block(b"x" * 32, [0])
+    assert found is None, (
+        f"a pool with caching off has an empty cache map all the same (task 8 makes it whatever "
+        f"enable_caching says; the given get_cached_block reads it): expected None, got "
+        f"{describe(found)}"
+    )
 
 
 @graded(
@@ -98,8 +105,13 @@ def test_bad_pool_sizes_are_errors():
     with pytest.raises(ValueError):
         bp.BlockPool(num_gpu_blocks=2.5, enable_caching=False, hash_block_size=4)
     for hash_block_size in (0, -1):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError) as excinfo:
             bp.BlockPool(num_gpu_blocks=4, enable_caching=False, hash_block_size=hash_block_size)
+        message = str(excinfo.value)
+        assert "hash_block_size" in message or str(hash_block_size) in message, (
+            f"BlockPool(hash_block_size={hash_block_size}) raised ValueError({message!r}), which "
+            "does not name the size: say hash_block_size (or its value) in the message"
+        )
     # The smallest legal pool: the null block alone, blocks of one token.
     try:
         smallest = bp.BlockPool(num_gpu_blocks=1, enable_caching=True, hash_block_size=1)
@@ -172,9 +184,30 @@ def test_too_many_blocks_is_an_error():
         "a refused allocation must not take any block"
     )
     assert check_pool(pool) == [3, 4], "a refused allocation must leave the queue as it was"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as excinfo:
         pool.get_new_blocks(-1)
+    assert_error_names(excinfo.value, "get_new_blocks(-1)")
     assert check_pool(pool) == [3, 4], "get_new_blocks(-1) must be refused and take nothing"
+    # With caching on, a refused call must not have evicted (or reported) a free cached block
+    # first: check the count before taking anything.
+    pool, collector = side().make_pool_with_collector(4, True)
+    cached = pool.get_new_blocks(1)  # block 1
+    block_hash = b"c" * 32
+    pool.cache_full_blocks(side().make_request("r", [1, 2, 3, 4], [block_hash]), cached, 0, 1, 4, 0)
+    pool.free_blocks(cached)
+    before = collector.events
+    with pytest.raises(ValueError):
+        pool.get_new_blocks(4)  # 3 are free
+    found = pool.get_cached_block(block_hash, [0])
+    assert type(found) is list and len(found) == 1 and found[0] is cached[0], (
+        "a refused get_new_blocks(4) on a caching pool of 3 free blocks must take nothing: the "
+        "free cached block 1 lost its hash (check the count before popping and evicting)"
+    )
+    assert same_data(collector.events, before), (
+        f"a refused get_new_blocks(4) must report nothing to the metrics collector, which saw "
+        f"{collector.events!r} after {before!r}"
+    )
+    assert check_pool(pool) == [2, 3, 1], "a refused get_new_blocks must leave the queue as it was"
 
 
 @graded(
@@ -187,6 +220,11 @@ def test_queued_block_in_use_is_an_error():
     """A block in the queue with a reference is a corrupted pool: say so, do not hide it."""
     pool = make_pool(4)
     pool.blocks[1].ref_cnt = 1  # corrupt the pool: block 1 is queued but held
+    with pytest.raises(RuntimeError) as excinfo:
+        pool.get_new_blocks(1)
+    assert_error_names(excinfo.value, "get_new_blocks(1) popping block 1 with ref_cnt 1", 1)
+    pool = make_pool(4)
+    pool.blocks[1].ref_cnt = -1  # a count gone below zero is as broken
     with pytest.raises(RuntimeError):
         pool.get_new_blocks(1)
     for caching in (False, True):
@@ -261,6 +299,15 @@ def test_shared_block_freed_only_at_zero():
         f"once: expected ref_cnt 0 and the queue [4, 2, 1, 3], got {ref(c)} and {free} (collect "
         "a block when its count reaches 0, not every entry whose count is 0 after the loop)"
     )
+    # Blocks join the queue in the order they reach 0, a repeated entry where it reaches 0.
+    x, c, y = pool.get_new_blocks(3)  # blocks 4, 2, 1; block 3 stays free
+    c.ref_cnt = 2
+    pool.free_blocks([x, c, y, c])
+    free = check_pool(pool)
+    assert free == [3, 4, 1, 2], (
+        f"free_blocks([x, c, y, c]) (blocks 4, 2, 1, 2; c held twice) must queue x, then y, then "
+        f"c, when its second entry drops it to 0: expected [3, 4, 1, 2], got {free}"
+    )
 
 
 @graded(
@@ -308,6 +355,15 @@ def test_double_free_is_an_error():
         "can be walked (or sliced) only as a list: make it one first"
     )
     assert check_pool(pool) == [3, 4, 1], "a refused free through an iterator must queue nothing"
+    # A block listed twice before the bad entry: both its references come back.
+    b.ref_cnt = 2
+    with pytest.raises(ValueError):
+        pool.free_blocks([b, b, a])
+    assert ref(b) == 2, (
+        f"a refused free_blocks([b, b, a]) (b held twice, a free) must leave b's ref_cnt at 2, "
+        f"got {ref(b)}: undo one reference per entry already counted, a repeated block included"
+    )
+    assert check_pool(pool) == [3, 4, 1], "a refused free_blocks([b, b, a]) must queue nothing"
 
 
 @graded(2, "Misuse: freeing the null block raises ValueError", f"{DOC}#misuse-errors")
@@ -380,6 +436,23 @@ def test_reused_block_loses_its_stale_hash():
         assert pool.get_cached_block(block_hash, [0]) is None, (
             f"I4: the cache map still finds block {block_id}, which was handed out for new contents"
         )
+    # Two blocks cached under one hash (two requests computed the same block): reusing one
+    # evicts that block only; the other still answers for the hash.
+    pool = make_pool(5, caching=True, block_size=2)
+    first, second = pool.get_new_blocks(1), pool.get_new_blocks(1)  # blocks 1 and 2
+    shared = b"s" * 32
+    for name, blocks in (("r1", first), ("r2", second)):
+        pool.cache_full_blocks(side().make_request(name, [1, 2], [shared]), blocks, 0, 1, 2, 0)
+    pool.free_blocks([*first, *second])
+    got = pool.get_new_blocks(3)  # blocks 3, 4, then block 1
+    assert ids(got) == [3, 4, 1], f"the pool must hand out blocks [3, 4, 1], got {ids(got)}"
+    found = pool.get_cached_block(shared, [0])
+    assert type(found) is list and len(found) == 1 and found[0] is second[0], (
+        f"blocks 1 and 2 were both cached under one hash and only block 1 was reused: the hash "
+        f"must still find block 2, got {describe(found)}. Evict through the given "
+        "_maybe_evict_cached_block, which removes the one block from the hash's entry, not the "
+        "whole entry"
+    )
 
 
 @graded(
@@ -617,6 +690,30 @@ class PoolBench:
         self.chunk = popped
         return seconds
 
+    def step_run(self) -> float:
+        """One ``free_blocks`` of a quarter of the pool and one ``get_new_blocks`` as long,
+        timed per 500 blocks: a long call costs O(k) too (no search of what the call has
+        already collected, no count of a block's later entries)."""
+        k = self.n // 4
+        held = self.held()
+        freed = held[:k]
+        queue = self.free + freed
+        popped, self.free = queue[:k], queue[k:]
+        ops = [["free_blocks", freed], ["get_new_blocks", k]]
+        seconds, got = timed_call(self.run_ops, self.pool, ops)
+        if not same_data(got, [popped]):
+            raise AssertionError(
+                f"free_blocks of {k:,} blocks, then get_new_blocks({k:,}), on a pool of "
+                f"{self.n:,} blocks must give the front of the free queue; it gave other blocks"
+            )
+        self.chunk = popped[:500]
+        return seconds * 500 / k
+
+    def held(self) -> list[int]:
+        """The held blocks, in id order (every block but the null block and the free ones)."""
+        free = set(self.free)
+        return [i for i in range(1, self.n) if i not in free]
+
     def verify(self) -> None:
         free = check_pool(self.pool)
         if free != self.free:
@@ -634,7 +731,8 @@ class PoolBench:
     timeout=30,
 )
 def test_pool_operations_are_constant_time():
-    """The same work costs the same on a small and on a 100x larger pool, and is right."""
+    """The same work costs the same on a small and on a 100x larger pool, and is right; so does
+    each block of one long free_blocks and get_new_blocks (a quarter of the pool)."""
     benches: dict[int, PoolBench] = {}
 
     def run_ops(n: int):
@@ -642,5 +740,9 @@ def test_pool_operations_are_constant_time():
         return benches[n].step
 
     assert_constant_time("BlockPool.free_blocks / get_new_blocks / get_num_free_blocks", run_ops)
+    assert_constant_time(
+        "BlockPool.free_blocks / get_new_blocks of a quarter of the pool in one call",
+        lambda n: benches[n].step_run,
+    )
     for bench in benches.values():
         bench.verify()

@@ -21,6 +21,7 @@ from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import (
     as_int,
     assert_constant_time,
+    assert_error_names,
     block_ids,
     check_queue,
     int_list,
@@ -66,6 +67,12 @@ def test_new_queue_links_blocks_in_order():
         f"get_all_free_blocks must list the free blocks front to back, without the sentinels: "
         f"got {listed}"
     )
+    sentinels = [as_int(q.fake_free_list_head.block_id, "the head sentinel's block_id")]
+    sentinels.append(as_int(q.fake_free_list_tail.block_id, "the tail sentinel's block_id"))
+    assert sentinels == [-1, -1], (
+        f"the two sentinels are KVCacheBlock(block_id=-1), an id no real block has (block 0 is "
+        f"the pool's null block): got ids {sentinels}"
+    )
     _, other = make_queue(2)  # a second pool has a queue of its own
     assert other.fake_free_list_head is not q.fake_free_list_head, (
         "I2: every queue needs its own two sentinels, made in __init__: two queues share "
@@ -94,8 +101,9 @@ def test_empty_queue():
     )
     listed = q.get_all_free_blocks()
     assert listed == [], f"get_all_free_blocks of an empty queue must be [], got {listed!r}"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as raised:
         q.popleft()
+    assert_error_names(raised.value, "popleft() on an empty queue")
     count = as_int(q.num_free_blocks, "num_free_blocks")
     assert count == 0, (
         f"a refused popleft must leave num_free_blocks at 0, got {count}: check that the queue "
@@ -157,11 +165,13 @@ def test_popleft_n():
 def test_popleft_n_too_many_is_an_error():
     """Asking for more blocks than the queue holds, or fewer than none, is a clear error."""
     _, q = make_queue(3)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as raised:
         q.popleft_n(4)
+    assert_error_names(raised.value, "popleft_n(4) on a queue of 3 blocks", 4)
     assert check_queue(q) == [0, 1, 2], "a refused popleft_n must not change the queue"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as raised:
         q.popleft_n(-1)
+    assert_error_names(raised.value, "popleft_n(-1)")
     assert check_queue(q) == [0, 1, 2], (
         "popleft_n(-1) must be refused with ValueError and change nothing (not even "
         "num_free_blocks)"
@@ -201,8 +211,16 @@ def test_remove_block_not_in_queue_is_an_error():
     popped = q.popleft()
     with pytest.raises(RuntimeError) as excinfo:
         q.remove(popped)
-    assert str(excinfo.value), "the error must say what was wrong"
+    assert_error_names(excinfo.value, "remove(block 0) of a popped block", 0)
     assert check_queue(q) == [1, 2, 3], "a refused remove must not change the queue or its count"
+    # The sentinels are not in the queue either: removing one must not unlink a real block.
+    for sentinel in ("fake_free_list_head", "fake_free_list_tail"):
+        with pytest.raises(RuntimeError):
+            q.remove(getattr(q, sentinel))
+        assert check_queue(q) == [1, 2, 3], (
+            f"remove({sentinel}) must be refused with RuntimeError (a sentinel is not a free "
+            "block: one of its links is None) and leave the queue as it was"
+        )
 
 
 @graded(
@@ -255,8 +273,9 @@ def test_appending_a_queued_block_is_an_error():
     """Linking a block in twice would corrupt the list: it is refused, all or nothing."""
     blocks, q = make_queue(4)
     out = q.popleft()  # block 0 leaves; 1 2 3 stay
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError) as raised:
         q.append(blocks[2])
+    assert_error_names(raised.value, "append(block 2) of a queued block", 2)
     assert check_queue(q) == [1, 2, 3], "a refused append must not change the queue"
     with pytest.raises(RuntimeError):
         q.append_n([out, blocks[3]])

@@ -290,6 +290,12 @@ def test_appending_a_queued_block_is_an_error():
     assert check_queue(q) == [1, 2, 3], "append_n of a block listed twice must be refused"
     q.append(out)
     assert check_queue(q) == [1, 2, 3, 0], "after the refusals, append still works"
+    front = q.popleft_n(2)  # blocks 1 and 2
+    q.append_n(front)
+    assert check_queue(q) == [3, 0, 1, 2], (
+        "after the refusals, append_n of blocks that are not queued still works (refuse only "
+        "a block already in the queue or listed twice)"
+    )
 
 
 class QueueMachine(RuleBasedStateMachine):

@@ -174,7 +174,7 @@ def test_report_definitions_on_handmade_steps():
     f"{DOC}#task-5-the-report",
 )
 def test_report_of_nothing():
-    """No steps: every count and share is 0."""
+    """No steps: every count and share is 0; two idle steps: two steps, every share 0."""
     mod = frag()
     sim = mod.Simulation(capacity_tokens=16, steps=[], admitted={}, finished={})
     report = mod.summarize(sim)
@@ -188,6 +188,19 @@ def test_report_of_nothing():
     ):
         value = getattr(report, field)
         assert value == 0, f"the report of no steps has {field} 0, got {value!r}"
+    # The control: two idle steps hold no memory either (every share is 0 / 0), but they are
+    # two steps; a report of zeros whatever the simulation is not what this point is for.
+    idle = dict(running=(), used_tokens=0, reserved_tokens=0, internal_tokens=0)
+    idle |= dict(free_tokens=16, largest_free_range=16, waiting=0, blocked=None)
+    idle |= dict(external_tokens=0, preempted=())
+    steps = [dict(idle, step=0), dict(idle, step=1)]
+    got = learner_module("learner_side").summarize_steps(16, steps, 0)
+    want = reference_summarize_steps(16, steps, 0)
+    wrong = {k: (got[k], v) for k, v in want.items() if not close_to(got[k], v, rel=0)}
+    assert not wrong, (
+        "two idle steps (nothing running, nothing held): report fields (got, expected): "
+        + ", ".join(f"{k}: {g!r} vs {e!r}" for k, (g, e) in wrong.items())
+    )
 
 
 @st.composite

@@ -276,6 +276,14 @@ def test_cache_full_blocks_refuses_bad_arguments():
     hashes = pool_snapshot(pool, hashes=True)["hashes"]
     assert hashes == [None] * 6, "a refused cache_full_blocks must give no block a hash"
     assert hit(pool, req.block_hashes[0]) is None, "a refused cache_full_blocks must cache nothing"
+    # The control: the same call with consistent arguments caches both blocks.
+    cache(req.obj, blocks, 0, 2, BS, 0)
+    assert (
+        hit(pool, req.block_hashes[0]) is blocks[0] and hit(pool, req.block_hashes[1]) is blocks[1]
+    ), (
+        "after the refusals, cache_full_blocks(req, blocks, 0, 2, ...) with consistent arguments "
+        "must cache both full blocks: refuse only the inconsistent calls"
+    )
 
 
 @graded(
@@ -420,6 +428,11 @@ def test_touch_null_block_is_an_error():
     assert ref(blk) == 0 and check_pool(pool) == before, (
         "a refused touch must take no reference and leave the free queue as it was"
     )
+    pool.touch([blk])  # the control: the same block alone is revived
+    assert ref(blk) == 1 and check_pool(pool) == [b for b in before if b != 1], (
+        "touch([block 1]) of a free cached block must take one reference and take it out of "
+        "the free queue: refuse only the null block"
+    )
 
 
 @graded(
@@ -435,6 +448,15 @@ def test_touch_free_block_not_in_queue_is_an_error():
     blk.ref_cnt = 0  # corrupt the pool: block 1 is not queued, yet nobody holds it
     with pytest.raises(RuntimeError):
         pool.touch([blk])
+    # The control: a block that is free and in the queue is revived, not refused.
+    pool = make_pool(4)
+    (blk,) = pool.get_new_blocks(1)
+    pool.free_blocks([blk])
+    pool.touch([blk])
+    assert ref(blk) == 1 and check_pool(pool) == [2, 3], (
+        "touch([block 1]) of a block in the free queue must take it out with one reference: "
+        "refuse only a free block that is missing from the queue"
+    )
 
 
 @graded(

@@ -111,6 +111,15 @@ def test_free_unknown_request():
     state = d.state()
     assert free_queue(state) == queue and "ghost" not in state["tables"]
     check_state(state)
+    # The control: freeing a, which holds blocks, does give them back.
+    held = table(state, "a")
+    d.free("a")
+    state = d.state()
+    assert "a" not in state["tables"] and set(held) <= set(free_queue(state)), (
+        f"freeing a (blocks {held}) must give its blocks back to the free queue: a free that "
+        "does nothing is right only for a request that holds nothing"
+    )
+    check_state(state)
 
 
 @graded(

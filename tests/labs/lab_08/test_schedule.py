@@ -332,10 +332,15 @@ def test_each_output_keeps_its_finished_ids():
         f"got {got}. If it is empty, _update_after_schedule emptied the set the output holds: "
         "give self.finished_req_ids a new set instead of clearing it"
     )
-    sched.schedule()
+    third = sched.schedule()
     got = set(second.finished_req_ids)
     assert got == {"a"}, (
         f"after one more schedule(), the previous output's finished_req_ids became {got}: the "
         "runner may read an output after the next one is planned (async scheduling), so each "
         "output keeps its own set"
+    )
+    got = set(third.finished_req_ids)
+    assert got == set(), (
+        f"a was reported finished once, in the second output: the third output's "
+        f"finished_req_ids must be empty, got {got} (start a new set after each schedule())"
     )

@@ -558,6 +558,15 @@ def test_inconsistent_steps_are_refused():
             ),
         ),
     ]
+    # The controls: the two steps every case below spoils are accepted as they are.
+    for what, args in (("one request", ok), ("two requests", two)):
+        try:
+            m.prepare_inputs(**args)
+        except ValueError as exc:
+            raise AssertionError(
+                f"the consistent step of {what} {args} was refused: {exc}; refuse only an "
+                "inconsistent step"
+            ) from None
     for what, args in cases:
         assert_value_error(f"{what}: prepare_inputs", lambda args=args: m.prepare_inputs(**args))
 

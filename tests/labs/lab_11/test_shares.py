@@ -57,11 +57,12 @@ def test_shard_ranges_tile_the_dimension(tp: int, size: int):
     SHARES,
 )
 def test_shard_range_refuses():
-    """10 rows over 4 ranks, rank 4 of 4, rank -1."""
+    """10 rows over 4 ranks, rank 4 of 4, rank -1; and beside them, the valid calls they
+    spoil (a check that refuses everything is not a check)."""
     check_table(
         "shard_range",
-        [[10, 0, 4], [10, 3, 4], [12, 4, 4], [12, -1, 4], [12, 0, 0]],
-        "shard_range must refuse",
+        [[10, 0, 4], [10, 3, 4], [12, 4, 4], [12, -1, 4], [12, 0, 0], [12, 3, 4], [10, 1, 2]],
+        "shard_range must refuse only what does not split",
     )
 
 

@@ -51,10 +51,11 @@ def test_vocab_ranges_tile_the_padded_vocabulary(vocab: int, tp: int):
     SHARES,
 )
 def test_vocab_range_refuses():
-    """A vocabulary of 100 (padded to 128) over 3 ranks; GPT-2's 50,257 at ranks 4 and -1 of 4."""
+    """A vocabulary of 100 (padded to 128) over 3 ranks; GPT-2's 50,257 at ranks 4 and -1 of 4;
+    beside them, valid calls (100 over 2 ranks, GPT-2's last rank of 4)."""
     check_table(
         "vocab_range",
-        [[100, 0, 3], [100, 2, 3], [50257, 4, 4], [50257, -1, 4]],
+        [[100, 0, 3], [100, 2, 3], [50257, 4, 4], [50257, -1, 4], [100, 1, 2], [50257, 3, 4]],
         "vocab_range must refuse like shard_range (100 ids pad to 128, which 3 ranks cannot "
         "split evenly; a group of 4 has ranks 0..3)",
     )

@@ -103,6 +103,13 @@ def test_shard_tensor_refuses_an_uneven_dimension():
             f"shard_range, as narrow wraps a negative start around to the last rows, and a "
             f"shortcut for TP=1 must check the rank too), got {brief(outcome)}"
         )
+    # The control: the same weight at a rank that exists is cut, not refused.
+    (outcome,) = side().outcomes("shard_tensor", [[full_weight(24, 36), 0, 3, 4]])
+    shard = value(outcome, "shard_tensor(24 x 36 weight, 0, 3, 4)")
+    assert torch().equal(shard, full_weight(24, 36)[18:24]), (
+        f"shard_tensor of a 24 x 36 weight along dim 0, rank 3 of 4, must be its rows 18..23: "
+        f"got {brief(outcome)} (refuse only an uneven split or a rank outside the group)"
+    )
 
 
 @graded(
@@ -115,8 +122,15 @@ def test_shards_are_views():
     """Each rank's shard of a 24 x 36 weight shares the weight's storage; so do its q, k and v
     rows (8 query heads, 4 KV heads split over 2 ranks, 2 KV heads replicated over 4)."""
     for dim in (0, 1):
-        views = side().rank_shards(full_weight(24, 36), dim, 4)["views"]
+        got = side().rank_shards(full_weight(24, 36), dim, 4)
+        views = got["views"]
         assert all(views), f"along dim {dim}, the shards of ranks {views} are copies, not views"
+        shapes = [tuple(shard.shape) for shard in got["shards"]]
+        want = [(6, 36)] * 4 if dim == 0 else [(24, 9)] * 4
+        assert shapes == want, (
+            f"along dim {dim}, each rank's view must be its quarter of the 24 x 36 weight, "
+            f"{want[0]}: got shapes {shapes} (the whole weight shares its storage too)"
+        )
     for kv, tp in [(4, 2), (2, 4)]:
         for shard_id in "qkv":
             rows = (8 if shard_id == "q" else kv) * 4
@@ -236,6 +250,19 @@ def test_qkv_refuses_a_rank_outside_the_group():
             for shard_id, rank, tp in cases
         ],
     )
+    valid = side().outcomes(
+        "shard_qkv_weight",
+        [[full_weight((8 if i == "q" else 4) * 4, 6), i, 4, 8, 4, 1, 4] for i in "qkv"],
+    )
+    for shard_id, outcome in zip("qkv", valid, strict=True):
+        shard = value(
+            outcome, f"shard_qkv_weight({shard_id!r}, head_dim=4, 8 heads, 4 KV heads, rank 1 of 4)"
+        )
+        rows = 8 if shard_id == "q" else 4
+        assert tuple(shard.shape) == (rows, 6), (
+            f"shard_qkv_weight({shard_id!r}, head_dim=4, 8 heads, 4 KV heads, rank 1 of 4) must "
+            f"be {rows} rows of 6, got {brief(outcome)} (refuse only a rank outside the group)"
+        )
     for (shard_id, rank, tp), outcome in zip(cases, got, strict=True):
         assert outcome[0] == "error" and outcome[1] == "ValueError", (
             f"shard_qkv_weight({shard_id!r}, head_dim=4, 8 heads, 4 KV heads, rank {rank} of "

@@ -13,6 +13,18 @@ from tests.labs.lab_07.helpers import (
 )
 
 
+def assert_the_same_prompt_hits(d, why: str) -> None:
+    """The control of a no-hit test: with ``a`` (9 tokens, added to ``d``) admitted, a second
+    request of the same tokens hits a's two full blocks, 8 tokens."""
+    d.admit("a")
+    d.add("again", list(range(9)))
+    _, num_hit = d.lookup("again")
+    assert num_hit == 8, (
+        f"once a (9 tokens) is admitted and cached, the same prompt must hit its 2 full blocks "
+        f"(8 tokens), got {num_hit}: {why}"
+    )
+
+
 @graded(
     1,
     "Prefix-cache hits: an empty cache has no hit; get_computed_blocks returns no blocks "
@@ -26,15 +38,8 @@ def test_no_hit_in_an_empty_cache():
     hit, num_hit = d.lookup("a")
     assert num_hit == 0, f"an empty cache hit {num_hit} tokens"
     assert hit == [], f"an empty cache returned blocks {hit}"
-    # The control: once a is computed and cached, the same prompt hits its two full blocks (a
-    # lookup that never hits is not what this test gives its point for).
-    d.admit("a")
-    d.add("a2", list(range(9)))
-    _, num_hit = d.lookup("a2")
-    assert num_hit == 8, (
-        f"once a (9 tokens) is cached, the same prompt must hit its 2 full blocks (8 tokens), "
-        f"got {num_hit}: no hit in an empty cache, but a hit once it holds the prefix"
-    )
+    # The control: a lookup that never hits is not what this test gives its point for.
+    assert_the_same_prompt_hits(d, "no hit in an empty cache, but a hit once it holds the prefix")
 
 
 @graded(
@@ -218,13 +223,7 @@ def test_caching_disabled():
     # The control: the same two requests with caching on do hit.
     d = driver()
     d.add("a", list(range(9)))
-    d.admit("a")
-    d.add("b", list(range(9)))
-    _, num_hit = d.lookup("b")
-    assert num_hit == 8, (
-        f"with caching ON the same two prompts must hit a's 2 full blocks (8 tokens), got "
-        f"{num_hit}: only enable_caching=False turns the prefix cache off"
-    )
+    assert_the_same_prompt_hits(d, "only enable_caching=False turns the prefix cache off")
 
 
 @graded(

@@ -163,6 +163,7 @@ def run_detokenizer(
     stop_terminated: bool = False,
     finish: bool = True,
     leading_space_rule: bool = False,
+    detokenizer_class: Any = None,
 ) -> dict[str, Any]:
     """Feed ``chunks`` one step each, as the output processor does, and record every step.
 
@@ -172,33 +173,23 @@ def run_detokenizer(
     and what ``update`` returned; then ``output_text``, ``output_token_ids``, how many
     tokens were decoded in all (``decoded_tokens``) and the steps whose list of new token ids
     ``update`` changed (``inputs_changed``).
-    """
-    import output_processor
 
+    ``detokenizer_class`` is the learner's ``IncrementalDetokenizer`` unless given: the judge
+    runs the reference through this same function (``support.reference_steps``); a class never
+    crosses to the learner process, so there it is always the learner's.
+    """
+    if detokenizer_class is None:
+        import output_processor
+
+        detokenizer_class = output_processor.IncrementalDetokenizer
     tokenizer = ToyTokenizer(leading_space_rule)
-    detok = output_processor.IncrementalDetokenizer(
+    detok = detokenizer_class(
         tokenizer,
         prompt_ids,
         skip_special_tokens=skip_special_tokens,
         stop=stop or (),
         include_stop_str_in_output=include_stop_str_in_output,
     )
-    steps, inputs_changed = feed_steps(detok, chunks, finish, stop_terminated)
-    return {
-        "steps": steps,
-        "output_text": detok.output_text,
-        "output_token_ids": list(detok.output_token_ids),
-        "decoded_tokens": tokenizer.decoded_tokens,
-        "inputs_changed": inputs_changed,
-    }
-
-
-def feed_steps(
-    detok: Any, chunks: list[list[int]], finish: bool, stop_terminated: bool
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """``chunks`` fed to ``detok`` one step each: per step ``{"delta", "text", "stop"}``, and
-    the steps whose list of new token ids ``update`` changed. The judge feeds the reference
-    detokenizer through this same loop (``support.reference_steps``)."""
     steps: list[dict[str, Any]] = []
     inputs_changed: list[int] = []
     for i, chunk in enumerate(chunks):
@@ -215,7 +206,13 @@ def feed_steps(
         steps.append({"delta": delta, "text": text, "stop": found})
         if found is not None:
             break
-    return steps, inputs_changed
+    return {
+        "steps": steps,
+        "output_text": detok.output_text,
+        "output_token_ids": list(detok.output_token_ids),
+        "decoded_tokens": tokenizer.decoded_tokens,
+        "inputs_changed": inputs_changed,
+    }
 
 
 def check_stop_strings(

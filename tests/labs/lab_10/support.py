@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from grading.suite import learner_module, load_impl
 from tests.labs.common import plain_data
-from tests.labs.lab_10.learner_side import MULTI_BYTE_TEXTS, ToyTokenizer, feed_steps
+from tests.labs.lab_10.learner_side import MULTI_BYTE_TEXTS, ToyTokenizer, run_detokenizer
 
 DOC = "phases/06-serving/README.md"
 DETOK = f"{DOC}#text-one-step-at-a-time"
@@ -100,29 +100,15 @@ def show(ids: list[int]) -> str:
     return "[" + ", ".join(shown) + (", ...]" if len(ids) > 12 else "]")
 
 
-def reference_steps(
-    prompt_ids: list[int],
-    chunks: list[list[int]],
-    stop: list[str] | None = None,
-    include_stop_str_in_output: bool = False,
-    skip_special_tokens: bool = True,
-    stop_terminated: bool = False,
-    finish: bool = True,
-    leading_space_rule: bool = False,
-) -> list[dict[str, Any]]:
+def reference_steps(prompt_ids: list[int], chunks: list[list[int]], **options: Any) -> list[Any]:
     """The reference detokenizer (``mini_vllm.engine.detokenizer``), here in the judge, fed
-    ``chunks`` through the loop ``learner_side.run_detokenizer`` feeds the learner's with: one
-    record per step, ``{"delta", "text", "stop"}``, the yardstick of what each step hands out."""
+    ``chunks`` by ``learner_side.run_detokenizer`` (``options`` are its own), the function that
+    feeds the learner's: one record per step, ``{"delta", "text", "stop"}``, the yardstick of
+    what each step hands out."""
     from mini_vllm.engine.detokenizer import IncrementalDetokenizer
 
-    detok = IncrementalDetokenizer(
-        ToyTokenizer(leading_space_rule),
-        prompt_ids,
-        skip_special_tokens=skip_special_tokens,
-        stop=stop or (),
-        include_stop_str_in_output=include_stop_str_in_output,
-    )
-    return feed_steps(detok, chunks, finish, stop_terminated)[0]
+    run = run_detokenizer(prompt_ids, chunks, **options, detokenizer_class=IncrementalDetokenizer)
+    return run["steps"]
 
 
 def check_each_step(

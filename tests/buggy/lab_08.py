@@ -1078,4 +1078,68 @@ MUTANTS = [
         "arrival order, which was all the FCFS random workloads checked",
         caught_by="test_traces.py::test_random_workloads_finish_correctly",
     ),
+    # -- helper probe, 2026-11-28 (round 3) ----------------------------------------------------
+    Mutant(
+        name="stopped_requests_freed_after_the_loop_last_first",
+        file=FILE,
+        find="""
+            finish_reason = request.get_finished_reason()
+            self._free_request(request)
+        """,
+        replace="""
+            finish_reason = request.get_finished_reason()
+            to_free.append(request)
+        """,
+        more=(
+            (
+                """
+        outputs: list[EngineCoreOutput] = []
+        stopped_running_reqs: set[Request] = set()
+        """,
+                """
+        outputs: list[EngineCoreOutput] = []
+        to_free: list[Request] = []
+        stopped_running_reqs: set[Request] = set()
+        """,
+            ),
+            (
+                """
+        if stopped_running_reqs:
+            self.running = [req for req in self.running if req not in stopped_running_reqs]
+        """,
+                """
+        for req in reversed(to_free):
+            self._free_request(req)
+        if stopped_running_reqs:
+            self.running = [req for req in self.running if req not in stopped_running_reqs]
+        """,
+            ),
+        ),
+        why="frees the requests that stopped after the loop, last first, instead of each as it "
+        "stops: the free queue gets b's blocks before a's, so a later allocation evicts the "
+        "cached prefix of the other request (a set of stopped requests freed after the loop "
+        "gives an arbitrary order); every count and table still matched the reference",
+        caught_by="test_preemption.py::test_finished_requests_are_freed",
+    ),
+    Mutant(
+        name="no_chunking_check_in_the_running_pass",
+        file=FILE,
+        find="""
+            room = self.max_model_len - 1 - request.num_computed_tokens
+            num_new_tokens = min(num_new_tokens, token_budget, room)
+        """,
+        replace="""
+            room = self.max_model_len - 1 - request.num_computed_tokens
+            if not self.enable_chunked_prefill and num_new_tokens > token_budget:
+                req_index += 1
+                continue
+            num_new_tokens = min(num_new_tokens, token_budget, room)
+        """,
+        why="applies the waiting pass's no-chunking rule to running requests too: one whose "
+        "share does not fit the budget left is skipped instead of capped. In a plain loop it "
+        "never binds (a running request's share never grows); a step planned while the last "
+        "one runs (a decode with nothing to compute) admits a prompt that the next step "
+        "cannot give its whole share",
+        caught_by="test_schedule.py::test_without_chunked_prefill",
+    ),
 ]

@@ -288,12 +288,15 @@ def test_resumed_recompute_is_capped_by_the_threshold():
 
 @graded(
     3,
-    "Finishing frees: a finished request's blocks are freed at once, it leaves running "
-    "and requests, and its id reaches the runner in the next output, once",
+    "Finishing frees: a finished request's blocks are freed at once (update_from_output frees "
+    "each request as it stops, in the step's order), it leaves running and requests, and its "
+    "id reaches the runner in the next output, once",
     f"{DOC}#finishing-and-freeing",
 )
 def test_finished_requests_are_freed():
-    """Everyone finishes: no block is left held, nothing is left running."""
+    """Everyone finishes: no block is left held, nothing is left running. Then a and b stop in
+    the same step: the order they are freed in is the free queue's, which decides whose cached
+    blocks a later allocation evicts."""
     engine = Engine(num_blocks=12, budget=16, max_model_len=48)
     for i, rid in enumerate("abcd"):
         engine.add(rid, 6 + 3 * i, max_tokens=3 + i, base=100 * i)
@@ -308,6 +311,29 @@ def test_finished_requests_are_freed():
     engine.update({})
     assert engine.schedule().finished_req_ids == set(), "finished ids are reported once"
     engine.update({})
+
+    # 4 usable blocks: a and b (8-token prompts, 2 blocks each) stop in step 1, a first.
+    engine = Engine(num_blocks=5, budget=16, max_model_len=32)
+    engine.add("a", 8, base=0, max_tokens=1)
+    engine.add("b", 8, base=100, max_tokens=1)
+    engine.step()
+    assert set(engine.finished) == {"a", "b"} and engine.num_free() == 4, (
+        f"set-up: a and b stop in step 1 and free their 4 blocks; finished "
+        f"{sorted(engine.finished)}, {engine.num_free()} blocks free"
+    )
+    engine.add("c", 4, base=200, max_tokens=1)
+    engine.add("d", prompt=[*range(8), 300], max_tokens=1)  # a's prompt, and one more token
+    out, _ = engine.step()
+    assert batch(out) == [("c", 4), ("d", 5)], (
+        "a and b stopped in step 1, a first in the batch: update_from_output frees each "
+        "request as it stops (_free_request inside the loop over the step's requests), so a's "
+        "blocks join the free queue (tail first) before b's. c's new block is then the least "
+        "recently freed one, a's second block, whose cached prefix is lost, and d, which "
+        "repeats a's prompt, hits a's first block only (4 tokens) and computes 5: expected "
+        f"[c 4, d 5], got {batch(out)} (d 1 means b's blocks were freed before a's)"
+    )
+    engine.run()
+    engine.check_drained()
 
 
 @graded(

@@ -213,12 +213,14 @@ def test_a_request_with_nothing_to_compute_is_skipped():
 @graded(
     2,
     "Chunked prefill disabled: a prompt that does not fit the budget left waits whole, "
-    "and (FCFS) nobody behind it is admitted",
+    "and (FCFS) nobody behind it is admitted; the rule is the waiting pass's: a running "
+    "request is still given what is left of the budget",
     f"{DOC}#chunked-prefill",
 )
 def test_without_chunked_prefill():
     """Budget 64: a 40 then b 30 (does not fit the 24 left), c 5 must not overtake b; next
-    step d's 28 tokens fill exactly the 28 left."""
+    step d's 28 tokens fill exactly the 28 left. Then, with a threshold, a step planned while
+    the last one runs admits a prompt that the step after cannot give its whole share."""
     engine = Engine(40, budget=64, max_model_len=64, enable_chunked_prefill=False)
     engine.add("a", 40, base=0)
     engine.add("b", 30, base=100)
@@ -247,6 +249,37 @@ def test_without_chunked_prefill():
         f"left, then c's 3: expected [a 5, b 5, c 3], got {batch(out)} (check n against the "
         f"budget after the threshold cap, not before)"
     )
+    # Threshold 3, budget 15: step 1 runs a (1 token), b..e (3 each); f's 3 do not fit the 2 left.
+    engine = Engine(
+        30,
+        budget=15,
+        max_num_seqs=6,
+        max_model_len=15,
+        caching=False,
+        enable_chunked_prefill=False,
+        long_prefill_token_threshold=3,
+    )
+    engine.add("a", 1, base=0, max_tokens=10)
+    for i, rid in enumerate("bcdef"):
+        engine.add(rid, 14, base=20 * (i + 1), max_tokens=2)
+    engine.step()
+    out2 = engine.schedule()
+    sampled2 = engine.execute(out2)
+    out3 = engine.schedule(ahead=True)  # step 2 is still running: a has nothing to compute
+    assert batch(out3) == [(r, 3) for r in "bcdef"], (
+        f"set-up: step 3, planned while step 2 runs, skips a and admits f; got {batch(out3)}"
+    )
+    engine.update(sampled2)
+    engine.update(engine.execute(out3))
+    out, _ = engine.step()
+    assert batch(out) == [("a", 1)] + [(r, 3) for r in "bcde"] + [("f", 2)], (
+        "step 4: a decodes again (1), b..e take 3 each, and f, admitted in step 3 (where a took "
+        "nothing), gets the 2 tokens left: with chunked prefill off, only a WAITING request "
+        "must fit whole (the check belongs to the waiting pass); a running request is capped "
+        f"by the budget left like any other, not skipped; got {batch(out)}"
+    )
+    engine.run()
+    engine.check_drained()
 
 
 @graded(

@@ -694,4 +694,171 @@ MUTANTS = [
         "num_cached_block goes down, and the next call hashes published blocks again",
         caught_by="test_allocate_slots.py::test_request_without_hashes_publishes_nothing",
     ),
+    # -- helper probe, 2026-11-28 (round 1) ---------------------------------------------------
+    Mutant(
+        name="hit_count_checked_after_the_capacity_count",
+        file=FILE,
+        find="""
+        if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:
+            raise ValueError(
+                f"request {request.request_id!r}: num_new_computed_tokens="
+                f"{num_new_computed_tokens} does not match the {len(new_computed_block_list[0])}"
+                f" prefix-hit blocks of {self.block_size} tokens"
+            )
+        """,
+        replace="",
+        more=(
+            (
+                """
+                if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():
+                    return None
+                """,
+                """
+                if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():
+                    return None
+                if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:
+                    raise ValueError("num_new_computed_tokens does not match the hit blocks")
+                """,
+            ),
+        ),
+        why="checks that the hits add up only after the gate and the capacity count: hits that "
+        "do not match num_new_computed_tokens get None when the pool is short, and the "
+        "scheduler preempts someone for its own bug",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="hit_count_checked_after_the_gate",
+        file=FILE,
+        find="""
+        if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:
+            raise ValueError(
+                f"request {request.request_id!r}: num_new_computed_tokens="
+                f"{num_new_computed_tokens} does not match the {len(new_computed_block_list[0])}"
+                f" prefix-hit blocks of {self.block_size} tokens"
+            )
+        """,
+        replace="",
+        more=(
+            (
+                """
+                num_tokens_need_slot = min(
+                    total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
+                )
+                """,
+                """
+                if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:
+                    raise ValueError("num_new_computed_tokens does not match the hit blocks")
+                num_tokens_need_slot = min(
+                    total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len
+                )
+                """,
+            ),
+        ),
+        why="checks that the hits add up after the admission gate: a waiting request whose "
+        "hits do not match num_new_computed_tokens is answered None by the gate instead of "
+        "ValueError",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="zero_new_tokens_accepted_with_hits",
+        file=FILE,
+        find="if num_new_tokens <= 0:",
+        replace="if num_new_tokens <= 0 and not num_new_computed_tokens:",
+        why="accepts num_new_tokens=0 when hits cover some tokens, as if a fully cached prompt "
+        "had nothing to compute: the hit is capped at num_tokens - 1, so such a call is the "
+        "caller's bug",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="only_zero_new_tokens_refused",
+        file=FILE,
+        find="if num_new_tokens <= 0:",
+        replace="if num_new_tokens == 0:",
+        why="refuses num_new_tokens == 0 only: a negative count is accepted, sizes the table "
+        "below what the request computed and leaves an empty block table behind",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="hits_of_a_running_request_dropped",
+        file=FILE,
+        find="""
+        if new_computed_blocks is not None:
+            new_computed_block_list = new_computed_blocks.blocks
+        else:
+        """,
+        replace="""
+        if new_computed_blocks is not None and request.request_id not in self.req_to_blocks:
+            new_computed_block_list = new_computed_blocks.blocks
+        elif new_computed_blocks is not None:
+            new_computed_block_list = self.empty_kv_cache_blocks.blocks
+            num_new_computed_tokens = 0
+        else:
+        """,
+        why="silently drops the hits given for a request that already holds blocks instead of "
+        "refusing them: the caller's bug goes unnoticed and the step is sized without them",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="hit_count_checked_only_with_caching",
+        file=FILE,
+        find="if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:",
+        replace="if self.enable_caching and len(new_computed_block_list[0]) * self.block_size "
+        "!= num_new_computed_tokens:",
+        why="checks the hit count only with caching on: without caching, "
+        "num_new_computed_tokens > 0 with no blocks is accepted and those tokens count as "
+        "computed with no KV behind them",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="step_past_the_known_tokens_refused",
+        file=FILE,
+        find="        num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens\n",
+        replace="        num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens\n"
+        "        if num_local_computed_tokens + num_new_tokens > request.num_tokens:\n"
+        '            raise ValueError("more tokens scheduled than the request has")\n',
+        why="refuses a step that reaches past the request's known tokens: the async scheduler "
+        "schedules a decode's next position while the token in flight is unknown, so every "
+        "decode step after the first raises",
+        caught_by="test_allocate_slots.py::test_a_step_past_the_known_tokens",
+    ),
+    Mutant(
+        name="stats_started_afresh_only_when_counted",
+        file=FILE,
+        find="""
+        stats = self.prefix_cache_stats
+        self.prefix_cache_stats = PrefixCacheStats()
+        return stats
+        """,
+        replace="""
+        stats = self.prefix_cache_stats
+        if stats.requests or stats.preempted_requests or stats.reset:
+            self.prefix_cache_stats = PrefixCacheStats()
+        return stats
+        """,
+        why="starts a fresh PrefixCacheStats only when something was counted: an empty "
+        "snapshot is the live object, and the lookups after it are counted in a snapshot the "
+        "logger already holds, and again in the next one",
+        caught_by="test_prefix_hits.py::test_make_prefix_cache_stats_resets",
+    ),
+    Mutant(
+        name="gate_only_for_requests_without_blocks",
+        file=FILE,
+        find="if full_sequence_must_fit:",
+        replace="if full_sequence_must_fit and request.request_id not in self.req_to_blocks:",
+        why="applies the admission gate only to requests holding no blocks: a request asking "
+        "with full_sequence_must_fit=True after its first chunk gets the chunk although its "
+        "whole sequence cannot fit",
+        caught_by="test_allocate_slots.py::test_admission_gate",
+    ),
+    Mutant(
+        name="gate_counts_the_tokens_left",
+        file=FILE,
+        find="full_num_tokens = min(request.num_tokens, self.max_model_len)",
+        replace="full_num_tokens = min(request.num_tokens, self.max_model_len) - "
+        "request.num_computed_tokens",
+        why="the gate counts the tokens left after num_computed_tokens, and "
+        "get_num_blocks_to_allocate then subtracts the blocks held for them again: a request "
+        "holding blocks passes the gate without room for its whole sequence",
+        caught_by="test_allocate_slots.py::test_admission_gate",
+    ),
 ]

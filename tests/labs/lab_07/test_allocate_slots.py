@@ -358,6 +358,46 @@ def test_lookahead_slots_are_not_published():
 
 @graded(
     2,
+    "Allocating slots: a step may reach past the request's known tokens (the async scheduler "
+    "schedules the next position before the token in flight arrives): the slots are given, "
+    "and only full blocks of tokens the request has are published",
+    f"{DOC}#publishing-full-blocks",
+)
+def test_a_step_past_the_known_tokens():
+    """a's 7 tokens are computed; its next position is scheduled while token 8 is in flight."""
+    d = driver(10)
+    tokens = list(range(7))
+    d.add("a", tokens)
+    assert d.allocate("a", 7) == [1, 2]
+    try:
+        ahead = d.allocate("a", 1)  # 7 computed + 1 new > 7 known tokens
+        state = d.state()
+        d.append("a", 7)  # the token in flight arrives
+        next_ahead = d.allocate("a", 1)  # 8 computed + 1 new > 8 known tokens
+    except (ValueError, IndexError, RuntimeError, KeyError) as exc:
+        raise AssertionError(
+            f"allocate_slots(a, 1) with a.num_computed_tokens == a.num_tokens raised "
+            f"{type(exc).__name__} ({exc}): with async scheduling the next position is "
+            "scheduled before the token in flight is known, so num_computed_tokens + "
+            "num_new_tokens may pass num_tokens; give the slots, and publish "
+            "min(computed + new, request.num_tokens) tokens"
+        ) from exc
+    assert ahead == [], f"8 slots fit a's 2 blocks: expected no new block, got {ahead}"
+    assert state["hash"][2] is None, (
+        "with 7 known tokens, a's block 2 is not full of known tokens: it must not be "
+        "published (publish min(computed + new, num_tokens) tokens)"
+    )
+    assert next_ahead == [3], f"9 slots need a 3rd block: expected [3], got {next_ahead}"
+    state = d.state()
+    assert state["hash"][2] == cache_key([*tokens, 7], 1) and state["hash"][3] is None, (
+        "once token 8 is known, the step that reaches slot 9 publishes a's block 2 (8 known "
+        "tokens), and not block 3"
+    )
+    check_state(state, expected_ref_cnts={1: 1, 2: 1, 3: 1})
+
+
+@graded(
+    2,
     "Publishing: a block is published under its request's hash, so a request built without "
     "a block_hasher (no block_hashes) has no hit and publishes nothing, yet gets its slots",
     f"{DOC}#publishing-full-blocks",
@@ -458,16 +498,33 @@ def test_slots_capped_at_max_model_len():
 @graded(
     1,
     "Allocating slots: num_new_tokens must be > 0 (ValueError), hits must match "
-    "num_new_computed_tokens, and only a request's first allocation may bring hits",
+    "num_new_computed_tokens, and only a request's first allocation may bring hits; "
+    "checked before the gate and the capacity count",
     f"{DOC}#allocating-slots",
 )
 def test_bad_arguments_are_rejected():
     """Nothing to allocate for, or hits that do not add up, is the caller's bug."""
+    side = learner_module("learner_side")
+
+    def expect_value_error(call, what: str, why: str) -> None:
+        try:
+            result = call()
+        except ValueError:
+            return
+        got = "None" if result is None else f"the new blocks {side.block_ids(result)}"
+        raise AssertionError(f"{what} returned {got} instead of raising ValueError: {why}")
+
     d = driver(10)
     a = d.add("a", list(range(6)))
     mgr = d.mgr
     with pytest.raises(ValueError):
         mgr.allocate_slots(a, 0)
+    expect_value_error(
+        lambda: mgr.allocate_slots(a, -1),
+        "allocate_slots(a, num_new_tokens=-1)",
+        "num_new_tokens <= 0 is the caller's bug, a negative count as well as 0 (test <= 0, "
+        "not == 0)",
+    )
     big = d.add("big", list(range(60)))  # more than the pool holds: the gate would say None
     with pytest.raises(ValueError):  # checked first, before the admission gate too
         mgr.allocate_slots(big, 0, full_sequence_must_fit=True)
@@ -487,6 +544,12 @@ def test_bad_arguments_are_rejected():
         f"get_num_blocks_to_allocate('a', 12, <a hit>) returned {counted} for a request that "
         "already holds blocks: prefix-cache hits apply only to a request's first allocation, "
         "so it must raise ValueError"
+    )
+    expect_value_error(
+        lambda: mgr.allocate_slots(a, 2, BS, hits),
+        f"allocate_slots(a, 2, num_new_computed_tokens={BS}, new_computed_blocks=<a's own hit>)",
+        "a already holds blocks, and hits apply only to a request's first allocation: "
+        "allocate_slots must refuse them (get_num_blocks_to_allocate raises), not drop them",
     )
     # Hit blocks that num_new_computed_tokens does not count: b would write over a's block.
     b = d.add("b", list(range(6)))
@@ -514,6 +577,36 @@ def test_bad_arguments_are_rejected():
         f"token {BS} would count as computed with no KV behind it; compare len(blocks) * "
         "block_size with num_new_computed_tokens (not len(blocks) with num_new_computed_tokens "
         "// block_size), else ValueError"
+    )
+    expect_value_error(
+        lambda: mgr.allocate_slots(b, 0, BS, b_hits),
+        f"allocate_slots(b, num_new_tokens=0, num_new_computed_tokens={BS}, "
+        "new_computed_blocks=<1 hit block>)",
+        "num_new_tokens must be > 0 with hits too: the hit is capped at num_tokens - 1, so a "
+        "request always has a token left to compute",
+    )
+    # The arguments are checked before any capacity question: big does not fit (nor does its
+    # whole sequence), yet a hit count that does not add up is still the caller's bug.
+    big_hits, big_num_hit = mgr.get_computed_blocks(big)  # a's first block, held by a
+    assert big_num_hit == BS
+    for gate in (False, True):
+        expect_value_error(
+            lambda gate=gate: mgr.allocate_slots(big, 56, 0, big_hits, full_sequence_must_fit=gate),
+            f"allocate_slots(big, 56, num_new_computed_tokens=0, new_computed_blocks=<1 hit "
+            f"block>, full_sequence_must_fit={gate})",
+            "the hits do not add up to num_new_computed_tokens, so it is a ValueError whether "
+            "or not the blocks would fit: validate the arguments first, before the admission "
+            "gate and the capacity count (a None tells the scheduler to preempt someone)",
+        )
+    # With caching off there are no hits, so a hit count is never matched by blocks.
+    off = driver(10, enable_caching=False)
+    x = off.add("x", list(range(6)))
+    expect_value_error(
+        lambda: off.mgr.allocate_slots(x, 2, num_new_computed_tokens=BS),
+        f"With enable_caching=False, allocate_slots(x, 2, num_new_computed_tokens={BS}) (no "
+        "hit blocks)",
+        "no blocks cover those tokens, with caching on or off: the hit check does not depend "
+        "on enable_caching",
     )
 
 
@@ -581,6 +674,27 @@ def test_admission_gate():
         "cdiv(min(9, 10), 4) = 3 blocks, so the gate must refuse it (None); got "
         f"{out['new']} (min(num_tokens, max_model_len) is in tokens: do not round "
         "max_model_len down to whole blocks)"
+    )
+    # The gate counts the whole sequence whoever asks: a request that holds blocks too (its
+    # held blocks cost nothing, as in every count).
+    d4 = driver(6)
+    d4.add("a", [50 + i for i in range(12)])
+    assert d4.allocate("a", 4) == [1]  # a's first chunk: 1 of the 3 blocks it will need
+    d4.add("b", list(range(12)))
+    d4.admit("b")  # 3 blocks: 1 free
+    before = d4.state()
+    new = d4.allocate("a", 4, gate=True)
+    assert new is None, (
+        "a holds 1 block (4 of its 12 tokens computed) and asks for 4 more with "
+        "full_sequence_must_fit=True: its whole sequence is 12 tokens = 3 blocks, 1 held, so 2 "
+        f"free blocks are needed and 1 is free: the gate must refuse (None), got {new}. The "
+        "gate counts min(num_tokens, max_model_len) tokens through get_num_blocks_to_allocate "
+        "for any request: not only for requests without blocks, and not only the tokens past "
+        "num_computed_tokens"
+    )
+    after = d4.state()
+    assert unchanged(before, after), (
+        f"a refused allocation changed {describe_change(before, after)}"
     )
 
 

@@ -273,6 +273,19 @@ def test_make_prefix_cache_stats_resets():
         "the second snapshot must be a fresh PrefixCacheStats with nothing counted"
     )
     assert first.requests == 1, "handing out a snapshot must not change the previous one"
+    # A snapshot handed out, even an empty one, is the caller's: later lookups go to the next.
+    d.add("b", list(range(9)))
+    d.lookup("b")
+    assert second.requests == 0, (
+        f"an empty snapshot was handed out, then b was looked up, and the snapshot now counts "
+        f"{second.requests} request(s): make_prefix_cache_stats must start a fresh "
+        "PrefixCacheStats at every call, even when nothing was counted (a logger keeps the "
+        "snapshots it is given and sums them over a window)"
+    )
+    third = mgr.make_prefix_cache_stats()
+    assert third is not None and third.requests == 1, (
+        "b's lookup, made after the second snapshot, belongs in the third"
+    )
     d.free("a")
     assert mgr.reset_prefix_cache() is True, "no request holds a block: the reset happens"
     after_reset, later = mgr.make_prefix_cache_stats(), mgr.make_prefix_cache_stats()

@@ -1037,4 +1037,159 @@ MUTANTS = [
         "reused, though cached does not mean taken (touch revives it)",
         caught_by="test_prefix_cache.py::test_random_prefix_sharing_workload",
     ),
+    # -- helper probe, 2026-11-28 (round 1) ------------------------------------------------------
+    Mutant(
+        name="touch_reports_before_the_null_check",
+        file=FILE,
+        find="""
+            for block in blocks:
+                if block.is_null:
+                    raise ValueError(
+                        f"Cannot touch the null block (block {block.block_id}): it is a placeholder "
+                        "that is never shared"
+                    )
+        """,
+        replace="""
+            for block in blocks:
+                if block.is_null:
+                    raise ValueError(
+                        f"Cannot touch the null block (block {block.block_id}): it is a placeholder "
+                        "that is never shared"
+                    )
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_accessed(block)
+        """,
+        more=(
+            (
+                """
+                block.ref_cnt += 1
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_accessed(block)
+                """,
+                """
+                block.ref_cnt += 1
+                """,
+            ),
+        ),
+        why="reports each access in the validation loop: a touch refused for the null block "
+        "touches no block, yet the collector heard on_block_accessed for the blocks before it",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="touch_reports_once_per_distinct_block",
+        file=FILE,
+        find="""
+                block.ref_cnt += 1
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_accessed(block)
+        """,
+        replace="""
+                block.ref_cnt += 1
+            if self.metrics_collector is not None:
+                for block in dict.fromkeys(blocks):
+                    self.metrics_collector.on_block_accessed(block)
+        """,
+        why="touch([b, b]) takes two references but reports one access: the collector hears "
+        "on_block_accessed once per distinct block, not once per entry (upstream: per entry)",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="evict_blocks_reports_only_cached_blocks",
+        file=FILE,
+        find="""
+            for block_id in block_ids:
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+            for block_id in block_ids:
+                if self.blocks[block_id].block_hash is not None:
+                    self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        why="evict_blocks skips the ids that hold no prefix: _maybe_evict_cached_block is not "
+        "called on them, so the collector never hears on_block_evicted for those blocks",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="evict_blocks_takes_free_blocks_out_of_the_queue",
+        file=FILE,
+        find="""
+            for block_id in block_ids:
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+            for block_id in block_ids:
+                block = self.blocks[block_id]
+                if self._maybe_evict_cached_block(block) and block.ref_cnt == 0:
+                    self.free_block_queue.remove(block)
+        """,
+        why="reads 'evict' as taking the block away: a free cached block given to evict_blocks "
+        "leaves the free queue with ref_cnt 0, lost to the pool for good (I1)",
+        caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
+    ),
+    Mutant(
+        name="evict_blocks_moves_free_blocks_to_the_front",
+        file=FILE,
+        find="""
+            for block_id in block_ids:
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+            for block_id in block_ids:
+                block = self.blocks[block_id]
+                if self._maybe_evict_cached_block(block) and block.ref_cnt == 0:
+                    queue = self.free_block_queue
+                    queue.remove(block)
+                    first = queue.fake_free_list_head.next_free_block
+                    queue.fake_free_list_head.next_free_block = block
+                    block.prev_free_block = queue.fake_free_list_head
+                    block.next_free_block = first
+                    first.prev_free_block = block
+                    queue.num_free_blocks += 1
+        """,
+        why="moves an evicted free block to the front of the free queue, to be reused first: "
+        "the queue is no longer in LRU order, and only the cache entry was to go (I4)",
+        caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
+    ),
+    Mutant(
+        name="reset_refused_without_caching",
+        file=FILE,
+        find="""
+            num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null
+        """,
+        replace="""
+            if not self.enable_caching:
+                return False
+            num_used_blocks = self.num_gpu_blocks - self.get_num_free_blocks() - 1  # minus null
+        """,
+        why="returns False on a pool without prefix caching: nothing is in use, so the reset "
+        "must happen (True); the refusal is only for blocks in use",
+        caught_by="test_prefix_cache.py::test_reset_prefix_cache",
+    ),
+    Mutant(
+        name="cache_catches_up_on_earlier_uncached_blocks",
+        file=FILE,
+        find="""
+            selected = [
+                (block, block_hash)
+                for i, (block, block_hash) in enumerate(
+                    zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])
+                )
+                if not block.is_null and (block_mask is None or block_mask[i])
+            ]
+        """,
+        replace="""
+            selected = [
+                (block, block_hash)
+                for i, (block, block_hash) in enumerate(
+                    zip(blocks[:num_full_blocks], request.block_hashes[:num_full_blocks])
+                )
+                if not block.is_null
+                and (i >= num_cached_blocks or block.block_hash is None)
+                and (i < num_cached_blocks or block_mask is None or block_mask[i - num_cached_blocks])
+            ]
+        """,
+        why="walks blocks[:num_full_blocks] and also caches any earlier block that has no hash: "
+        "a block a mask left out in an earlier call is cached by the next call anyway",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_skips_null_and_masked_blocks",
+    ),
 ]

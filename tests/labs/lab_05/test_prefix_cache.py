@@ -184,6 +184,20 @@ def test_cache_full_blocks_skips_null_and_masked_blocks():
         "I3: with num_cached_blocks=1, mask [False, True] caches blocks[2]"
     )
     check_pool(pool)
+    # A block left out stays out: a later call caches blocks[num_cached_blocks:num_full_blocks]
+    # only, and does not catch up on an earlier block that has no hash.
+    pool = make_pool(5)
+    req = make_request([1, 2, 3, 4, 5, 6])
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(req.obj, blocks, 0, 2, BS, 0, block_mask=[True, False])
+    pool.cache_full_blocks(req.obj, blocks, 2, 3, BS, 0)
+    assert blocks[1].block_hash is None and hit(pool, req.block_hashes[1]) is None, (
+        "I3: cache_full_blocks(req, blocks, 2, 3, ...) must cache blocks[2] only: blocks[1], left "
+        "out by the mask of the call before, is not among blocks[num_cached_blocks:"
+        "num_full_blocks] and must stay uncached"
+    )
+    assert hit(pool, req.block_hashes[2]) is blocks[2], "blocks[2] must be cached under h2"
+    check_pool(pool)
 
 
 @graded(
@@ -537,6 +551,21 @@ def test_evict_blocks_by_id():
         assert hit(pool, req.block_hashes[2]) is blocks[2], (
             f"a refused evict_blocks({{1, {bad}}}) must evict nothing: block 3 lost its entry"
         )
+    # A free cached block: it loses its prefix and nothing else. It stays free, where it was in
+    # the free queue (the eviction order), neither taken out nor moved to either end.
+    pool.free_blocks(list(reversed(blocks)))  # the free queue: 4 5 3 2 1
+    before = check_pool(pool)
+    pool.evict_blocks({3})  # block 3: free, cached, in the middle of the queue
+    assert blocks[2].block_hash is None and hit(pool, req.block_hashes[2]) is None, (
+        "evict_blocks({3}) of a free cached block must forget its hash and map entry"
+    )
+    free = check_pool(pool)
+    assert ref(blocks[2]) == 0 and free == before, (
+        f"I4: evict_blocks({{3}}) of a free cached block must leave it free and where it was in "
+        f"the free queue: only its cache entry goes (no freeing, no moving; the queue is the "
+        f"eviction order), but the queue went from {before} to {free}"
+    )
+    assert hit(pool, req.block_hashes[0]) is blocks[0], "block 1 must stay cached"
 
 
 @graded(
@@ -567,6 +596,13 @@ def test_reset_prefix_cache():
     assert got is False, (
         f"one block (block {as_int(one.block_id, 'block_id')}) is in use, not cached: the reset "
         f"must still be refused (no block may be in use, cached or not), got {describe(got)}"
+    )
+    plain = make_pool(4, caching=False)
+    got = plain.reset_prefix_cache()
+    assert got is True, (
+        f"reset_prefix_cache() on a pool without prefix caching, no block in use, must return "
+        f"True: it refuses only while a block is in use, whatever enable_caching says, got "
+        f"{describe(got)}"
     )
 
 
@@ -645,6 +681,30 @@ def test_cache_events_are_reported_to_the_metrics_collector():
     assert same_data(got, [["accessed", second]]), (
         f"touch([block {second}]) of a free block that holds no prefix must still tell the "
         f"collector on_block_accessed(block {second}); it saw {got!r}"
+    )
+    seen += len(got)
+    pool.evict_blocks({second})  # in use, and holds no prefix
+    got = _new_events(collector, seen)
+    assert same_data(got, [["evicted", second]]), (
+        f"evict_blocks({{{second}}}) of a block that holds no prefix still goes through "
+        f"_maybe_evict_cached_block, which tells the collector on_block_evicted for every block "
+        f"it is called on, cached or not; it saw {got!r}"
+    )
+    seen += len(got)
+    third = next(i for i in (1, 2, 3) if i not in (first, second))  # free
+    with pytest.raises(ValueError):
+        pool.touch([pool.blocks[third], pool.null_block])
+    got = _new_events(collector, seen)
+    assert same_data(got, []), (
+        f"a refused touch (the null block listed after block {third}) touches no block, so the "
+        f"collector must hear nothing: report on_block_accessed only once the whole call is "
+        f"valid; it saw {got!r}"
+    )
+    pool.touch([pool.blocks[third], pool.blocks[third]])
+    got = _new_events(collector, seen)
+    assert same_data(got, [["accessed", third], ["accessed", third]]), (
+        f"touch([block {third}, block {third}]) takes two references, one per entry: the "
+        f"collector must hear on_block_accessed(block {third}) once per entry; it saw {got!r}"
     )
 
 

@@ -591,4 +591,14 @@ MUTANTS = [
         "cdiv-sized ones (4, 4, 2), which lab-04's kernel and its split count assume",
         caught_by="test_split_k.py::test_split_k_decode_equals_dense",
     ),
+    # -- helper probe, 2026-11-28 (round 4) ------------------------------------------------------
+    Mutant(
+        name="merge_references_the_smallest_lse",
+        file=FILE,
+        find="top = lse.max(axis=0, keepdims=True)",
+        replace="top = np.where(np.isfinite(lse), lse, np.inf).min(axis=0, keepdims=True)",
+        why="merge_splits subtracts each head's smallest finite lse instead of its largest: fine "
+        "while a head's lse are close, exp(5000) = inf once they are thousands apart",
+        caught_by="test_split_k.py::test_merge_splits_large_lse_do_not_overflow",
+    ),
 ]

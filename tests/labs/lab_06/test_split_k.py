@@ -244,6 +244,20 @@ def test_merge_splits_large_lse_do_not_overflow():
         "1's log 3 and 0 (weights 3/4, 1/4); head 1's weights are exp(lse - head 1's max), "
         "not exp(lse - 1000)",
     )
+    # Lse far apart within one head: only the LARGEST is a safe reference. Subtracting the
+    # smallest (or the mean) of them leaves exp(5000) = inf for the others.
+    partial = np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[7.0, 7.0]], [[9.0, 9.0]]])
+    lse = np.array([[5000.0], [5000.0 + np.log(3.0)], [0.0], [-np.inf]])
+    with np.errstate(all="ignore"):
+        got = pa().merge_splits(partial, lse)
+    assert_close(
+        got,
+        np.array([[0.25, 0.75]]),
+        TOL,
+        "splits with lse 5000, 5000 + log 3 and 0 (and an empty one) weigh 1/4, 3/4 and "
+        "exp(-5000) = 0: subtract the head's LARGEST lse, since exp(lse - a smaller "
+        "reference) overflows",
+    )
 
 
 @graded(

@@ -650,4 +650,153 @@ MUTANTS = [
         "(the deltas still add up)",
         caught_by="test_stop_strings.py::test_stop_string_across_tokens",
     ),
+    # -- helper probe, 2026-11-28 (round 1) -----------------------------------------------------
+    Mutant(
+        name="stream_holds_back_despite_include",
+        file=FILE,
+        find="else max(len(self.output_text) - self.stop_buffer_length, 0)",
+        replace="else max(len(self.output_text) - (max((len(s) for s in self.stop), default=1) - 1), 0)",
+        why="holds back len(longest stop) - 1 characters also with include_stop_str_in_output, "
+        "where stop_buffer_length is 0 (the stop string is shown anyway): the stream lags for "
+        "nothing (the deltas still add up)",
+        caught_by="test_stop_strings.py::test_stream_holds_back_a_possible_stop_prefix",
+    ),
+    Mutant(
+        name="stream_holds_back_for_the_first_stop_only",
+        file=FILE,
+        find="else max(len(self.output_text) - self.stop_buffer_length, 0)",
+        replace="else max(len(self.output_text) - (len(self.stop[0]) - 1 if self.stop and not "
+        "self.include_stop_str_in_output else 0), 0)",
+        why="sizes the hold-back by the first stop string, not the longest: with stops ['!', "
+        "'STOP'] nothing waits, and the start of 'STOP' is streamed before it is known to be one",
+        caught_by="test_stop_strings.py::test_stream_holds_back_a_possible_stop_prefix",
+    ),
+    Mutant(
+        name="update_returns_early_without_tokens",
+        file=FILE,
+        find="        new_token_ids = [int(t) for t in new_token_ids]\n",
+        replace="        new_token_ids = [int(t) for t in new_token_ids]\n"
+        "        if not new_token_ids:\n"
+        "            return None\n",
+        why="a step with no token returns at once: a finishing step that brings none (the core "
+        "aborted the request) neither flushes a held-back half character nor finds the stop "
+        "string that the flush shows",
+        caught_by="test_detokenize.py::test_flush_at_the_end",
+    ),
+    Mutant(
+        name="empty_finishing_output_not_detokenized",
+        file=FILE,
+        find="""
+            stop_str = state.detokenizer.update(
+                out.new_token_ids,
+                finished=out.finished,
+                stop_terminated=out.finish_reason == "stop",
+            )
+        """,
+        replace="""
+            stop_str = None
+            if out.new_token_ids:
+                stop_str = state.detokenizer.update(
+                    out.new_token_ids,
+                    finished=out.finished,
+                    stop_terminated=out.finish_reason == "stop",
+                )
+        """,
+        why="calls update only for an output with tokens: a request the core finishes in a step "
+        "that brings it none ('abort') never flushes its held-back half character",
+        caught_by="test_processor.py::test_the_last_output_finishes_the_text",
+    ),
+    Mutant(
+        name="stop_match_that_ends_first_with_include",
+        file=FILE,
+        find="if index != -1 and (best is None or index < best[0]):",
+        replace="if index != -1 and (best is None or (index + len(stop_str) if include_in_output "
+        "else index) < (best[0] + len(best[1]) if include_in_output else best[0])):",
+        why="with include_in_output picks the match that ends first (where the cut goes), not "
+        "the one that starts first: stops ['bc', 'abcd'] over 'xabcdy' keep 'xabc'",
+        caught_by="test_stop_strings.py::test_first_occurrence_wins",
+    ),
+    Mutant(
+        name="stop_tie_to_the_shortest",
+        file=FILE,
+        find="    for stop_str in stop:\n        start",
+        replace="    for stop_str in sorted(stop, key=len):\n        start",
+        why="searches the stop strings shortest first: of two that start at the same place the "
+        "shorter wins, not the one listed first",
+        caught_by="test_stop_strings.py::test_first_occurrence_wins",
+    ),
+    Mutant(
+        name="flush_when_a_stop_string_ends_the_request",
+        file=FILE,
+        find="        stop_str, truncate_to = match\n",
+        replace="        stop_str, truncate_to = match\n"
+        "        if not finished:\n"
+        "            self.output_text += self.flush()\n",
+        why="flushes when a stop string ends the request: with include_stop_str_in_output and the "
+        "stop string at the end of the text, a half character held back after it is added as "
+        "U+FFFD (upstream flushes only when the core finished the request)",
+        caught_by="test_stop_strings.py::test_include_stop_str_in_output",
+    ),
+    Mutant(
+        name="abort_filters_the_callers_list",
+        file=FILE,
+        find="        return [rid for rid in request_ids if self.request_states.pop(rid, None) is "
+        "not None]\n",
+        replace="""
+            for rid in list(request_ids):
+                if self.request_states.pop(rid, None) is None:
+                    request_ids.remove(rid)  # type: ignore[attr-defined]
+            return request_ids  # type: ignore[return-value]
+        """,
+        why="removes the untracked ids from the caller's own list and returns it: the answer is "
+        "right, but the caller's list has changed under it (and a tuple, which the signature "
+        "allows, raises AttributeError)",
+        caught_by="test_processor.py::test_aborts",
+    ),
+    Mutant(
+        name="stop_search_start_of_the_first_string",
+        file=FILE,
+        find="""
+            best: tuple[int, str] | None = None
+            for stop_str in stop:
+                start = max(len(output_text) - new_char_count - len(stop_str) + 1, 0)
+        """,
+        replace="""
+            best: tuple[int, str] | None = None
+            start = max(len(output_text) - new_char_count - len(stop[0]) + 1, 0)
+            for stop_str in stop:
+        """,
+        why="computes the search's start once, from the first stop string: a longer one listed "
+        "after it that began before the new text is never found (stops ['!', 'STOP'], 'ST' "
+        "then 'OP')",
+        caught_by="test_stop_strings.py::test_check_stop_strings_looks_only_at_the_tail",
+    ),
+    Mutant(
+        name="stop_token_decoded_then_cut_off_by_its_text",
+        file=FILE,
+        find="""
+            if stop_terminated and new_token_ids and not self.include_stop_str_in_output:
+                skipped = new_token_ids.pop()
+            for token_id in new_token_ids:
+                self.tokens.append(token_id)
+                self.output_token_ids.append(token_id)
+                self.output_text += self._decode_next()
+            if skipped is not None:
+                self.output_token_ids.append(skipped)  # counted as output, never decoded
+        """,
+        replace="""
+            for token_id in new_token_ids:
+                self.tokens.append(token_id)
+                self.output_token_ids.append(token_id)
+                self.output_text += self._decode_next()
+            if stop_terminated and new_token_ids and not self.include_stop_str_in_output:
+                last = self._decode([new_token_ids[-1]])
+                if last and self.output_text.endswith(last):
+                    self.output_text = self.output_text[: -len(last)]
+        """,
+        why="decodes the stop token with the others, then cuts its text decoded alone off the "
+        "end: a token whose text depends on its context (SentencePiece's ' world' alone is "
+        "'world') leaves a trace, a space here",
+        caught_by="test_stop_strings.py::test_stop_terminated_token_left_out",
+    ),
 ]

@@ -290,8 +290,9 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
     (the last three optional; ``logprobs``: one float per new token),
     ``["abort", [rid, ...]]``. Each record has ``returned`` (``reqs_to_abort`` of a step, the
     list ``abort_requests`` returned), ``outputs`` (every ``RequestOutput`` queued since the
-    previous op, read as dicts, per request id, in order) and ``tracked`` (the sorted keys of
-    ``request_states``).
+    previous op, read as dicts, per request id, in order), ``tracked`` (the sorted keys of
+    ``request_states``) and ``input_changed`` (whether ``abort_requests`` changed the list of
+    ids it was given).
     """
     import output_processor
 
@@ -301,6 +302,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
     for op in ops:
         name = op[0]
         returned: Any = None
+        input_changed = False
         if name == "add":
             _, rid, prompt_ids, options = op
             options = dict(options)
@@ -314,7 +316,9 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
             result = processor.process_outputs(outs, now=1.0)
             returned = list(result.reqs_to_abort)
         elif name == "abort":
-            returned = processor.abort_requests(list(op[1]))
+            given = list(op[1])
+            returned = processor.abort_requests(given)
+            input_changed = given != list(op[1])
         else:
             raise ValueError(f"unknown operation {name!r}")
         # Read before an abort's answer is walked: a generator would forget nothing until then.
@@ -331,6 +335,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
                 "returned": returned,
                 "outputs": outputs,
                 "tracked": tracked,
+                "input_changed": input_changed,
             }
         )
     return records

@@ -96,8 +96,8 @@ def test_core_finish_reasons():
     FINISH,
 )
 def test_the_last_output_finishes_the_text():
-    """'a' is cut by max_tokens after half of 😀; the core ends 'b' ('abort') in a step that
-    brings it no token; streamed and not."""
+    """'a' is cut by max_tokens after half of 😀; the core ends 'b', whose text also ends in
+    half of 😀, ('abort') in a step that brings it no token; streamed and not."""
     head = TOK.token_id("😀".encode()[:2])
     for stream in (False, True):
         recs = run(
@@ -106,12 +106,15 @@ def test_the_last_output_finishes_the_text():
                 add("b", stream=stream),
                 [
                     "step",
-                    [["a", TOK.encode("Hi "), None, None], ["b", TOK.encode("Hello"), None, None]],
+                    [
+                        ["a", TOK.encode("Hi "), None, None],
+                        ["b", [*TOK.encode("Hello"), head], None, None],
+                    ],
                 ],
                 ["step", [["a", [head], "length", None], ["b", [], "abort", None]]],
             ]
         )
-        for rid, reason, want in (("a", "length", "Hi \ufffd"), ("b", "abort", "Hello")):
+        for rid, reason, want in (("a", "length", "Hi \ufffd"), ("b", "abort", "Hello\ufffd")):
             outs = [o for r in recs for o in r["outputs"].get(rid, [])]
             text = (
                 "".join(o["text"] for o in outs) if stream else (outs[-1]["text"] if outs else "")
@@ -123,7 +126,9 @@ def test_the_last_output_finishes_the_text():
             )
             assert text == want, (
                 f"stream={stream}: {rid!r}'s finished text must be {want!r} (the decode of all its "
-                f"tokens), got {text!r}"
+                f"tokens, a held-back half character flushed as U+FFFD, also by a finishing "
+                f"output that brings no token: update it with finished=True all the same), got "
+                f"{text!r}"
             )
         assert recs[-1]["tracked"] == [], (
             f"stream={stream}: both requests finished, still tracked: {recs[-1]['tracked']}"
@@ -244,6 +249,12 @@ def test_aborts():
     assert recs[3]["outputs"].get("b"), "'b' is still running: its output must be queued"
     assert recs[4]["returned"] == [], (
         f"'a' is gone: aborting it again returns [], got {recs[4]['returned']}"
+    )
+    changed = [i + 1 for i, r in enumerate(recs) if r["input_changed"]]
+    assert not changed, (
+        f"abort_requests changed the list of ids it was given (ops {changed}): the caller's "
+        f"list is the caller's (it may send the same list on to the core); build a new list of "
+        f"the ids that were tracked"
     )
     assert recs[5]["returned"] == ["b"] and recs[5]["tracked"] == [], (
         f"abort_requests(['b', 'b']): 'b' was tracked once, so it is returned once (the core "

@@ -63,6 +63,15 @@ def test_stop_string_inside_one_step():
         f"never seen; expected stop '日' and text '', got stop {got['steps'][-1]['stop']!r} "
         f"and text {got['output_text']!r}"
     )
+    # The same tokens in a step of their own, then a finishing step that brings no token.
+    got = run([ids, []], stop=["日"])
+    found = [s["stop"] for s in got["steps"]]
+    assert found == [None, "日"] and got["output_text"] == "", (
+        f"tokens {show(ids)} ('日' and half of '本', held back), then a finishing step with no "
+        f"token: its flush shows '日', so update must still flush and look for stop strings "
+        f"when no token is new; expected update to return [None, '日'] and text '', got "
+        f"{found} and text {got['output_text']!r}"
+    )
 
 
 @graded(
@@ -72,8 +81,8 @@ def test_stop_string_inside_one_step():
     STOPS,
 )
 def test_include_stop_str_in_output():
-    """The same text, keeping the stop string; a text that ends with the stop string; one
-    that has a single character after it."""
+    """The same text, keeping the stop string; a text that ends with the stop string (also
+    with half a character held back after it); one that has a single character after it."""
     ids = TOK.encode("Hello world. the end")
     got = run([ids], stop=[" the"], include_stop_str_in_output=True, finish=False)
     assert got["output_text"] == "Hello world. the", (
@@ -85,6 +94,16 @@ def test_include_stop_str_in_output():
     assert got["output_text"] == "Hello world. the" and got["steps"][-1]["stop"] == " the", (
         f"' the' ends the text itself: check_stop_strings says -1 (nothing to cut), and the "
         f"text stays 'Hello world. the' (output_text[:-1] would drop its last character); got "
+        f"stop {got['steps'][-1]['stop']!r} and text {got['output_text']!r}"
+    )
+    # Half of 😀 after the stop string, held back: the request ends at ' the', so the half
+    # character is never flushed into the text.
+    ids = [*TOK.encode("Hello world. the"), TOK.token_id("😀".encode()[:2])]
+    got = run([ids], stop=[" the"], include_stop_str_in_output=True, finish=False)
+    assert got["output_text"] == "Hello world. the" and got["steps"][-1]["stop"] == " the", (
+        f"tokens {show(ids)} in one unfinished step: ' the' ends the text decoded so far and "
+        f"the half of 😀 after it is still held back; the stop string ends the request there "
+        f"(flush only when the core finished it), so the text stays 'Hello world. the'; got "
         f"stop {got['steps'][-1]['stop']!r} and text {got['output_text']!r}"
     )
     ids = TOK.encode("Hello world. the!")
@@ -104,7 +123,9 @@ def test_include_stop_str_in_output():
 )
 def test_first_occurrence_wins():
     """Stops ['cd', 'abcd'] over 'xxabcdef' in one step: 'abcd' starts first; stops
-    ['ab', 'cdef']: the shorter 'ab' starts first and is not the last of the list."""
+    ['ab', 'cdef']: the shorter 'ab' starts first and is not the last of the list. Then
+    check_stop_strings alone: the first to start wins with include_in_output too, and a tie
+    goes to the string listed first, whichever is shorter."""
     ids = TOK.encode("xxabcdef")
     got = run([ids], stop=["cd", "abcd"], finish=False)
     found = got["steps"][-1]["stop"]
@@ -120,11 +141,24 @@ def test_first_occurrence_wins():
         f"got stop {found!r} and text {got['output_text']!r}; return the stop string of the "
         f"earliest match together with its index"
     )
+    got = side().check_stop_strings("xabcdy", 6, ["bc", "abcd"], True)
+    assert got == ["abcd", 5], (
+        f"check_stop_strings('xabcdy', 6, ['bc', 'abcd'], include_in_output=True): 'abcd' "
+        f"starts first (at 1, 'bc' at 2), so it wins also when the text is kept up to the end "
+        f"of the stop string (the match that starts first, not the one that ends first): "
+        f"expected ('abcd', 5), got {got}"
+    )
     got = side().check_stop_strings("xab", 3, ["a", "ab"], True)
     assert got == ["a", 2], (
         f"check_stop_strings('xab', 3, ['a', 'ab'], include_in_output=True): both start at 1, "
         f"and a tie goes to the string listed first, 'a' (as upstream): expected ('a', 2), "
         f"got {got}"
+    )
+    got = side().check_stop_strings("xab", 3, ["ab", "a"], True)
+    assert got == ["ab", -1], (
+        f"check_stop_strings('xab', 3, ['ab', 'a'], include_in_output=True): both start at 1, "
+        f"and a tie goes to the string listed first, here the longer 'ab' (the list's order "
+        f"decides, not the length): expected ('ab', -1), got {got}"
     )
 
 
@@ -136,23 +170,34 @@ def test_first_occurrence_wins():
 )
 def test_stream_holds_back_a_possible_stop_prefix():
     """Stop 'STOP' (4 characters): 3 characters wait at every step until the finish; also
-    while the text is still shorter than 3 characters (one byte a step)."""
+    while the text is still shorter than 3 characters (one byte a step). The longest of
+    several stop strings decides, wherever it is listed; with include_stop_str_in_output
+    nothing waits (stop_buffer_length is 0: the stop string is shown anyway)."""
     one_byte_a_token = [TOK.token_id(bytes([b])) for b in b"Hi ST"]
-    for ids in (TOK.encode("Hello world ST"), one_byte_a_token):
-        got = run([[t] for t in ids], stop=["STOP"])
-        texts_ = [s["text"] for s in got["steps"]]
-        full = TOK.decode(ids)
-        for i, text in enumerate(texts_[:-1]):
-            decoded = TOK.decode(ids[: i + 1])
-            want = decoded[: max(len(decoded) - 3, 0)]
-            assert text == want, (
-                f"after step {i + 1} the text so far is {decoded!r}; with stop 'STOP' the last "
-                f"3 characters must wait, so {want!r} may be handed out, got {text!r}"
+    cases = (
+        (["STOP"], False, 3),
+        (["!", "STOP"], False, 3),
+        (["STOP"], True, 0),
+    )
+    for stop, include, held in cases:
+        for ids in (TOK.encode("Hello world ST"), one_byte_a_token):
+            got = run([[t] for t in ids], stop=stop, include_stop_str_in_output=include)
+            texts_ = [s["text"] for s in got["steps"]]
+            full = TOK.decode(ids)
+            options = f"stop {stop}{', include_stop_str_in_output' if include else ''}"
+            for i, text in enumerate(texts_[:-1]):
+                decoded = TOK.decode(ids[: i + 1])
+                want = decoded[: max(len(decoded) - held, 0)]
+                assert text == want, (
+                    f"after step {i + 1} the text so far is {decoded!r}; with {options} the "
+                    f"last {held} characters must wait (stop_buffer_length: len(longest stop) "
+                    f"- 1, or 0 with include_stop_str_in_output), so {want!r} may be handed "
+                    f"out, got {text!r}"
+                )
+            assert "".join(s["delta"] for s in got["steps"]) == full, (
+                f"{options}: at the finish the held-back characters are handed out: the deltas "
+                f"must add up to {full!r}, got {[s['delta'] for s in got['steps']]}"
             )
-        assert "".join(s["delta"] for s in got["steps"]) == full, (
-            f"at the finish the held-back characters are handed out: the deltas must add up to "
-            f"{full!r}, got {[s['delta'] for s in got['steps']]}"
-        )
 
 
 @graded(
@@ -164,7 +209,7 @@ def test_stream_holds_back_a_possible_stop_prefix():
 )
 def test_stop_terminated_token_left_out():
     """'Hello world' then EOS, with skip_special_tokens=False: EOS's text is not in the output,
-    unless include_stop_str_in_output."""
+    unless include_stop_str_in_output; a stop token whose text depends on its context."""
     ids = [*TOK.encode("Hello world"), TOK.eos_token_id]
     got = run([ids[:1], ids[1:]], skip_special_tokens=False, stop_terminated=True)
     assert got["output_text"] == "Hello world", (
@@ -178,6 +223,16 @@ def test_stop_terminated_token_left_out():
     assert not got["inputs_changed"], (
         f"update changed the list of new token ids it was given (steps {got['inputs_changed']}): "
         f"leave the stop token out of the text without popping it from the caller's list"
+    )
+    # A SentencePiece-style tokenizer, the core stopped on the token ' world' (a stop token
+    # id): the token is never decoded, so no trace of it stays (alone it decodes to 'world').
+    words = TOK.encode("Hello world")
+    got = run([words[:1], words[1:]], stop_terminated=True, leading_space_rule=True)
+    assert got["output_text"] == "Hello", (
+        f"tokens {show(words)}, the core stopped on the last (stop_terminated), with a "
+        f"SentencePiece-style tokenizer: expected 'Hello', got {got['output_text']!r}; leave "
+        f"the stop token out of the decoding (never decode it), rather than decoding it and "
+        f"cutting its text alone off the end (its text alone is not its text in context)"
     )
     got = run(
         [ids[:1], ids[1:]],
@@ -271,6 +326,13 @@ def test_check_stop_strings_looks_only_at_the_tail():
         f"'ab' ends 4 characters before the 3 new ones: it was checked a step ago, so "
         f"check_stop_strings must return None, got {got} (each stop string's search starts "
         f"len(that string) - 1 characters before the new text, not the longest string's)"
+    )
+    got = check("abSTOP", 2, ["!", "STOP"], False)
+    assert got == ["STOP", 2], (
+        f"stops ['!', 'STOP'], 'OP' new after 'abST': 'STOP' ends in the new characters, so its "
+        f"search starts len('STOP') - 1 = 3 characters before them; expected ('STOP', 2), got "
+        f"{got} (each stop string's search starts len(that string) - 1 characters before the "
+        f"new text, not the first or the shortest string's)"
     )
     got = check("abSTOP", 1, ["STOP"], True)
     assert got == ["STOP", -1], (

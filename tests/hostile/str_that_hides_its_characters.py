@@ -1,6 +1,6 @@
 # base: solution
 # lab: lab-10
-# tests: test_split_character_is_held_back, test_deltas_add_up_to_the_full_decode, test_stop_string_inside_one_step
+# tests: test_split_character_is_held_back, test_deltas_add_up_to_the_full_decode, test_check_stop_strings_looks_only_at_the_tail
 # honest: _g = IncrementalDetokenizer.get_next_output_text; IncrementalDetokenizer.get_next_output_text = lambda self, finished, delta: _g(self, finished, delta) + ("" if finished or delta else "\ufffd")
 """The text so far shows a replacement character while the request runs (the honest bug), and
 comes back as a ``str`` subclass whose ``in`` and ``endswith`` say the character is not there.

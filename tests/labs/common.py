@@ -418,18 +418,26 @@ def exception_name(exc: BaseException) -> str:
     return (getattr(exc, "learner_type", "") or type(exc).__name__).rsplit(".", 1)[-1]
 
 
-def assert_value_error(what: str, call: Callable[[], Any]) -> None:
+def assert_value_error(
+    what: str,
+    call: Callable[[], Any],
+    why: str = "",
+    describe: Callable[[Any], str] | None = None,
+) -> None:
     """``call()`` must raise ValueError; any other exception, or a return, fails, naming ``what``
-    and the learner's exception type. A judge-side ``NotImplementedError`` (a stub helper the
-    suite needs) passes through: it means NOT STARTED, not a wrong error."""
+    and the learner's exception type (and, when given, ``why`` it is the caller's bug and
+    ``describe`` of what was returned instead). A judge-side ``NotImplementedError`` (a stub
+    helper the suite needs) passes through: it means NOT STARTED, not a wrong error."""
+    because = f": {why}" if why else ""
     try:
-        call()
+        result = call()
     except NotImplementedError:
         raise
     except ValueError:
         return
     except Exception as exc:
         raise AssertionError(
-            f"{what} must raise ValueError, it raised {exception_name(exc)}: {exc}"
+            f"{what} must raise ValueError, it raised {exception_name(exc)}: {exc}{because}"
         ) from None
-    raise AssertionError(f"{what} must raise ValueError; it returned")
+    got = f" {describe(result)}" if describe is not None else ""
+    raise AssertionError(f"{what} must raise ValueError; it returned{got}{because}")

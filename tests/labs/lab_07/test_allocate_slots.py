@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grading.suite import graded, learner_module
+from tests.labs.common import assert_value_error
 from tests.labs.lab_07.helpers import (
     BS,
     DOC,
@@ -507,12 +508,12 @@ def test_bad_arguments_are_rejected():
     side = learner_module("learner_side")
 
     def expect_value_error(call, what: str, why: str) -> None:
-        try:
-            result = call()
-        except ValueError:
-            return
-        got = "None" if result is None else f"the new blocks {side.block_ids(result)}"
-        raise AssertionError(f"{what} returned {got} instead of raising ValueError: {why}")
+        assert_value_error(
+            what,
+            call,
+            why,
+            describe=lambda got: "None" if got is None else f"the new blocks {side.block_ids(got)}",
+        )
 
     d = driver(10)
     a = d.add("a", list(range(6)))

@@ -61,6 +61,11 @@ class Lab:
     #: them: the grader runs and prints tests in this order, so that the test of what is
     #: written first (the free queue) comes before the tests that build on it (the pool).
     order: tuple[str, ...] = ()
+    #: Reference globals that a copy reads through their module (``NONE_HASH`` ->
+    #: ``kv_cache_utils``): the reference rebinds them after import (``init_none_hash``), which a
+    #: name imported into a lab file with ``from ... import`` would never see. The reference
+    #: writes the bare name; the solution writes ``kv_cache_utils.NONE_HASH``; sync translates.
+    read_through: dict[str, str] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -124,6 +129,7 @@ def load_lab(name: str) -> Lab:
         twins=raw.get("twins", {}),
         stub=raw.get("stub", "generated"),
         order=tuple(raw.get("order", ())),
+        read_through=raw.get("read_through", {}),
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from grading.labs import REPO_ROOT, available_labs
 from grading.stubs import expected_stubs
-from grading.sync import solution_drift
+from grading.sync import _as_reference, _read_through, solution_drift
 
 LABS = available_labs()
 
@@ -18,6 +18,28 @@ LABS = available_labs()
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])
 def test_solutions_equal_the_reference(lab):
     assert solution_drift(lab) == []
+
+
+def test_a_read_through_global_is_written_through_its_module():
+    """``NONE_HASH`` is rebound by ``init_none_hash``: the solution reads it as
+    ``kv_cache_utils.NONE_HASH`` (sync writes that), and a bare name there is drift."""
+    reference = "def f(p):\n    if p is None:\n        p = NONE_HASH  # the seed\n    return p\n"
+    read_through = {"NONE_HASH": "kv_cache_utils"}
+    (node,) = ast.parse(reference).body
+    assert isinstance(node, ast.FunctionDef)
+    lines = _read_through(node, reference.splitlines(), read_through)
+    assert lines[2] == "        p = kv_cache_utils.NONE_HASH  # the seed"
+    (written,) = ast.parse("\n".join(lines)).body
+    assert _as_reference(written, read_through) == ast.dump(node)
+    assert _as_reference(node, read_through) != ast.dump(node)  # the bare name, in a solution
+    for lab in LABS:
+        for name, module in lab.read_through.items():
+            for filename in lab.files:
+                text = (lab.solution_dir / filename).read_text()
+                assert f"import {name}" not in text and f"    {name},\n" not in text, (
+                    f"{lab.id} {filename} imports {name} by name"
+                )
+                assert f"{module}.{name}" in text
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.id for lab in LABS])

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mini_vllm.core import kv_cache_utils
 from mini_vllm.core.kv_cache_utils import (
-    NONE_HASH,
     BlockHash,
     BlockHashWithGroupId,
     make_block_hash_with_group_id,

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mini_vllm.core import kv_cache_utils
 from mini_vllm.core.kv_cache_utils import (
-    NONE_HASH,
     BlockHash,
     BlockHashWithGroupId,
     make_block_hash_with_group_id,
@@ -56,7 +56,7 @@ def hash_block_tokens(
         extra_keys: Anything else that changes the block's KV (adapter, salt, ...), or ``None``.
     """
     if parent_block_hash is None:
-        parent_block_hash = NONE_HASH
+        parent_block_hash = kv_cache_utils.NONE_HASH
     return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), extra_keys)))
 
 

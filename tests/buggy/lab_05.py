@@ -28,7 +28,7 @@ MUTANTS = [
         file=FILE,
         find="""
             if parent_block_hash is None:
-                parent_block_hash = NONE_HASH
+                parent_block_hash = kv_cache_utils.NONE_HASH
         """,
         replace="",
         why="the first block hashes (None, tokens) instead of chaining from NONE_HASH, so it "
@@ -50,12 +50,12 @@ MUTANTS = [
         file=FILE,
         find="""
             if parent_block_hash is None:
-                parent_block_hash = NONE_HASH
+                parent_block_hash = kv_cache_utils.NONE_HASH
             return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), extra_keys)))
         """,
         replace="""
             if parent_block_hash is None:
-                parent_block_hash = NONE_HASH
+                parent_block_hash = kv_cache_utils.NONE_HASH
             import hashlib
             key = (parent_block_hash, tuple(curr_block_token_ids), extra_keys)
             return BlockHash(hashlib.sha256(repr(key).encode()).digest())
@@ -914,6 +914,12 @@ MUTANTS = [
 
             NONE_HASH = BlockHash(bytes(32))
         """,
+        more=(
+            (
+                "parent_block_hash = kv_cache_utils.NONE_HASH",
+                "parent_block_hash = NONE_HASH",
+            ),
+        ),
         why="the module binds NONE_HASH to a seed of its own: every first block hashes apart "
         "from the engine's (which chains from kv_cache_utils.NONE_HASH), so no prefix is ever "
         "shared with it (I3)",
@@ -923,11 +929,11 @@ MUTANTS = [
         name="empty_extra_keys_hashed_as_none",
         file=FILE,
         find="""
-                parent_block_hash = NONE_HASH
+                parent_block_hash = kv_cache_utils.NONE_HASH
             return BlockHash(
         """,
         replace="""
-                parent_block_hash = NONE_HASH
+                parent_block_hash = kv_cache_utils.NONE_HASH
             extra_keys = extra_keys or None
             return BlockHash(
         """,
@@ -1191,5 +1197,26 @@ MUTANTS = [
         why="walks blocks[:num_full_blocks] and also caches any earlier block that has no hash: "
         "a block a mask left out in an earlier call is cached by the next call anyway",
         caught_by="test_prefix_cache.py::test_cache_full_blocks_skips_null_and_masked_blocks",
+    ),
+    # -- the seed read through its module (#19), 2026-11-28 ----------------------------------
+    Mutant(
+        name="none_hash_imported_by_name",
+        file=FILE,
+        find="""
+from mini_vllm.core.kv_cache_utils import (
+    BlockHash,""",
+        replace="""
+from mini_vllm.core.kv_cache_utils import (
+    NONE_HASH,
+    BlockHash,""",
+        more=(
+            (
+                "parent_block_hash = kv_cache_utils.NONE_HASH",
+                "parent_block_hash = NONE_HASH",
+            ),
+        ),
+        why="imports NONE_HASH by name, as a copy of its value at import time: after "
+        "init_none_hash rebinds the module's seed, first blocks still chain from the old one",
+        caught_by="test_hashing.py::test_first_block_follows_a_reseeded_none_hash",
     ),
 ]

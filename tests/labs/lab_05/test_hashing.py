@@ -44,9 +44,10 @@ def learner_none_hash(mod) -> bytes:
     own = getattr(mod, "NONE_HASH", None)
     if own is not None and own != seed:
         raise AssertionError(
-            "I3: your module's NONE_HASH is not mini_vllm.core.kv_cache_utils.NONE_HASH: use the "
-            "one your file imports at the top; a seed of your own makes every first block hash "
-            "differently from the engine's, so no prefix is ever shared with it"
+            "I3: your module's NONE_HASH is not mini_vllm.core.kv_cache_utils.NONE_HASH: read "
+            "kv_cache_utils.NONE_HASH (the module your file imports at the top); a seed of your "
+            "own makes every first block hash differently from the engine's, so no prefix is "
+            "ever shared with it"
         )
     return seed
 
@@ -86,6 +87,33 @@ def test_first_block_chains_from_none_hash():
     seed = learner_none_hash(mod)
     assert a_hash(h(fn, None, [1, 2])) == a_hash(h(fn, seed, [1, 2])), (
         "I3: hash_block_tokens(fn, None, t) must equal hash_block_tokens(fn, NONE_HASH, t)"
+    )
+
+
+@graded(
+    1,
+    "I3: NONE_HASH is read when a block is hashed, as kv_cache_utils.NONE_HASH: init_none_hash "
+    "rebinds it, and a name imported with `from ... import NONE_HASH` keeps the old seed",
+    "labs/lab-05-share-and-evict/README.md#the-seed-of-every-chain",
+)
+def test_first_block_follows_a_reseeded_none_hash():
+    """After ``kv_cache_utils.NONE_HASH`` is rebound (as ``init_none_hash`` does when an engine
+    starts with another hash function), a first block chains from the new seed."""
+    mod = bp()
+    h, fn = mod.hash_block_tokens, learner_sha256()
+    kv_cache_utils = learner_module("mini_vllm.core.kv_cache_utils")
+    before = a_hash(kv_cache_utils.NONE_HASH, "NONE_HASH")
+    reseeded = sha256("a seed the test chose")
+    kv_cache_utils.NONE_HASH = reseeded
+    try:
+        got = a_hash(h(fn, None, [1, 2]))
+        want = a_hash(h(fn, reseeded, [1, 2]))
+    finally:
+        kv_cache_utils.NONE_HASH = before
+    assert got == want, (
+        "I3: after kv_cache_utils.NONE_HASH was rebound, hash_block_tokens(fn, None, t) still "
+        "chained from the old seed: read the seed as kv_cache_utils.NONE_HASH when hashing "
+        "(a name imported with `from ... import NONE_HASH` is a copy of the value at import time)"
     )
 
 

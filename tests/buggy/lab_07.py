@@ -861,4 +861,47 @@ MUTANTS = [
         "holding blocks passes the gate without room for its whole sequence",
         caught_by="test_allocate_slots.py::test_admission_gate",
     ),
+    # -- a blind implementation's legal variants, 2026-11-28 ---------------------------------
+    Mutant(
+        name="stats_recorded_without_caching",
+        file=FILE,
+        find="""
+            if not self.enable_caching:
+                return self.empty_kv_cache_blocks, 0
+
+            max_cache_hit_length = request.num_tokens - 1
+            computed_blocks, num_new_computed_tokens = self.find_longest_cache_hit(
+                request.block_hashes, max_cache_hit_length
+            )
+        """,
+        replace="""
+            if not self.enable_caching:
+                computed_blocks, num_new_computed_tokens = ([],), 0
+            else:
+                max_cache_hit_length = request.num_tokens - 1
+                computed_blocks, num_new_computed_tokens = self.find_longest_cache_hit(
+                    request.block_hashes, max_cache_hit_length
+                )
+        """,
+        why="records a lookup of every request in prefix_cache_stats with caching off: a "
+        "lookup that never happens counts as a miss, so the hit rate reads 0 instead of nothing",
+        caught_by="test_prefix_hits.py::test_caching_disabled",
+    ),
+    Mutant(
+        name="hits_on_a_running_request_asserted",
+        file=FILE,
+        find="""
+                if new_computed_blocks:
+                    raise ValueError(
+                        f"request {request_id!r} already holds blocks; prefix-cache hits apply "
+                        f"only to a request's first allocation"
+                    )
+        """,
+        replace="""
+                assert not new_computed_blocks, "a running request cannot take prefix hits"
+        """,
+        why="refuses hits for a request that holds blocks with an assert, as upstream does: the "
+        "README asks for a ValueError, which python -O does not strip",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
 ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from grading.suite import graded, learner_module
 from tests.labs.common import assert_value_error
 from tests.labs.lab_07.helpers import (
@@ -499,8 +497,8 @@ def test_slots_capped_at_max_model_len():
 @graded(
     1,
     "Allocating slots: num_new_tokens must be > 0 (ValueError), hits must match "
-    "num_new_computed_tokens, and only a request's first allocation may bring hits; "
-    "checked before the gate and the capacity count",
+    "num_new_computed_tokens, and only a request's first allocation may bring hits (each a "
+    "ValueError, not an assert); checked before the gate and the capacity count",
     f"{DOC}#allocating-slots",
 )
 def test_bad_arguments_are_rejected():
@@ -518,8 +516,11 @@ def test_bad_arguments_are_rejected():
     d = driver(10)
     a = d.add("a", list(range(6)))
     mgr = d.mgr
-    with pytest.raises(ValueError):
-        mgr.allocate_slots(a, 0)
+    expect_value_error(
+        lambda: mgr.allocate_slots(a, 0),
+        "allocate_slots(a, num_new_tokens=0)",
+        "there is nothing to allocate for: num_new_tokens <= 0 is the caller's bug",
+    )
     expect_value_error(
         lambda: mgr.allocate_slots(a, -1),
         "allocate_slots(a, num_new_tokens=-1)",
@@ -527,24 +528,29 @@ def test_bad_arguments_are_rejected():
         "not == 0)",
     )
     big = d.add("big", list(range(60)))  # more than the pool holds: the gate would say None
-    with pytest.raises(ValueError):  # checked first, before the admission gate too
-        mgr.allocate_slots(big, 0, full_sequence_must_fit=True)
-    with pytest.raises(ValueError):
-        mgr.allocate_slots(a, 2, num_new_computed_tokens=BS)  # claims hits, gives no blocks
+    expect_value_error(
+        lambda: mgr.allocate_slots(big, 0, full_sequence_must_fit=True),
+        "allocate_slots(big, num_new_tokens=0, full_sequence_must_fit=True)",
+        "num_new_tokens <= 0 is checked first, before the admission gate (which would say None "
+        "for a request this big)",
+    )
+    expect_value_error(
+        lambda: mgr.allocate_slots(a, 2, num_new_computed_tokens=BS),
+        f"allocate_slots(a, 2, num_new_computed_tokens={BS}) with no hit blocks",
+        "the hits must cover exactly num_new_computed_tokens tokens",
+    )
     state = d.state()
     assert "a" not in state["tables"] and num_free(state) == 9
     # Hits are for a request's first allocation only: a holds blocks after its first chunk.
     d.allocate("a", 4)
     hits, num_hit = mgr.get_computed_blocks(a)  # a's own first block, cached
     assert num_hit == BS
-    try:
-        counted = mgr.get_num_blocks_to_allocate("a", 12, hits.blocks[0])
-    except ValueError:
-        counted = None
-    assert counted is None, (
-        f"get_num_blocks_to_allocate('a', 12, <a hit>) returned {counted} for a request that "
-        "already holds blocks: prefix-cache hits apply only to a request's first allocation, "
-        "so it must raise ValueError"
+    assert_value_error(
+        "get_num_blocks_to_allocate('a', 12, <a hit>), a already holding blocks,",
+        lambda: mgr.get_num_blocks_to_allocate("a", 12, hits.blocks[0]),
+        "prefix-cache hits apply only to a request's first allocation (a ValueError: upstream's "
+        "assert would vanish under python -O)",
+        describe=repr,
     )
     expect_value_error(
         lambda: mgr.allocate_slots(a, 2, BS, hits),
@@ -556,28 +562,20 @@ def test_bad_arguments_are_rejected():
     b = d.add("b", list(range(6)))
     b_hits, b_num_hit = mgr.get_computed_blocks(b)
     assert b_num_hit == BS
-    try:
-        mgr.allocate_slots(b, 2, 0, b_hits)
-        raised = False
-    except ValueError:
-        raised = True
-    assert raised, (
-        "allocate_slots(b, 2, num_new_computed_tokens=0, new_computed_blocks=<1 hit block>) "
-        "was accepted: the hits must cover exactly num_new_computed_tokens tokens "
-        "(len(blocks) * block_size), too many blocks as well as too few, else ValueError"
+    expect_value_error(
+        lambda: mgr.allocate_slots(b, 2, 0, b_hits),
+        "allocate_slots(b, 2, num_new_computed_tokens=0, new_computed_blocks=<1 hit block>)",
+        "the hits must cover exactly num_new_computed_tokens tokens (len(blocks) * "
+        "block_size), too many blocks as well as too few",
     )
     # A hit count that is not a whole number of blocks: one block cannot cover BS + 1 tokens.
-    try:
-        mgr.allocate_slots(b, 2, BS + 1, b_hits)
-        raised = False
-    except ValueError:
-        raised = True
-    assert raised, (
+    expect_value_error(
+        lambda: mgr.allocate_slots(b, 2, BS + 1, b_hits),
         f"allocate_slots(b, 2, num_new_computed_tokens={BS + 1}, new_computed_blocks=<1 hit "
-        f"block>) was accepted: 1 block of {BS} tokens covers {BS} tokens, not {BS + 1}, so "
-        f"token {BS} would count as computed with no KV behind it; compare len(blocks) * "
-        "block_size with num_new_computed_tokens (not len(blocks) with num_new_computed_tokens "
-        "// block_size), else ValueError"
+        "block>)",
+        f"1 block of {BS} tokens covers {BS} tokens, not {BS + 1}, so token {BS} would count as "
+        "computed with no KV behind it; compare len(blocks) * block_size with "
+        "num_new_computed_tokens (not len(blocks) with num_new_computed_tokens // block_size)",
     )
     expect_value_error(
         lambda: mgr.allocate_slots(b, 0, BS, b_hits),

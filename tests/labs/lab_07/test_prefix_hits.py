@@ -206,7 +206,8 @@ def test_lookup_changes_nothing():
 
 @graded(
     1,
-    "Prefix-cache hits: with enable_caching=False nothing is hashed and nothing hits",
+    "Prefix-cache hits: with enable_caching=False nothing is hashed, nothing hits and no "
+    "lookup is recorded",
     f"{DOC}#prefix-cache-hits",
 )
 def test_caching_disabled():
@@ -220,6 +221,15 @@ def test_caching_disabled():
     )
     d.add("b", list(range(9)))
     assert d.lookup("b") == [[], 0], "caching is off: no hit"
+    d = driver(enable_caching=False, log_stats=True)
+    d.add("a", list(range(9)))
+    d.lookup("a")
+    stats = d.stats()
+    assert stats is not None and not any(stats), (
+        "caching is off, so get_computed_blocks makes no lookup and records none in "
+        "prefix_cache_stats (it returns before recording, as upstream's does): expected the "
+        f"counters (requests, queries, hits, preempted_*) all 0, got {stats}"
+    )
     # The control: the same two requests with caching on do hit.
     d = driver()
     d.add("a", list(range(9)))

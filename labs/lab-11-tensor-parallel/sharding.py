@@ -151,7 +151,8 @@ def check_tensor_parallel_size(config: Any, tp_size: int) -> TPShapes:
     raise NotImplementedError(
         "lab-11: check_tensor_parallel_size — ValueError (naming the numbers) unless tp_size is "
         "a positive int dividing the query heads, dividing or a multiple of the KV heads, "
-        "dividing the MLP width and the padded vocabulary; else the per-rank TPShapes"
+        "dividing the MLP width and the padded vocabulary (checked in that order); else the "
+        "per-rank TPShapes"
     )
 
 
@@ -207,7 +208,7 @@ def bytes_per_block_per_rank(
     """
     raise NotImplementedError(
         "lab-11: bytes_per_block_per_rank — bytes_per_block with the rank's KV heads, max(1, KV "
-        "heads // tp_size)"
+        "heads // tp_size); ValueError for a tp_size below 1"
     )
 
 

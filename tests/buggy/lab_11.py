@@ -430,4 +430,28 @@ MUTANTS = [
         "asked for the same model at a size that splits",
         caught_by="test_check.py::test_refuses_query_heads_that_do_not_split",
     ),
+    Mutant(
+        name="tp_zero_left_to_the_division",
+        file=FILE,
+        find="    _check_positive(tensor_parallel_size=tensor_parallel_size)\n"
+        "    # The rule of mini_vllm",
+        replace="    # The rule of mini_vllm",
+        why="a tensor_parallel_size of 0 ends in a ZeroDivisionError from the floor division "
+        "instead of a ValueError that names the argument (found by a blind implementation)",
+        caught_by="test_kv_sizing.py::test_bytes_per_block_per_rank",
+    ),
+    Mutant(
+        name="kv_heads_checked_before_the_query_heads",
+        file=FILE,
+        find="    if total_heads % tp_size != 0:",
+        replace="""    if tp_size < total_kv and total_kv % tp_size != 0:
+        raise ValueError(
+            f"the model's {total_kv} KV heads are not divisible by tensor_parallel_size "
+            f"({tp_size})"
+        )
+    if total_heads % tp_size != 0:""",
+        why="the KV heads checked first: SmolLM2 at TP=2 is refused for its 3 KV heads, and "
+        "the message never says that its 9 query heads split only 1, 3 or 9 ways",
+        caught_by="test_check.py::test_refuses_query_heads_that_do_not_split",
+    ),
 ]

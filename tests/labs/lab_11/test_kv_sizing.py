@@ -13,7 +13,7 @@ KiB, GiB = 2**10, 2**30
 @graded(
     3,
     "bytes_per_block_per_rank = bytes_per_block with max(1, kv // tp) KV heads: the "
-    "rank's share, and never below one head (replicated)",
+    "rank's share, and never below one head (replicated); ValueError for tp < 1",
     KV_BLOCKS,
 )
 def test_bytes_per_block_per_rank():

@@ -601,4 +601,28 @@ MUTANTS = [
         "while a head's lse are close, exp(5000) = inf once they are thousands apart",
         caught_by="test_split_k.py::test_merge_splits_large_lse_do_not_overflow",
     ),
+    Mutant(
+        name="cache_write_returns_the_caches",
+        file=FILE,
+        find="    value_cache[kept // block_size, kept % block_size] = value[valid]\n",
+        replace="    value_cache[kept // block_size, kept % block_size] = value[valid]\n"
+        "    return key_cache, value_cache\n",
+        why="the write is right but the caches are also returned, against the stub's -> None "
+        "and upstream's op (found by a blind implementation); it costs the one test about the "
+        "return value, no longer the scatter's points as well",
+        caught_by="test_cache_write.py::test_reshape_and_cache_returns_none",
+    ),
+    Mutant(
+        name="attend_split_returns_the_querys_dtype",
+        file=FILE,
+        find="    return partial.reshape(num_heads, head_dim), lse.reshape(num_heads)\n",
+        replace="    return (\n"
+        "        partial.reshape(num_heads, head_dim).astype(query.dtype),\n"
+        "        lse.reshape(num_heads).astype(query.dtype),\n"
+        "    )\n",
+        why="the piece computed in float32 but cast back to float16 on return: the merge then "
+        "weighs float16 lse values (found by a blind implementation, which read 'return the "
+        "query's dtype' as meant for every function)",
+        caught_by="test_split_k.py::test_attend_split_compute_dtype",
+    ),
 ]

@@ -129,8 +129,9 @@ def test_attend_split_of_no_keys():
     )
     assert partial.dtype == np.float32 and lse.dtype == np.float32, (
         f"no float16 keys: partial and lse must be float32 (the compute dtype, as for a piece "
-        f"with keys), got {partial.dtype} and {lse.dtype}: np.zeros(shape) is float64, pass "
-        "the dtype"
+        f"with keys), got {partial.dtype} and {lse.dtype}: float64 is np.zeros(shape) without "
+        "a dtype; float16 is a result cast back to the query's dtype, which only the decode "
+        "does"
     )
 
 
@@ -149,8 +150,8 @@ def test_attend_split_compute_dtype():
     partial, lse = split_result(pa().attend_split(query, key, value, 0.35), "float16 inputs")
     assert np.float16 not in (partial.dtype, lse.dtype), (
         f"attend_split of float16 inputs returned a {partial.dtype} partial and a {lse.dtype} "
-        "lse: the piece was computed in float16; cast to the compute dtype (_compute_dtype: "
-        "float32) before the scores"
+        "lse: compute in _compute_dtype (float32 here) from the scores on, and return the "
+        "piece in it, not cast back to the query's dtype (only the decode's result is)"
     )
     want_partial, want_lse = oracle_split(
         query.astype(np.float64), key.astype(np.float64), value.astype(np.float64), 0.35

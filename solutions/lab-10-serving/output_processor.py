@@ -76,7 +76,7 @@ class IncrementalDetokenizer:
         self.read_offset = len(context)
         self.output_token_ids: list[int] = []
         self.output_text = ""
-        self._num_sent_chars = 0  # of output_text already handed out by get_next_output_text
+        self._num_sent_chars = 0  # of output_text already handed out as deltas (delta=True)
 
     def _decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=self.skip_special_tokens)

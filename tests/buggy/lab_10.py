@@ -799,4 +799,25 @@ MUTANTS = [
         "'world') leaves a trace, a space here",
         caught_by="test_stop_strings.py::test_stop_terminated_token_left_out",
     ),
+    Mutant(
+        name="delta_false_marks_the_text_sent",
+        file=FILE,
+        find="        if not delta:\n            return self.output_text[:length]\n",
+        replace="        if not delta:\n"
+        "            self._num_sent_chars = max(self._num_sent_chars, length)\n"
+        "            return self.output_text[:length]\n",
+        why="a delta=False call counted as handing the text out: a stream asked for the whole "
+        "text first gets only empty deltas (found by a blind implementation, which read "
+        "'what earlier calls handed out' as any call)",
+        caught_by="test_detokenize.py::test_ascii_one_token_a_step",
+    ),
+    Mutant(
+        name="error_message_reworded",
+        file=FILE,
+        find="state.queue.put_nowait(ValueError(out.error))",
+        replace='state.queue.put_nowait(ValueError(f"request {out.request_id} failed: {out.error}"))',
+        why="the core's message wrapped in words of the processor's own: the client's error "
+        "no longer is the core's, which the README's task row now fixes",
+        caught_by="test_processor.py::test_error_output_fails_the_request",
+    ),
 ]

@@ -298,7 +298,8 @@ class BlockHashToBlockMap:
         self._cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]] = {}
 
     def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
-        """Return a block cached under ``key`` (the earliest cached one), or ``None``."""
+        """Return a block cached under ``key``, or ``None``: any of its duplicates is a correct
+        hit (upstream and the reference return the earliest cached)."""
         raise NotImplementedError(
             "lab-05: BlockHashToBlockMap.get_one_block — return a block cached under key, or "
             "None"

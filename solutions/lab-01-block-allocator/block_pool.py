@@ -297,7 +297,8 @@ class BlockHashToBlockMap:
         self._cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]] = {}
 
     def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
-        """Return a block cached under ``key`` (the earliest cached one), or ``None``."""
+        """Return a block cached under ``key``, or ``None``: any of its duplicates is a correct
+        hit (upstream and the reference return the earliest cached)."""
         blocks = self._cache.get(key)
         if blocks is None:
             return None

@@ -58,7 +58,8 @@ def check_stop(request: Request, max_model_len: int) -> bool:
     or ``max_model_len`` tokens in all), a repeated pattern (``"repetition_detected"``)."""
     raise NotImplementedError(
         "lab-08: check_stop — nothing before min_tokens; then EOS, a stop token (stop_reason), "
-        "max_tokens or max_model_len ends the request"
+        "max_tokens or max_model_len ends the request; last, a pattern repeated at the end of "
+        "the output"
     )
 
 

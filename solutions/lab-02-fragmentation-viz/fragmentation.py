@@ -252,7 +252,8 @@ class StepStats:
         blocked: The waiting request refused this step although ``free_tokens`` was enough for
             it (external fragmentation), else ``None``.
         external_tokens: ``free_tokens`` when ``blocked`` is set, else 0.
-        preempted: Requests preempted this step (paged only), most recent first.
+        preempted: Requests preempted this step (paged only), in the order they were
+            preempted: the most recently admitted first.
     """
 
     step: int
@@ -329,9 +330,9 @@ def simulate(
 ) -> Simulation:
     """Replay ``trace`` step by step on ``allocator``, measuring the memory at every step.
 
-    See the module docstring for the order of events within a step. Requests that arrive at the
-    same step queue in trace order. The simulation ends after the step in which the last
-    request finishes.
+    The order of events within a step is the model of the module docstring (and of lab-02's
+    README). Requests that arrive at the same step queue in trace order. The simulation ends
+    after the step in which the last request finishes.
 
     Raises:
         ValueError: for a malformed trace, or a request that could not run even alone.

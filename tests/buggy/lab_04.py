@@ -542,4 +542,14 @@ MUTANTS = [
         "brings its neighbours' values (an inf there makes the scores nan)",
         caught_by="test_decode.py::test_decode_random_batches",
     ),
+    Mutant(
+        name="ieee_dot_without_the_float32_cast",
+        file=FILE,
+        find='s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")',
+        replace='s = tl.dot(q, tl.trans(k), input_precision="ieee")',
+        why="IEEE_DOT read as the precision flag alone: the operands stay bf16, which the "
+        "interpreter's tl.dot gets wrong by orders of magnitude (found by a blind "
+        "implementation; on a GPU the flag is only set for fp32 caches, where it is harmless)",
+        caught_by="test_decode.py::test_decode_half_precision",
+    ),
 ]

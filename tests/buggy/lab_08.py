@@ -1142,4 +1142,24 @@ MUTANTS = [
         "cannot give its whole share",
         caught_by="test_schedule.py::test_without_chunked_prefill",
     ),
+    Mutant(
+        name="repetition_over_all_token_ids",
+        file=FILE,
+        find="check_sequence_repetition(request.output_token_ids, repetition)",
+        replace="check_sequence_repetition(request.all_token_ids, repetition)",
+        why="the repetition searched over prompt and output together: a prompt that ends the "
+        "way the output begins completes a 'loop' early (found by a blind implementation, when "
+        "the README did not say which tokens)",
+        caught_by="test_stop.py::test_repetition_stops_the_request",
+    ),
+    Mutant(
+        name="preempt_clears_is_prefill_chunk",
+        file=FILE,
+        find="        request.num_computed_tokens = 0\n",
+        replace="        request.num_computed_tokens = 0\n        request.is_prefill_chunk = False\n",
+        why="preemption clears the flag that describes the step still in flight: a runner that "
+        "then hands back tokens for that step's partial chunk is no longer refused (found by a "
+        "blind implementation)",
+        caught_by="test_aborts.py::test_update_from_output_checks_the_runner",
+    ),
 ]

@@ -249,8 +249,10 @@ def test_paged_free_returns_the_blocks():
     assert "A" not in alloc.block_tables, (
         f"a freed request has no block table: {alloc.block_tables}"
     )
-    assert list(alloc.free_block_ids) == [2, 3, 0, 1], (
-        f"free lists the blocks after those already free: {list(alloc.free_block_ids)}"
+    got = list(alloc.free_block_ids)
+    assert got[:2] == [2, 3] and sorted(got[2:]) == [0, 1], (
+        f"A's blocks 0 and 1 go back after the blocks already free, 2 and 3: expected "
+        f"[2, 3, 0, 1] (or [2, 3, 1, 0], tail first as vLLM frees), got {got}"
     )
     free = alloc.num_free_tokens()
     assert free == 16, f"after the free every slot is free again (16): got {free}"

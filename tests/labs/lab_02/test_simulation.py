@@ -172,7 +172,8 @@ def test_arrivals_and_idle_steps():
     "Paged preemption: a running request that cannot get a block preempts the most "
     "recently admitted one (which keeps its tokens and goes back to the FRONT of the "
     "queue); nothing is admitted in that step; every preemption counts, and a step's "
-    "preempted lists them most recent first",
+    "preempted lists them in the order they were preempted (the most recently admitted "
+    "first)",
     f"{DOC}#preemption",
 )
 def test_preemption_newest_first():

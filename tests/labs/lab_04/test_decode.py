@@ -202,7 +202,14 @@ def test_decode_half_precision():
     for dtype in ("float16", "bfloat16"):
         for num_splits in (1, 4):
             got, want, tol = run_decode(mod, case, dtype, num_splits=num_splits)
-            assert_close(got, want, tol, f"{dtype}, {num_splits} split(s)")
+            huge = np.abs(np.nan_to_num(np.asarray(got, dtype=np.float64))).max() > 1e4
+            where = f"{dtype}, {num_splits} split(s)"
+            if huge and dtype == "bfloat16" and device() != "cuda":
+                where += (
+                    " (outputs near 1e9: the interpreter's tl.dot of bf16 operands is wrong; "
+                    "under IEEE_DOT cast q, k and v to tl.float32 before the dots)"
+                )
+            assert_close(got, want, tol, where)
     torch = torch_module()
     dev = device()
     small = make_case(12, [20], 16, 4, 2)

@@ -176,9 +176,9 @@ def test_abort_between_schedule_and_update():
 @graded(
     2,
     "update_from_output checks what the runner hands back: tokens count only for requests "
-    "scheduled in this step and still unfinished (unknown, finished or unscheduled ones "
-    "are ignored, an empty list is no token); tokens for a request mid-prefill are a "
-    "runner bug: ValueError, and nothing is applied",
+    "scheduled in this step and still unfinished (unknown, finished or unscheduled decoding "
+    "ones are ignored, an empty list is no token); tokens for a request mid-prefill, "
+    "scheduled or not, are a runner bug: ValueError, and nothing is applied",
     f"{DOC}#chunked-prefill",
 )
 def test_update_from_output_checks_the_runner():

@@ -208,8 +208,9 @@ def test_priority_a_request_that_preempts_itself_stops_the_loop():
 @graded(
     1,
     "Advancing the computed-token count touches only the requests this step scheduled: a "
-    "running request the pass left out keeps num_computed_tokens and is_prefill_chunk (it is "
-    "decoding, not mid-prefill), so a token the runner hands back for it is ignored",
+    "running request the pass left out keeps num_computed_tokens and is_prefill_chunk, so a "
+    "token the runner hands back for it is ignored if it is decoding, and still a runner "
+    "error (ValueError) if it is mid-prefill",
     f"{DOC}#advancing-the-computed-token-count",
 )
 def test_requests_left_out_of_the_step_keep_their_progress():

@@ -202,9 +202,12 @@ def test_decode_half_precision():
     for dtype in ("float16", "bfloat16"):
         for num_splits in (1, 4):
             got, want, tol = run_decode(mod, case, dtype, num_splits=num_splits)
-            huge = np.abs(np.nan_to_num(np.asarray(got, dtype=np.float64))).max() > 1e4
             where = f"{dtype}, {num_splits} split(s)"
-            if huge and dtype == "bfloat16" and device() != "cuda":
+            if (
+                dtype == "bfloat16"
+                and device() != "cuda"
+                and np.abs(np.nan_to_num(got)).max() > 1e4
+            ):
                 where += (
                     " (outputs near 1e9: the interpreter's tl.dot of bf16 operands is wrong; "
                     "under IEEE_DOT cast q, k and v to tl.float32 before the dots)"

@@ -62,3 +62,36 @@ def test_lab_readmes_start_with_files_and_command():
         assert f"make {lab.id}" in head, f"{readme}: say the command to run near the top"
         for filename in lab.files:
             assert filename in head, f"{readme}: name {filename} near the top"
+
+
+def lab_file_claims(text: str) -> list[tuple[str, str]]:
+    """``(lab folder, file)`` for each lab link followed closely by a backticked ``.py`` name.
+
+    The course table and the phase pages write "[lab-09](…/README.md) `model_inputs.py`" or
+    "(`make lab-09`, `model_inputs.py`: …)"; the name is the file a learner is told to edit.
+    """
+    text = re.sub(r"\n>\s?", "\n", text)
+    claims = []
+    for link in re.finditer(r"\]\((?:\.\./)*labs/([\w-]+)/README\.md\)", text):
+        after = text[link.end() : link.end() + 60].split("[")[0]
+        if named := re.search(r"`(?:labs/[\w-]+/)?(\w+\.py)`", after):
+            claims.append((link.group(1), named.group(1)))
+    return claims
+
+
+def test_lab_links_name_the_labs_own_files():
+    """A page that names the file of a lab next to its link names one the lab has."""
+    assert lab_file_claims("[lab-09](labs/lab-09-engine/README.md) `model_runner.py` ·") == [
+        ("lab-09-engine", "model_runner.py")
+    ]
+    files = {lab.stub_dir.name: set(lab.files) for lab in LABS}
+    pages = [REPO / "README.md", *sorted(REPO.glob("phases/*/README.md"))]
+    pages += sorted(REPO.glob("docs/*.md")) + sorted(REPO.glob("labs/*/README.md"))
+    wrong = [
+        f"{page.relative_to(REPO)}: {folder} has no {name} (its files: {sorted(files[folder])})"
+        for page in pages
+        for folder, name in lab_file_claims(page.read_text())
+        if folder in files and name not in files[folder]
+    ]
+    assert len(lab_file_claims((REPO / "README.md").read_text())) >= len(LABS) - 1
+    assert not wrong, "\n".join(wrong)

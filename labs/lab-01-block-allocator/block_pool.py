@@ -476,7 +476,8 @@ class BlockPool:
         """Drop one reference on each block; blocks reaching 0 join the free queue in order.
 
         The order is the eviction order: pass the block evicted first, first. A request passes
-        its blocks reversed, so the tail of its chain is evicted before the shared head.
+        its blocks reversed, so the tail of its chain is evicted before the shared head. A block
+        listed twice joins at the entry that drops it to 0 (the second, if it held two).
 
         Raises:
             ValueError: for the null block or a block whose ref_cnt is already 0 (double free);

@@ -58,7 +58,7 @@ class TPShapes:
 
 # -- 1. even shares --------------------------------------------------------------------------
 def divide(numerator: int, denominator: int) -> int:
-    """``numerator / denominator`` when it is a whole number; a ValueError otherwise.
+    """``numerator / denominator`` when it is a whole number; a ValueError otherwise (0 too).
 
     Upstream's ``divide`` asserts; a sharding rule that silently floors would hand the last
     rank a short shard, and the model would compute garbage without an error.

@@ -454,4 +454,48 @@ MUTANTS = [
         "the message never says that its 9 query heads split only 1, 3 or 9 ways",
         caught_by="test_check.py::test_refuses_query_heads_that_do_not_split",
     ),
+    Mutant(
+        name="mlp_width_checked_before_the_kv_heads",
+        file=FILE,
+        find="    if tp_size >= total_kv and tp_size % total_kv != 0:",
+        replace="""    if intermediate % tp_size != 0:
+        raise ValueError(f"intermediate_size={intermediate} does not split {tp_size} ways")
+    if tp_size >= total_kv and tp_size % total_kv != 0:""",
+        why="the MLP width checked before the KV heads: a model whose KV heads cannot be shared "
+        "by the ranks is refused for its MLP, and the learner fixes the wrong dimension",
+        caught_by="test_check.py::test_refusals_name_the_first_failing_dimension",
+    ),
+    Mutant(
+        name="vocabulary_checked_before_the_mlp_width",
+        file=FILE,
+        find="    if intermediate % tp_size != 0:",
+        replace="""    if pad_vocab_size(vocab) % tp_size != 0:
+        raise ValueError(f"the vocabulary ({vocab}) does not split {tp_size} ways")
+    if intermediate % tp_size != 0:""",
+        why="the padded vocabulary checked before the MLP width: the message names the wrong "
+        "dimension of a model that fails both",
+        caught_by="test_check.py::test_refusals_name_the_first_failing_dimension",
+    ),
+    Mutant(
+        name="shard_range_divides_before_checking_the_rank",
+        file=FILE,
+        find="""    _check_rank(rank, tp_size)
+    size = divide(total, tp_size)
+    return rank * size, (rank + 1) * size""",
+        replace="""    size = divide(total, tp_size)
+    _check_rank(rank, tp_size)
+    return rank * size, (rank + 1) * size""",
+        why="the total divided before the rank is checked: a call wrong in both ways is blamed "
+        "on the total, and the README's order (_check_rank first) is not kept",
+        caught_by="test_shares.py::test_shard_range_refuses",
+    ),
+    Mutant(
+        name="divide_by_zero_left_to_python",
+        file=FILE,
+        find="if denominator <= 0 or numerator % denominator != 0:",
+        replace="if numerator % denominator != 0:",
+        why="a denominator of 0 raises ZeroDivisionError, a second kind of refusal the "
+        "callers (and the README) do not expect",
+        caught_by="test_shares.py::test_divide_is_exact_or_refuses",
+    ),
 ]

@@ -375,8 +375,9 @@ def test_freeing_the_null_block_is_an_error():
     with pytest.raises(ValueError) as raised:
         pool.free_blocks([pool.null_block])
     assert "null" in str(raised.value).lower(), (
-        "freeing the null block must raise a ValueError that names the null block (check "
-        f"is_null before the ref_cnt), got: {raised.value}"
+        "freeing the null block must raise a ValueError whose message says it is the null "
+        "block (the word 'null'; a message about block 0 or a double free does not say why), "
+        f"got: {raised.value}"
     )
     free = check_pool(pool)
     assert free == [1, 2, 3], f"a refused free of the null block changes nothing: got {free}"

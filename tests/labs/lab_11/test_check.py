@@ -146,6 +146,30 @@ def test_refuses_mlp_width_and_vocabulary():
     assert_accepted(model(4, 4, 96, 128), 4, "vocabulary 128", EVERY_SIZE)
 
 
+@graded(
+    1,
+    "the checks run in the README's order (query heads, KV heads, MLP width, padded "
+    "vocabulary), and a model that fails two is refused for the first: the message names it",
+    KV_HEADS,
+)
+def test_refusals_name_the_first_failing_dimension():
+    """12 heads, 4 KV heads and an MLP 1000 wide at TP=6 fail the KV heads, the MLP width and
+    the vocabulary of 128; 3 heads, an MLP 100 wide and a vocabulary of 128 at TP=3 fail the
+    last two."""
+    message = refusal(model(12, 4, 1000, 128), 6, "12 heads, 4 KV heads, MLP width 1000")
+    lowered = message.lower()
+    assert ("kv" in lowered or "key" in lowered) and 1000 not in numbers(message), (
+        f"12 heads, 4 KV heads, MLP width 1000 at TP=6: the KV heads are checked before the MLP "
+        f"width, so the refusal names the 4 KV heads, not the width 1000: {message!r}"
+    )
+    message = refusal(model(3, 3, 100, 128), 3, "MLP width 100, vocabulary 128")
+    assert 100 in numbers(message) and "vocab" not in message.lower(), (
+        f"MLP width 100 and a vocabulary of 128 at TP=3: the MLP width is checked before the "
+        f"vocabulary, so the refusal names the width 100 and not the vocabulary: {message!r}"
+    )
+    assert_accepted(model(12, 4, 1000, 128), 4, "12 heads, 4 KV heads, MLP 1000", EVERY_SIZE)
+
+
 @graded(1, "tensor_parallel_size must be a positive int: 0, -2, 2.0 and True are refused", KV_HEADS)
 def test_refuses_sizes_that_are_not_positive_ints():
     """0, -2, 2.0 and True (bool is an int in Python, but not a size)."""

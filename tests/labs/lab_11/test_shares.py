@@ -13,8 +13,9 @@ from tests.labs.lab_11.support import KV_HEADS, SHARES, check_table, numbers, sh
 
 @graded(
     2,
-    "divide: the exact quotient, or a ValueError naming both numbers; a sharding rule "
-    "that floors hands the ranks short shards without an error",
+    "divide: the exact quotient, or a ValueError naming both numbers (a denominator of 0 "
+    "is a ValueError too); a sharding rule that floors hands the ranks short shards "
+    "without an error",
     SHARES,
 )
 def test_divide_is_exact_or_refuses():
@@ -58,11 +59,17 @@ def test_shard_ranges_tile_the_dimension(tp: int, size: int):
 )
 def test_shard_range_refuses():
     """10 rows over 4 ranks, rank 4 of 4, rank -1; and beside them, the valid calls they
-    spoil (a check that refuses everything is not a check)."""
+    spoil (a check that refuses everything is not a check). Both wrong: the rank's error."""
     check_table(
         "shard_range",
         [[10, 0, 4], [10, 3, 4], [12, 4, 4], [12, -1, 4], [12, 0, 0], [12, 3, 4], [10, 1, 2]],
         "shard_range must refuse only what does not split",
+    )
+    outcome = side().outcomes("shard_range", [[10, 5, 4]])[0]
+    assert outcome[0] == "error" and 10 not in numbers(str(outcome[2])), (
+        "shard_range(10, 5, 4): rank 5 is outside the group of 4 and 10 rows do not split 4 "
+        "ways; the rank is checked first (_check_rank), so the error is about rank 5, not "
+        f"about 10: {show(outcome)}"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -43,3 +44,17 @@ def test_the_working_tree_is_counted() -> None:
     counts = count(None)
     assert "mini_vllm/core" in counts and "mini_vllm/teaching" not in counts
     assert total(counts)["code"] > 1000
+
+
+def test_the_engine_tour_counts_todays_lines():
+    """Phase 01 compares upstream's scheduler and runner with ours by line count; ours move."""
+    tour = (ROOT / "phases/01-engine-tour/README.md").read_text()
+    stated = re.search(r"mini-vLLM's are ([\d,]+) and ([\d,]+)\.", tour)
+    assert stated, "phase 01 no longer states the two line counts: update this test"
+    for said, path in zip(
+        stated.groups(), ["core/sched/scheduler.py", "worker/model_runner.py"], strict=True
+    ):
+        lines = len((ROOT / "mini_vllm" / path).read_text().splitlines())
+        assert abs(int(said.replace(",", "")) - lines) <= lines // 10, (
+            f"phases/01-engine-tour/README.md: mini_vllm/{path} has {lines} lines, not {said}"
+        )

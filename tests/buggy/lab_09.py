@@ -595,4 +595,24 @@ MUTANTS = [
         "narrower than max_num_blocks_per_req",
         caught_by="test_prepare_inputs.py::test_make_block_tables_pads_with_the_null_block",
     ),
+    Mutant(
+        name="max_lengths_as_numpy_scalars",
+        file=FILE,
+        find="""        max_query_len=int(scheduled.max()),
+        max_seq_len=int(seq_lens.max()),""",
+        replace="""        max_query_len=scheduled.max(),
+        max_seq_len=seq_lens.max(),""",
+        why="the two lengths left as numpy.int64: ModelInputs declares them int, and code that "
+        "checks for an int (or serializes the inputs) refuses them",
+        caught_by="test_prepare_inputs.py::test_dtypes_and_shapes",
+    ),
+    Mutant(
+        name="tables_longer_than_needed_refused",
+        file=FILE,
+        find="    too_few_blocks = blocks_needed > num_blocks\n",
+        replace="    too_few_blocks = blocks_needed != num_blocks\n",
+        why="a table must hold exactly the blocks its tokens need: a request whose table "
+        "already holds the block for its next tokens (allocated ahead) is refused",
+        caught_by="test_prepare_inputs.py::test_block_tables_of_the_mixed_batch",
+    ),
 ]

@@ -36,6 +36,7 @@ def judge_inputs(got: Any) -> Any:
     """What the learner's ``prepare_inputs`` returned, as the judge's own ``ModelInputs``: each
     field read from the learner process, a torch tensor (by value) of whole numbers, or a whole
     number, each in ``[0, LIMIT)``."""
+    import numpy as np
     import torch
 
     from mini_vllm.worker.model_inputs import ModelInputs
@@ -44,7 +45,9 @@ def judge_inputs(got: Any) -> Any:
     for field in dataclasses.fields(ModelInputs):
         value, what = getattr(got, field.name), f"prepare_inputs(...).{field.name}"
         if field.name.startswith("max_"):
-            value = as_int(value, what)
+            # A numpy integer crosses as the judge's own numpy scalar: the dtypes test grades
+            # the type, and the engine here gets the same number either way.
+            value = as_int(int(value) if isinstance(value, np.integer) else value, what)
             low = high = value
         elif isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
             low, high = (int(value.min()), int(value.max())) if value.numel() else (0, 0)

@@ -22,6 +22,8 @@ import inspect
 import json
 import os
 import resource
+import select
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -37,6 +39,7 @@ _BUILTIN_EXCEPTIONS = {
 CLONE_NEWNS = 0x00020000
 MS_BIND, MS_REC, MS_PRIVATE, MS_RDONLY, MS_NOSUID, MS_NODEV = 4096, 16384, 1 << 18, 1, 2, 4
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
 
 
 # -- the sandbox ------------------------------------------------------------------------------
@@ -175,6 +178,25 @@ def _drop_privileges(uid: int) -> None:
         raise RuntimeError("could not drop privileges")
 
 
+def _die_with_the_judge(config: dict[str, Any]) -> None:
+    """Be killed with the process that started this one, whatever the learner code does.
+
+    That process is the judge, or ``unshare``, which the judge's death kills in turn. A judge
+    stopped by the grader (the suite's budget, a stuck test) never gets to kill this process
+    itself, and learner code that never reads its requests would never notice. Changing the
+    uid clears the setting, so it is made after the drop; a judge that died before it is seen
+    through its parent id (outside a PID namespace) or its closed end of the request pipe.
+    """
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    parent = config.get("parent")
+    if parent is not None and not config.get("namespace") and os.getppid() != parent:
+        os._exit(70)
+    poll = select.poll()
+    poll.register(config["fd_in"], select.POLLHUP)
+    if poll.poll(0):
+        os._exit(70)
+
+
 def enter_sandbox(config: dict[str, Any]) -> Path:
     """Close the sandbox; return the folder the learner code works in."""
     if config.get("namespace"):
@@ -191,6 +213,7 @@ def enter_sandbox(config: dict[str, Any]) -> Path:
         _drop_privileges(uid)
     elif config.get("namespace"):
         _drop_capabilities()
+    _die_with_the_judge(config)
     os.chdir(work)
     os.environ.clear()
     os.environ.update(config["env"])

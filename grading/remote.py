@@ -97,6 +97,19 @@ def _exception_class(builtin_name: str) -> type[LearnerError]:
     return cls
 
 
+def _instantiate(types: list[str], message: str) -> LearnerError:
+    """The judge's twin of the learner's exception, from the nearest builtin base whose
+    constructor takes one message: ``UnicodeDecodeError`` wants five arguments, so a learner's
+    one arrives as a ``UnicodeError`` (still a ``ValueError``), an ``ExceptionGroup`` as an
+    ``Exception``."""
+    for name in types:
+        try:
+            return _exception_class(name)(message)
+        except TypeError:
+            continue
+    return LearnerError(message)
+
+
 class _TypeInfo:
     __slots__ = ("methods", "name")
 
@@ -242,7 +255,7 @@ class Connection:
             )
         if first == "NotImplementedError":
             return LearnerNotStarted(message)
-        exc = _exception_class(first)(message)
+        exc = _instantiate([*types, "Exception"], message)
         exc.learner_type, exc.where = name, where
         exc.args = (message,)
         exc.display = text  # type: ignore[attr-defined]

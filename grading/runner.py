@@ -30,7 +30,7 @@ from typing import Any
 from grading import protocol
 from grading.labs import REPO_ROOT, Lab, load_lab, order_key
 from grading.protocol import TestInfo, TestResult
-from grading.sandbox import stage
+from grading.sandbox import LEARNER_UID_ENV, end_learners, new_learner_uid, stage
 from grading.suite import IMPL_ENV
 
 #: The judge's own output goes to a log file capped at this size.
@@ -118,8 +118,9 @@ class SuiteRunner:
         self.judge_tmp.mkdir(mode=0o700)
 
     # -- one judge -------------------------------------------------------------------------
-    def _env(self) -> dict[str, str]:
+    def _env(self, learner_uid: int) -> dict[str, str]:
         env = dict(os.environ)
+        env[LEARNER_UID_ENV] = str(learner_uid)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(
             os.pathsep
         )
@@ -143,6 +144,9 @@ class SuiteRunner:
             args.append("--needs-torch")  # a GPU is looked for; on one, no address-space cap
         read_fd, write_fd = os.pipe()
         log_path = self.workdir / f"judge-{secrets.token_hex(4)}.log"
+        # The judge's learner processes run as this uid: whatever way the judge ends (a kill
+        # at the budget included, which leaves it no chance to end them), they end after it.
+        learner_uid = new_learner_uid()
         isolated = ["-P"] if sys.version_info >= (3, 11) else []
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
@@ -165,7 +169,7 @@ class SuiteRunner:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
-                env=self._env(),
+                env=self._env(learner_uid),
                 pass_fds=(write_fd,),
                 preexec_fn=_limit_child,
             )
@@ -218,6 +222,7 @@ class SuiteRunner:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=DONE_GRACE)
             _kill_group(proc)
+        end_learners(learner_uid)
         tail = _tail(log_path)
         log_path.unlink(missing_ok=True)
         return ChildExit(events, proc.returncode, timed_out_on, tail)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -423,9 +424,32 @@ def remove_owned_by(uid: int) -> None:
                         os.unlink(entry.path)
 
 
-def _learner_uid() -> int:
+PR_SET_PDEATHSIG = 1
+
+#: The uid a judge's learner processes run as, chosen by the grader that starts the judge, so
+#: that the grader can end them even when it had to kill the judge first (``end_learners``).
+LEARNER_UID_ENV = "MINI_VLLM_LEARNER_UID"
+
+
+def new_learner_uid() -> int:
     """An unused uid, different for each judge, far above any real account."""
     return 200_000 + secrets.randbelow(700_000)
+
+
+def _learner_uid() -> int:
+    given = os.environ.get(LEARNER_UID_ENV, "")
+    return int(given) if given.isdigit() and int(given) >= 200_000 else new_learner_uid()
+
+
+def end_learners(uid: int) -> None:
+    """What a judge's learner processes left, ended by the grader after the judge: every
+    process of ``uid`` (a namespace dies with its first process) and, outside a namespace,
+    what the uid left in shared folders. Only root can; other modes have no uid of their own,
+    and there the learner process dies with the process that started it (PR_SET_PDEATHSIG)."""
+    if os.geteuid() != 0:
+        return
+    kill_uid(uid)
+    remove_owned_by(uid)
 
 
 def launch(
@@ -475,6 +499,7 @@ def launch(
         "python": sorted({*_python_folders(), *_package_folders()}),
         "tmp_mib": limits.tmp_mib,
         "uid": learner_uid,
+        "parent": os.getpid(),
         "env": env,
         "site": _package_folders(),
         "preload": list(preload),
@@ -492,6 +517,13 @@ def launch(
         "import learner_host; learner_host.main()"
     )
     argv = [sys.executable, "-I", "-c", bootstrap, json.dumps(config)]
+    judge, libc = os.getpid(), ctypes.CDLL(None, use_errno=True)
+
+    def die_with_the_judge() -> None:  # in the child, before exec: see learner_host
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != judge:
+            os._exit(70)
+
     if namespaced:
         argv = ["unshare", *(USERNS if mode == "userns" else []), *UNSHARE, *argv]
     try:
@@ -504,6 +536,7 @@ def launch(
             start_new_session=True,
             cwd=staging.root,
             env=env,
+            preexec_fn=die_with_the_judge,
         )
     finally:
         os.close(to_r)

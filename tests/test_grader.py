@@ -193,7 +193,7 @@ def test_the_judges_temporary_files_go_with_the_grade(tmp_path):
 
     lab = load_lab("lab-01")
     runner = SuiteRunner(lab, lab.solution_dir)
-    env = runner._env()
+    env = runner._env(learner_uid=300_000)
     judge_tmp = Path(env["TMPDIR"])
     assert judge_tmp.parent == runner.workdir and judge_tmp.stat().st_mode & 0o077 == 0
     seen = subprocess.run(
@@ -300,3 +300,17 @@ def test_the_learner_process_holds_no_other_implementation_of_a_task(lab_id, tmp
     if lab_id == "lab-09":  # the engine's persistent batch flattens a step too
         assert "mini_vllm/worker/input_batch.py" not in staged, sorted(staged)
     staging.cleanup()
+
+
+def test_a_learner_exception_whose_constructor_wants_more_keeps_its_base():
+    """A learner's ``UnicodeDecodeError`` (a ``ValueError`` whose constructor takes five
+    arguments) reached the judge as a ``TypeError`` raised while rebuilding it, so an honest
+    refusal failed a test's ``pytest.raises(ValueError)``; an ``ExceptionGroup`` likewise."""
+    from grading.remote import LearnerError, _instantiate
+
+    mro = ["UnicodeDecodeError", "UnicodeError", "ValueError", "Exception", "BaseException"]
+    twin = _instantiate(mro, "'utf-8' codec can't decode byte 0xff")
+    assert isinstance(twin, ValueError) and isinstance(twin, LearnerError)
+    assert str(twin) == "'utf-8' codec can't decode byte 0xff"
+    group = _instantiate(["ExceptionGroup", "BaseExceptionGroup", "Exception"], "two errors")
+    assert isinstance(group, LearnerError) and str(group) == "two errors"

@@ -8,6 +8,7 @@ and results.json must be the grader's.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -172,6 +173,39 @@ def test_hang_at_import_is_reported_once(tmp_path):
     results = grade(compose("loop_on_import", tmp_path / "impl"), first=None)
     assert {r.outcome for r in results} == {"timeout"}
     assert time.monotonic() - started < 30, "one import timeout, not one per test"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """``pid: command line`` of every process whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in command:
+            found.append(f"{entry.name}: {command[:120]}")
+    return found
+
+
+def test_no_learner_process_outlives_a_judge_killed_at_the_budget(tmp_path):
+    """Code that spins and never reads its requests, in a suite whose budget runs out before
+    the test's own limit: the grader kills the judge, which never gets to end its learner
+    process; that process must end with it (the learner's uid, killed by the grader, and the
+    parent-death signal), not run on after the grade."""
+    folder = compose("loop_in_method", tmp_path / "spin")
+    lab = dataclasses.replace(LAB, budget=8.0)
+    runner = SuiteRunner(lab, folder, timeout=120.0, preflight=False)
+    tests = [t for t in runner.collect() if "popleft_takes_the_front" in t.nodeid]
+    workdir = str(runner.workdir)
+    results = runner.run(tests)
+    assert [r.outcome for r in results] == ["timeout"], [r.message for r in results]
+    deadline = time.monotonic() + 5
+    while (left := _processes_mentioning(workdir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"learner processes still running after the grade: {left}"
 
 
 def test_crashes_are_named(tmp_path):

@@ -49,10 +49,24 @@ def your_block_bytes(m: Any, path: Path, dtype: str) -> int:
     return whole(m.bytes_per_block(BLOCK_SIZE, layers, kv_heads, head_dim, size), "bytes_per_block")
 
 
+#: The largest KV cache budget a test hands the tiny model's engine (its real cache is a few
+#: hundred kilobytes): budgets are made of the learner's numbers, and the judge's engine
+#: allocates and zeroes what they say.
+MAX_BUDGET = 64 * 1024**2
+
+
 def start_engine(path: Path, **kwargs: Any) -> Any:
     from mini_vllm.llm import LLM
 
     kwargs.setdefault("device", "cpu")
+    budget = kwargs.get("kv_cache_memory_bytes")
+    if budget is not None and budget > MAX_BUDGET:
+        raise AssertionError(
+            f"your formulas give this 2-layer model a KV cache budget of {budget:,} bytes; its "
+            "blocks are 12,288 bytes (2 layers, 2 KV heads, head_dim 24, float32, 16 tokens) "
+            "and its whole cache a few hundred kilobytes: check bytes_per_block and "
+            "min_num_gpu_blocks"
+        )
     return LLM(
         str(path),
         skip_tokenizer_init=True,

@@ -250,7 +250,10 @@ def test_available_kv_cache_memory():
     """80 GiB x 0.9 - 14 GiB = 58 GiB for Llama-2-7B; a model that does not fit gives < 0."""
     m = kv()
     got = m.available_kv_cache_memory(80 * GiB, 0.9, 14 * GiB)
-    assert got == 58 * GiB, f"80 GiB x 0.9 - 14 GiB should be 58 GiB, got {got / GiB:.4f} GiB"
+    assert got == 58 * GiB, (
+        f"80 GiB x 0.9 - 14 GiB should be 58 GiB = {58 * GiB:,} bytes, got {got:,} bytes (the "
+        "share is the float product math.ceil(total * utilization), as upstream computes it)"
+    )
     got = m.available_kv_cache_memory(80 * GiB, 0.5, 10 * GiB)
     assert got == 30 * GiB, (
         f"80 GiB x 0.5 - 10 GiB should be 30 GiB, got {got / GiB:.4f} GiB (is the utilization "

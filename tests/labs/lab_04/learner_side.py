@@ -13,17 +13,45 @@ the same tensors with the same function (the judge imports this file as
 ``tests.labs.lab_04.learner_side``), so hundreds of megabytes of cache never cross.
 
 It imports torch, and the learner's ``triton_paged_attention`` only when a helper runs it.
+
+The kernels are the lab; the launchers around them are given. So every helper runs the
+learner's three kernels through the course's own launchers (a private copy of the staged
+``mini_vllm.attention.triton_paged_attention``, whose kernels are stubs until the learner's are
+put in): launchers edited in the learner's file, to compute the attention without the kernels
+or otherwise, are never called.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
+
+#: The graded kernels: the launchers' module-level names for them.
+KERNELS = ("_reshape_and_cache_kernel", "_paged_decode_kernel", "_merge_splits_kernel")
+_launchers: dict[int, Any] = {}
 
 
 def _learner() -> Any:
-    import triton_paged_attention
+    """The given launchers, calling the kernels of the learner's file."""
+    import triton_paged_attention as learner
 
-    return triton_paged_attention
+    module = _launchers.get(id(learner))
+    if module is None:
+        spec = importlib.util.find_spec("mini_vllm.attention.triton_paged_attention")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # a copy of its own: no other module shares it
+        for name in KERNELS:
+            kernel, stub = getattr(learner, name), getattr(module, name)
+            if type(kernel) is not type(stub):  # what @triton.jit makes, here
+                raise TypeError(
+                    f"{name} must be a @triton.jit kernel, as in the stub; got "
+                    f"{type(kernel).__module__}.{type(kernel).__qualname__}"
+                )
+            setattr(module, name, kernel)
+        _launchers.clear()
+        _launchers[id(learner)] = module
+    return module
 
 
 # -- the cache write -----------------------------------------------------------------------------

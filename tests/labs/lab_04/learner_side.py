@@ -60,6 +60,11 @@ def write_guarded(key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any) -> N
     _learner().reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1], slots)
 
 
+def write(key: Any, value: Any, key_cache: Any, value_cache: Any, slots: Any) -> None:
+    """``reshape_and_cache`` as the engine calls it (the caches come back by value)."""
+    _learner().reshape_and_cache(key, value, key_cache, value_cache, slots)
+
+
 def write_strided(
     qkv: Any,
     value_src: Any,

@@ -395,7 +395,22 @@ def kill_uid(uid: int) -> None:
 #: ``/proc/sysvipc`` tables, with the column of each object's id and the ``ipcrm`` option.
 SYSV_IPC = {"shm": ("shmid", "-m"), "msg": ("msqid", "-q"), "sem": ("semid", "-s")}
 #: Where any user can write: what a learner's uid leaves here is removed after it.
-SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/crash", "/dev/mqueue")
+
+
+def shared_dirs() -> list[str]:
+    """Every folder any user may write to: the usual ones, and any world-writable folder one
+    level under ``/``, ``/var``, ``/run`` and ``/dev`` (images differ; a red-team helper left a
+    file in ``/run/lock``, which outlived the grade)."""
+    found = {os.path.realpath(p): None for p in SHARED_DIRS if os.path.isdir(p)}
+    for parent in ("/", "/var", "/run", "/dev"):
+        with contextlib.suppress(OSError), os.scandir(parent) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH:
+                        found[os.path.realpath(entry.path)] = None
+    return list(found)
 
 
 def remove_owned_by(uid: int) -> None:
@@ -412,7 +427,7 @@ def remove_owned_by(uid: int) -> None:
                     subprocess.run(
                         ["ipcrm", option, fields[id_column]], capture_output=True, check=False
                     )
-    for folder in SHARED_DIRS:
+    for folder in shared_dirs():
         with contextlib.suppress(OSError), os.scandir(folder) as entries:
             for entry in entries:
                 with contextlib.suppress(OSError):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from grading.suite import graded
 from mini_vllm.engine.detokenizer import IncrementalDetokenizer as ReferenceDetokenizer
-from tests.labs.common import GRADED_SETTINGS, as_int, best_time, timed_call
+from tests.labs.common import GRADED_SETTINGS, as_int, judge_seconds, timed_call
 from tests.labs.lab_10.learner_side import ToyTokenizer
 from tests.labs.lab_10.support import (
     DETOK,
@@ -255,7 +255,7 @@ def test_each_step_decodes_a_few_tokens():
         f"a few tokens; re-decoding the whole output each step is quadratic"
     )
     # The count is kept in the learner process, next to the code it measures; the time is not.
-    ceiling = max(0.1, 25 * best_time(lambda: reference_run(prompt, ids)))
+    ceiling = max(0.1, 25 * judge_seconds(lambda: reference_run(prompt, ids)))
     assert seconds <= ceiling, (
         f"{n} tokens, one a step, took {seconds * 1e3:.0f} ms, more than {ceiling * 1e3:.0f} ms "
         f"(25 times the reference's time on this machine): a step must decode only the window "

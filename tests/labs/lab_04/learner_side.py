@@ -28,14 +28,15 @@ from typing import Any
 
 #: The graded kernels: the launchers' module-level names for them.
 KERNELS = ("_reshape_and_cache_kernel", "_paged_decode_kernel", "_merge_splits_kernel")
-_launchers: dict[int, Any] = {}
+#: One copy of the launchers, for the learner module of the moment.
+_copies: dict[int, Any] = {}
 
 
-def _learner() -> Any:
+def _course_launchers() -> Any:
     """The given launchers, calling the kernels of the learner's file."""
     import triton_paged_attention as learner
 
-    module = _launchers.get(id(learner))
+    module = _copies.get(id(learner))
     if module is None:
         spec = importlib.util.find_spec("mini_vllm.attention.triton_paged_attention")
         assert spec is not None and spec.loader is not None
@@ -49,20 +50,20 @@ def _learner() -> Any:
                     f"{type(kernel).__module__}.{type(kernel).__qualname__}"
                 )
             setattr(module, name, kernel)
-        _launchers.clear()
-        _launchers[id(learner)] = module
+        _copies.clear()
+        _copies[id(learner)] = module
     return module
 
 
 # -- the cache write -----------------------------------------------------------------------------
 def write_guarded(key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any) -> None:
     """``reshape_and_cache`` into ``buf_k[1:-1]`` and ``buf_v[1:-1]`` (views of the buffers)."""
-    _learner().reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1], slots)
+    _course_launchers().reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1], slots)
 
 
 def write(key: Any, value: Any, key_cache: Any, value_cache: Any, slots: Any) -> None:
     """``reshape_and_cache`` as the engine calls it (the caches come back by value)."""
-    _learner().reshape_and_cache(key, value, key_cache, value_cache, slots)
+    _course_launchers().reshape_and_cache(key, value, key_cache, value_cache, slots)
 
 
 def write_strided(
@@ -83,7 +84,7 @@ def write_strided(
     every tensor has its own strides."""
     key = qkv[:, -2 * kv_heads : -kv_heads, :dim]
     value = value_src[:, :, :dim].transpose(0, 1)
-    _learner().reshape_and_cache(
+    _course_launchers().reshape_and_cache(
         key,
         value,
         key_buffer[1:-1, 0, :, :, :dim],
@@ -120,7 +121,7 @@ def decode_guarded(
     out = buf_out[1 : 1 + query.shape[0], :, :dim]
     key_cache = buf_k[1:-1, :block_size, :, :dim]
     value_cache = buf_v[1:-1, :block_size, :, :dim]
-    return _learner().paged_attention_decode(
+    return _course_launchers().paged_attention_decode(
         query, key_cache, value_cache, tables, seq_lens, scale, out=out, **options
     )
 
@@ -135,7 +136,7 @@ def decode_plain(
     options: dict[str, Any],
 ) -> Any:
     """``paged_attention_decode`` as the engine calls it: no ``out=``, the launcher allocates."""
-    return _learner().paged_attention_decode(
+    return _course_launchers().paged_attention_decode(
         query, key_cache, value_cache, tables, seq_lens, scale, **options
     )
 
@@ -155,7 +156,7 @@ def write_then_decode(
     learner's write of ``key`` and ``value`` there, then the learner's decode of ``query``."""
     import torch
 
-    mod = _learner()
+    mod = _course_launchers()
     n = key.shape[0]
     slots = mod.compute_slot_mapping(table, torch.arange(n), block_size)
     mod.reshape_and_cache(key, value, key_cache, value_cache, slots.to(key_cache.device))
@@ -217,6 +218,8 @@ def gpu_decode(
     query, key_cache, value_cache, tables, seq_lens = gpu_case(
         seed, lens, block_size, num_heads, num_kv_heads
     )
-    out = _learner().paged_attention_decode(query, key_cache, value_cache, tables, seq_lens, scale)
+    out = _course_launchers().paged_attention_decode(
+        query, key_cache, value_cache, tables, seq_lens, scale
+    )
     torch.cuda.synchronize()
     return out

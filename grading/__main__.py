@@ -160,8 +160,25 @@ def _autograder(argv: list[str]) -> int:
     return 0
 
 
+def _gather_submission(argv: list[str]) -> int:
+    from grading.autograder import gather_submission
+
+    parser = argparse.ArgumentParser(
+        prog="python -m grading gather-submission",
+        description="run_autograder's copy of the lab's files out of Gradescope's submission",
+    )
+    parser.add_argument("submission", type=Path)
+    parser.add_argument("dest", type=Path)
+    parser.add_argument("names", nargs="+")
+    args = parser.parse_args(argv)
+    for path in gather_submission(args.submission, args.dest, args.names):
+        print(f"graded: {path.relative_to(args.submission)!r}")
+    return 0
+
+
 COMMANDS = {
     "autograder": _autograder,
+    "gather-submission": _gather_submission,
     "list": _list,
     "reset": _reset,
     "stubs": _stubs,

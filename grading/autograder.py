@@ -14,11 +14,15 @@ submission managed to leave there can never be taken for the grade.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import stat
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from grading.labs import REPO_ROOT, Lab
+from grading.sandbox import copy_regular_file
 
 EXTRAS = {"core": "", "torch": "[torch]", "model": "[model]"}
 
@@ -45,13 +49,14 @@ rm -f "$ROOT/results/results.json"
 # The reference and the suite are the judge's: the submission's user cannot read them.
 chmod -R go-rwx "$ROOT/source" 2>/dev/null || true
 chmod 755 "$WORK" "$WORK/{lab_dir}"
-for name in {files}; do
-  found="$(find "$ROOT/submission" -name "$name" -type f -not -path '*/__MACOSX/*' | head -n 1)"
-  if [ -n "$found" ]; then cp "$found" "$WORK/{lab_dir}/$name"; fi
-done
+trap 'rm -rf "$WORK"' EXIT
 cd "$ROOT/source/course"
 # -P: the working folder never shadows a module (Python >= 3.11; older ones lack the flag).
 SAFE="$("$PYTHON" -c 'import sys; print("-P" if sys.version_info >= (3, 11) else "")')"
+# The lab's files, found anywhere in the submission, copied in Python (grading/autograder.py,
+# gather_submission): never a path passed through the shell's text.
+PYTHONPATH="$ROOT/source/course" "$PYTHON" $SAFE -m grading gather-submission \
+  "$ROOT/submission" "$WORK/{lab_dir}" {files}
 PYTHONPATH="$ROOT/source/course" "$PYTHON" $SAFE -m grading {lab_id} --impl "$WORK/{lab_dir}" \
   --json "$ROOT/results/results.json"
 status=$?
@@ -60,6 +65,31 @@ if [ ! -s "$ROOT/results/results.json" ]; then
     "$status" "Contact the course staff." > "$ROOT/results/results.json"
 fi
 """
+
+
+def gather_submission(submission: Path, dest: Path, names: Sequence[str]) -> list[Path]:
+    """Copy each of the lab's files ``names`` from Gradescope's submission folder into ``dest``.
+
+    Students upload folders, so a file is looked for at any depth: the shallowest match, then
+    the first by path. The walk is Python's, never a shell's: ``find | head -n 1`` split a
+    folder name holding a newline, and ``cp``, as root, then followed a symbolic link the
+    submission named to the reference (a red-team helper's full marks for an untouched stub).
+    Symbolic links to folders are not entered, and only a regular file itself is read
+    (:func:`grading.sandbox.copy_regular_file`). Returns the files copied from.
+    """
+    found: dict[str, tuple[int, str]] = {}
+    for folder, subfolders, filenames in os.walk(submission, followlinks=False):
+        subfolders[:] = [d for d in subfolders if d != "__MACOSX"]
+        depth = len(Path(folder).relative_to(submission).parts)
+        for name in set(filenames) & set(names):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(Path(folder) / name).st_mode):  # links never count
+                    found[name] = min(found.get(name, (depth, folder)), (depth, folder))
+    copied = []
+    for name, (_, folder) in sorted(found.items()):
+        copy_regular_file(Path(folder) / name, dest / name)
+        copied.append(Path(folder) / name)
+    return copied
 
 
 def _course_files(lab: Lab) -> list[Path]:

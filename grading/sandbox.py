@@ -192,7 +192,7 @@ def staged_modules(lab: Lab, sources: list[Path], chained: list[str] | None = No
     return sorted(seen)
 
 
-def _copy_regular_file(src: Path, dest: Path) -> None:
+def copy_regular_file(src: Path, dest: Path) -> None:
     """Copy ``src`` if it is a regular file itself: never through a symbolic link (the grader
     may run as root, and a link can name any file it can read, a solution included), a FIFO or
     a device. Anything else is not staged, and grades as a missing file."""
@@ -215,7 +215,7 @@ def stage(
     root = Path(tempfile.mkdtemp(prefix="mini-vllm-learner-", dir=parent))
     (root / "impl").mkdir()
     for filename in lab.files:
-        _copy_regular_file(impl / filename, root / "impl" / filename)
+        copy_regular_file(impl / filename, root / "impl" / filename)
     (root / "newroot").mkdir()
     host = root / "host"
     host.mkdir()
@@ -247,7 +247,7 @@ def stage(
     for folder, filename, provides in chain or []:
         dest = root / "chain" / Path(folder).name
         dest.mkdir(parents=True, exist_ok=True)
-        _copy_regular_file(Path(folder) / filename, dest / filename)
+        copy_regular_file(Path(folder) / filename, dest / filename)
         chain_dirs.append((Path(folder).name, filename, provides))
     (root / "staging.json").write_text(json.dumps({"chain": chain_dirs}))
     for path in [root, *root.rglob("*")]:

@@ -122,3 +122,21 @@ def test_hostile_submission_gets_its_honest_score(bundle, tmp_path, name):
 def test_empty_submission_scores_zero_with_a_result(bundle, tmp_path):
     data = run_submission(bundle, tmp_path, {})
     assert data["score"] == 0
+
+
+def test_a_folder_name_cannot_make_the_copy_follow_a_link(bundle, tmp_path):
+    """A red-team helper's submission: a symbolic link ``foo`` to a complete file (the reference,
+    which run_autograder had just made root-only; here the solution), and the stub in a folder
+    named ``foo\\nbar``. ``find | head -n 1`` gave ``.../foo``, and ``cp`` (as root) copied
+    through the link: full marks for an untouched stub. The copy is Python's now, and reads
+    regular files only."""
+    lab = load_lab("lab-01")
+    root = tmp_path / "root"
+    submission = root / "submission"
+    data_dir = submission / "foo\nbar"
+    data_dir.mkdir(parents=True)
+    shutil.copy(lab.stub_dir / "block_pool.py", data_dir / "block_pool.py")
+    (submission / "foo").symlink_to(lab.solution_dir / "block_pool.py")
+    (submission / "block_pool.py").symlink_to(lab.solution_dir / "block_pool.py")
+    data = run_submission(bundle, root, {})
+    assert data["score"] == 0, f"the stub scored {data['score']}"

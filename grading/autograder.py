@@ -48,6 +48,8 @@ mkdir -p "$WORK/{lab_dir}" "$ROOT/results"
 rm -f "$ROOT/results/results.json"
 # The reference and the suite are the judge's: the submission's user cannot read them.
 chmod -R go-rwx "$ROOT/source" 2>/dev/null || true
+# Gradescope's record of the student's earlier submissions (their scores) is not the code's.
+chmod go-rwx "$ROOT/submission_metadata.json" 2>/dev/null || true
 chmod 755 "$WORK" "$WORK/{lab_dir}"
 trap 'rm -rf "$WORK"' EXIT
 cd "$ROOT/source/course"

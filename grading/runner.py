@@ -390,17 +390,21 @@ def unfinished_tasks(lab: Lab, folder: Path, filename: str) -> list[str]:
 
     Read from the file's syntax tree (the grader never imports learner code): a task is
     unfinished when its function is missing or its body (after the docstring) starts with
-    ``raise NotImplementedError``, as the stub's does. A file that does not parse counts as
-    unfinished as a whole.
+    ``raise NotImplementedError``, as the stub's does. A file that does not parse, or is not a
+    regular file of a sensible size (a link, a FIFO, a device: never read), counts as unfinished
+    as a whole.
     """
     import ast
 
-    from grading.sandbox import parse_python
+    from grading.sandbox import parse_python, read_regular_file
     from grading.stubs import StubError, _find_function
 
+    text = read_regular_file(folder / filename)
+    if text is None:
+        return ["(not a regular file of at most 4 MiB)"]
     try:
-        tree = parse_python((folder / filename).read_text(errors="replace"))
-    except (OSError, SyntaxError, ValueError):
+        tree = parse_python(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ["(the file does not parse)"]
     unfinished = []
     for qualname in lab.tasks.get(filename, {}):
@@ -431,11 +435,12 @@ def plan_chain(lab: Lab) -> tuple[list[tuple[Path, str, dict]], list[str]]:
     from grading.labs import available_labs
 
     chain, notes = [], []
+    supplied: dict[str, str] = {}  # symbol -> the earlier lab whose file supplies it
     for earlier in available_labs():
         if earlier.kind != "lab" or earlier.number >= lab.number:
             continue
         for filename, provides in earlier.provides.items():
-            if not (earlier.stub_dir / filename).exists():
+            if not os.path.lexists(earlier.stub_dir / filename):
                 continue
             todo = unfinished_tasks(earlier, earlier.stub_dir, filename)
             if todo:
@@ -453,6 +458,15 @@ def plan_chain(lab: Lab) -> tuple[list[tuple[Path, str, dict]], list[str]]:
                 )
                 continue
             chain.append((earlier.stub_dir, filename, provides))
+            symbols = [s for names in provides.values() for s in names]
+            replaced = sorted({supplied[s] for s in symbols if s in supplied})
+            for other in replaced:
+                shared = [s for s in symbols if supplied.get(s) == other]
+                notes.append(
+                    f"--chain: {earlier.id}'s {filename} also holds {', '.join(shared)}; "
+                    f"{lab.id} uses {earlier.id}'s, not {other}'s"
+                )
+            supplied.update(dict.fromkeys(symbols, earlier.id))
     return chain, notes
 
 

@@ -192,6 +192,24 @@ def staged_modules(lab: Lab, sources: list[Path], chained: list[str] | None = No
     return sorted(seen)
 
 
+#: The largest learner file the grader reads as text (a lab file is tens of kilobytes).
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+
+
+def read_regular_file(path: Path, limit: int = MAX_SOURCE_BYTES) -> str | None:
+    """The text of ``path`` if it is a regular file itself (never through a symbolic link, a
+    FIFO that would block, or a device) of at most ``limit`` bytes; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as source:
+        info = os.fstat(source.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        return source.read(limit + 1)[:limit].decode(errors="replace")
+
+
 def copy_regular_file(src: Path, dest: Path) -> None:
     """Copy ``src`` if it is a regular file itself: never through a symbolic link (the grader
     may run as root, and a link can name any file it can read, a solution included), a FIFO or

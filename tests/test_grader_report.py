@@ -3,6 +3,7 @@ order, the "fix first" line, the plain layout, and --chain's fallback. Fast: no 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,22 @@ def test_unfinished_tasks_are_read_from_the_file(tmp_path: Path):
     assert "raise NotImplementedError" in stub
 
 
+def test_a_hostile_earlier_lab_file_is_left_out_of_the_chain(tmp_path: Path):
+    """--chain reads the learner's earlier files before any watchdog runs (a red-team helper):
+    a FIFO blocked the grader for ever, a link was read through, and a file that breaks the
+    parser's recursion crashed it. Each is now an unfinished file, left out with a note."""
+    lab = load_lab("lab-01")
+    not_regular = ["(not a regular file of at most 4 MiB)"]
+    os.mkfifo(tmp_path / "block_pool.py")
+    assert unfinished_tasks(lab, tmp_path, "block_pool.py") == not_regular
+    (tmp_path / "block_pool.py").unlink()
+    (tmp_path / "block_pool.py").symlink_to(lab.solution_dir / "block_pool.py")
+    assert unfinished_tasks(lab, tmp_path, "block_pool.py") == not_regular
+    (tmp_path / "block_pool.py").unlink()
+    (tmp_path / "block_pool.py").write_text("x = y" + ".a" * 1_000_000 + "\n")
+    assert unfinished_tasks(lab, tmp_path, "block_pool.py") == ["(the file does not parse)"]
+
+
 def test_chain_leaves_out_unfinished_earlier_labs(monkeypatch, tmp_path: Path):
     lab = load_lab("lab-07")
     chain, notes = plan_chain(lab)
@@ -218,3 +235,18 @@ def test_narrow_terminals_get_the_plain_layout(monkeypatch, columns, plain):
     monkeypatch.delenv("MINI_VLLM_PLAIN", raising=False)
     rows = [_result("x", "failed", "m")]
     assert (report._layout_width(rows) is None) == plain
+
+
+def test_chain_says_which_earlier_lab_supplies_a_shared_class(monkeypatch):
+    """lab-05's file holds lab-01's classes too (given there): with both labs finished, the
+    chain grades with lab-05's, and says that lab-01's are not the ones in use."""
+    import grading.runner
+
+    monkeypatch.setattr(grading.runner, "unfinished_tasks", lambda *_: [])
+    chain, notes = plan_chain(load_lab("lab-07"))
+    chained = [Path(folder).name for folder, _, _ in chain]
+    assert {load_lab("lab-01").dirname, load_lab("lab-05").dirname} <= set(chained)
+    assert any(
+        "lab-05's block_pool.py also holds" in n and "not lab-01's" in n and "BlockPool" in n
+        for n in notes
+    ), notes

@@ -59,6 +59,33 @@ def judge_inputs(got: Any) -> Any:
     return ModelInputs(**values)
 
 
+def check_against_the_step(got: Any, want: Any, step: int) -> None:
+    """Your inputs for the engine's step ``step`` are the ones the step implies: the same shape
+    and values, field by field, as the reference computes from the same arguments (dtypes are
+    the dtypes test's). Checked before the engine uses them: inputs that recompute every token
+    from position 0 give Hugging Face's tokens too, and a reply of a few bytes a token could
+    otherwise size the judge's attention."""
+    import torch
+
+    for field in dataclasses.fields(want):
+        mine, ref = getattr(got, field.name), getattr(want, field.name)
+        what = f"step {step} of the engine: prepare_inputs(...).{field.name}"
+        if isinstance(ref, int):
+            assert mine == ref, f"{what} is {mine}; this step's is {ref}"
+            continue
+        assert tuple(mine.shape) == tuple(ref.shape), (
+            f"{what} has shape {tuple(mine.shape)}; this step's is {tuple(ref.shape)}"
+        )
+        diff = (mine.long() != ref.long()).flatten().nonzero()
+        if len(diff):
+            i = int(diff[0])
+            raise AssertionError(
+                f"{what} differs from this step's at flat index {i}: "
+                f"{mine.flatten()[i].item()} where {ref.flatten()[i].item()} belongs "
+                f"(the whole field: {torch.as_tensor(mine).flatten()[:12].tolist()}...)"
+            )
+
+
 def generate(batches: int = 1, **options: Any) -> dict[str, Any]:
     """The engine's greedy tokens for PROMPTS, on your ``prepare_inputs``.
 
@@ -76,6 +103,7 @@ def generate(batches: int = 1, **options: Any) -> dict[str, Any]:
 
     from mini_vllm.llm import LLM
     from mini_vllm.sampling_params import SamplingParams
+    from mini_vllm.worker.model_inputs import prepare_inputs as reference_prepare_inputs
 
     mod = runner("prepare_inputs")  # a stub, or a broken import, is reported as such
     try:  # one token, to tell a stub helper (NOT STARTED) before the engine loads a model
@@ -88,7 +116,12 @@ def generate(batches: int = 1, **options: Any) -> dict[str, Any]:
 
     def yours(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
-        return judge_inputs(mod.prepare_inputs(*args, **kwargs))
+        want = reference_prepare_inputs(
+            *args, **kwargs
+        )  # before the call: the arguments are pristine
+        got = judge_inputs(mod.prepare_inputs(*args, **kwargs))
+        check_against_the_step(got, want, calls[0])
+        return got
 
     torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
     llm = LLM(tiny_checkpoint(), skip_tokenizer_init=True, device="cpu", dtype="float32", **options)

@@ -196,31 +196,35 @@ def staged_modules(lab: Lab, sources: list[Path], chained: list[str] | None = No
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
 
-def read_regular_file(path: Path, limit: int = MAX_SOURCE_BYTES) -> str | None:
-    """The text of ``path`` if it is a regular file itself (never through a symbolic link, a
-    FIFO that would block, or a device) of at most ``limit`` bytes; else None."""
+def _regular_file_bytes(path: Path, limit: int | None = None) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file itself, never through a symbolic link (the
+    grader may run as root, and a link can name any file it can read, a solution included), a
+    FIFO that would block, or a device; and of at most ``limit`` bytes. Else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as source:
         info = os.fstat(source.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        if not stat.S_ISREG(info.st_mode):
             return None
-        return source.read(limit + 1)[:limit].decode(errors="replace")
+        if limit is None:
+            return source.read()
+        return source.read(limit) if info.st_size <= limit else None
+
+
+def read_regular_file(path: Path, limit: int = MAX_SOURCE_BYTES) -> str | None:
+    """The text of ``path`` if it is a regular file itself of at most ``limit`` bytes."""
+    data = _regular_file_bytes(path, limit)
+    return None if data is None else data.decode(errors="replace")
 
 
 def copy_regular_file(src: Path, dest: Path) -> None:
-    """Copy ``src`` if it is a regular file itself: never through a symbolic link (the grader
-    may run as root, and a link can name any file it can read, a solution included), a FIFO or
-    a device. Anything else is not staged, and grades as a missing file."""
-    try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return
-    with os.fdopen(fd, "rb") as source:
-        if stat.S_ISREG(os.fstat(source.fileno()).st_mode):
-            dest.write_bytes(source.read())
+    """Copy ``src`` if it is a regular file itself (:func:`_regular_file_bytes`). Anything else
+    is not staged, and grades as a missing file."""
+    data = _regular_file_bytes(src)
+    if data is not None:
+        dest.write_bytes(data)
 
 
 def stage(
@@ -495,6 +499,7 @@ def launch(
 ) -> Launched:
     """Start a learner process for ``staging``; it answers ``ready`` once confined."""
     limits = limits or Limits()
+    judge = os.getpid()  # the learner process dies with it (PR_SET_PDEATHSIG)
     mode = sandbox_mode()
     if gpu and mode == "namespace" and not _python_unreadable():
         # The GPU driver's libraries sit in host-specific mounts (``/usr/local/nvidia`` on
@@ -532,7 +537,7 @@ def launch(
         "python": sorted({*_python_folders(), *_package_folders()}),
         "tmp_mib": limits.tmp_mib,
         "uid": learner_uid,
-        "parent": os.getpid(),
+        "parent": judge,
         "env": env,
         "site": _package_folders(),
         "preload": list(preload),
@@ -550,7 +555,7 @@ def launch(
         "import learner_host; learner_host.main()"
     )
     argv = [sys.executable, "-I", "-c", bootstrap, json.dumps(config)]
-    judge, libc = os.getpid(), ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)
 
     def die_with_the_judge() -> None:  # in the child, before exec: see learner_host
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

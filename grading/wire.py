@@ -88,10 +88,9 @@ def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None, depth
     if module == "numpy" and kind.__name__ == "ndarray":
         if value.dtype.hasobject:
             raise WireError("numpy arrays of Python objects cannot cross")
-        import numpy as np
-
-        data = np.ascontiguousarray(value)
-        return _ext(NDARRAY, [data.dtype.str, list(data.shape), data.tobytes()])
+        # tobytes() is C order whatever the strides; np.ascontiguousarray would turn a 0-d
+        # array into shape (1,).
+        return _ext(NDARRAY, [value.dtype.str, list(value.shape), value.tobytes()])
     if module == "numpy" and hasattr(value, "dtype") and hasattr(value, "item"):
         if value.dtype.hasobject:
             raise WireError("numpy object scalars cannot cross")

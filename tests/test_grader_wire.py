@@ -60,6 +60,20 @@ def test_arrays_scalars_big_ints_and_sets():
     assert got["big"] == 2**80 and got["set"] == {1, 2}
 
 
+def test_arrays_keep_their_shape_zero_dimensional_and_strided_included():
+    """A 0-d array stays 0-d (``np.ascontiguousarray`` once made it shape (1,), so a learner
+    handed one back unchanged was told it had reshaped it), and a transposed view crosses as
+    its values."""
+    for array in (np.array(5, dtype=np.int32), np.arange(6.0).reshape(2, 3).T, np.zeros((0, 3))):
+        got = roundtrip(array)
+        assert got.shape == array.shape and got.dtype == array.dtype
+        np.testing.assert_array_equal(got, array)
+    torch = pytest.importorskip("torch")
+    for dtype in (torch.float32, torch.bfloat16):
+        got = roundtrip(torch.tensor(3.0, dtype=dtype))
+        assert got.shape == () and got.dtype == dtype and float(got) == 3.0
+
+
 def test_tensors_cross_by_value_bfloat16_included():
     torch = pytest.importorskip("torch")
     for dtype in (torch.float32, torch.bfloat16, torch.int64):

@@ -496,4 +496,48 @@ MUTANTS = [
         "(first fit): the suite's holes had put the largest first",
         caught_by="test_allocators.py::test_first_fit_and_refusal_despite_enough_free",
     ),
+    Mutant(
+        name="paged_free_in_block_id_order",
+        file=FILE,
+        find="self.free_block_ids.extend(self.block_tables.pop(request_id))",
+        replace="self.free_block_ids.extend(sorted(self.block_tables.pop(request_id)))",
+        why="gives a request's blocks back sorted by id, neither in table order nor tail first: "
+        "every table the suite freed had been taken in id order",
+        caught_by="test_allocators.py::test_paged_free_returns_the_blocks",
+    ),
+    Mutant(
+        name="empty_trace_runs_one_idle_step",
+        file=FILE,
+        find="while pending or waiting or running:",
+        replace="while True:",
+        more=(
+            (
+                """
+                        step += 1
+                    return sim
+                """,
+                """
+                        step += 1
+                        if not (pending or waiting or running):
+                            break
+                    return sim
+                """,
+            ),
+        ),
+        why="tests for the end after the step instead of before it: an empty trace gets one "
+        "idle step, where it has none",
+        caught_by="test_simulation.py::test_arrivals_and_idle_steps",
+    ),
+    Mutant(
+        name="summarize_sorts_the_steps_in_place",
+        file=FILE,
+        find="peak = max(steps, key=lambda s: s.held_tokens, default=None)",
+        replace="""
+            steps.sort(key=lambda s: -s.held_tokens)
+            peak = steps[0] if steps else None
+        """,
+        why="finds the peak by sorting the simulation's own steps (stable, so the first peak "
+        "wins): the report is right, the simulation's steps are out of order afterwards",
+        caught_by="test_report.py::test_report_definitions_on_handmade_steps",
+    ),
 ]

@@ -293,4 +293,17 @@ MUTANTS = [
         "transformers floors it",
         caught_by="test_formulas.py::test_kv_cache_dims_reads_real_configs",
     ),
+    Mutant(
+        name="dtype_auto_read_as_two_bytes",
+        file=FILE,
+        find='name = str(dtype).removeprefix("torch.")',
+        replace="""
+            name = str(dtype).removeprefix("torch.")
+            if name == "auto":
+                return 2
+        """,
+        why="reads upstream's default kv_cache_dtype 'auto' as a 16-bit cache, where it stands "
+        "for the model's dtype (float32 in the CPU engine): no unknown name tried was 'auto'",
+        caught_by="test_formulas.py::test_dtype_size",
+    ),
 ]

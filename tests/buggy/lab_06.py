@@ -625,4 +625,155 @@ MUTANTS = [
         "query's dtype' as meant for every function)",
         caught_by="test_split_k.py::test_attend_split_compute_dtype",
     ),
+    # -- probe, 2026-11-29: dtypes other than float32 / float64 alone, padded tables elsewhere ----
+    Mutant(
+        name="merge_returns_the_compute_dtype",
+        file=FILE,
+        find='return np.einsum("sh,shd->hd", weights, kept).astype(partial.dtype, copy=False)',
+        replace='return np.einsum("sh,shd->hd", weights, kept).astype(_compute_dtype(partial))',
+        why="the merge returns the compute dtype of its partials: the same as partial's for "
+        "float32 and float64, float32 for float16 partials, which the README says keep their "
+        "dtype (only float32 partials were ever merged)",
+        caught_by="test_split_k.py::test_merge_splits_ignores_empty_splits",
+    ),
+    Mutant(
+        name="attend_split_widened_to_float64",
+        file=FILE,
+        find="""
+            if n == 0:
+                return np.zeros((num_heads, head_dim), dtype), np.full(num_heads, -np.inf, dtype)
+        """,
+        replace="""
+            if n == 0:
+                return np.zeros((num_heads, head_dim), dtype), np.full(num_heads, -np.inf, dtype)
+            dtype = np.dtype(np.float64)
+        """,
+        why="a piece with keys computed, and returned, in float64 whatever its inputs: the "
+        "float16 test only refused a float16 result, and no float32 piece was ever checked",
+        caught_by="test_split_k.py::test_attend_split_compute_dtype",
+    ),
+    Mutant(
+        name="attend_split_lse_in_float64",
+        file=FILE,
+        find="    lse = (m + np.log(total))[..., 0]",
+        replace="    lse = (m.astype(np.float64) + np.log(total.astype(np.float64)))[..., 0]",
+        why="the lse widened to float64 for precision, the partial left in the compute dtype: "
+        "the pair no longer shares the compute dtype the README asks of both",
+        caught_by="test_split_k.py::test_attend_split_compute_dtype",
+    ),
+    Mutant(
+        name="decode_output_in_the_compute_dtype",
+        file=FILE,
+        find="""
+            out = np.empty_like(query)
+            for i in range(num_seqs):
+                k, v = _gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))
+        """,
+        replace="""
+            out = np.empty(query.shape, _compute_dtype(query))
+            for i in range(num_seqs):
+                k, v = _gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))
+        """,
+        why="decode's output buffer in the compute dtype of the query: float32 queries are "
+        "right, float16 queries get a float32 output instead of their own dtype",
+        caught_by="test_paged_attention.py::test_decode_float32_inputs",
+    ),
+    Mutant(
+        name="prefill_output_in_the_compute_dtype",
+        file=FILE,
+        find="    return dense_attention(query, k, v, scale, causal=True)",
+        replace="    return dense_attention(query, k, v, scale, causal=True).astype(_compute_dtype(query))",
+        why="prefill returns the compute dtype of the query: float16 chunks come back float32",
+        caught_by="test_paged_attention.py::test_prefill_float32_inputs",
+    ),
+    Mutant(
+        name="split_k_output_in_the_compute_dtype",
+        file=FILE,
+        find="""
+            out = np.empty_like(query)
+            for i in range(num_seqs):
+                seq_len = int(seq_lens[i])
+        """,
+        replace="""
+            out = np.empty(query.shape, _compute_dtype(query))
+            for i in range(num_seqs):
+                seq_len = int(seq_lens[i])
+        """,
+        why="split-K decode keeps the merge's compute dtype: float16 queries get float32 out, "
+        "although this function alone casts back to the query's dtype",
+        caught_by="test_split_k.py::test_split_k_decode_float32",
+    ),
+    Mutant(
+        name="decode_cache_cast_to_the_query_dtype",
+        file=FILE,
+        find="        out[i] = dense_attention(query[i : i + 1], k, v, scale)[0]",
+        replace="        out[i] = dense_attention(\n"
+        "            query[i : i + 1], k.astype(query.dtype), v.astype(query.dtype), scale\n"
+        "        )[0]",
+        why="the keys cast to the query's dtype to 'match' it: a float32 query over a float64 "
+        "cache is computed in float32, tens of ulps off the float64 answer rounded once (only "
+        "the output's dtype was checked)",
+        caught_by="test_paged_attention.py::test_decode_float32_inputs",
+    ),
+    Mutant(
+        name="prefill_cache_cast_to_the_query_dtype",
+        file=FILE,
+        find="    return dense_attention(query, k, v, scale, causal=True)",
+        replace="    return dense_attention(\n"
+        "        query, k.astype(query.dtype), v.astype(query.dtype), scale, causal=True\n"
+        "    )",
+        why="prefill over a float64 cache computed in the float32 of its chunk (no mixed "
+        "prefill was tried)",
+        caught_by="test_paged_attention.py::test_prefill_float32_inputs",
+    ),
+    Mutant(
+        name="split_k_cache_cast_to_the_query_dtype",
+        file=FILE,
+        find="        k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)",
+        replace="        k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)\n"
+        "        k, v = k.astype(query.dtype), v.astype(query.dtype)",
+        why="split-K decode over a float64 cache computed in the float32 of its query (no mixed "
+        "split-K decode was tried)",
+        caught_by="test_split_k.py::test_split_k_decode_float32",
+    ),
+    Mutant(
+        name="prefill_gathers_the_whole_table",
+        file=FILE,
+        find="    k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)",
+        replace="""
+            ids = block_table.astype(np.int64)
+            k = key_cache[ids].reshape(-1, num_kv_heads, head_dim)[: context_len + query_len]
+            v = value_cache[ids].reshape(-1, num_kv_heads, head_dim)[: context_len + query_len]
+        """,
+        why="prefill gathers every table entry and cuts the rows afterwards: padding -1 reads "
+        "cache[-1] harmlessly, an id far outside the cache raises (only decode was given such "
+        "a table)",
+        caught_by="test_paged_attention.py::test_decode_ignores_table_padding",
+    ),
+    Mutant(
+        name="prefill_reads_one_table_entry_too_many",
+        file=FILE,
+        find="    k, v = _gather_sequence(key_cache, value_cache, block_table, context_len + query_len)",
+        replace="""
+            ids = block_table[: (context_len + query_len) // key_cache.shape[1] + 1].astype(np.int64)
+            k = key_cache[ids].reshape(-1, num_kv_heads, head_dim)[: context_len + query_len]
+            v = value_cache[ids].reshape(-1, num_kv_heads, head_dim)[: context_len + query_len]
+        """,
+        why="kv_len // block_size + 1 entries instead of cdiv: one entry past the used blocks "
+        "whenever the keys fill their last block",
+        caught_by="test_paged_attention.py::test_decode_ignores_table_padding",
+    ),
+    Mutant(
+        name="split_k_gathers_the_whole_table",
+        file=FILE,
+        find="        k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)",
+        replace="""
+            ids = block_tables[i].astype(np.int64)
+            k = key_cache[ids].reshape(-1, num_kv_heads, head_dim)[:seq_len]
+            v = value_cache[ids].reshape(-1, num_kv_heads, head_dim)[:seq_len]
+        """,
+        why="split-K decode gathers every table entry (its own gather, not _gather_sequence): "
+        "the split-K tests' tables were padded with -1 only",
+        caught_by="test_paged_attention.py::test_decode_ignores_table_padding",
+    ),
 ]

@@ -498,4 +498,54 @@ MUTANTS = [
         "callers (and the README) do not expect",
         caught_by="test_shares.py::test_divide_is_exact_or_refuses",
     ),
+    # -- probe, 2026-11-29 ---------------------------------------------------------------------
+    Mutant(
+        name="kv_head_range_rank_unchecked",
+        file=FILE,
+        find="""
+            _check_rank(rank, tp_size)
+            per_rank = num_kv_heads_per_rank(total_num_kv_heads, tp_size)
+        """,
+        replace="    per_rank = num_kv_heads_per_rank(total_num_kv_heads, tp_size)",
+        more=(
+            (
+                '    if shard_id == "q":\n        first, last = shard_range(',
+                '    _check_rank(rank, tp_size)\n    if shard_id == "q":\n'
+                "        first, last = shard_range(",
+            ),
+        ),
+        why="the rank checked by shard_qkv_weight instead of kv_head_range: the weights are "
+        "refused, but kv_head_range(8, 4, 4) names KV heads 8..9 of a model that has 8 (no "
+        "test called kv_head_range itself with a rank outside the group)",
+        caught_by="test_kv_heads.py::test_kv_head_ranges_keep_query_heads_with_their_kv_heads",
+    ),
+    Mutant(
+        name="shard_tensor_other_dims_cut_as_the_last",
+        file=FILE,
+        find="    return tensor.narrow(dim, start, end - start)\n",
+        replace="    if dim == 0:\n        return tensor[start:end]\n    return tensor[..., start:end]\n",
+        why="dim 0 or else the last dim: right for every 1-D and 2-D tensor, wrong for the "
+        "middle dim of a 3-D one (stacked expert weights); every weight tried was 2-D",
+        caught_by="test_weights.py::test_column_and_row_shards_concatenate_back",
+    ),
+    Mutant(
+        name="shard_tensor_other_dims_cut_as_columns",
+        file=FILE,
+        find="    return tensor.narrow(dim, start, end - start)\n",
+        replace="    if dim == 0:\n        return tensor[start:end]\n    return tensor[:, start:end]\n",
+        why="dim 0 or else dim 1: a 3-D weight cut along its last dim is cut along its middle one",
+        caught_by="test_weights.py::test_column_and_row_shards_concatenate_back",
+    ),
+    Mutant(
+        name="bytes_per_block_refuses_only_zero",
+        file=FILE,
+        find="    _check_positive(tensor_parallel_size=tensor_parallel_size)\n"
+        "    # The rule of mini_vllm",
+        replace="    if tensor_parallel_size == 0:\n"
+        "        raise ValueError('tensor_parallel_size must be positive, got 0')\n"
+        "    # The rule of mini_vllm",
+        why="guards the ZeroDivisionError only: a tensor_parallel_size of -2 sizes a block for "
+        "max(1, kv // -2) = 1 KV head instead of the ValueError the README asks below 1",
+        caught_by="test_kv_sizing.py::test_bytes_per_block_per_rank",
+    ),
 ]

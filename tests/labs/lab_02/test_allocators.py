@@ -238,7 +238,8 @@ def test_paged_ensure_is_all_or_nothing():
 
 @graded(
     1,
-    "Paged: free returns every block of the request to the back of the free list",
+    "Paged: free returns every block of the request to the back of the free list, in "
+    "table order or tail first",
     f"{DOC}#task-2-paged-allocation",
 )
 def test_paged_free_returns_the_blocks():
@@ -258,6 +259,21 @@ def test_paged_free_returns_the_blocks():
     assert free == 16, f"after the free every slot is free again (16): got {free}"
     with pytest.raises(ValueError):
         alloc.free("A")
+    # A table out of block-id order: C grows into block 3, then into A's freed block 0.
+    alloc = frag().PagedAllocator(16, 4)
+    for rid in "ACB":
+        assert alloc.ensure(rid, 4, 100), f"ensure({rid!r}, 4 tokens) on a free block is True"
+    alloc.free("A")
+    assert alloc.ensure("C", 12, 100) and alloc.block_tables["C"] == [1, 3, 0], (
+        f"C (block 1) grows to 3 blocks: the free 3, then A's freed 0, so [1, 3, 0]; block "
+        f"tables {alloc.block_tables}"
+    )
+    alloc.free("C")
+    got = list(alloc.free_block_ids)
+    assert got in ([1, 3, 0], [0, 3, 1]), (
+        f"C's table [1, 3, 0] goes back in table order, [1, 3, 0], or tail first, [0, 3, 1], "
+        f"not sorted by block id: free_block_ids {got}"
+    )
 
 
 @graded(

@@ -131,7 +131,7 @@ def _steps(mod, rows):
     "Report: time averages weigh each step by the memory it held (sum used / sum held, "
     "not the mean of per-step ratios); the peak is the FIRST step holding the most; mean "
     "concurrency counts only steps where something runs; a request blocked twice is one "
-    "delayed request",
+    "delayed request; the simulation is left as it was",
     f"{DOC}#task-5-the-report",
 )
 def test_report_definitions_on_handmade_steps():
@@ -165,6 +165,12 @@ def test_report_definitions_on_handmade_steps():
             "delayed_with_enough_free": 2,  # x (twice) and y
             "num_preemptions": 1,
         },
+    )
+    order = [s.step for s in sim.steps]
+    assert order == [0, 1, 2, 3, 4], (
+        f"summarize reads the simulation and changes nothing in it: its steps are still in "
+        f"step order 0..4 afterwards, got {order} (sort a copy, or take the max, to find the "
+        "peak)"
     )
 
 

@@ -141,7 +141,8 @@ def test_blocked_with_exactly_enough_free():
 @graded(
     1,
     "A request is not admitted before its arrival_step; requests arriving in the same "
-    "step queue in TRACE order (not by id); steps where nothing runs are still steps",
+    "step queue in TRACE order (not by id); steps where nothing runs are still steps, and "
+    "an empty trace has none",
     f"{DOC}#task-4-the-simulation-loop",
 )
 def test_arrivals_and_idle_steps():
@@ -157,6 +158,13 @@ def test_arrivals_and_idle_steps():
     assert first.free_tokens == 16 and first.used_tokens == 0, (
         f"an idle step 0: 16 tokens free, 0 used; got {first.free_tokens} free, "
         f"{first.used_tokens} used"
+    )
+    sim = run(mod, (), mod.ContiguousAllocator(16))
+    got = (len(sim.steps), sim.admitted, sim.finished, sim.num_preemptions)
+    assert got == (0, {}, {}, 0), (
+        f"an empty trace: no step (steps run from step 0 to the step the last request "
+        f"finishes, and there is none), nothing admitted or finished; got (steps, admitted, "
+        f"finished, num_preemptions) {got}"
     )
     # Memory for one of them at a time: the one listed first in the trace runs first.
     sim = run(mod, (("Z", 1, 6, 2, None), ("A", 1, 6, 2, None)), mod.PagedAllocator(8, 4))
@@ -240,8 +248,10 @@ def test_bad_traces_are_errors():
         ((("A", 0, 2, 2, 32),), 8),
     ]
     for rows, max_model_len in cases:
+        # The trace and the allocator are built first: only simulate's own ValueError counts.
+        trace, allocator = make_trace(mod, rows), mod.ContiguousAllocator(16)
         with pytest.raises(ValueError):
-            run(mod, rows, mod.ContiguousAllocator(16), max_model_len)
+            mod.simulate(trace, allocator, max_model_len)
 
 
 requests = st.lists(

@@ -132,6 +132,11 @@ def test_dtype_size():
             "name up in the table, do not guess a size from the digits in it)",
             lambda unknown=unknown: m.dtype_size(unknown),
         )
+    assert_value_error(
+        "dtype_size('auto') ('auto', upstream's default kv_cache_dtype, stands for the model's "
+        "own dtype, which dtype_size is not told: it is no name of DTYPE_SIZES, and no size)",
+        lambda: m.dtype_size("auto"),
+    )
 
 
 @graded(

@@ -146,3 +146,26 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float, rule: str) -> No
             f"{tuple(int(i) for i in where)} (got {float(got[where]):.6g}, expected "
             f"{float(want[where]):.6g})"
         )
+
+
+def assert_rounded_once(got: np.ndarray, want: np.ndarray, rule: str) -> None:
+    """``got`` (float32) is the float64 answer ``want`` rounded once to float32: within half a
+    float32 ulp of it. Computing a float32 query over float64 keys in float32 (the keys cast
+    to the query's dtype) misses by several ulps; computing in float64 (``_compute_dtype``)
+    and casting the result, as the README says, does not."""
+    got = as_array(got, rule)
+    if got.shape != want.shape:
+        raise AssertionError(f"{rule}: output shape {got.shape}, expected {want.shape}")
+    err = np.abs(got.astype(np.float64) - want)
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    excess = err / ulp
+    if err.size and not np.all(err <= 0.5 * ulp + 1e-12):
+        where = np.unravel_index(int(excess.argmax()), excess.shape)
+        raise AssertionError(
+            f"{rule}: at index {tuple(int(i) for i in where)} got {float(got[where]):.9g}, "
+            f"{float(excess[where]):.1f} float32 ulps from the float64 answer "
+            f"{float(want[where]):.9g}: a float32 query over float64 keys is computed in "
+            "float64 (_compute_dtype of all the inputs) and only the result is rounded to the "
+            "query's float32; casting the keys to the query's dtype, or scaling the query in "
+            "float32, rounds every score to float32 first"
+        )

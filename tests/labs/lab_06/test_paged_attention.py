@@ -7,6 +7,7 @@ contiguous keys, to 1e-12: paging changes where keys live, never what attention 
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
@@ -15,7 +16,14 @@ from hypothesis import strategies as st
 
 from grading.suite import graded
 from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_06.oracle import as_array, assert_close, attention, pa, write_paged
+from tests.labs.lab_06.oracle import (
+    as_array,
+    assert_close,
+    assert_rounded_once,
+    attention,
+    pa,
+    write_paged,
+)
 
 DOC = "phases/04-attention-kernels/README.md"
 TOL = 1e-12
@@ -171,11 +179,14 @@ def test_decode_gqa_head_mapping():
 
 @graded(
     1,
-    "table entries past a sequence's used blocks are padding and must not be read",
+    "table entries past a sequence's used blocks are padding and must not be read: by "
+    "decode, by prefill (only cdiv(context_len + query_len, block_size) entries) and by "
+    "split-K decode",
     f"{DOC}#reading-the-cache",
 )
 def test_decode_ignores_table_padding():
-    """A table padded with -1 and with ids far outside the cache still decodes."""
+    """A table padded with -1 and with ids far outside the cache still decodes; the same
+    tables serve a prefill chunk and a split-K decode."""
     rng = np.random.default_rng(4)
     paged = write_paged(rng, [6, 3], block_size=4, num_kv_heads=1, head_dim=4, extra_columns=3)
     paged.tables[0, 2:] = [-1, 10**6, -1][: paged.tables.shape[1] - 2]
@@ -187,6 +198,38 @@ def test_decode_ignores_table_padding():
         decode_oracle(query, paged, 0.5),
         TOL,
         f"decode through tables {paged.tables.tolist()} (entries past use are padding)",
+    )
+    # Gathering every entry and cutting seq_len rows afterwards reads cache[-1] harmlessly,
+    # but an id far outside the cache raises: only the used entries may be looked up.
+    prompt = write_paged(rng, [8], block_size=4, num_kv_heads=1, head_dim=4, extra_columns=2)
+    prompt.tables[0, 2:] = 10**6
+    chunk = rng.standard_normal((3, 2, 4))
+    setting = (
+        f"prefill of positions 5-7 through the table {prompt.tables[0].tolist()} (blocks of 4, "
+        "2 used), or split-K decode through the tables above"
+    )
+    try:
+        got = run_prefill(prompt, chunk, 5, 0.5)
+        split = pa().paged_attention_decode_split_k(
+            query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.5, 2
+        )
+    except (IndexError, ValueError) as exc:
+        raise AssertionError(
+            f"{setting}: raised {type(exc).__name__} ({exc}); read only the first "
+            "cdiv(seq_len, block_size) entries of a table (_gather_sequence does), never all "
+            "of it nor one more"
+        ) from None
+    assert_close(
+        got,
+        prefill_oracle(chunk, prompt, 5, 0.5),
+        TOL,
+        f"prefill of positions 5-7 through the table {prompt.tables[0].tolist()}",
+    )
+    assert_close(
+        split,
+        decode_oracle(query, paged, 0.5),
+        TOL,
+        f"split-K decode (2 splits) through tables {paged.tables.tolist()}",
     )
 
 
@@ -238,11 +281,13 @@ def test_decode_applies_the_scale_once():
 @graded(
     1,
     "the output takes the QUERY's dtype: float32 queries give a float32 output, over a "
-    "float32 cache or a float64 one",
+    "float32 cache or a float64 one (computed in float64 then, and rounded once), float16 "
+    "queries a float16 output",
     f"{DOC}#numerics",
 )
 def test_decode_float32_inputs():
-    """Single precision in, single precision out, within float32 rounding."""
+    """Single precision in, single precision out, within float32 rounding; a float32 query over
+    a float64 cache is the float64 answer rounded once; half precision in, half out."""
     rng = np.random.default_rng(7)
     paged = write_paged(rng, [13, 2], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((2, 4, 8)).astype(np.float32)
@@ -252,6 +297,7 @@ def test_decode_float32_inputs():
         "decode in float32",
     )
     assert got.dtype == np.float32, f"output dtype {got.dtype}, expected float32 (the query's)"
+    paged64 = copy.copy(paged)
     paged.keys = [k.astype(np.float32).astype(np.float64) for k in paged.keys]
     paged.values = [v.astype(np.float32).astype(np.float64) for v in paged.values]
     want = decode_oracle(query.astype(np.float64), paged, 0.35)
@@ -265,6 +311,26 @@ def test_decode_float32_inputs():
     assert got.dtype == np.float32, (
         f"a float32 query over a float64 cache: output dtype {got.dtype}, expected float32 "
         "(the query's, not the cache's)"
+    )
+    assert_rounded_once(
+        got,
+        decode_oracle(query.astype(np.float64), paged64, 0.35),
+        "decode of a float32 query over a float64 cache",
+    )
+    half = as_array(
+        pa().paged_attention_decode(
+            query.astype(np.float16),
+            kc.astype(np.float16),
+            vc.astype(np.float16),
+            paged.tables,
+            paged.seq_lens,
+            0.35,
+        ),
+        "decode in float16",
+    )
+    assert half.dtype == np.float16, (
+        f"float16 queries over a float16 cache: output dtype {half.dtype}, expected float16 "
+        "(the query's; the float32 of the arithmetic, _compute_dtype, is not the output's)"
     )
 
 
@@ -383,11 +449,13 @@ def test_prefill_last_row_equals_decode():
 @graded(
     1,
     "prefill keeps the query's dtype: float32 in, float32 out (an output buffer made "
-    "with np.zeros(shape) is float64)",
+    "with np.zeros(shape) is float64), over a float64 cache too (computed in float64 then, "
+    "and rounded once); float16 in, float16 out",
     f"{DOC}#numerics",
 )
 def test_prefill_float32_inputs():
-    """A float32 chunk after a float32 prefix: single precision out, within float32 rounding."""
+    """A float32 chunk after a float32 prefix: single precision out, within float32 rounding;
+    over a float64 prefix, the float64 answer rounded once; a float16 chunk: float16 out."""
     rng = np.random.default_rng(12)
     paged = write_paged(rng, [10], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((4, 4, 8)).astype(np.float32)
@@ -396,6 +464,36 @@ def test_prefill_float32_inputs():
         pa().paged_attention_prefill(query, kc, vc, paged.tables[0], 6, 0.35), "prefill in float32"
     )
     assert got.dtype == np.float32, f"output dtype {got.dtype}, expected float32 (the query's)"
+    mixed = as_array(
+        pa().paged_attention_prefill(
+            query, paged.key_cache, paged.value_cache, paged.tables[0], 6, 0.35
+        ),
+        "prefill of a float32 chunk over a float64 cache",
+    )
+    assert mixed.dtype == np.float32, (
+        f"a float32 chunk over a float64 cache: output dtype {mixed.dtype}, expected float32 "
+        "(the query's, not the cache's)"
+    )
+    assert_rounded_once(
+        mixed,
+        prefill_oracle(query.astype(np.float64), paged, 6, 0.35),
+        "prefill of positions 6-9, a float32 chunk over a float64 cache",
+    )
+    half = as_array(
+        pa().paged_attention_prefill(
+            query.astype(np.float16),
+            kc.astype(np.float16),
+            vc.astype(np.float16),
+            paged.tables[0],
+            6,
+            0.35,
+        ),
+        "prefill in float16",
+    )
+    assert half.dtype == np.float16, (
+        f"a float16 chunk over a float16 cache: output dtype {half.dtype}, expected float16 "
+        "(the query's; the float32 of the arithmetic, _compute_dtype, is not the output's)"
+    )
     paged.keys = [k.astype(np.float32).astype(np.float64) for k in paged.keys]
     paged.values = [v.astype(np.float32).astype(np.float64) for v in paged.values]
     want = prefill_oracle(query.astype(np.float64), paged, 6, 0.35)

@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from grading.suite import graded, learner_module
 from tests.labs.common import GRADED_SETTINGS, describe, same_data
-from tests.labs.lab_06.oracle import as_array, assert_close, attention, pa, write_paged
+from tests.labs.lab_06.oracle import (
+    as_array,
+    assert_close,
+    assert_rounded_once,
+    attention,
+    pa,
+    write_paged,
+)
 
 DOC = "labs/lab-06-paged-attention-numpy/README.md"
 TOL = 1e-12
@@ -137,8 +144,9 @@ def test_attend_split_of_no_keys():
 
 @graded(
     1,
-    "attend_split computes in the compute dtype: float32 for float16 inputs (float16 sums "
-    "lose the lse and the output), float64 when any input is float64",
+    "attend_split computes in the compute dtype and returns both in it: float32 for float16 "
+    "and float32 inputs (float16 sums lose the lse and the output), float64 when any input "
+    "is float64",
     "phases/04-attention-kernels/README.md#numerics",
 )
 def test_attend_split_compute_dtype():
@@ -148,16 +156,23 @@ def test_attend_split_compute_dtype():
     key = rng.standard_normal((40, 2, 8)).astype(np.float16)
     value = rng.standard_normal((40, 2, 8)).astype(np.float16)
     partial, lse = split_result(pa().attend_split(query, key, value, 0.35), "float16 inputs")
-    assert np.float16 not in (partial.dtype, lse.dtype), (
+    assert partial.dtype == np.float32 and lse.dtype == np.float32, (
         f"attend_split of float16 inputs returned a {partial.dtype} partial and a {lse.dtype} "
         "lse: compute in _compute_dtype (float32 here) from the scores on, and return the "
-        "piece in it, not cast back to the query's dtype (only the decode's result is)"
+        "piece in it: not cast back to the query's dtype (only the decode's result is), nor "
+        "widened to float64 (a kernel's accumulators are float32)"
     )
     want_partial, want_lse = oracle_split(
         query.astype(np.float64), key.astype(np.float64), value.astype(np.float64), 0.35
     )
     assert_close(lse, want_lse, 1e-5, "lse of 40 float16 keys (computed in float32)")
     assert_close(partial, want_partial, 1e-5, "output over 40 float16 keys (computed in float32)")
+    single = [a.astype(np.float32) for a in (query, key, value)]
+    partial, lse = split_result(pa().attend_split(*single, 0.35), "float32 inputs")
+    assert partial.dtype == np.float32 and lse.dtype == np.float32, (
+        f"attend_split of float32 inputs returned a {partial.dtype} partial and a {lse.dtype} "
+        "lse: float32 inputs are computed, and returned, in float32 (_compute_dtype)"
+    )
     query = rng.standard_normal((4, 8)).astype(np.float32)
     key, value = rng.standard_normal((13, 2, 8)), rng.standard_normal((13, 2, 8))
     partial, lse = split_result(
@@ -285,6 +300,11 @@ def test_merge_splits_ignores_empty_splits():
         f"float32 partial outputs with float64 lse merged into {narrow.dtype}: the merged "
         "output has partial's dtype (the weights may be computed wider, the result is not)"
     )
+    half = pa().merge_splits(partial.astype(np.float16), lse.astype(np.float32))
+    assert half.dtype == np.float16, (
+        f"float16 partial outputs with float32 lse merged into {half.dtype}: the merged "
+        "output has partial's dtype, whatever the compute dtype (_compute_dtype) of float16 is"
+    )
 
 
 @st.composite
@@ -354,8 +374,9 @@ def test_split_k_decode_equals_dense(case):
 
 @graded(
     1,
-    "split-K decode keeps the query's dtype (float32 in, float32 out) and equals dense "
-    "attention to float32 rounding",
+    "split-K decode keeps the query's dtype (float32 in, float32 out; float16 in, float16 "
+    "out) and equals dense attention to float32 rounding; a float32 query over a float64 "
+    "cache is computed in float64 and rounded once",
     f"{DOC}#part-3-split-k-decode",
 )
 def test_split_k_decode_float32():
@@ -383,3 +404,34 @@ def test_split_k_decode_float32():
         ]
     )
     assert_close(got, want, 1e-5, "float32 split-K decode of lengths [9, 3] in 2 splits")
+    mixed = as_array(
+        pa().paged_attention_decode_split_k(
+            query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.5, 2
+        ),
+        "split-K decode of a float32 query over a float64 cache",
+    )
+    assert mixed.dtype == np.float32, (
+        f"a float32 query over a float64 cache must give a float32 output, got {mixed.dtype}"
+    )
+    assert_rounded_once(
+        mixed,
+        want,
+        "split-K decode of lengths [9, 3] in 2 splits, a float32 query over a float64 cache",
+    )
+    half = as_array(
+        pa().paged_attention_decode_split_k(
+            query.astype(np.float16),
+            paged.key_cache.astype(np.float16),
+            paged.value_cache.astype(np.float16),
+            paged.tables,
+            paged.seq_lens,
+            0.5,
+            2,
+        ),
+        "float16 split-K decode",
+    )
+    assert half.dtype == np.float16, (
+        f"float16 inputs must give a float16 output (the query's), got {half.dtype}: the "
+        "pieces and the merge stay in float32 (the compute dtype), and only "
+        "paged_attention_decode_split_k casts its result to the query's dtype"
+    )

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from grading.suite import graded
 from mini_vllm.distributed import sharding as ref
 from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_11.support import KV_HEADS, check_table, side, value
+from tests.labs.lab_11.support import KV_HEADS, check_table, show, side, value
 
 
 def valid(kv: int, tp: int) -> bool:
@@ -48,7 +48,7 @@ def test_kv_head_replicas():
     4,
     "kv_head_range: split, rank r holds its even share; replicated, it holds the one "
     "KV head r // replicas. Each KV head on exactly `replicas` consecutive ranks, and "
-    "each query head's KV head on the query head's rank",
+    "each query head's KV head on the query head's rank; a rank outside [0, tp_size) is refused",
     KV_HEADS,
 )
 @GRADED_SETTINGS
@@ -62,8 +62,14 @@ def test_kv_head_ranges_keep_query_heads_with_their_kv_heads(data):
     tp = data.draw(st.sampled_from(sizes), label="tp_size")
     replicas = ref.num_kv_head_replicas(kv, tp)
     per_rank = ref.num_kv_heads_per_rank(kv, tp)
-    got = side().outcomes("kv_head_range", [[kv, r, tp] for r in range(tp)])
-    ranges = [value(o, f"kv_head_range({kv}, {r}, {tp})") for r, o in enumerate(got)]
+    got = side().outcomes("kv_head_range", [[kv, r, tp] for r in [*range(tp), -1, tp]])
+    for rank, outcome in zip([-1, tp], got[tp:], strict=True):
+        assert outcome[0] == "error" and outcome[1] == "ValueError", (
+            f"kv_head_range({kv}, {rank}, {tp}): there is no rank {rank} in a group of {tp} "
+            f"(ranks are 0..{tp - 1}), so it must raise ValueError (_check_rank first, as "
+            f"shard_range does), never name KV heads for it; got {show(outcome)}"
+        )
+    ranges = [value(o, f"kv_head_range({kv}, {r}, {tp})") for r, o in enumerate(got[:tp])]
     holders: dict[int, list[int]] = {}
     for rank, rng in enumerate(ranges):
         assert isinstance(rng, list) and len(rng) == 2 and rng[1] - rng[0] == per_rank, (

@@ -18,13 +18,14 @@ KiB, GiB = 2**10, 2**30
 )
 def test_bytes_per_block_per_rank():
     """Every (KV heads, ranks) pair up to 16; SmolLM2 in float32 at TP 1 and 3; Llama-3-8B in
-    bfloat16 at TP 8 and 16 (its 8 KV heads replicated on 2 ranks each)."""
+    bfloat16 at TP 8 and 16 (its 8 KV heads replicated on 2 ranks each); TP 0 and -2 refused."""
     cases = [
         [16, 2, kv, 8, 2, tp]
         for kv in range(1, 17)
         for tp in range(1, 17)
         if kv % tp == 0 or tp % kv == 0
     ]
+    cases += [[16, 2, 4, 8, 2, -2]]  # below 1 is refused, not only 0
     cases += [[16, 30, 3, 64, "float32", tp] for tp in (1, 3)]
     cases += [[16, 32, 8, 128, "bfloat16", tp] for tp in (8, 16)]
     cases += [[16, 30, 3, 64, 4, 0]]

@@ -65,10 +65,14 @@ class LearnerNotStarted(BaseException):
 
 
 class LearnerError(Exception):
-    """An exception raised by learner code, as data: its type name, message and location."""
+    """An exception raised by learner code, as data: its type name, message and location, and
+    ``request``, the operation whose answer it was (``call`` or ``callmethod`` for a call;
+    ``getattr``, ``getitem``, ``list``... for reading an attribute, an item, an iteration).
+    """
 
     learner_type: str = ""
     where: str = ""
+    request: str = ""
 
 
 _classes: dict[str, type[LearnerError]] = {}
@@ -234,7 +238,10 @@ class Connection:
         if reply[0] == "ok":
             return reply[1], (reply[2] if len(reply) > 2 else None)
         if reply[0] == "err" and isinstance(reply[1], list) and len(reply[1]) == 4:
-            raise self._exception(reply[1])
+            exc = self._exception(reply[1])
+            if isinstance(exc, LearnerError):
+                exc.request = op
+            raise exc
         raise self._fail(LearnerFault("the learner process sent a reply of the wrong shape"))
 
     def _exception(self, info: list[Any]) -> BaseException:

@@ -444,14 +444,25 @@ def assert_value_error(
     """``call()`` must raise ValueError; any other exception, or a return, fails, naming ``what``
     and the learner's exception type (and, when given, ``why`` it is the caller's bug and
     ``describe`` of what was returned instead). A judge-side ``NotImplementedError`` (a stub
-    helper the suite needs) passes through: it means NOT STARTED, not a wrong error."""
+    helper the suite needs) passes through: it means NOT STARTED, not a wrong error.
+
+    Only a ValueError that a call in the learner process raised counts: one raised while an
+    argument of ``call`` was read from a learner object (``blocks[:1]``, ``hits.blocks``), or
+    by the judge itself, is no refusal (tests/hostile/refuse_when_an_argument_is_read.py)."""
     because = f": {why}" if why else ""
     try:
         result = call()
     except NotImplementedError:
         raise
-    except ValueError:
-        return
+    except ValueError as exc:
+        request = getattr(exc, "request", "")
+        if request in ("call", "callmethod"):
+            return
+        raise AssertionError(
+            f"{what} must raise ValueError when called; the ValueError ({exc}) came "
+            + (f"from a {request} request to your code" if request else "from the test itself")
+            + f", before the call: reading an attribute or an item is not a refusal{because}"
+        ) from None
     except Exception as exc:
         raise AssertionError(
             f"{what} must raise ValueError, it raised {exception_name(exc)}: {exc}{because}"

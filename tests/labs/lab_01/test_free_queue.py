@@ -215,8 +215,9 @@ def test_remove_block_not_in_queue_is_an_error():
     assert check_queue(q) == [1, 2, 3], "a refused remove must not change the queue or its count"
     # The sentinels are not in the queue either: removing one must not unlink a real block.
     for sentinel in ("fake_free_list_head", "fake_free_list_tail"):
+        end = getattr(q, sentinel)  # read before: only remove itself may raise
         with pytest.raises(RuntimeError):
-            q.remove(getattr(q, sentinel))
+            q.remove(end)
         assert check_queue(q) == [1, 2, 3], (
             f"remove({sentinel}) must be refused with RuntimeError (a sentinel is not a free "
             "block: one of its links is None) and leave the queue as it was"

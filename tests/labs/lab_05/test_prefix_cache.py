@@ -211,14 +211,16 @@ def test_hashing_a_block_twice_is_an_error():
     pool = make_pool(5)
     req = make_request([1, 2, 3, 4])
     blocks = pool.get_new_blocks(2)
-    pool.cache_full_blocks(req.obj, blocks[1:], 0, 1, BS, 0)  # block 2 holds h0
+    # Learner objects are read before each refusal: only the call itself may raise.
+    second, both = blocks[1:], [blocks[0], blocks[1]]
+    pool.cache_full_blocks(req.obj, second, 0, 1, BS, 0)  # block 2 holds h0
     with pytest.raises(RuntimeError):
-        pool.cache_full_blocks(req.obj, blocks[1:], 0, 1, BS, 0)
+        pool.cache_full_blocks(req.obj, second, 0, 1, BS, 0)
     with pytest.raises((RuntimeError, ValueError)):
-        blocks[1].block_hash = b"another"
+        both[1].block_hash = b"another"
     # Block 1 is new, block 2 already has a hash: the whole call is refused.
     with pytest.raises(RuntimeError):
-        pool.cache_full_blocks(req.obj, [blocks[0], blocks[1]], 0, 2, BS, 0)
+        pool.cache_full_blocks(req.obj, both, 0, 2, BS, 0)
     assert blocks[0].block_hash is None, (
         "a refused cache_full_blocks must cache no block: block 1, before the bad block 2, "
         "got a hash (validate every block before caching any)"
@@ -257,12 +259,13 @@ def test_cache_full_blocks_refuses_bad_arguments():
     pool = make_pool(6)
     req = make_request([1, 2, 3, 4])  # two full blocks: two block hashes
     blocks = pool.get_new_blocks(3)
+    one_block = blocks[:1]  # read here: only the calls below may raise the ValueError
     cache = pool.cache_full_blocks
     _refused(
         "num_full_blocks=3 for a request of 2 block hashes",
         lambda: cache(req.obj, blocks, 0, 3, BS, 0),
     )
-    _refused("num_full_blocks=2 but 1 block given", lambda: cache(req.obj, blocks[:1], 0, 2, BS, 0))
+    _refused("num_full_blocks=2 but 1 block given", lambda: cache(req.obj, one_block, 0, 2, BS, 0))
     _refused(
         "a block_mask of 3 entries for 2 new full blocks",
         lambda: cache(req.obj, blocks, 0, 2, BS, 0, block_mask=[True, True, True]),
@@ -281,7 +284,7 @@ def test_cache_full_blocks_refuses_bad_arguments():
     )
     _refused(
         "num_full_blocks=2 but 1 block given, one block already cached",
-        lambda: cache(req.obj, blocks[:1], 1, 2, BS, 0),
+        lambda: cache(req.obj, one_block, 1, 2, BS, 0),
     )
     _refused(
         "an empty block_mask for 2 new full blocks",
@@ -437,8 +440,9 @@ def test_touch_null_block_is_an_error():
     pool.cache_full_blocks(req.obj, [blk], 0, 1, BS, 0)
     pool.free_blocks([blk])
     before = check_pool(pool)
+    null = pool.null_block  # read before: only touch itself may raise
     with pytest.raises(ValueError):
-        pool.touch([blk, pool.null_block])
+        pool.touch([blk, null])
     assert ref(blk) == 0 and check_pool(pool) == before, (
         "a refused touch must take no reference and leave the free queue as it was"
     )
@@ -692,8 +696,9 @@ def test_cache_events_are_reported_to_the_metrics_collector():
     )
     seen += len(got)
     third = next(i for i in (1, 2, 3) if i not in (first, second))  # free
+    asked = [pool.blocks[third], pool.null_block]  # read before: only touch may raise
     with pytest.raises(ValueError):
-        pool.touch([pool.blocks[third], pool.null_block])
+        pool.touch(asked)
     got = _new_events(collector, seen)
     assert same_data(got, []), (
         f"a refused touch (the null block listed after block {third}) touches no block, so the "

@@ -545,9 +545,10 @@ def test_bad_arguments_are_rejected():
     d.allocate("a", 4)
     hits, num_hit = mgr.get_computed_blocks(a)  # a's own first block, cached
     assert num_hit == BS
+    hit_blocks = hits.blocks[0]  # read here: only the call below may raise the ValueError
     assert_value_error(
         "get_num_blocks_to_allocate('a', 12, <a hit>), a already holding blocks,",
-        lambda: mgr.get_num_blocks_to_allocate("a", 12, hits.blocks[0]),
+        lambda: mgr.get_num_blocks_to_allocate("a", 12, hit_blocks),
         "prefix-cache hits apply only to a request's first allocation (a ValueError: upstream's "
         "assert would vanish under python -O)",
         describe=repr,

@@ -294,10 +294,14 @@ def test_block_tables_of_the_mixed_batch():
         ) from None
     expect(inputs, "block_tables", [[7, 8, 9], [5, 0, 0]], setting)
     expect(inputs, "slot_mapping", [8 * 4 + 0, 5 * 4 + 1], setting)
+    # Only the call itself may refuse: what it returned is read after the try, so that a
+    # ValueError from reading the result (a block_tables that raises when read) is not taken
+    # for prepare_inputs' refusal (tests/hostile/refuse_when_the_result_is_read.py).
     try:
-        narrow = as_list(mixed_batch(max_num_blocks_per_req=2).block_tables)
+        narrow_inputs = mixed_batch(max_num_blocks_per_req=2)
     except ValueError:
-        narrow = None
+        narrow_inputs = None
+    narrow = None if narrow_inputs is None else as_list(narrow_inputs.block_tables)
     assert narrow is None, (
         f"with max_num_blocks_per_req=2, the 3-block tables of the mixed batch do not fit: "
         f"prepare_inputs must raise ValueError (the width is fixed, never widened), got "

@@ -52,7 +52,8 @@ class IncrementalDetokenizer:
 
     The prompt's last few tokens seed the window (the first output token decodes in context) and
     are never part of the output; ``tokenizer.decode`` is the only tokenizer call. The output is
-    cut before the first stop string found (after it, with ``include_stop_str_in_output``).
+    cut before the first stop string found (after it, with ``include_stop_str_in_output``); as
+    upstream, none is looked for before ``min_tokens`` output tokens, nor in their text.
     """
 
     def __init__(
@@ -63,8 +64,10 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         stop: Sequence[str] = (),
         include_stop_str_in_output: bool = False,
+        min_tokens: int = 0,
     ) -> None:
         self.tokenizer = tokenizer
+        self.min_tokens = min_tokens
         self.skip_special_tokens = skip_special_tokens
         self.stop = [s for s in stop if s]
         self.include_stop_str_in_output = include_stop_str_in_output
@@ -103,7 +106,8 @@ class IncrementalDetokenizer:
         raise NotImplementedError(
             "lab-10: IncrementalDetokenizer.update — decode one step's tokens one at a time "
             "(leave out a stop-terminated last token's text), flush at the end, then look for a "
-            "stop string in the new text and cut there"
+            "stop string in the new text (none within the first min_tokens tokens' text) and "
+            "cut there"
         )
 
     def flush(self) -> str:
@@ -205,6 +209,7 @@ class OutputProcessor:
                 skip_special_tokens=skip_special_tokens,
                 stop=stop,
                 include_stop_str_in_output=include_stop_str_in_output,
+                min_tokens=request.sampling_params.min_tokens,
             ),
             logprobs_processor=LogprobsProcessor(self.tokenizer, request.sampling_params.logprobs),
             queue=queue,

@@ -22,7 +22,8 @@ class IncrementalDetokenizer:
 
     The prompt's last few tokens seed the window (the first output token decodes in context) and
     are never part of the output; ``tokenizer.decode`` is the only tokenizer call. The output is
-    cut before the first stop string found (after it, with ``include_stop_str_in_output``).
+    cut before the first stop string found (after it, with ``include_stop_str_in_output``); as
+    upstream, none is looked for before ``min_tokens`` output tokens, nor in their text.
     """
 
     def __init__(
@@ -33,8 +34,10 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         stop: Sequence[str] = (),
         include_stop_str_in_output: bool = False,
+        min_tokens: int = 0,
     ) -> None:
         self.tokenizer = tokenizer
+        self.min_tokens = min_tokens
         self.skip_special_tokens = skip_special_tokens
         self.stop = [s for s in stop if s]
         self.include_stop_str_in_output = include_stop_str_in_output
@@ -73,7 +76,8 @@ class IncrementalDetokenizer:
         ``stop_terminated``: the engine stopped on the last token (EOS or a stop token id); as
         upstream, that token's text is left out unless ``include_stop_str_in_output``.
         """
-        num_chars_before = len(self.output_text)
+        # Where the stop-string search may start: the text of the first min_tokens is exempt.
+        stop_check_offset = len(self.output_text)
         new_token_ids = [int(t) for t in new_token_ids]
         skipped: int | None = None
         if stop_terminated and new_token_ids and not self.include_stop_str_in_output:
@@ -82,13 +86,15 @@ class IncrementalDetokenizer:
             self.tokens.append(token_id)
             self.output_token_ids.append(token_id)
             self.output_text += self._decode_next()
+            if len(self.output_token_ids) <= self.min_tokens:
+                stop_check_offset = len(self.output_text)
         if skipped is not None:
             self.output_token_ids.append(skipped)  # counted as output, never decoded
         if finished:
             self.output_text += self.flush()
-        if not self.stop:
+        if not self.stop or len(self.output_token_ids) <= self.min_tokens:
             return None
-        new_char_count = len(self.output_text) - num_chars_before
+        new_char_count = len(self.output_text) - stop_check_offset
         match = check_stop_strings(
             self.output_text, new_char_count, self.stop, self.include_stop_str_in_output
         )

@@ -7,7 +7,9 @@ bottom. The step and the startup order: docs/upstream-fidelity.md (module notes)
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, final
@@ -20,6 +22,7 @@ from mini_vllm.core.sched.async_scheduler import AsyncScheduler
 from mini_vllm.core.sched.output import EngineCoreOutput, SchedulerOutput
 from mini_vllm.core.sched.scheduler import Scheduler
 from mini_vllm.distributed.sharding import check_tensor_parallel_size
+from mini_vllm.engine.detokenizer import INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET
 from mini_vllm.engine.logprobs import LogprobsProcessor
 from mini_vllm.executor.abstract import Executor
 from mini_vllm.executor.multiproc_executor import MultiprocExecutor, get_open_port
@@ -295,13 +298,22 @@ class LLMEngine:
         return max_model_len
 
     def _eos_config(self) -> tuple[int | None, dict[str, Any]]:
+        """The primary EOS id (the tokenizer's), and the generation config whose other EOS ids
+        become stop tokens: ``generation_config.json`` where the checkpoint has one (Llama 3
+        Instruct lists ``<|eot_id|>`` there only), else the model config's, as upstream's
+        ``try_get_generation_config``."""
         config_eos = getattr(self.hf_config, "eos_token_id", None)
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         if eos is None and isinstance(config_eos, list):
             eos = config_eos[0] if config_eos else None
         elif eos is None:
             eos = config_eos
-        return eos, {"eos_token_id": config_eos}
+        generation_config = {"eos_token_id": config_eos}
+        path = os.path.join(self.model_source.path, "generation_config.json")
+        if self.model_source.gguf_file is None and os.path.isfile(path):
+            with open(path) as f:
+                generation_config = {"eos_token_id": json.load(f).get("eos_token_id")}
+        return eos, generation_config
 
     def _initialize_kv_cache(self) -> int:
         """Decide the block count from the memory budget, check it, allocate the cache.
@@ -564,7 +576,12 @@ class LLMEngine:
         token_ids = list(request.output_token_ids)
         text = ""
         if self.tokenizer is not None:
-            text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            text = decode_final_output(
+                self.tokenizer,
+                request.prompt_token_ids,
+                token_ids,
+                stop_terminated=request.status == RequestStatus.FINISHED_STOPPED,
+            )
         logprobs = LogprobsProcessor(self.tokenizer, request.sampling_params.logprobs)
         for rows in record.logprob_rows:
             logprobs.update_from_output(rows)
@@ -585,3 +602,24 @@ class LLMEngine:
             finished=True,
             num_cached_tokens=record.num_cached_tokens,
         )
+
+
+def decode_final_output(
+    tokenizer: Any,
+    prompt_token_ids: list[int],
+    output_token_ids: list[int],
+    *,
+    stop_terminated: bool,
+) -> str:
+    """The text of a finished request, as upstream's detokenizer leaves it: the output decoded
+    after the prompt's last tokens (a SentencePiece token's leading space depends on what
+    precedes it), without the EOS or stop token id that ended it (``stop_terminated``). Two
+    decodes in all, the incremental detokenizer's window opened once over the whole output."""
+    if stop_terminated:
+        output_token_ids = output_token_ids[:-1]
+    if not output_token_ids:
+        return ""
+    context = list(prompt_token_ids[-INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET:])
+    prefix_text = tokenizer.decode(context, skip_special_tokens=True)
+    full_text = tokenizer.decode(context + list(output_token_ids), skip_special_tokens=True)
+    return full_text[len(prefix_text) :]

@@ -84,6 +84,7 @@ class OutputProcessor:
                 skip_special_tokens=skip_special_tokens,
                 stop=stop,
                 include_stop_str_in_output=include_stop_str_in_output,
+                min_tokens=request.sampling_params.min_tokens,
             ),
             logprobs_processor=LogprobsProcessor(self.tokenizer, request.sampling_params.logprobs),
             queue=queue,

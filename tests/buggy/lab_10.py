@@ -471,9 +471,9 @@ MUTANTS = [
         find="""
             if finished:
                 self.output_text += self.flush()
-            if not self.stop:
+            if not self.stop or len(self.output_token_ids) <= self.min_tokens:
                 return None
-            new_char_count = len(self.output_text) - num_chars_before
+            new_char_count = len(self.output_text) - stop_check_offset
             match = check_stop_strings(
                 self.output_text, new_char_count, self.stop, self.include_stop_str_in_output
             )
@@ -481,11 +481,11 @@ MUTANTS = [
                 return None
         """,
         replace="""
-            if not self.stop:
+            if not self.stop or len(self.output_token_ids) <= self.min_tokens:
                 if finished:
                     self.output_text += self.flush()
                 return None
-            new_char_count = len(self.output_text) - num_chars_before
+            new_char_count = len(self.output_text) - stop_check_offset
             match = check_stop_strings(
                 self.output_text, new_char_count, self.stop, self.include_stop_str_in_output
             )
@@ -523,11 +523,11 @@ MUTANTS = [
         name="no_stop_strings_when_the_core_stopped",
         file=FILE,
         find="""
-                if not self.stop:
+                if not self.stop or len(self.output_token_ids) <= self.min_tokens:
                     return None
         """,
         replace="""
-                if not self.stop or stop_terminated:
+                if not self.stop or len(self.output_token_ids) <= self.min_tokens or stop_terminated:
                     return None
         """,
         why="skips the stop strings when the core stopped on EOS or a stop token: a stop "
@@ -564,11 +564,15 @@ MUTANTS = [
         file=FILE,
         find="""
                     self.output_text += self._decode_next()
+                    if len(self.output_token_ids) <= self.min_tokens:
+                        stop_check_offset = len(self.output_text)
                 if skipped is not None:
         """,
         replace="""
                     before = len(self.output_text)
                     self.output_text += self._decode_next()
+                    if len(self.output_token_ids) <= self.min_tokens:
+                        stop_check_offset = len(self.output_text)
                     if self.stop:
                         match = check_stop_strings(
                             self.output_text,
@@ -781,6 +785,8 @@ MUTANTS = [
                 self.tokens.append(token_id)
                 self.output_token_ids.append(token_id)
                 self.output_text += self._decode_next()
+                if len(self.output_token_ids) <= self.min_tokens:
+                    stop_check_offset = len(self.output_text)
             if skipped is not None:
                 self.output_token_ids.append(skipped)  # counted as output, never decoded
         """,
@@ -789,6 +795,8 @@ MUTANTS = [
                 self.tokens.append(token_id)
                 self.output_token_ids.append(token_id)
                 self.output_text += self._decode_next()
+                if len(self.output_token_ids) <= self.min_tokens:
+                    stop_check_offset = len(self.output_text)
             if stop_terminated and new_token_ids and not self.include_stop_str_in_output:
                 last = self._decode([new_token_ids[-1]])
                 if last and self.output_text.endswith(last):
@@ -819,5 +827,36 @@ MUTANTS = [
         why="the core's message wrapped in words of the processor's own: the client's error "
         "no longer is the core's, which the README's task row now fixes",
         caught_by="test_processor.py::test_error_output_fails_the_request",
+    ),
+    # -- min_tokens and stop strings ------------------------------------------------------------
+    Mutant(
+        name="stop_strings_ignore_min_tokens",
+        file=FILE,
+        find="""
+                if len(self.output_token_ids) <= self.min_tokens:
+                    stop_check_offset = len(self.output_text)
+        """,
+        replace="",
+        more=(
+            (
+                "if not self.stop or len(self.output_token_ids) <= self.min_tokens:",
+                "if not self.stop:",
+            ),
+        ),
+        why="looks for stop strings from the first output token: a stop string inside the "
+        "min_tokens the request must produce ends it early",
+        caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
+    ),
+    Mutant(
+        name="min_tokens_gates_the_step_not_the_text",
+        file=FILE,
+        find="""
+                if len(self.output_token_ids) <= self.min_tokens:
+                    stop_check_offset = len(self.output_text)
+        """,
+        replace="",
+        why="skips the search while min_tokens are not out, but then searches the whole step's "
+        "new text, the exempt tokens' text included, when min_tokens is reached inside a step",
+        caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
     ),
 ]

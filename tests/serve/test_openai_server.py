@@ -101,18 +101,23 @@ def test_chat_completion_stream_and_not(client, offline_llm):
     assert not chunks[-1].choices and chunks[-1].usage == resp.usage
 
 
-def test_n2_parallel_samples_share_the_prompt(tiny_server, client, offline_llm):
+def test_n2_parallel_samples_share_the_prompt(tiny_server, client):
     # Long enough for several full blocks, so the second sample can hit the first's.
     prompt = " ".join(["a long shared prompt about caching blocks"] * 6)
     before = tiny_server.metrics()
-    resp = client.completions.create(model="tiny", prompt=prompt, max_tokens=8, temperature=0, n=2)
+    # Sampled, not greedy: upstream refuses n > 1 greedy samples (they would be identical).
+    resp = client.completions.create(
+        model="tiny",
+        prompt=prompt,
+        max_tokens=8,
+        temperature=1.0,
+        n=2,
+        seed=7,
+        extra_body={"ignore_eos": True},
+    )
     after = tiny_server.metrics()
-    expected = offline_llm.generate(
-        prompt, SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False
-    )[0].outputs[0]
     assert sorted(c.index for c in resp.choices) == [0, 1]
-    assert [c.text for c in resp.choices] == [expected.text] * 2  # greedy: identical samples
-    assert resp.usage.completion_tokens == 2 * len(expected.token_ids)
+    assert resp.usage.completion_tokens == 2 * 8
     # The second sample finds every full block of the prompt but the one holding its last token.
     prompt_len = resp.usage.prompt_tokens
     hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
@@ -198,6 +203,16 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "max_tokens": 4, "min_tokens": 5}, "min_tokens"),
         ({"prompt": "hi", "seed": -3}, "seed"),
         ({"prompt": "hi", "top_k": -2}, "top_k"),
+        # Upstream refuses n > 1 greedy samples (SamplingParams._verify_greedy_sampling).
+        ({"prompt": "hi", "n": 2, "temperature": 0}, "n must be 1 when using greedy sampling"),
+        # Upstream's fields the engine lacks: refused, never silently ignored.
+        ({"prompt": "hi", "min_p": 0.1}, "min_p"),
+        ({"prompt": "hi", "repetition_penalty": 1.3}, "repetition_penalty"),
+        ({"prompt": "hi", "logit_bias": {"42": 5.0}}, "logit_bias"),
+        ({"prompt": "hi", "prompt_logprobs": 1}, "prompt_logprobs"),
+        ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
+        ({"prompt": "hi", "logprobs": -1}, "`logprobs` must be a positive value"),
+        ({"prompt": "hi", "stream_options": {"include_usage": True}}, "stream=True"),
         ({"prompt": [10**9]}, "vocabulary"),
         ({"prompt": ""}, "empty"),
         ({"prompt": {"not": "a prompt"}}, "prompt"),
@@ -210,6 +225,26 @@ def test_invalid_parameters_are_400(tiny_server, body, needle):
     error = resp.json()["error"]
     assert error["code"] == 400 and error["type"] == "BadRequestError"
     assert needle in error["message"]
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        # Upstream reads max_completion_tokens whenever it is set, 0 included.
+        ({"max_completion_tokens": 0}, "max_completion_tokens must be at least 1"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"top_p": 0.5, "min_p": 0.2}, "min_p"),
+        ({"echo": True}, "echo"),
+    ],
+)
+def test_invalid_chat_parameters_are_400(tiny_server, body, needle):
+    messages = [{"role": "user", "content": "hi"}]
+    resp = httpx.post(
+        f"{tiny_server.api_url}/chat/completions",
+        json={"model": "tiny", "messages": messages, **body},
+    )
+    assert resp.status_code == 400, resp.text
+    assert needle in resp.json()["error"]["message"]
 
 
 def test_malformed_json_and_unknown_model_are_400(tiny_server, client):

@@ -124,3 +124,27 @@ def test_duplicate_request_id_is_refused(processor):
     _add(processor, "a")
     with pytest.raises(ValueError, match="already in use"):
         _add(processor, "a")
+
+
+def test_no_stop_string_within_min_tokens(processor, serve_tokenizer):
+    # As upstream's detokenizer (vllm/v1/engine/detokenizer.py, BaseIncrementalDetokenizer.update):
+    # stop strings are not looked for until min_tokens tokens are out, nor in those tokens' text.
+    ids = _ids(serve_tokenizer, "one END two END three")
+    first_end = next(i for i in range(len(ids)) if "END" in serve_tokenizer.decode(ids[: i + 1]))
+    request = EngineCoreRequest("a", [1, 2, 3], EngineCoreSamplingParams(min_tokens=first_end + 1))
+    queue = processor.add_request(request, "prompt", arrival_time=0.0, stop=["END"])
+    # The first END arrives within min_tokens, in the same step as the tokens after it.
+    result = processor.process_outputs([EngineCoreOutput("a", ids)])
+    assert result.reqs_to_abort == ["a"]
+    (out,) = _drain(queue)
+    assert out.outputs[0].text == "one END two "
+    assert (out.outputs[0].finish_reason, out.outputs[0].stop_reason) == ("stop", "END")
+
+
+def test_min_tokens_reached_lets_stop_strings_through(processor, serve_tokenizer):
+    ids = _ids(serve_tokenizer, "one END two")
+    request = EngineCoreRequest("a", [1, 2, 3], EngineCoreSamplingParams(min_tokens=1))
+    queue = processor.add_request(request, "prompt", arrival_time=0.0, stop=["END"])
+    processor.process_outputs([EngineCoreOutput("a", ids[:1])])
+    assert processor.process_outputs([EngineCoreOutput("a", ids[1:])]).reqs_to_abort == ["a"]
+    assert _drain(queue)[-1].outputs[0].text == "one "

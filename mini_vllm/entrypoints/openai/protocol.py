@@ -4,9 +4,11 @@ Mirrors ``vllm/entrypoints/openai/completion/protocol.py``, ``chat_completion/pr
 ``engine/protocol.py`` (``ErrorResponse``, ``UsageInfo``) at the pin, reduced to the fields
 mini-vLLM implements. Requests accept vLLM's extensions that the engine has (``top_k``,
 ``min_tokens``, ``ignore_eos``, ``stop_token_ids``, ``include_stop_str_in_output``,
-``skip_special_tokens``); a field the engine cannot honour (``echo``, ``suffix``, penalties other
-than their neutral value) is refused with a 400 that says so, rather than silently ignored.
-Unknown fields are ignored, as upstream does, so that clients sending newer fields still work.
+``skip_special_tokens``); a field of upstream's that the engine cannot honour (``echo``,
+``suffix``, penalties, ``min_p``, ``logit_bias``, ``prompt_logprobs``, structured outputs, tools:
+``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it holds its neutral
+value, rather than silently ignored. Other unknown fields are ignored, as upstream does, so that
+clients sending newer fields still work.
 """
 
 from __future__ import annotations
@@ -84,6 +86,36 @@ class SamplingRequestMixin(OpenAIBaseModel):
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    # Upstream's fields that the engine lacks: declared so that a value other than the neutral
+    # one is refused (``OpenAIServing._check_sampling``) instead of ignored with the unknowns.
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    prompt_logprobs: int | None = None
+    use_beam_search: bool = False
+    truncate_prompt_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    priority: int = 0
+
+    def unsupported_fields(self) -> dict[str, Any]:
+        """Each field above, truthy when it asks for something the engine would not do."""
+        response_type = (self.response_format or {}).get("type", "text")
+        return {
+            "min_p": self.min_p not in (None, 0.0),
+            "repetition_penalty": self.repetition_penalty not in (None, 1.0),
+            "logit_bias": bool(self.logit_bias),
+            "allowed_token_ids": self.allowed_token_ids is not None,
+            "bad_words": bool(self.bad_words),
+            "prompt_logprobs": self.prompt_logprobs is not None,
+            "use_beam_search": self.use_beam_search,
+            "truncate_prompt_tokens": self.truncate_prompt_tokens is not None,
+            "response_format": response_type != "text",
+            "structured_outputs": self.structured_outputs is not None,
+            "priority": self.priority != 0,
+        }
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -114,6 +146,11 @@ class ChatCompletionRequest(SamplingRequestMixin):
     top_logprobs: int | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    # Tools would be rendered into the prompt by upstream's chat template: refused if given.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    echo: bool = False  # upstream: prepend the last message to the reply
+    continue_final_message: bool = False
 
 
 class CompletionLogProbs(OpenAIBaseModel):

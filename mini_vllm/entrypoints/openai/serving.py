@@ -45,7 +45,7 @@ from mini_vllm.entrypoints.openai.protocol import (
 )
 from mini_vllm.logprobs import SampleLogprobs
 from mini_vllm.outputs import CompletionOutput, RequestOutput
-from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.sampling_params import SamplingParams, SamplingType
 
 # Largest seed a torch.Generator takes.
 _MAX_SEED = 2**63 - 1
@@ -98,13 +98,19 @@ class OpenAIServing:
         unsupported: dict[str, Any],
         num_logprobs: int | None = None,
     ) -> EngineCoreSamplingParams:
-        for field, value in unsupported.items():
+        for field, value in {**unsupported, **request.unsupported_fields()}.items():
             if value:
                 raise BadRequestError(
-                    f"`{field}` is not supported by mini-vLLM (it has no echo or suffix, and "
-                    "its sampler applies no penalties)",
+                    f"`{field}` is not supported by mini-vLLM: leave it unset (or at its neutral "
+                    "value); the engine would not honour it",
                     param=field,
                 )
+        options = request.stream_options
+        if options is not None and options.model_fields_set and not request.stream:
+            # Upstream's validate_stream_options.
+            raise BadRequestError(
+                "Stream options can only be defined when `stream=True`.", param="stream_options"
+            )
         if not isinstance(request.n, int) or request.n < 1:
             raise BadRequestError(f"n must be at least 1, got {request.n}", param="n")
         max_n = int(self.engine.engine_args.max_num_seqs)
@@ -130,6 +136,11 @@ class OpenAIServing:
             checked = SamplingParams(**values, max_tokens=None)
         except (ValueError, TypeError) as exc:
             raise BadRequestError(str(exc)) from None
+        if request.n > 1 and checked.sampling_type == SamplingType.GREEDY:
+            # Upstream's SamplingParams._verify_greedy_sampling: n greedy samples are one sample.
+            raise BadRequestError(
+                f"n must be 1 when using greedy sampling, got {request.n}", param="n"
+            )
         self._check_num_logprobs(checked)
         return EngineCoreSamplingParams(**values)
 
@@ -275,6 +286,9 @@ class OpenAIServing:
         self, request: CompletionRequest
     ) -> CompletionResponse | AsyncIterator[str]:
         self.check_model(request.model)
+        if request.logprobs is not None and request.logprobs < 0:
+            # Upstream's CompletionRequest.check_logprobs: no -1 (whole vocabulary) here.
+            raise BadRequestError("`logprobs` must be a positive value.", param="logprobs")
         params = self._check_sampling(
             request,
             {
@@ -346,13 +360,17 @@ class OpenAIServing:
             {
                 "presence_penalty": request.presence_penalty,
                 "frequency_penalty": request.frequency_penalty,
+                "tools": bool(request.tools),
+                "tool_choice": request.tool_choice not in (None, "none"),
+                "echo": request.echo,
+                "continue_final_message": request.continue_final_message,
             },
             num_logprobs=chat_num_logprobs(request),
         )
         prompt = self._chat_prompt(request)
         use_new_name = request.max_completion_tokens is not None
         field = "max_completion_tokens" if use_new_name else "max_tokens"
-        wanted = request.max_completion_tokens or request.max_tokens
+        wanted = request.max_completion_tokens if use_new_name else request.max_tokens
         max_tokens = self._check_length(len(prompt.token_ids), wanted, field)
         request_id = f"chatcmpl-{random_uuid()}"
         created = int(time.time())

@@ -164,6 +164,7 @@ def run_detokenizer(
     finish: bool = True,
     leading_space_rule: bool = False,
     detokenizer_class: Any = None,
+    min_tokens: int = 0,
 ) -> dict[str, Any]:
     """Feed ``chunks`` one step each, as the output processor does, and record every step.
 
@@ -183,12 +184,15 @@ def run_detokenizer(
 
         detokenizer_class = output_processor.IncrementalDetokenizer
     tokenizer = ToyTokenizer(leading_space_rule)
+    # Only when asked: a file begun before ``min_tokens`` joined the constructor still loads.
+    extra = {"min_tokens": min_tokens} if min_tokens else {}
     detok = detokenizer_class(
         tokenizer,
         prompt_ids,
         skip_special_tokens=skip_special_tokens,
         stop=stop or (),
         include_stop_str_in_output=include_stop_str_in_output,
+        **extra,
     )
     steps: list[dict[str, Any]] = []
     inputs_changed: list[int] = []
@@ -306,7 +310,9 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
         if name == "add":
             _, rid, prompt_ids, options = op
             options = dict(options)
-            params = types.SimpleNamespace(logprobs=options.pop("logprobs", None))
+            params = types.SimpleNamespace(
+                logprobs=options.pop("logprobs", None), min_tokens=options.pop("min_tokens", 0)
+            )
             request = types.SimpleNamespace(
                 request_id=rid, prompt_token_ids=list(prompt_ids), sampling_params=params
             )

@@ -247,6 +247,41 @@ def test_stop_terminated_token_left_out():
 
 
 @graded(
+    1,
+    "Stop strings and min_tokens: none is looked for until min_tokens output tokens are out, "
+    "nor inside those tokens' text",
+    STOPS,
+)
+def test_no_stop_string_within_min_tokens():
+    """Tokens 'Hello', ' the', ' end', ' the' with stop ' the' and min_tokens=2: the first
+    ' the' is the text of the first two tokens, so it cannot stop the request; the second can.
+    Once one token a step, once all four in one step (the exemption ends inside the step)."""
+    ids = TOK.encode("Hello the end the")
+    for chunks, how in (
+        ([ids[:1], ids[1:2], ids[2:3], ids[3:]], "one token a step"),
+        ([ids], "all four tokens in one step"),
+    ):
+        got = run(chunks, stop=[" the"], min_tokens=2, finish=False)
+        found = [s["stop"] for s in got["steps"]]
+        assert got["output_text"] == "Hello the end" and found[-1] == " the", (
+            f"tokens {show(ids)} ({how}), stop ' the', min_tokens=2: the first ' the' lies in "
+            f"the text of the first 2 output tokens, where no stop string is looked for (and "
+            f"none at all while len(output_token_ids) <= min_tokens); the second ' the' stops "
+            f"it: expected text 'Hello the end' and update returning ' the' last, got text "
+            f"{got['output_text']!r} and {found}. Start the search at the text's length after "
+            f"the min_tokens-th token, as upstream's stop_check_offset"
+        )
+    # A stop string that begins in the exempt text and ends after it is found.
+    got = run([ids[:1], ids[1:2], ids[2:3]], stop=["the end"], min_tokens=2, finish=False)
+    assert got["output_text"] == "Hello " and got["steps"][-1]["stop"] == "the end", (
+        f"tokens {show(ids[:3])} one a step, stop 'the end', min_tokens=2: 'the end' ends in "
+        f"the third token's text, so it is looked for (from len(stop) - 1 characters before "
+        f"the new text, as always) and found; expected text 'Hello ' and stop 'the end', got "
+        f"{got['output_text']!r} and {got['steps'][-1]['stop']!r}"
+    )
+
+
+@graded(
     5,
     "Stop strings across tokens: a stop string split over tokens and steps is found at "
     "the step that completes it; the text is cut before its first occurrence, each step "

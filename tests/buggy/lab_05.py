@@ -1219,4 +1219,53 @@ from mini_vllm.core.kv_cache_utils import (
         "init_none_hash rebinds the module's seed, first blocks still chain from the old one",
         caught_by="test_hashing.py::test_first_block_follows_a_reseeded_none_hash",
     ),
+    # -- the probe of 2026-11-29: nothing to cache returns first ------------------------------
+    Mutant(
+        name="cache_validates_before_the_nothing_to_cache_return",
+        file=FILE,
+        find="""
+            if num_cached_blocks >= num_full_blocks:
+                return
+            if block_size != self.hash_block_size:""",
+        replace="""
+            if block_size != self.hash_block_size:""",
+        more=(
+            (
+                "new_full_blocks = blocks[num_cached_blocks:num_full_blocks]",
+                "if num_cached_blocks >= num_full_blocks:\n"
+                "    return\n"
+                "new_full_blocks = blocks[num_cached_blocks:num_full_blocks]",
+            ),
+        ),
+        why="validates the arguments before looking whether there is anything to cache: a call "
+        "with num_cached_blocks >= num_full_blocks raises on counts or a block size it never "
+        "uses, where upstream returns at once",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_refuses_bad_arguments",
+    ),
+    Mutant(
+        name="cache_refuses_num_cached_above_num_full",
+        file=FILE,
+        find="""
+            if num_cached_blocks >= num_full_blocks:
+                return""",
+        replace="""
+            if num_cached_blocks > num_full_blocks:
+                raise ValueError(
+                    f"num_cached_blocks ({num_cached_blocks}) > num_full_blocks ({num_full_blocks})"
+                )
+            if num_cached_blocks == num_full_blocks:
+                return""",
+        why="num_cached_blocks > num_full_blocks read as a bad count (ValueError) instead of "
+        "nothing to cache",
+        caught_by="test_prefix_cache.py::test_cache_full_blocks_refuses_bad_arguments",
+    ),
+    Mutant(
+        name="evict_blocks_refuses_the_last_id",
+        file=FILE,
+        find="if not 0 <= block_id < self.num_gpu_blocks:",
+        replace="if not 0 <= block_id < self.num_gpu_blocks - 1:",
+        why="the bound of the id check taken one too low (as if the null block were not counted "
+        "in num_gpu_blocks): the pool's last block, a valid id, is refused with ValueError",
+        caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
+    ),
 ]

@@ -1162,4 +1162,45 @@ MUTANTS = [
         "blind implementation)",
         caught_by="test_aborts.py::test_update_from_output_checks_the_runner",
     ),
+    # -- the probe of 2026-11-29 ---------------------------------------------------------------
+    Mutant(
+        name="priority_ties_to_the_last_admitted",
+        file=FILE,
+        find="preempted_req = max(self.running, key=lambda r: (r.priority, r.arrival_time))",
+        replace="preempted_req = max(reversed(self.running), key=lambda r: r.priority)",
+        why="ties in priority go to the last admitted (FCFS's rule) instead of the latest "
+        "arrival: the same whenever requests reach the scheduler in arrival order, not when one "
+        "arrives late with an earlier arrival_time",
+        caught_by="test_admission.py::test_priority_preempts_the_lowest_priority",
+    ),
+    Mutant(
+        name="no_chunking_check_on_the_prompt_only",
+        file=FILE,
+        find="if not self.enable_chunked_prefill and num_new_tokens > token_budget:",
+        replace="if (\n"
+        "    not self.enable_chunked_prefill\n"
+        "    and min(num_new_tokens, request.num_prompt_tokens) > token_budget\n"
+        "):",
+        why="with chunked prefill off, only the prompt must fit the budget left: a resumed "
+        "request, which recomputes its outputs too, is admitted with a chunk of its tokens",
+        caught_by="test_schedule.py::test_without_chunked_prefill",
+    ),
+    Mutant(
+        name="resumed_admitted_past_max_num_seqs",
+        file=FILE,
+        find="""
+            if len(self.running) == self.max_num_running_reqs:
+                break""",
+        replace="""
+            if (
+                len(self.running) == self.max_num_running_reqs
+                and self.waiting.peek_request().status == RequestStatus.WAITING
+            ):
+                break""",
+        more=(("assert len(self.running) <= self.max_num_running_reqs\n", ""),),
+        why="max_num_seqs applied to new requests only: a preempted request is readmitted "
+        "past it (under FCFS it is always at the front while a place is free; under the "
+        "priority policy new requests can fill the places first)",
+        caught_by="test_schedule.py::test_max_num_seqs",
+    ),
 ]

@@ -251,7 +251,8 @@ def _refused(what: str, call) -> None:
 @graded(
     2,
     "Misuse: cache_full_blocks refuses (ValueError, nothing cached) too few block hashes or "
-    "blocks, a block_mask of the wrong length and a block_size other than hash_block_size",
+    "blocks, a block_mask of the wrong length and a block_size other than hash_block_size; "
+    "a call with nothing to cache (num_cached_blocks >= num_full_blocks) returns first",
     f"{DOC}#caching-full-blocks",
 )
 def test_cache_full_blocks_refuses_bad_arguments():
@@ -293,6 +294,30 @@ def test_cache_full_blocks_refuses_bad_arguments():
     hashes = pool_snapshot(pool, hashes=True)["hashes"]
     assert hashes == [None] * 6, "a refused cache_full_blocks must give no block a hash"
     assert hit(pool, req.block_hashes[0]) is None, "a refused cache_full_blocks must cache nothing"
+    # Nothing to cache: the call returns before any check, as upstream's first line does.
+    for what, call in [
+        (
+            f"num_cached_blocks=2, num_full_blocks=2 and block_size={2 * BS}",
+            lambda: cache(req.obj, blocks, 2, 2, 2 * BS, 0),
+        ),
+        (
+            "num_cached_blocks=3, num_full_blocks=3, 2 block hashes and 1 block",
+            lambda: cache(req.obj, one_block, 3, 3, BS, 0),
+        ),
+        ("num_cached_blocks=2, num_full_blocks=1", lambda: cache(req.obj, blocks, 2, 1, BS, 0)),
+    ]:
+        try:
+            call()
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            raise AssertionError(
+                f"cache_full_blocks with {what} has nothing to cache: it returns at once "
+                f"(if num_cached_blocks >= num_full_blocks: return), before any check; it "
+                f"raised {type(exc).__name__}: {exc}"
+            ) from None
+    hashes = pool_snapshot(pool, hashes=True)["hashes"]
+    assert hashes == [None] * 6, "a call with nothing to cache must give no block a hash"
     # The control: the same call with consistent arguments caches both blocks.
     cache(req.obj, blocks, 0, 2, BS, 0)
     assert (
@@ -570,6 +595,22 @@ def test_evict_blocks_by_id():
         f"eviction order), but the queue went from {before} to {free}"
     )
     assert hit(pool, req.block_hashes[0]) is blocks[0], "block 1 must stay cached"
+    # The last id of the pool is a valid one: 4 blocks, ids 0 .. 3, block 3 cached.
+    pool = make_pool(4)
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(req.obj, blocks, 0, 3, BS, 0)
+    try:
+        pool.evict_blocks({3})
+    except ValueError as exc:
+        raise AssertionError(
+            f"evict_blocks({{3}}) in a pool of 4 blocks refused block 3 ({exc}): the valid ids "
+            "are 0 .. num_gpu_blocks - 1, the last one included"
+        ) from None
+    assert blocks[2].block_hash is None and hit(pool, req.block_hashes[2]) is None, (
+        "evict_blocks({3}) in a pool of 4 blocks must forget block 3's hash and map entry: the "
+        "valid ids are 0 .. num_gpu_blocks - 1, the last one included"
+    )
+    assert hit(pool, req.block_hashes[1]) is blocks[1], "block 2 must stay cached"
 
 
 @graded(

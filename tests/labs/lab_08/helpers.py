@@ -376,13 +376,16 @@ class Engine:
         eos: int | None = None,
         generation_eos: int | None = None,
         priority: int = 0,
+        arrival: float | None = None,
         **sampling: Any,
     ) -> Remote:
         """Create request ``rid`` in the learner process (prompt ``base, base + 1, ...`` unless
         given) and ``add_request`` it; returns the learner's request (a proxy). Requests arrive
-        at times 0, 1, 2, ... in the order they are added (ties under the priority policy)."""
+        at times 0, 1, 2, ... in the order they are added (ties under the priority policy),
+        unless ``arrival`` gives the time (a request that reaches the scheduler late)."""
         tokens = list(prompt) if prompt is not None else [base + i for i in range(num_prompt or 0)]
-        arrival = float(len(self.specs))
+        if arrival is None:
+            arrival = float(len(self.specs))
         req = self._make_request(
             rid,
             tokens,

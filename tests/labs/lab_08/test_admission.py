@@ -165,6 +165,29 @@ def test_priority_preempts_the_lowest_priority():
     engine.run()
     engine.check_drained()
 
+    # Equal priorities, admitted against their arrival order: x (arrival 9) reaches the
+    # scheduler before y (arrival 0). In step 3 x needs a second block and none is free: the
+    # largest (priority, arrival time) is x's own, so x preempts itself; y, the last admitted,
+    # is not the victim.
+    engine = Engine(num_blocks=3, budget=8, policy="priority")
+    engine.add("x", 3, base=0, max_tokens=3, arrival=9.0)
+    engine.step()
+    engine.add("y", 3, base=40, max_tokens=2, arrival=0.0)
+    engine.step()
+    assert engine.running == ["x", "y"] and engine.num_free() == 0, (
+        f"set-up: x and y run and hold the 2 usable blocks; running {engine.running}, "
+        f"{engine.num_free()} free"
+    )
+    out, _ = engine.step()
+    assert out.preempted_req_ids == {"x"} and batch(out) == [], (
+        "step 3: x needs a block and none is free; x and y have the same priority, and x "
+        "arrived later (time 9 against 0), so x is the victim, itself: the key is (priority, "
+        "arrival_time), not the order of running; got batch "
+        f"{batch(out)}, preempted {sorted(out.preempted_req_ids)}"
+    )
+    engine.run()
+    engine.check_drained()
+
 
 def _a_b_c_fill_the_pool(c_prompt: int = 4, **options: Any) -> Engine:
     """Priority policy, 4 usable blocks: a (priority 5, admitted first), b (0) and c (1, a prompt

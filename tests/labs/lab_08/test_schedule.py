@@ -71,6 +71,23 @@ def test_max_num_seqs():
     assert engine.running == ["a", "b"] and engine.waiting == ["c"]
     out, _ = engine.step()
     assert "c" not in out.num_scheduled_tokens, f"c must wait: got {batch(out)}"
+    # A preempted request counts like any other: under the priority policy n and m (priority
+    # 0) pass preempted a and b (priority 5) in the queue and fill both places.
+    engine = Engine(budget=32, max_num_seqs=2, policy="priority")
+    engine.add("a", 2, base=0, priority=5)
+    engine.add("b", 2, base=10, priority=5)
+    engine.step()
+    engine.reset_prefix_cache(reset_running_requests=True)
+    engine.add("n", 2, base=20)
+    engine.add("m", 2, base=30)
+    out, _ = engine.step()
+    assert batch(out) == [("n", 2), ("m", 2)] and engine.running == ["n", "m"], (
+        "n and m (priority 0) are admitted first, and then 2 requests run: preempted a and b "
+        "wait too, whatever their status (the waiting pass stops at len(running) == "
+        f"max_num_seqs); got batch {batch(out)}, running {engine.running}"
+    )
+    engine.run()
+    engine.check_drained()
 
 
 @graded(
@@ -277,6 +294,24 @@ def test_without_chunked_prefill():
         "nothing), gets the 2 tokens left: with chunked prefill off, only a WAITING request "
         "must fit whole (the check belongs to the waiting pass); a running request is capped "
         f"by the budget left like any other, not skipped; got {batch(out)}"
+    )
+    engine.run()
+    engine.check_drained()
+    # A resumed request must fit whole too, its outputs with its prompt: b (3 + 4 tokens) and
+    # a (6 + 4) are preempted after four steps; b takes 7 of the 16, and a's 10 do not fit the
+    # 9 left, although its 6-token prompt would.
+    engine = Engine(budget=16, max_model_len=16, enable_chunked_prefill=False)
+    engine.add("b", 3, base=0, max_tokens=8)
+    engine.add("a", 6, base=20, max_tokens=9)
+    for _ in range(4):
+        engine.step()
+    engine.reset_prefix_cache(reset_running_requests=True)
+    assert engine.waiting == ["b", "a"], f"set-up: b and a wait again, got {engine.waiting}"
+    out, _ = engine.step()
+    assert batch(out) == [("b", 7)], (
+        "chunked prefill off: resumed b recomputes its 7 tokens, and a's 10 (6 of prompt, 4 "
+        "outputs: n = num_tokens - num_hit) do not fit the 9 left, so a waits whole, although "
+        f"its prompt alone would fit; got {batch(out)}"
     )
     engine.run()
     engine.check_drained()

@@ -904,4 +904,53 @@ MUTANTS = [
         "README asks for a ValueError, which python -O does not strip",
         caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
     ),
+    # -- helper probe, 2026-11-29 (lab-07/lab-09 round) ---------------------------------------
+    Mutant(
+        name="cache_blocks_counts_blocks_past_the_hashes",
+        file=FILE,
+        find="        self.num_cached_block[request_id] = num_full_blocks\n",
+        replace="        self.num_cached_block[request_id] = num_computed_tokens // self.block_size\n",
+        why="publishes up to the request's hashes but records num_computed_tokens // block_size "
+        "as published: called directly with more tokens than hashes, num_cached_block runs "
+        "ahead, and the blocks past the hashes are never published once their hashes exist",
+        caught_by="test_allocate_slots.py::test_request_without_hashes_publishes_nothing",
+    ),
+    Mutant(
+        name="capacity_keeps_a_watermark",
+        file=FILE,
+        find="""
+            if num_blocks_to_allocate > self.block_pool.get_num_free_blocks():
+                return None
+        """,
+        replace="""
+            watermark = int(0.01 * self.num_gpu_blocks)
+            if num_blocks_to_allocate > self.block_pool.get_num_free_blocks() - watermark:
+                return None
+        """,
+        why="keeps 1% of the pool back, as vLLM v0's block manager did: invisible on a pool of "
+        "fewer than 100 blocks, and on a larger one an allocation that fits exactly is refused",
+        caught_by="test_allocate_slots.py::test_prefill_gets_cdiv_blocks",
+    ),
+    Mutant(
+        name="gate_keeps_a_watermark",
+        file=FILE,
+        find="            if num_blocks_for_full_sequence > self.block_pool.get_num_free_blocks():",
+        replace="""
+            watermark = int(0.01 * self.num_gpu_blocks)
+            if num_blocks_for_full_sequence > self.block_pool.get_num_free_blocks() - watermark:
+        """,
+        why="the admission gate keeps 1% of the pool back: a whole sequence that needs every "
+        "free block of a pool of 100 blocks or more is refused although it fits",
+        caught_by="test_allocate_slots.py::test_admission_gate",
+    ),
+    Mutant(
+        name="hit_capped_a_block_below_max_model_len",
+        file=FILE,
+        find="max_cache_hit_length = request.num_tokens - 1",
+        replace="max_cache_hit_length = min(request.num_tokens - 1, self.max_model_len - self.block_size)",
+        why="caps the hit a block below max_model_len as well, to leave a block to generate "
+        "into: a request as long as a max_model_len that is not a multiple of the block size "
+        "loses a block of its hit",
+        caught_by="test_prefix_hits.py::test_hit_is_capped_at_num_tokens_minus_one",
+    ),
 ]

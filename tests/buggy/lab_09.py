@@ -615,4 +615,15 @@ MUTANTS = [
         "already holds the block for its next tokens (allocated ahead) is refused",
         caught_by="test_prepare_inputs.py::test_block_tables_of_the_mixed_batch",
     ),
+    # -- helper probe, 2026-11-29 (lab-07/lab-09 round) ---------------------------------------
+    Mutant(
+        name="block_check_against_the_padded_width",
+        file=FILE,
+        find="    too_few_blocks = blocks_needed > num_blocks\n",
+        replace="    too_few_blocks = blocks_needed > (max_num_blocks_per_req or num_blocks)\n",
+        why="checks the blocks needed against the table's width when max_num_blocks_per_req is "
+        "given, not against the request's own table: a table too short for its tokens is "
+        "padded, and the tokens past it are written to the null block's slots",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
 ]

@@ -40,6 +40,16 @@ def test_prefill_gets_cdiv_blocks():
     )
     assert num_free(state) == 6
     check_state(state, expected_ref_cnts={1: 1, 2: 1, 3: 1})
+    # A pool of 200 usable blocks fills to its last block: nothing is held back.
+    big = driver(201, max_model_len=800)
+    big.add("a", list(range(800)))
+    new = big.admit("a")["new"]
+    assert new == list(range(1, 201)), (
+        "800 tokens need exactly the 200 free blocks of a 201-block pool: allocate_slots "
+        "refuses only when the blocks needed exceed the free blocks (no reserve, no "
+        "watermark of a share of the pool is kept back); got "
+        f"{'None' if new is None else f'{len(new)} blocks'}"
+    )
 
 
 @graded(
@@ -457,6 +467,30 @@ def test_request_without_hashes_publishes_nothing():
         f"{state['num_cached_block'].get('a')}: the count only grows (a smaller one publishes "
         "nothing), or the blocks already published are hashed again"
     )
+    # A count past the hashes: c's 9 tokens have 2 block hashes, its table 3 blocks.
+    c = driver(10)
+    tokens = list(range(100, 109))
+    c.add("c", tokens)
+    c.allocate("c", 3, lookahead=9)  # 12 slots, blocks 1 2 3, nothing full yet
+    c.publish("c", 12)
+    state = c.state()
+    recorded = state["num_cached_block"].get("c", 0)
+    assert recorded == 2 and state["hash"][3] is None, (
+        f"cache_blocks(c, 12) with 2 block hashes set num_cached_block['c'] to {recorded}: it "
+        "publishes blocks 1 and 2 only (at most len(request.block_hashes)), and "
+        "num_cached_block counts the blocks really published, not num_computed_tokens // "
+        "block_size"
+    )
+    for token in (9, 10, 11):
+        c.append("c", token)
+    c.publish("c", 12)  # the 3rd hash now exists
+    state = c.state()
+    assert state["hash"][3] == cache_key([*tokens, 9, 10, 11], 2), (
+        "once c has 12 tokens (3 hashes), cache_blocks(c, 12) publishes block 3: "
+        f"num_cached_block['c'] is {state['num_cached_block'].get('c')}, so it was counted "
+        "as published before it was"
+    )
+    check_state(state, expected_ref_cnts={1: 1, 2: 1, 3: 1})
     off = driver(10, enable_caching=False)
     off.add("a", list(range(9)))
     off.admit("a")
@@ -663,6 +697,16 @@ def test_admission_gate():
         f"blocks; it reserves nothing: a 4-token chunk gets 1 block, got {out['new']}"
     )
     assert num_free(d2.state()) == 8
+    # A whole sequence that needs every free block of a large pool fits: no block held back.
+    big = driver(201, max_model_len=800)
+    big.add("a", list(range(800)))
+    new = big.admit("a", 4, gate=True)["new"]
+    assert new == [1], (
+        "a's 800 tokens need exactly the 200 free blocks of a 201-block pool: the gate lets "
+        "it through (it refuses only when the whole sequence needs more blocks than are free; "
+        "no watermark of a share of the pool is kept back), and its 4-token chunk gets block "
+        f"1; got {new}"
+    )
     # max_model_len 10, not a multiple of the block size: a 9-token prompt needs 3 blocks.
     d3 = driver(5, max_model_len=10)
     d3.add("a", list(range(8)))

@@ -90,6 +90,18 @@ def test_hit_is_capped_at_num_tokens_minus_one():
     d.add("d", list(range(5)))
     _, num_hit = d.lookup("d")
     assert num_hit == 4, f"d has 5 tokens, its first block cached: expected 4, got {num_hit}"
+    # A request as long as max_model_len (9, not a multiple of the block size): the cap is
+    # num_tokens - 1 whatever max_model_len is.
+    m = driver(max_model_len=9)
+    m.add("a", list(range(9)))
+    m.admit("a")
+    m.add("b", list(range(9)))
+    _, num_hit = m.lookup("b")
+    assert num_hit == 8, (
+        f"max_model_len 9: b's 9 tokens (max_model_len of them) are all cached: expected a hit "
+        f"of (9 - 1) // 4 = 2 blocks = 8 tokens, got {num_hit}; the cap is num_tokens - 1, "
+        "nothing to do with max_model_len"
+    )
 
 
 @graded(

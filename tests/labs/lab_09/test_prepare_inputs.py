@@ -498,6 +498,12 @@ def test_inconsistent_steps_are_refused():
             ok | dict(num_computed_tokens=[2], num_scheduled_tokens=[2]),
         ),
         ("3 tokens, 2-token blocks, a table of 1 block", ok | dict(block_ids=[[1]])),
+        (
+            "3 tokens, 2-token blocks, a table of 1 block, max_num_blocks_per_req=2 (the "
+            "padded row is 2 wide, but position 2 would fall in its padding, the null block: "
+            "check the request's own block_ids, not the width)",
+            ok | dict(block_ids=[[1]], max_num_blocks_per_req=2),
+        ),
         ("request 1 of 2 has no scheduled token", two | dict(num_scheduled_tokens=[3, 0])),
         ("request 0 of 2 has no scheduled token", two | dict(num_scheduled_tokens=[0, 3])),
         (

@@ -53,7 +53,8 @@ class IncrementalDetokenizer:
     The prompt's last few tokens seed the window (the first output token decodes in context) and
     are never part of the output; ``tokenizer.decode`` is the only tokenizer call. The output is
     cut before the first stop string found (after it, with ``include_stop_str_in_output``); as
-    upstream, none is looked for before ``min_tokens`` output tokens, nor in their text.
+    upstream, none is looked for before ``min_tokens`` output tokens, nor in their text (what
+    the finish flushes of it included).
     """
 
     def __init__(

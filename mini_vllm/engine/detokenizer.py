@@ -23,7 +23,8 @@ class IncrementalDetokenizer:
     The prompt's last few tokens seed the window (the first output token decodes in context) and
     are never part of the output; ``tokenizer.decode`` is the only tokenizer call. The output is
     cut before the first stop string found (after it, with ``include_stop_str_in_output``); as
-    upstream, none is looked for before ``min_tokens`` output tokens, nor in their text.
+    upstream, none is looked for before ``min_tokens`` output tokens, nor in their text (what
+    the finish flushes of it included).
     """
 
     def __init__(
@@ -92,6 +93,9 @@ class IncrementalDetokenizer:
             self.output_token_ids.append(skipped)  # counted as output, never decoded
         if finished:
             self.output_text += self.flush()
+            if len(self.output_token_ids) - (skipped is not None) <= self.min_tokens:
+                # The flush adds the last decoded token's held-back text: exempt with it.
+                stop_check_offset = len(self.output_text)
         if not self.stop or len(self.output_token_ids) <= self.min_tokens:
             return None
         new_char_count = len(self.output_text) - stop_check_offset

@@ -1101,4 +1101,49 @@ MUTANTS = [
         "call costs O(k^2)",
         caught_by="test_block_pool.py::test_pool_operations_are_constant_time",
     ),
+    # -- helper probe, 2026-11-29 ----------------------------------------------------------------
+    Mutant(
+        name="allocated_reported_before_the_ref_cnt",
+        file=FILE,
+        find="""
+                block.ref_cnt = 1
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_allocated(block)
+        """,
+        replace="""
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_allocated(block)
+                block.ref_cnt = 1
+        """,
+        why="tells the collector before taking the block: on_block_allocated sees ref_cnt 0, "
+        "a free block (README row 11: set ref_cnt to 1, then tell the collector)",
+        caught_by="test_block_pool.py::test_allocations_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="double_free_error_without_naming_the_block",
+        file=FILE,
+        find='f"Cannot free block {block.block_id}: its ref_cnt is already {block.ref_cnt} "',
+        replace='"Cannot free a block whose ref_cnt is already 0 "',
+        why="a double free refused with a message that does not name the block (the misuse "
+        "table: a message naming the block and what was wrong)",
+        caught_by="test_block_pool.py::test_double_free_is_an_error",
+    ),
+    Mutant(
+        name="allocation_refused_without_the_count",
+        file=FILE,
+        find='f"Cannot get {num_blocks} free blocks from the pool: only {num_free} are free"',
+        replace='"Not enough free blocks in the pool"',
+        why="an allocation of more blocks than are free refused without saying how many were "
+        "asked (popleft_n's refusal names it too)",
+        caught_by="test_block_pool.py::test_too_many_blocks_is_an_error",
+    ),
+    Mutant(
+        name="usage_rounded",
+        file=FILE,
+        find="        return 1.0 - self.get_num_free_blocks() / total\n",
+        replace="        return round(1.0 - self.get_num_free_blocks() / total, 2)\n",
+        why="rounds the usage to two decimals: 1 of 3 usable blocks in use reads 0.33, not 1/3 "
+        "(the test's pool of 11 blocks gave only tenths, which round to themselves)",
+        caught_by="test_block_pool.py::test_usage",
+    ),
 ]

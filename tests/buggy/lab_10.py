@@ -471,6 +471,9 @@ MUTANTS = [
         find="""
             if finished:
                 self.output_text += self.flush()
+                if len(self.output_token_ids) - (skipped is not None) <= self.min_tokens:
+                    # The flush adds the last decoded token's held-back text: exempt with it.
+                    stop_check_offset = len(self.output_text)
             if not self.stop or len(self.output_token_ids) <= self.min_tokens:
                 return None
             new_char_count = len(self.output_text) - stop_check_offset
@@ -857,6 +860,83 @@ MUTANTS = [
         replace="",
         why="skips the search while min_tokens are not out, but then searches the whole step's "
         "new text, the exempt tokens' text included, when min_tokens is reached inside a step",
+        caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
+    ),
+    # -- helper probe, 2026-11-29 (min_tokens, logprobs) ----------------------------------------
+    Mutant(
+        name="min_tokens_counted_over_the_window",
+        file=FILE,
+        find="""
+                if len(self.output_token_ids) <= self.min_tokens:
+                    stop_check_offset = len(self.output_text)
+        """,
+        replace="""
+                if len(self.tokens) <= self.min_tokens:
+                    stop_check_offset = len(self.output_text)
+        """,
+        more=(
+            (
+                "if not self.stop or len(self.output_token_ids) <= self.min_tokens:",
+                "if not self.stop or len(self.tokens) <= self.min_tokens:",
+            ),
+        ),
+        why="counts min_tokens over the window's tokens, which begin with up to 5 of the "
+        "prompt's: after a prompt the exemption ends early (or never starts), and a stop string "
+        "inside the first min_tokens output tokens' text ends the request",
+        caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
+    ),
+    Mutant(
+        name="logprobs_skipped_on_a_stop_string",
+        file=FILE,
+        find="            state.logprobs_processor.update_from_output(out.new_logprobs)\n",
+        replace="""
+                if stop_str is None:
+                    state.logprobs_processor.update_from_output(out.new_logprobs)
+        """,
+        why="adds a step's logprob rows only when no stop string ended it: the finished output "
+        "of a request stopped by a stop string lacks its last step's rows (fewer rows than "
+        "token ids, a wrong cumulative_logprob)",
+        caught_by="test_processor.py::test_logprobs_reach_the_outputs",
+    ),
+    Mutant(
+        name="min_tokens_exempt_text_decoded_apart",
+        file=FILE,
+        find="""
+                if len(self.output_token_ids) <= self.min_tokens:
+                    stop_check_offset = len(self.output_text)
+        """,
+        replace="",
+        more=(
+            (
+                """
+                if not self.stop or len(self.output_token_ids) <= self.min_tokens:
+                    return None
+                """,
+                """
+                if not self.stop or len(self.output_token_ids) <= self.min_tokens:
+                    return None
+                if self.min_tokens:
+                    exempt = self._decode(self.output_token_ids[: self.min_tokens])
+                    stop_check_offset = max(stop_check_offset, len(exempt))
+                """,
+            ),
+        ),
+        why="measures the exempt text by decoding the first min_tokens output tokens apart: when "
+        "the min_tokens-th token only begins a character, that decode ends in U+FFFD, one "
+        "character too long, and the stop string the next token completes is never found",
+        caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
+    ),
+    Mutant(
+        name="flush_of_an_exempt_token_searched",
+        file=FILE,
+        find="""
+                if len(self.output_token_ids) - (skipped is not None) <= self.min_tokens:
+                    # The flush adds the last decoded token's held-back text: exempt with it.
+                    stop_check_offset = len(self.output_text)
+        """,
+        replace="",
+        why="the finish's flush is searched when a stop-terminated token makes one output token "
+        "more than min_tokens: the held-back text of the min_tokens-th token, exempt, stops it",
         caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
     ),
 ]

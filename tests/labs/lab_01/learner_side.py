@@ -54,12 +54,28 @@ def make_queue_bench(n: int) -> Any:
     return types.SimpleNamespace(blocks=blocks, queue=queue)
 
 
+class _AllocationRecorder(RecordingCollector):
+    """A ``RecordingCollector`` that also keeps ``[block_id, ref_cnt]`` as each
+    ``on_block_allocated`` sees them (``allocated_ref_cnts``): the block is reported once taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.allocated_ref_cnts: list[list[Any]] = []
+
+    def on_block_allocated(self, block: Any) -> None:
+        self.allocated_ref_cnts.append(
+            [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
+        )
+        super().on_block_allocated(block)
+
+
 def make_pool_with_collector(n: int, enable_caching: bool = False) -> list[Any]:
     """``[pool, collector]``: the learner's ``BlockPool`` of ``n`` blocks with a
-    ``RecordingCollector`` as its ``metrics_collector``."""
+    ``RecordingCollector`` as its ``metrics_collector`` (which also records each allocated
+    block's ``ref_cnt`` at the call, ``allocated_ref_cnts``)."""
     import block_pool
 
-    collector = RecordingCollector()
+    collector = _AllocationRecorder()
     pool = block_pool.BlockPool(
         num_gpu_blocks=n,
         enable_caching=enable_caching,

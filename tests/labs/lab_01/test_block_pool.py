@@ -179,7 +179,7 @@ def test_too_many_blocks_is_an_error():
     pool.get_new_blocks(2)
     with pytest.raises(ValueError) as excinfo:
         pool.get_new_blocks(3)
-    assert str(excinfo.value), "the error must say how many blocks were asked and how many are free"
+    assert_error_names(excinfo.value, "get_new_blocks(3) with 2 blocks free", 3)
     assert as_int(pool.get_num_free_blocks(), "get_num_free_blocks()") == 2, (
         "a refused allocation must not take any block"
     )
@@ -320,9 +320,10 @@ def test_double_free_is_an_error():
     pool = make_pool(5)
     a, b = pool.get_new_blocks(2)
     pool.free_blocks([a])
+    a_id = as_int(a.block_id, "a's block_id")
     with pytest.raises(ValueError) as excinfo:
         pool.free_blocks([a])
-    assert str(excinfo.value), "the error must name the block and say what was wrong"
+    assert_error_names(excinfo.value, f"free_blocks([block {a_id}]) of a freed block", a_id)
     assert ref(a) == 0, f"a refused double free must leave ref_cnt at 0, got {ref(a)}"
     free = check_pool(pool)
     assert free == [3, 4, 1], f"after freeing a once the free queue is [3, 4, 1], got {free}"
@@ -400,6 +401,11 @@ def test_usage():
     assert usage(pool) == pytest.approx(1.0), f"every usable block taken: 1.0, got {usage(pool)}"
     pool.free_blocks(blocks)
     assert usage(pool) == pytest.approx(0.6), f"6 of 10 usable blocks: 0.6, got {usage(pool)}"
+    thirds = make_pool(4)
+    thirds.get_new_blocks(1)
+    assert usage(thirds) == pytest.approx(1 / 3), (
+        f"1 of 3 usable blocks: 1 - 2 / 3, got {usage(thirds)} (the fraction itself, not rounded)"
+    )
     only_null = make_pool(1)
     assert usage(only_null) == pytest.approx(0.0), (
         f"a pool of 1 block (the null block) has nothing usable: 0.0, got {usage(only_null)}"
@@ -473,6 +479,13 @@ def test_allocations_are_reported_to_the_metrics_collector():
     assert same_data(events, want), (
         f"get_new_blocks(3) handed out blocks {got}: the collector must have been told "
         f"{want} (one on_block_allocated(block) per block, in order), but it saw {events!r}"
+    )
+    seen = collector.allocated_ref_cnts
+    want_seen = [[block_id, 1] for block_id in got]
+    assert same_data(seen, want_seen), (
+        f"get_new_blocks(3) handed out blocks {got}: on_block_allocated must see each block "
+        f"taken, ref_cnt already 1 ([block_id, ref_cnt]: {want_seen}), but it saw {seen!r} "
+        f"(README row 11: set ref_cnt to 1, then tell the collector)"
     )
     pool.get_new_blocks(0)
     assert same_data(collector.events, want), "get_new_blocks(0) allocates nothing to report"

@@ -335,7 +335,8 @@ def test_error_output_fails_the_request():
     LOGPROBS,
 )
 def test_logprobs_reach_the_outputs():
-    """'a' (whole text) and 'b' (streamed, its first step only half a character) ask for them."""
+    """'a' (whole text) and 'b' (streamed, its first step only half a character) ask for them;
+    so does 'd', which a stop string ends in a step the core did not finish."""
     euro = TOK.encode("\u20ac")  # three byte tokens: no text until the last one
     hi = TOK.encode("hi")
     recs = run(
@@ -343,12 +344,14 @@ def test_logprobs_reach_the_outputs():
             add("a", logprobs=0),
             add("b", logprobs=0, stream=True),
             add("c"),
+            add("d", logprobs=0, stop=["!"]),
             [
                 "step",
                 [
                     ["a", hi, None, None, None, [-0.5, -1.0]],
                     ["b", euro[:2], None, None, None, [-0.25, -0.5]],
                     ["c", hi, None, None],
+                    ["d", hi, None, None, None, [-0.5, -1.0]],
                 ],
             ],
             [
@@ -357,11 +360,12 @@ def test_logprobs_reach_the_outputs():
                     ["a", TOK.encode("!"), "length", None, None, [-2.0]],
                     ["b", euro[2:], "length", None, None, [-1.0]],
                     ["c", TOK.encode("!"), "length", None],
+                    ["d", TOK.encode("!"), None, None, None, [-2.0]],
                 ],
             ],
         ]
     )
-    a = recs[4]["outputs"].get("a", [])
+    a = recs[5]["outputs"].get("a", [])
     expected_a = [[[t, v]] for t, v in zip([*hi, *TOK.encode("!")], [-0.5, -1.0, -2.0])]
     assert a and a[-1]["logprobs"] == expected_a, (
         f"not streaming, the finished output carries every token's logprob dict, expected "
@@ -378,9 +382,17 @@ def test_logprobs_reach_the_outputs():
         f"streaming, every token's logprob is sent exactly once, those of the held-back first "
         f"step with the step that completes the character: got {[o['logprobs'] for o in b]}"
     )
-    c = recs[4]["outputs"].get("c", [])
+    c = recs[5]["outputs"].get("c", [])
     assert c and c[-1]["logprobs"] is None and c[-1]["cumulative_logprob"] is None, (
         f"'c' asked for no logprobs: its output has logprobs None, got {c}"
+    )
+    d = recs[5]["outputs"].get("d", [])
+    got_d = (d[-1]["logprobs"], d[-1]["cumulative_logprob"]) if d else None
+    assert got_d == (expected_a, -3.5), (
+        f"'d' (tokens 'hi' then '!', stop '!') ends on the stop string in the second step, which "
+        f"the core did not finish: that step's row is added all the same (every output's "
+        f"new_logprobs go to update_from_output, before its RequestOutput is made), so the "
+        f"finished output carries {expected_a} and -3.5, got {got_d}"
     )
 
 

@@ -255,13 +255,18 @@ def test_stop_terminated_token_left_out():
 def test_no_stop_string_within_min_tokens():
     """Tokens 'Hello', ' the', ' end', ' the' with stop ' the' and min_tokens=2: the first
     ' the' is the text of the first two tokens, so it cannot stop the request; the second can.
-    Once one token a step, once all four in one step (the exemption ends inside the step)."""
+    Once one token a step, once all four in one step (the exemption ends inside the step);
+    without a prompt and after one (its tokens seed the window but are no output tokens). Then
+    a character begun by the min_tokens-th token (found), and a request that ends at min_tokens
+    (its flushed text is not searched)."""
     ids = TOK.encode("Hello the end the")
-    for chunks, how in (
-        ([ids[:1], ids[1:2], ids[2:3], ids[3:]], "one token a step"),
-        ([ids], "all four tokens in one step"),
+    prompt = TOK.encode("Question:")
+    for chunks, how, prompt_ids in (
+        ([ids[:1], ids[1:2], ids[2:3], ids[3:]], "one token a step", []),
+        ([ids], "all four tokens in one step", []),
+        ([ids[:1], ids[1:2], ids[2:3], ids[3:]], "one a step, after a prompt", prompt),
     ):
-        got = run(chunks, stop=[" the"], min_tokens=2, finish=False)
+        got = side().run_detokenizer(prompt_ids, chunks, stop=[" the"], min_tokens=2, finish=False)
         found = [s["stop"] for s in got["steps"]]
         assert got["output_text"] == "Hello the end" and found[-1] == " the", (
             f"tokens {show(ids)} ({how}), stop ' the', min_tokens=2: the first ' the' lies in "
@@ -269,7 +274,8 @@ def test_no_stop_string_within_min_tokens():
             f"none at all while len(output_token_ids) <= min_tokens); the second ' the' stops "
             f"it: expected text 'Hello the end' and update returning ' the' last, got text "
             f"{got['output_text']!r} and {found}. Start the search at the text's length after "
-            f"the min_tokens-th token, as upstream's stop_check_offset"
+            f"the min_tokens-th token, as upstream's stop_check_offset; count output_token_ids, "
+            f"not the window's tokens, which begin with up to 5 of the prompt's"
         )
     # A stop string that begins in the exempt text and ends after it is found.
     got = run([ids[:1], ids[1:2], ids[2:3]], stop=["the end"], min_tokens=2, finish=False)
@@ -278,6 +284,46 @@ def test_no_stop_string_within_min_tokens():
         f"the third token's text, so it is looked for (from len(stop) - 1 characters before "
         f"the new text, as always) and found; expected text 'Hello ' and stop 'the end', got "
         f"{got['output_text']!r} and {got['steps'][-1]['stop']!r}"
+    )
+    # A character that the min_tokens-th token only begins (its text is then "", held back) is
+    # text added after it: '語' as its head and its tail, min_tokens=2.
+    head_tail = "語".encode()
+    split_ids = [*TOK.encode("Hello"), TOK.token_id(head_tail[:2]), TOK.token_id(head_tail[2:])]
+    got = run([[t] for t in split_ids], stop=["語"], min_tokens=2, finish=False)
+    found = [s["stop"] for s in got["steps"]]
+    assert got["output_text"] == "Hello" and found == [None, None, "語"], (
+        f"tokens {show(split_ids)} one a step, stop '語', min_tokens=2: the 2nd token is only "
+        f"the head of '語', which decodes to nothing yet, so the text of the first 2 tokens is "
+        f"'Hello' and '語' comes with the 3rd: it stops the request there; expected text 'Hello' "
+        f"and update returning [None, None, '語'], got {got['output_text']!r} and {found} (the "
+        f"offset is len(output_text) after the min_tokens-th token, not the length of those "
+        f"tokens decoded apart)"
+    )
+    # Cut by max_tokens == min_tokens with a character held back: no search at all, not even
+    # in the text the finish's flush adds ('語' and the head of 'の', one token).
+    data = "語の".encode()
+    cut = [*TOK.encode("Hello"), TOK.token_id(data[:1]), TOK.token_id(data[1:4])]
+    got = run([[t] for t in cut], stop=["語"], min_tokens=3)
+    found = [s["stop"] for s in got["steps"]]
+    assert got["output_text"] == "Hello語\ufffd" and found == [None, None, None], (
+        f"tokens {show(cut)} one a step, the last finished, stop '語', min_tokens=3: the request "
+        f"ends with exactly min_tokens output tokens, so no stop string is looked for, also not "
+        f"in the text the flush adds ('語' and a U+FFFD); expected text 'Hello語\ufffd' and update "
+        f"returning None each step, got {got['output_text']!r} and {found} (skip the search "
+        f"while len(output_token_ids) <= min_tokens, after the flush too)"
+    )
+    # The same three tokens, then the core stops on EOS (stop_terminated): EOS makes a 4th
+    # output token, but what the finish's flush adds is still the 3rd token's held-back text.
+    got = run(
+        [[t] for t in [*cut, TOK.eos_token_id]], stop=["語"], min_tokens=3, stop_terminated=True
+    )
+    found = [s["stop"] for s in got["steps"]]
+    assert got["output_text"] == "Hello語\ufffd" and found == [None] * 4, (
+        f"tokens {show(cut)} one a step, then EOS with stop_terminated, stop '語', min_tokens=3: "
+        f"EOS is never decoded, so the text the finish's flush adds ('語' and a U+FFFD) is the "
+        f"held-back text of the 3rd output token, exempt like the rest of the first min_tokens "
+        f"tokens' text; expected text 'Hello語\ufffd' and update returning None each step, got "
+        f"{got['output_text']!r} and {found}"
     )
 
 

@@ -1,7 +1,7 @@
 """``python -m grading LAB [--impl DIR] [--json FILE] [--chain]`` and the course's lab tools.
 
 Also: ``python -m grading list``, ``python -m grading reset LAB [--force]``,
-``python -m grading stubs [--check]`` (stubs from solutions) and
+``python -m grading stubs [--check] [--force]`` (stubs from solutions) and
 ``python -m grading sync [--write]`` (solutions from the reference). The exit status is 0 whatever
 the score; it is non-zero only when the grader itself cannot run.
 """
@@ -105,10 +105,13 @@ def _stubs(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m grading stubs")
     parser.add_argument("--check", action="store_true", help="fail if a stub is out of date")
+    parser.add_argument(
+        "--force", action="store_true", help="replace edited files too (each is backed up first)"
+    )
     parser.add_argument("labs", nargs="*")
     args = parser.parse_args(argv)
     labs = [load_lab(n) for n in args.labs] if args.labs else available_labs()
-    return check_or_write_stubs(labs, check=args.check)
+    return check_or_write_stubs(labs, check=args.check, force=args.force)
 
 
 def _sync(argv: list[str]) -> int:

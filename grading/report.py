@@ -257,6 +257,21 @@ def print_table(lab: Lab, results: list[TestResult], verbose: bool = False) -> N
     console.print(f"[bold]score: {score} / {total}[/]")
 
 
+def _json_output(result: TestResult, label: str) -> str:
+    """A test's ``output`` in ``results.json``: the grader's own lines (the verdict, first and
+    last, the hint and the link) start at the margin; the message, which quotes learner text,
+    is indented, so no learner text can pass for a verdict line of the grader's."""
+    if result.outcome == "passed":
+        return label
+    message = result.message
+    if result.outcome == "not_started":
+        message = message.splitlines()[0] if message else "not implemented yet"
+    quoted = ["    " + line if line.strip() else "" for line in message.splitlines()]
+    info = result.info
+    verdict = f"{label}: {result.score} / {info.points}"
+    return "\n".join([label, *quoted, f"hint: {info.hint}", f"read: {info.doc}", verdict])
+
+
 def write_results_json(
     lab: Lab, results: list[TestResult], path: Path, elapsed: float | None = None
 ) -> None:
@@ -273,7 +288,7 @@ def write_results_json(
                 "score": r.score,
                 "max_score": r.info.points,
                 "status": "passed" if r.outcome == "passed" else "failed",
-                "output": f"{label}\n{explanation(r)}".strip(),
+                "output": _json_output(r, label),
                 "output_format": "text",
                 "visibility": r.info.visibility,
             }

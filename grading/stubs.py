@@ -4,14 +4,17 @@ A lab's ``tasks`` (in its ``lab.json``) name the functions a learner writes, eac
 one-line task. The stub is the solution file with each task's body replaced by
 ``raise NotImplementedError("lab-NN: Name — task")``, keeping its signature and docstring.
 ``tests/test_lab_sync.py`` checks that the committed stubs equal what this generates, and
-that the solutions equal the reference. Resetting a lab never loses work: an edited file is
-replaced only with ``--force``, after a timestamped backup.
+that the solutions equal the reference. Neither resetting a lab nor regenerating the stubs
+loses work: a file that differs from the stub it would get is replaced only with ``--force``,
+after a timestamped backup (``stubs`` also replaces, without ``--force``, a stale stub that is
+still the version committed to git: nobody edited it since).
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import subprocess
 import time
 from pathlib import Path
 
@@ -140,9 +143,33 @@ def reset_lab(lab: Lab, force: bool = False) -> int:
     return 0
 
 
-def check_or_write_stubs(labs: list[Lab], check: bool) -> int:
-    """``--check``: report stale stubs (exit 1). Otherwise regenerate them, backing up edits."""
-    stale = 0
+def _committed_text(path: Path) -> str | None:
+    """``path`` as the git checkout's ``HEAD`` holds it, or None (no git, untracked, an error)."""
+    try:
+        root = subprocess.run(
+            ["git", "-C", str(path.parent), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+        rel = path.resolve().relative_to(Path(root).resolve())
+        return subprocess.run(
+            ["git", "-C", root, "show", f"HEAD:{rel.as_posix()}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def check_or_write_stubs(labs: list[Lab], check: bool, force: bool = False) -> int:
+    """``--check``: report stale stubs (exit 1). Otherwise regenerate them: a file that differs
+    from its stub is replaced only if it is still the committed one (a stale stub nobody
+    edited) or with ``force``, after a backup; an edited one is never touched (exit 1)."""
+    stale = refused = 0
     for lab in labs:
         for path, text in expected_stubs(lab).items():
             if path.exists() and path.read_text() == text:
@@ -151,9 +178,13 @@ def check_or_write_stubs(labs: list[Lab], check: bool) -> int:
             if check:
                 print(f"stale stub: {path} (run `python -m grading stubs`)")
                 continue
+            if path.exists() and not force and path.read_text() != _committed_text(path):
+                refused += 1
+                print(f"{path}: edited since the last commit; not touched (--force replaces it)")
+                continue
             if path.exists():
                 print(f"{path}: previous version saved as {_backup(path).name}")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             print(f"{path}: written")
-    return 1 if (check and stale) else 0
+    return 1 if (check and stale) or refused else 0

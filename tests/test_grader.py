@@ -135,6 +135,37 @@ def test_reset_keeps_learner_edits_unless_forced(tmp_path, monkeypatch):
     assert not target.read_text().endswith("# my work\n")
 
 
+def test_regenerating_the_stubs_keeps_learner_edits_unless_forced(tmp_path, monkeypatch):
+    """``python -m grading stubs`` (``make stubs``) rewrote every lab's file in ``labs/`` that
+    differed from its stub, a learner's work included (backed up, but without ``--force``; a
+    red-team helper). It now replaces only a stale stub still as committed, or with ``--force``."""
+    import subprocess
+
+    from grading import stubs
+    from grading.labs import Lab
+
+    lab = load_lab("lab-01")
+    stub_dir = tmp_path / "labs" / lab.dirname
+    stub_dir.mkdir(parents=True)
+    fake = Lab(**{**lab.__dict__})
+    monkeypatch.setattr(type(fake), "stub_dir", property(lambda self: stub_dir))
+    target = stub_dir / "block_pool.py"
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    target.write_text("# a stale stub, as committed\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "stub"], check=True)
+    assert stubs.check_or_write_stubs([fake], check=False) == 0, "a committed stale stub"
+    assert "NotImplementedError" in target.read_text(), "is regenerated without --force"
+    target.write_text(target.read_text() + "\n# my work\n")
+    assert stubs.check_or_write_stubs([fake], check=False) == 1
+    assert target.read_text().endswith("# my work\n"), "an edited file is never overwritten"
+    assert stubs.check_or_write_stubs([fake], check=False, force=True) == 0
+    backups = list(stub_dir.glob("block_pool.py.bak-*"))
+    assert any(b.read_text().endswith("# my work\n") for b in backups)
+    assert not target.read_text().endswith("# my work\n")
+
+
 def test_the_judge_parses_through_the_thread_safe_helper():
     """``check_suites`` grades mutants in threads and staging parses every graded module; on
     CPython 3.11 two ``ast.parse`` at once can raise "AST constructor recursion depth

@@ -136,6 +136,10 @@ def test_attack_on_the_stub_scores_zero(name, tmp_path, monkeypatch):
         time.sleep(3)
     data = json.loads(results_path.read_text())
     assert data["score"] == 0 and all(t["name"] != "forged" for t in data["tests"])
+    for test in data["tests"]:  # learner text is indented: only the grader's lines at the margin
+        lines = test["output"].splitlines()
+        margin = [line for line in lines[1:] if line and not line.startswith("    ")]
+        assert margin in ([], lines[-3:]), (name, test["name"], margin[:5])
 
 
 def _known_limit(name: str):

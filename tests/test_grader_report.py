@@ -250,3 +250,25 @@ def test_chain_says_which_earlier_lab_supplies_a_shared_class(monkeypatch):
         "lab-05's block_pool.py also holds" in n and "not lab-01's" in n and "BlockPool" in n
         for n in notes
     ), notes
+
+
+def test_a_message_cannot_pose_as_the_verdict_in_results_json(tmp_path: Path):
+    """A learner's exception message is quoted in ``results.json``: 30 blank lines then
+    "PASSED" and "score: 59 / 59" at the margin passed for the grader's verdict in Gradescope's
+    box (a red-team helper). Every line of the message is indented; the grader's own lines
+    (the verdict, first and last, the hint, the link) alone start at the margin."""
+    import json
+
+    fake = "RuntimeError: " + "\n" * 30 + "PASSED\nlab-01: 59 / 59\nscore: 59 / 59" + "\n" * 30
+    results = [_result(name, name, fake) for name in ("failed", "passed", "not_started")]
+    path = tmp_path / "results.json"
+    report.write_results_json(load_lab("lab-01"), results, path)
+    tests = json.loads(path.read_text())["tests"]
+    failed, passed, not_started = (t["output"].splitlines() for t in tests)
+    assert passed == ["PASS"]
+    assert failed[0] == "FAIL" and failed[-1] == "FAIL: 0 / 2", failed
+    assert not_started[0] == "NOT STARTED" and not_started[-1] == "NOT STARTED: 0 / 2"
+    for lines in (failed, not_started):
+        margin = [line for line in lines if line and not line.startswith("    ")]
+        assert margin == [lines[0], lines[-3], lines[-2], lines[-1]], margin
+        assert lines[-3].startswith("hint: ") and lines[-2].startswith("read: ")

@@ -51,6 +51,15 @@ MUTANTS = [
         caught_by="test_cache_write.py::test_cache_write_rows_wider_than_a_tile",
     ),
     Mutant(
+        name="cache_write_slot_in_int32",
+        file=FILE,
+        find="slot = tl.load(slot_mapping_ptr + token).to(tl.int64)",
+        replace="slot = tl.load(slot_mapping_ptr + token).to(tl.int32)",
+        why="keeps the slot in int32: block * stride_kc_blk wraps past 2**31 elements (a cache of "
+        "4 GiB of fp16) and the row is stored far before the cache",
+        caught_by="test_decode.py::test_write_then_decode",
+    ),
+    Mutant(
         name="slot_zero_taken_for_padding",
         file=FILE,
         find="""
@@ -354,7 +363,34 @@ MUTANTS = [
         "as if all had the same maximum score",
         caught_by="test_decode.py::test_decode_split_k_is_exact",
     ),
+    Mutant(
+        name="decode_block_ids_times_stride_in_int32",
+        file=FILE,
+        find="blocks = tl.load(table + offs_n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)",
+        replace="blocks = tl.load(table + offs_n // BLOCK_SIZE, mask=n_mask, other=0)",
+        why="multiplies the block ids of an int32 table by the block stride in int32: the "
+        "offset wraps past 2**31 elements (a cache of 4 GiB of fp16), and the load reads far "
+        "before the cache",
+        caught_by="test_decode.py::test_write_then_decode",
+    ),
+    Mutant(
+        name="decode_tile_block_id_times_stride_in_int32",
+        file=FILE,
+        find="block = tl.load(table + start // BLOCK_SIZE).to(tl.int64)",
+        replace="block = tl.load(table + start // BLOCK_SIZE)",
+        why="the same int32 wrap on the one-entry-per-tile path (blocks as large as a tile)",
+        caught_by="test_decode.py::test_write_then_decode",
+    ),
     # -- _merge_splits_kernel ------------------------------------------------------------------------
+    Mutant(
+        name="merge_max_of_the_first_split",
+        file=FILE,
+        find="lse_max = tl.max(lse, 0)\n",
+        replace='lse_max = tl.max(tl.where(offs_s == 0, lse, float("-inf")), 0)\n',
+        why="shifts every weight by the first split's lse, not the largest: a later split whose "
+        "scores are hundreds higher overflows 2**(lse - lse_0) to inf",
+        caught_by="test_decode.py::test_decode_large_logits_fp16",
+    ),
     Mutant(
         name="merge_without_max_subtraction",
         file=FILE,

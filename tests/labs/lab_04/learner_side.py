@@ -171,6 +171,31 @@ def write_then_decode(
     )
 
 
+def write_then_decode_far(
+    key: Any, value: Any, query: Any, scale: float, num_splits: int, block_size: int
+) -> Any:
+    """:func:`write_then_decode` in float16 caches of more than ``2**31`` elements, the sequence
+    in their last blocks, its table int32 (as the engine's): an address built in int32 (a block
+    id times a block stride) wraps there. The K and V caches are the two halves of one buffer
+    of 4 GiB, allocated here and never sent (only the pages of the blocks used are touched).
+    Returns None if this process cannot reserve that much address space."""
+    import torch
+
+    n, kv_heads, head_dim = key.shape
+    num_blocks = 2**31 // (2 * block_size * kv_heads * head_dim) + 4
+    try:
+        buf = torch.empty(
+            (num_blocks, 2, block_size, kv_heads, head_dim), dtype=torch.float16, device=key.device
+        )
+    except (RuntimeError, MemoryError):
+        return None
+    used = -(-n // block_size)
+    table = torch.arange(num_blocks - used, num_blocks, dtype=torch.int32).flip(0)
+    return write_then_decode(
+        key.half(), value.half(), buf[:, 0], buf[:, 1], table, block_size, query, scale, num_splits
+    )
+
+
 # -- GPU-sized cases, built from a seed on both sides ----------------------------------------------
 def gpu_case(
     seed: int,

@@ -14,6 +14,7 @@ from tests.labs.lab_04.learner_side import gpu_case
 from tests.labs.lab_04.support import (
     DECODE,
     DECODE_SPLIT,
+    TOLERANCE,
     WRITE,
     assert_close,
     device,
@@ -165,7 +166,7 @@ def test_decode_more_splits_than_tiles():
 )
 def test_decode_large_logits_fp16():
     """fp16 caches and queries scaled by 30: scores in the hundreds (one head's all far below
-    zero), one split and three."""
+    zero, another's last tile far above its first), one split and three."""
     mod = load(*DECODE_SPLIT)
     case = make_case(7, [40, 9], 8, 4, 2)
     case.query *= 30.0
@@ -175,6 +176,12 @@ def test_decode_large_logits_fp16():
     for p in range(9):
         block, offset = case.tables[1, p // 8] + 1, p % 8
         case.buffer_k[block, offset, 0] -= 3.0 * direction
+    # Sequence 0's last tile (tokens 32-39, the third split's) points toward query head 0: that
+    # split's lse exceeds the first's by hundreds, so 2**(lse - lse of split 0) overflows.
+    direction = case.query[0, 0] / np.linalg.norm(case.query[0, 0])
+    for p in range(32, 40):
+        block, offset = case.tables[0, p // 8] + 1, p % 8
+        case.buffer_k[block, offset, 0] += 3.0 * direction
     for num_splits in (1, 3):
         got, want, tol = run_decode(
             mod, case, "float16", scale=1.0, num_splits=num_splits, block_n=16
@@ -183,8 +190,8 @@ def test_decode_large_logits_fp16():
             got,
             want,
             tol,
-            f"fp16, scores in the hundreds (sequence 1, query head 0: all below -200), "
-            f"{num_splits} split(s)",
+            f"fp16, scores in the hundreds (sequence 1, query head 0: all below -200; sequence "
+            f"0, query head 0: the last tile's hundreds above the rest), {num_splits} split(s)",
         )
 
 
@@ -309,11 +316,13 @@ def test_decode_random_batches():
 @graded(
     2,
     "the whole path: slots from the table, your cache write, your decode, equal to "
-    "dense attention over the keys written",
+    "dense attention over the keys written, also in caches of more than 2**31 elements "
+    "(addresses built in int64)",
     f"{DOC}#where-attention-meets-the-block-table",
 )
 def test_write_then_decode():
-    """23 tokens written with your cache-write kernel, then decoded in 2 splits."""
+    """23 tokens written with your cache-write kernel, then decoded in 2 splits; then the same
+    in the last blocks of float16 caches of more than 2**31 elements."""
     torch = torch_module()
     load(*WRITE, *DECODE_SPLIT)
     dev = device()
@@ -346,6 +355,34 @@ def test_write_then_decode():
     )
     expect_tensor(out, "paged_attention_decode")
     assert_close(out.double().cpu().numpy(), want, 2e-5, "write 23 tokens, then decode them")
+    # The same in float16 caches of more than 2**31 elements, the sequence in their last blocks
+    # (an int32 table, as the engine's; block id x block stride > 2**31): an address built in
+    # int32 wraps there. Blocks of 8
+    # and 32 with tiles of 32: one table entry per token, and one per tile.
+    rows = [t.half().double().numpy() for t in (key, value)]
+    for p in range(n):
+        kc[p // block_size, p % block_size] = rows[0][p]
+        vc[p // block_size, p % block_size] = rows[1][p]
+    q16 = query.half().double().numpy()  # the launcher casts the query to the cache dtype
+    want = oracle_decode(q16, kc, vc, np.arange(6)[None], np.array([n]), 0.25)
+    atol, rtol = TOLERANCE["float16"]
+    for far_block_size in (8, 32):
+        far = side().write_then_decode_far(
+            key.to(dev), value.to(dev), query.to(dev), 0.25, 2, far_block_size
+        )
+        if far is None:  # the learner process could not reserve 4 GiB of address space
+            return
+        expect_tensor(far, "paged_attention_decode")
+        assert_close(
+            far.double().cpu().numpy(),
+            want,
+            atol + rtol * float(np.abs(want).max()),
+            f"write 23 tokens into the last blocks (of {far_block_size}) of float16 caches of "
+            "more than 2**31 elements (an int32 table, block id x block stride > 2**31), then "
+            "decode "
+            "them: build every address in 64 bits (.to(tl.int64)) before multiplying by a "
+            "stride, or block * stride wraps",
+        )
 
 
 # ------------------------------------------------------------------------------ GPU, real shapes

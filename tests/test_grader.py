@@ -115,8 +115,8 @@ def test_syntax_error_reported_once_per_test_without_traceback(tmp_path):
     assert "SyntaxError" in out.stdout and "Traceback" not in out.stdout
 
 
-def test_reset_keeps_learner_edits_unless_forced(tmp_path, monkeypatch):
-    from grading import stubs
+def _lab_01_with_its_stub_in(tmp_path, monkeypatch):
+    """lab-01 with its stub folder moved under ``tmp_path``: (lab, folder, the stub's path)."""
     from grading.labs import Lab
 
     lab = load_lab("lab-01")
@@ -124,7 +124,13 @@ def test_reset_keeps_learner_edits_unless_forced(tmp_path, monkeypatch):
     stub_dir.mkdir(parents=True)
     fake = Lab(**{**lab.__dict__})
     monkeypatch.setattr(type(fake), "stub_dir", property(lambda self: stub_dir))
-    target = stub_dir / "block_pool.py"
+    return fake, stub_dir, stub_dir / "block_pool.py"
+
+
+def test_reset_keeps_learner_edits_unless_forced(tmp_path, monkeypatch):
+    from grading import stubs
+
+    fake, stub_dir, target = _lab_01_with_its_stub_in(tmp_path, monkeypatch)
     assert stubs.reset_lab(fake) == 0 and target.exists(), "a missing stub is restored"
     target.write_text(target.read_text() + "\n# my work\n")
     assert stubs.reset_lab(fake) == 1
@@ -142,14 +148,8 @@ def test_regenerating_the_stubs_keeps_learner_edits_unless_forced(tmp_path, monk
     import subprocess
 
     from grading import stubs
-    from grading.labs import Lab
 
-    lab = load_lab("lab-01")
-    stub_dir = tmp_path / "labs" / lab.dirname
-    stub_dir.mkdir(parents=True)
-    fake = Lab(**{**lab.__dict__})
-    monkeypatch.setattr(type(fake), "stub_dir", property(lambda self: stub_dir))
-    target = stub_dir / "block_pool.py"
+    fake, stub_dir, target = _lab_01_with_its_stub_in(tmp_path, monkeypatch)
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     target.write_text("# a stale stub, as committed\n")

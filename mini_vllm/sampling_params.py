@@ -58,7 +58,7 @@ class SamplingParams:
     top_p: float = 1.0  # nucleus mass in (0, 1]; 1 keeps every token
     top_k: int = 0  # keep the k most likely tokens; 0 (or -1) keeps every token
     seed: int | None = None  # per-request seed; None draws from the engine's generator
-    stop_token_ids: list[int] | None = None  # end generation; kept in the output
+    stop_token_ids: list[int] | None = None  # end generation; id in token_ids, not its text
     ignore_eos: bool = False  # generate past EOS (benchmarks do)
     max_tokens: int | None = 16  # None: up to the model's length limit
     min_tokens: int = 0  # before EOS or a stop token may end the request

@@ -461,7 +461,8 @@ def assert_value_error(
         raise AssertionError(
             f"{what} must raise ValueError when called; the ValueError ({exc}) came "
             + (f"from a {request} request to your code" if request else "from the test itself")
-            + f", before the call: reading an attribute or an item is not a refusal{because}"
+            + " (reading an attribute or an item, not the call itself), which is no refusal"
+            + because
         ) from None
     except Exception as exc:
         raise AssertionError(

@@ -86,8 +86,9 @@ class SamplingRequestMixin(OpenAIBaseModel):
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
-    # Upstream's fields that the engine lacks: declared so that a value other than the neutral
-    # one is refused (``OpenAIServing._check_sampling``) instead of ignored with the unknowns.
+    # Upstream's fields that the server does not honour (priority: not passed to the engine),
+    # declared so that a value other than the neutral one is refused
+    # (``OpenAIServing._check_sampling``) instead of ignored with the unknowns.
     min_p: float | None = None
     repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None

@@ -174,10 +174,10 @@ def write_then_decode(
 def write_then_decode_far(
     key: Any, value: Any, query: Any, scale: float, num_splits: int, block_size: int
 ) -> Any:
-    """:func:`write_then_decode` in float16 caches of more than ``2**31`` elements, the sequence
-    in their last blocks, its table int32 (as the engine's): an address built in int32 (a block
-    id times a block stride) wraps there. The K and V caches are the two halves of one buffer
-    of 4 GiB, allocated here and never sent (only the pages of the blocks used are touched).
+    """:func:`write_then_decode` in float16 caches whose addresses pass ``2**31`` elements, the
+    sequence in their last blocks, its table int32 (as the engine's): an address built in int32
+    (a block id times a block stride) wraps there. The K and V caches are the two halves of one
+    buffer of 4 GiB, allocated here and never sent (only the pages of the blocks used are touched).
     Returns None if this process cannot reserve that much address space."""
     import torch
 

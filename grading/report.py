@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 from grading.labs import Lab
-from grading.protocol import TestResult, printable
+from grading.protocol import TestInfo, TestResult, printable
 
 LABELS = {
     "passed": ("PASS", "green"),
@@ -30,15 +30,22 @@ def totals(results: list[TestResult]) -> tuple[int, int]:
     return sum(r.score for r in results), sum(r.info.points for r in results)
 
 
+def _what_happened(result: TestResult) -> str:
+    """The test's message; for a task not started, its first line only (which task)."""
+    if result.outcome == "not_started":
+        return result.message.splitlines()[0] if result.message else "not implemented yet"
+    return result.message
+
+
+def _where_to_look(info: TestInfo) -> str:
+    return f"hint: {info.hint}\nread: {info.doc}"
+
+
 def explanation(result: TestResult) -> str:
     """What the learner reads for one test: what happened, what broke, where to read."""
-    info = result.info
     if result.outcome == "passed":
         return ""
-    if result.outcome == "not_started":
-        task = result.message.splitlines()[0] if result.message else "not implemented yet"
-        return f"{task}\nhint: {info.hint}\nread: {info.doc}"
-    return f"{result.message}\nhint: {info.hint}\nread: {info.doc}"
+    return f"{_what_happened(result)}\n{_where_to_look(result.info)}"
 
 
 def _cell(text: str) -> object:
@@ -145,8 +152,7 @@ def shown_text(result: TestResult, verbose: bool) -> str:
         return ""
     if verbose or result.outcome == "not_started":
         return explanation(result)
-    info = result.info
-    return f"{_clip_middle(result.message)}\nhint: {info.hint}\nread: {info.doc}"
+    return f"{_clip_middle(result.message)}\n{_where_to_look(result.info)}"
 
 
 def _wrap(text: str, width: int, indent: str) -> list[str]:
@@ -263,13 +269,9 @@ def _json_output(result: TestResult, label: str) -> str:
     is indented, so no learner text can pass for a verdict line of the grader's."""
     if result.outcome == "passed":
         return label
-    message = result.message
-    if result.outcome == "not_started":
-        message = message.splitlines()[0] if message else "not implemented yet"
-    quoted = ["    " + line if line.strip() else "" for line in message.splitlines()]
-    info = result.info
-    verdict = f"{label}: {result.score} / {info.points}"
-    return "\n".join([label, *quoted, f"hint: {info.hint}", f"read: {info.doc}", verdict])
+    quoted = ["    " + line if line.strip() else "" for line in _what_happened(result).splitlines()]
+    verdict = f"{label}: {result.score} / {result.info.points}"
+    return "\n".join([label, *quoted, _where_to_look(result.info), verdict])
 
 
 def write_results_json(

@@ -145,23 +145,15 @@ def reset_lab(lab: Lab, force: bool = False) -> int:
 
 def _committed_text(path: Path) -> str | None:
     """``path`` as the git checkout's ``HEAD`` holds it, or None (no git, untracked, an error)."""
-    try:
-        root = subprocess.run(
-            ["git", "-C", str(path.parent), "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout.strip()
-        rel = path.resolve().relative_to(Path(root).resolve())
+    try:  # ``HEAD:./name`` is relative to the folder git runs in
         return subprocess.run(
-            ["git", "-C", root, "show", f"HEAD:{rel.as_posix()}"],
+            ["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"],
             capture_output=True,
             text=True,
             timeout=30,
             check=True,
         ).stdout
-    except (OSError, ValueError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError):
         return None
 
 

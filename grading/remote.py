@@ -8,8 +8,10 @@ if the learner's objects were local, while:
 
 * no learner code ever runs in the judge: equality, hashing and truth of a :class:`Remote` are
   the judge's own (identity), and results are data built by the judge's decoder;
-* a learner exception arrives as a :class:`LearnerError` that is also an instance of the same
-  builtin type (``pytest.raises(ValueError)`` works), with the learner's message;
+* a learner exception raised by a call arrives as a :class:`LearnerError` that is also an
+  instance of the same builtin type (``pytest.raises(ValueError)`` works), with the learner's
+  message; one raised while the judge reads an object has no builtin type
+  (:class:`LearnerReadError`), so that no suite takes it for the call's refusal;
 * a hang, a crash or a ``BaseException`` in learner code raises a :class:`LearnerFault`, which
   is not an ``Exception``: no ``pytest.raises(Exception)`` can swallow it, and it ends the test.
 
@@ -73,6 +75,38 @@ class LearnerError(Exception):
     learner_type: str = ""
     where: str = ""
     request: str = ""
+
+
+class LearnerReadError(LearnerError):
+    """An exception the learner's code raised while the judge *read* one of its objects (an
+    attribute, an item, a length, its items, its text), of no builtin type.
+
+    A suite grades a refusal by the exception a call raises: ``pytest.raises(ValueError)``,
+    ``except IndexError`` or ``assert_value_error`` around the function under test. If reading
+    an argument or a result inside that region could raise a ``ValueError``, an object whose
+    attribute raises would pass for the function refusing its input. Mirrored as a bare
+    ``LearnerError``, an exception of a read matches no builtin ``except`` clause anywhere in a
+    suite, whatever the suite's author wrote: it fails the test, showing the learner's type
+    and message. Two answers keep their type: an ``AttributeError`` of ``getattr``, which
+    ``hasattr`` and ``getattr(obj, name, default)`` are built on, and the control-flow
+    exceptions, already mirrored without their type (``_CONTROL_FLOW``).
+    """
+
+
+#: The requests whose exception is the learner's answer, kept with its builtin type: a call
+#: (a function refusing its input) and an import (a module that fails to load).
+_ANSWERING_REQUESTS = frozenset({"call", "callmethod", "import"})
+
+
+def _as_answer_to(op: str, exc: LearnerError) -> LearnerError:
+    """``exc`` as the judge sees it after request ``op``: a read's exception loses its builtin
+    type (:class:`LearnerReadError`), but for ``getattr``'s ``AttributeError``."""
+    if op in _ANSWERING_REQUESTS or (op == "getattr" and isinstance(exc, AttributeError)):
+        return exc
+    read = LearnerReadError(*exc.args)
+    read.learner_type, read.where = exc.learner_type, exc.where
+    read.display = getattr(exc, "display", str(exc))  # type: ignore[attr-defined]
+    return read
 
 
 _classes: dict[str, type[LearnerError]] = {}
@@ -240,6 +274,7 @@ class Connection:
         if reply[0] == "err" and isinstance(reply[1], list) and len(reply[1]) == 4:
             exc = self._exception(reply[1])
             if isinstance(exc, LearnerError):
+                exc = _as_answer_to(op, exc)
                 exc.request = op
             raise exc
         raise self._fail(LearnerFault("the learner process sent a reply of the wrong shape"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -331,6 +332,51 @@ def test_the_learner_process_holds_no_other_implementation_of_a_task(lab_id, tmp
     if lab_id == "lab-09":  # the engine's persistent batch flattens a step too
         assert "mini_vllm/worker/input_batch.py" not in staged, sorted(staged)
     staging.cleanup()
+
+
+def test_only_a_calls_exception_keeps_its_builtin_type(tmp_path):
+    """A refusal is graded by the builtin type of what a call raised (``pytest.raises``,
+    ``except ValueError``). The same exception raised while the judge reads a learner object (an
+    attribute, an item, a length, an iteration) arrives with no builtin type, so no region of
+    any suite, however written, can take a read for the call's refusal; ``hasattr`` still
+    works, since ``getattr``'s ``AttributeError`` keeps its type."""
+    from grading.remote import Connection, LearnerError, LearnerReadError
+    from grading.sandbox import stage
+
+    lab = load_lab("lab-01")
+    submission = tmp_path / "submission"
+    shutil.copytree(lab.solution_dir, submission)
+    with (submission / "block_pool.py").open("a") as f:
+        f.write(
+            "\n\nclass Refusing(list):\n"
+            "    @property\n"
+            "    def blocks(self):\n"
+            "        raise ValueError('refused when read')\n"
+            "    def __getitem__(self, key):\n"
+            "        raise IndexError('refused when indexed')\n"
+            "    def __len__(self):\n"
+            "        raise ValueError('refused when measured')\n"
+            "    def __iter__(self):\n"
+            "        raise ValueError('refused when iterated')\n"
+            "    def refuse(self):\n"
+            "        raise ValueError('refused when called')\n"
+        )
+    staging = stage(lab, submission, parent=tmp_path)
+    conn = Connection(staging)
+    try:
+        obj = conn.request("import", "block_pool").Refusing()
+        for read in (lambda: obj.blocks, lambda: obj[0], lambda: len(obj), lambda: list(obj)):
+            with pytest.raises(LearnerReadError) as raised:
+                read()
+            assert not isinstance(raised.value, ValueError | IndexError)
+            assert raised.value.learner_type.endswith(("ValueError", "IndexError"))
+        with pytest.raises(ValueError) as called:
+            obj.refuse()
+        assert isinstance(called.value, LearnerError) and called.value.request == "callmethod"
+        assert not hasattr(obj, "no_such_attribute")
+    finally:
+        conn.close()
+        staging.cleanup()
 
 
 def test_a_learner_exception_whose_constructor_wants_more_keeps_its_base():

@@ -36,6 +36,9 @@ _BUILTIN_EXCEPTIONS = {
     for name, obj in vars(builtins).items()
     if isinstance(obj, type) and issubclass(obj, BaseException)
 }
+#: ``type``'s own ``__mro__`` slot: the method resolution order Python follows, which a
+#: metaclass's ``__mro__`` property cannot replace (it can replace ``cls.__mro__``).
+_REAL_MRO = type.__dict__["__mro__"]
 CLONE_NEWNS = 0x00020000
 MS_BIND, MS_REC, MS_PRIVATE, MS_RDONLY, MS_NOSUID, MS_NODEV = 4096, 16384, 1 << 18, 1, 2, 4
 PR_SET_NO_NEW_PRIVS = 38
@@ -352,10 +355,14 @@ class Host:
                     setattr(target, symbol, getattr(module, symbol))
 
     def describe(self, exc: BaseException) -> list[Any]:
-        """An exception as data: builtin base names, type name, message, where in the impl."""
+        """An exception as data: builtin base names, type name, message, where in the impl.
+
+        The bases are read from the type's real method resolution order, the one Python's
+        ``except`` follows: ``type(exc).__mro__`` is an attribute a metaclass can answer with
+        any tuple (tests/hostile/claim_another_exception_type.py)."""
         types = [
             c.__name__
-            for c in type(exc).__mro__
+            for c in _REAL_MRO.__get__(type(exc))
             if c.__name__ in _BUILTIN_EXCEPTIONS and getattr(builtins, c.__name__) is c
         ]
         try:

@@ -93,9 +93,10 @@ class LearnerReadError(LearnerError):
     """
 
 
-#: The requests whose exception is the learner's answer, kept with its builtin type: a call
-#: (a function refusing its input) and an import (a module that fails to load).
-_ANSWERING_REQUESTS = frozenset({"call", "callmethod", "import"})
+#: The requests whose exception is the learner's answer, kept with its builtin type: a call (a
+#: function refusing its input), a write (a setter refusing its value: lab-05's ``block_hash``
+#: set twice) and an import (a module that fails to load).
+_ANSWERING_REQUESTS = frozenset({"call", "callmethod", "setattr", "setitem", "import"})
 
 
 def _as_answer_to(op: str, exc: LearnerError) -> LearnerError:
@@ -426,6 +427,28 @@ class _RemoteMethod:
 
     def __repr__(self) -> str:
         return f"<learner method {self._name}>"
+
+    # A name the learner's class lists among its methods can be an instance attribute that
+    # hides one, so a suite expecting a value may hold a method: like a Remote, it is no value.
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _RemoteMethod):
+            return self is other
+        raise self._not_a_value(f"compared with {type(other).__name__} {str(other)[:60]}")
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return object.__hash__(self)
+
+    def __bool__(self) -> bool:
+        raise self._not_a_value("asked whether it is true")
+
+    def _not_a_value(self, what: str) -> TypeError:
+        return TypeError(
+            f"your code gave its method {self._name} where a value was expected (it was {what}); "
+            "an attribute must not share its name with a method of its class"
+        )
 
 
 def _compared(obj: Remote, other: object) -> TypeError:

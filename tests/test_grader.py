@@ -338,8 +338,9 @@ def test_only_a_calls_exception_keeps_its_builtin_type(tmp_path):
     """A refusal is graded by the builtin type of what a call raised (``pytest.raises``,
     ``except ValueError``). The same exception raised while the judge reads a learner object (an
     attribute, an item, a length, an iteration) arrives with no builtin type, so no region of
-    any suite, however written, can take a read for the call's refusal; ``hasattr`` still
-    works, since ``getattr``'s ``AttributeError`` keeps its type."""
+    any suite, however written, can take a read for the call's refusal; a write (a setter's
+    refusal) answers as a call does, and ``hasattr`` still works, since ``getattr``'s
+    ``AttributeError`` keeps its type."""
     from grading.remote import Connection, LearnerError, LearnerReadError
     from grading.sandbox import stage
 
@@ -352,6 +353,9 @@ def test_only_a_calls_exception_keeps_its_builtin_type(tmp_path):
             "    @property\n"
             "    def blocks(self):\n"
             "        raise ValueError('refused when read')\n"
+            "    @blocks.setter\n"
+            "    def blocks(self, value):\n"
+            "        raise RuntimeError('refused when set')\n"
             "    def __getitem__(self, key):\n"
             "        raise IndexError('refused when indexed')\n"
             "    def __len__(self):\n"
@@ -373,7 +377,11 @@ def test_only_a_calls_exception_keeps_its_builtin_type(tmp_path):
         with pytest.raises(ValueError) as called:
             obj.refuse()
         assert isinstance(called.value, LearnerError) and called.value.request == "callmethod"
+        with pytest.raises(RuntimeError):  # a setter refusing its value answers, as a call does
+            obj.blocks = []
         assert not hasattr(obj, "no_such_attribute")
+        with pytest.raises(TypeError, match="where a value was expected"):
+            assert obj.refuse != 3  # a method where a value is expected is refused, as a Remote
     finally:
         conn.close()
         staging.cleanup()

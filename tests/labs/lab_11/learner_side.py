@@ -3,8 +3,8 @@
 The grader copies this file into the learner's sandbox as the top-level module
 ``learner_side``; the tests reach it with ``learner_module("learner_side")``. The arithmetic
 tests ask for a whole table of calls at once (one round trip, not one per case), and each
-call's outcome comes back as plain data: ``["ok", value]`` or ``["error", type name,
-message]``. A config is built here from plain fields, and each rank's shard of a weight is cut
+call's outcome comes back as plain data: ``["ok", value]`` or ``["error", builtin type
+name, message]``. A config is built here from plain fields, and each rank's shard of a weight is cut
 here, next to the learner's code, from the full tensor the judge sent; the shards come back by
 value and the judge puts them back together.
 
@@ -14,6 +14,7 @@ grader as itself, so that its rows read NOT STARTED.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 
@@ -29,13 +30,23 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _builtin_name(exc: Exception) -> str:
+    """The nearest builtin exception class ``exc`` is an instance of, told by identity over the
+    type's real method resolution order (``type``'s own slot, which a metaclass cannot answer),
+    never by the name of the learner's class: a ``class ValueError(RuntimeError)`` of the
+    learner's is a ``RuntimeError`` here, and a ``class ShapeError(ValueError)`` a ``ValueError``
+    (tests/hostile/refuse_with_a_class_named_valueerror.py)."""
+    mro = type.__dict__["__mro__"].__get__(type(exc))
+    return next(c.__name__ for c in mro if getattr(builtins, c.__name__, None) is c)
+
+
 def _outcome(call: Any) -> list[Any]:
     try:
         return ["ok", _plain(call())]
     except NotImplementedError:
         raise
     except Exception as exc:  # the refusal is what the judge checks
-        return ["error", type(exc).__name__, str(exc)]
+        return ["error", _builtin_name(exc), str(exc)]
 
 
 def outcomes(name: str, cases: list[list[Any]]) -> list[list[Any]]:

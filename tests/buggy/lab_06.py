@@ -776,4 +776,68 @@ MUTANTS = [
         "the split-K tests' tables were padded with -1 only",
         caught_by="test_paged_attention.py::test_decode_ignores_table_padding",
     ),
+    # -- probe of 2026-11-29 (2) ------------------------------------------------------------------
+    Mutant(
+        name="slots_multiplied_in_the_tables_int32",
+        file=FILE,
+        find="block_ids = block_table.astype(np.int64)[logical]",
+        replace="block_ids = block_table[logical]",
+        why="the slots are cast to int64 at the end, as the message said, but the int32 table's "
+        "block id is multiplied by block_size before: past 2**31 it wraps (upstream's kernel "
+        "widens the block ids first)",
+        caught_by="test_cache_write.py::test_slot_mapping_keeps_shape",
+    ),
+    Mutant(
+        name="decode_computed_in_the_inputs_dtype",
+        file=FILE,
+        find="        out[i] = dense_attention(query[i : i + 1], k, v, scale)[0]",
+        replace="""
+            group = num_heads // num_kv_heads
+            q = query[i].reshape(num_kv_heads, group, head_dim)
+            s = np.einsum("hgd,shd->hgs", q, k) * scale
+            s = s - s.max(axis=-1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(axis=-1, keepdims=True)
+            out[i] = np.einsum("hgs,shd->hgd", p, v).reshape(num_heads, head_dim)
+        """,
+        why="decode's own softmax on the inputs as they come: float16 queries over a float16 "
+        "cache are computed in float16, tens of ulps off (only the output's dtype was checked)",
+        caught_by="test_paged_attention.py::test_decode_float32_inputs",
+    ),
+    Mutant(
+        name="prefill_computed_in_the_inputs_dtype",
+        file=FILE,
+        find="    return dense_attention(query, k, v, scale, causal=True)",
+        replace="""
+            group = num_heads // num_kv_heads
+            q = query.reshape(query_len, num_kv_heads, group, head_dim)
+            s = np.einsum("qhgd,shd->hgqs", q, k) * scale
+            pos = np.arange(query_len)[:, None] + context_len
+            s = np.where(np.arange(k.shape[0])[None, :] <= pos, s, -np.inf)
+            s = s - s.max(axis=-1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(axis=-1, keepdims=True)
+            out = np.einsum("hgqs,shd->qhgd", p, v)
+            return out.reshape(query.shape).astype(query.dtype)
+        """,
+        why="prefill's own causal softmax in the inputs' dtype: a float16 chunk is computed in "
+        "float16 (only the output's dtype was checked)",
+        caught_by="test_paged_attention.py::test_prefill_float32_inputs",
+    ),
+    Mutant(
+        name="split_k_query_scaled_in_its_dtype",
+        file=FILE,
+        find="                query[i],\n                k[j * per_split",
+        replace="                query[i] * query.dtype.type(scale),\n                k[j * per_split",
+        more=(
+            (
+                "                v[j * per_split : (j + 1) * per_split],\n                scale,",
+                "                v[j * per_split : (j + 1) * per_split],\n                1.0,",
+            ),
+        ),
+        why="the query scaled once, in its own float32, before the pieces: over a float64 cache "
+        "every score is rounded to float32 first. The split-K test's scale was 0.5, which "
+        "multiplies exactly; it is 0.35 now",
+        caught_by="test_split_k.py::test_split_k_decode_float32",
+    ),
 ]

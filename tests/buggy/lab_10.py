@@ -939,4 +939,55 @@ MUTANTS = [
         "more than min_tokens: the held-back text of the min_tokens-th token, exempt, stops it",
         caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
     ),
+    # -- probe of 2026-11-29 (2) ------------------------------------------------------------------
+    Mutant(
+        name="last_character_indexed_before_the_length_check",
+        file=FILE,
+        find="        if len(new_text) > len(prefix_text) and (flush or not new_text.endswith(REPLACEMENT_CHAR)):",
+        replace="""
+            if not flush and new_text[-1] == REPLACEMENT_CHAR:
+                return ""
+            if len(new_text) > len(prefix_text):
+        """,
+        why="looks at the window's last character before asking whether the text grew: with no "
+        "prompt, a skipped special token first decodes to '' and new_text[-1] raises IndexError "
+        "(the only skipped-first case came after a prompt)",
+        caught_by="test_detokenize.py::test_tokens_decode_in_context",
+    ),
+    Mutant(
+        name="flush_exempt_whenever_min_tokens",
+        file=FILE,
+        find="            if len(self.output_token_ids) - (skipped is not None) <= self.min_tokens:",
+        replace="            if self.min_tokens:",
+        why="never searches what the finish's flush adds when min_tokens is set, even when the "
+        "last token decoded is past the first min_tokens: only the exempt side of that boundary "
+        "was tried",
+        caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
+    ),
+    Mutant(
+        name="skipped_token_subtracted_after_counting_it_late",
+        file=FILE,
+        find="""
+            if skipped is not None:
+                self.output_token_ids.append(skipped)  # counted as output, never decoded
+            if finished:
+        """,
+        replace="""
+            if finished:
+        """,
+        more=(
+            (
+                "        if not self.stop or len(self.output_token_ids) <= self.min_tokens:",
+                """
+                if skipped is not None:
+                    self.output_token_ids.append(skipped)  # counted as output, never decoded
+                if not self.stop or len(self.output_token_ids) <= self.min_tokens:
+                """,
+            ),
+        ),
+        why="the stop token counted after the flush, but the flush's exemption still subtracts "
+        "it: the flush of the (min_tokens + 1)-th output token is exempted and a stop string "
+        "it completes is missed",
+        caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
+    ),
 ]

@@ -169,3 +169,26 @@ def assert_rounded_once(got: np.ndarray, want: np.ndarray, rule: str) -> None:
             "query's float32; casting the keys to the query's dtype, or scaling the query in "
             "float32, rounds every score to float32 first"
         )
+
+
+def assert_half_computed_in_float32(got: np.ndarray, want: np.ndarray, rule: str) -> None:
+    """``got`` (float16) is within one float16 ulp of ``want``, the float64 answer over the same
+    float16 inputs. Computed in float32 (``_compute_dtype``) and rounded once, an output is off
+    by half an ulp and a float32 rounding error; computed in float16 (the scores, the softmax
+    sum, the weighted values), it is off by tens of ulps. One ulp, not half: legal float32
+    arithmetic in another order may land across a float16 rounding boundary."""
+    got = as_array(got, rule)
+    if got.shape != want.shape:
+        raise AssertionError(f"{rule}: output shape {got.shape}, expected {want.shape}")
+    err = np.abs(got.astype(np.float64) - want)
+    ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
+    excess = err / ulp
+    if err.size and not np.all(err <= ulp):
+        where = np.unravel_index(int(excess.argmax()), excess.shape)
+        raise AssertionError(
+            f"{rule}: at index {tuple(int(i) for i in where)} got {float(got[where]):.6g}, "
+            f"{float(excess[where]):.1f} float16 ulps from the float64 answer "
+            f"{float(want[where]):.6g}: float16 inputs are computed in float32 "
+            "(_compute_dtype: the scores, the softmax and its sum, the weighted values) and only "
+            "the result is rounded to float16; arithmetic in float16 loses about three digits"
+        )

@@ -115,20 +115,33 @@ def test_slot_mapping_through_a_padded_table():
 @graded(
     1,
     "slots come back with the positions' shape (no positions: an empty array, not an error), "
-    "as int64 whatever the inputs' integer type",
+    "as int64 whatever the inputs' integer type, and are computed in int64 (an int32 block id "
+    "times block_size may pass 2**31)",
     f"{DOC}#slot-mapping",
 )
 def test_slot_mapping_keeps_shape():
-    """A 2-D int32 array of positions gives a 2-D int64 array of slots; none give none."""
+    """A 2-D int32 array of positions gives a 2-D int64 array of slots; none give none; an int32
+    table whose block id times block_size passes 2**31 still gives the right slot (upstream's
+    slot-mapping kernel widens the int32 block ids to int64 before multiplying)."""
     positions = np.array([[0, 1, 2], [5, 6, -1]], dtype=np.int32)
     table = np.array([4, 0], dtype=np.int32)
     got = as_array(pa().compute_slot_mapping(table, positions, 4), "slots")
     assert got.shape == (2, 3), f"slots shape {got.shape}, expected (2, 3)"
     assert got.dtype == np.int64, (
         f"slots must be int64 (the dtype of vLLM's slot_mapping), got {got.dtype} from int32 "
-        "positions and table: convert with .astype(np.int64)"
+        "positions and table: convert the table and the positions with .astype(np.int64) "
+        "before the arithmetic"
     )
     assert got.tolist() == [[16, 17, 18], [1, 2, -1]], f"got {got.tolist()}"
+    far = np.array([2**27, 3], dtype=np.int32)
+    wide = as_array(pa().compute_slot_mapping(far, np.array([1, 33], dtype=np.int32), 32), "slots")
+    want = [2**32 + 1, 97]
+    assert wide.tolist() == want, (
+        f"positions [1, 33] through the int32 table [2**27, 3] (blocks of 32): expected slots "
+        f"{want}, got {wide.tolist()}: 2**27 * 32 = 2**32 wraps in int32; widen the block ids "
+        "to int64 before multiplying by block_size, not the slots afterwards (the README's "
+        "task 1: int64)"
+    )
     try:
         none = pa().compute_slot_mapping(table, np.zeros(0, dtype=np.int32), 4)
     except ValueError as exc:

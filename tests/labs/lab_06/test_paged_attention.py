@@ -19,6 +19,7 @@ from tests.labs.common import GRADED_SETTINGS
 from tests.labs.lab_06.oracle import (
     as_array,
     assert_close,
+    assert_half_computed_in_float32,
     assert_rounded_once,
     attention,
     pa,
@@ -282,12 +283,13 @@ def test_decode_applies_the_scale_once():
     1,
     "the output takes the QUERY's dtype: float32 queries give a float32 output, over a "
     "float32 cache or a float64 one (computed in float64 then, and rounded once), float16 "
-    "queries a float16 output",
+    "queries a float16 output (computed in float32, and rounded once)",
     f"{DOC}#numerics",
 )
 def test_decode_float32_inputs():
     """Single precision in, single precision out, within float32 rounding; a float32 query over
-    a float64 cache is the float64 answer rounded once; half precision in, half out."""
+    a float64 cache is the float64 answer rounded once; half precision in, half out, within an
+    ulp of the float64 answer (computed in float32)."""
     rng = np.random.default_rng(7)
     paged = write_paged(rng, [13, 2], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((2, 4, 8)).astype(np.float32)
@@ -331,6 +333,13 @@ def test_decode_float32_inputs():
     assert half.dtype == np.float16, (
         f"float16 queries over a float16 cache: output dtype {half.dtype}, expected float16 "
         "(the query's; the float32 of the arithmetic, _compute_dtype, is not the output's)"
+    )
+    paged.keys = [k.astype(np.float16).astype(np.float64) for k in paged.keys]
+    paged.values = [v.astype(np.float16).astype(np.float64) for v in paged.values]
+    assert_half_computed_in_float32(
+        half,
+        decode_oracle(query.astype(np.float16).astype(np.float64), paged, 0.35),
+        "decode of float16 queries over a float16 cache",
     )
 
 
@@ -450,12 +459,13 @@ def test_prefill_last_row_equals_decode():
     1,
     "prefill keeps the query's dtype: float32 in, float32 out (an output buffer made "
     "with np.zeros(shape) is float64), over a float64 cache too (computed in float64 then, "
-    "and rounded once); float16 in, float16 out",
+    "and rounded once); float16 in, float16 out (computed in float32, and rounded once)",
     f"{DOC}#numerics",
 )
 def test_prefill_float32_inputs():
     """A float32 chunk after a float32 prefix: single precision out, within float32 rounding;
-    over a float64 prefix, the float64 answer rounded once; a float16 chunk: float16 out."""
+    over a float64 prefix, the float64 answer rounded once; a float16 chunk: float16 out, within
+    an ulp of the float64 answer (computed in float32)."""
     rng = np.random.default_rng(12)
     paged = write_paged(rng, [10], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((4, 4, 8)).astype(np.float32)
@@ -498,6 +508,13 @@ def test_prefill_float32_inputs():
     paged.values = [v.astype(np.float32).astype(np.float64) for v in paged.values]
     want = prefill_oracle(query.astype(np.float64), paged, 6, 0.35)
     assert_close(got, want, 1e-5, "prefill of positions 6-9 in float32")
+    paged.keys = [k.astype(np.float16).astype(np.float64) for k in paged.keys]
+    paged.values = [v.astype(np.float16).astype(np.float64) for v in paged.values]
+    assert_half_computed_in_float32(
+        half,
+        prefill_oracle(query.astype(np.float16).astype(np.float64), paged, 6, 0.35),
+        "prefill of positions 6-9, a float16 chunk over a float16 cache",
+    )
 
 
 # -------------------------------------------------------------------------------- round trip

@@ -20,6 +20,7 @@ from tests.labs.common import GRADED_SETTINGS, describe, same_data
 from tests.labs.lab_06.oracle import (
     as_array,
     assert_close,
+    assert_half_computed_in_float32,
     assert_rounded_once,
     attention,
     pa,
@@ -376,11 +377,13 @@ def test_split_k_decode_equals_dense(case):
     1,
     "split-K decode keeps the query's dtype (float32 in, float32 out; float16 in, float16 "
     "out) and equals dense attention to float32 rounding; a float32 query over a float64 "
-    "cache is computed in float64 and rounded once",
+    "cache is computed in float64 and rounded once, a float16 one in float32",
     f"{DOC}#part-3-split-k-decode",
 )
 def test_split_k_decode_float32():
-    """The merge may compute in float64 or float32; the result has the query's dtype."""
+    """The merge may compute in float64 or float32; the result has the query's dtype. The
+    scale is 0.35, not a power of two, so that a query scaled in float32 before the float64
+    arithmetic rounds (0.5 multiplies exactly)."""
     rng = np.random.default_rng(3)
     paged = write_paged(rng, [9, 3], 4, num_kv_heads=1, head_dim=4)
     query = rng.standard_normal((2, 2, 4)).astype(np.float32)
@@ -391,7 +394,7 @@ def test_split_k_decode_float32():
             paged.value_cache.astype(np.float32),
             paged.tables,
             paged.seq_lens,
-            0.5,
+            0.35,
             2,
         ),
         "float32 split-K decode",
@@ -399,14 +402,14 @@ def test_split_k_decode_float32():
     assert got.dtype == np.float32, f"float32 inputs must give float32 output, got {got.dtype}"
     want = np.stack(
         [
-            attention(query[i : i + 1].astype(np.float64), paged.keys[i], paged.values[i], 0.5)[0]
+            attention(query[i : i + 1].astype(np.float64), paged.keys[i], paged.values[i], 0.35)[0]
             for i in range(2)
         ]
     )
     assert_close(got, want, 1e-5, "float32 split-K decode of lengths [9, 3] in 2 splits")
     mixed = as_array(
         pa().paged_attention_decode_split_k(
-            query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.5, 2
+            query, paged.key_cache, paged.value_cache, paged.tables, paged.seq_lens, 0.35, 2
         ),
         "split-K decode of a float32 query over a float64 cache",
     )
@@ -425,7 +428,7 @@ def test_split_k_decode_float32():
             paged.value_cache.astype(np.float16),
             paged.tables,
             paged.seq_lens,
-            0.5,
+            0.35,
             2,
         ),
         "float16 split-K decode",
@@ -434,4 +437,12 @@ def test_split_k_decode_float32():
         f"float16 inputs must give a float16 output (the query's), got {half.dtype}: the "
         "pieces and the merge stay in float32 (the compute dtype), and only "
         "paged_attention_decode_split_k casts its result to the query's dtype"
+    )
+    keys = [k.astype(np.float16).astype(np.float64) for k in paged.keys]
+    values = [v.astype(np.float16).astype(np.float64) for v in paged.values]
+    query16 = query.astype(np.float16).astype(np.float64)
+    assert_half_computed_in_float32(
+        half,
+        np.stack([attention(query16[i : i + 1], keys[i], values[i], 0.35)[0] for i in range(2)]),
+        "split-K decode of lengths [9, 3] in 2 splits, float16 queries over a float16 cache",
     )

@@ -208,7 +208,8 @@ def test_deltas_add_up_to_the_full_decode(data, skip):
 )
 def test_tokens_decode_in_context():
     """A SentencePiece-style tokenizer: after the prompt 'Question:', ' world' keeps its space,
-    also when a skipped special token comes first."""
+    also when a skipped special token comes first; with no prompt, a skipped special token
+    first leaves a window that decodes to "" (nothing to emit, nothing to index)."""
     prompt = TOK.encode("Question:")
     ids = TOK.encode(" world the end")
     got = run(prompt, [[t] for t in ids], leading_space_rule=True)
@@ -231,6 +232,20 @@ def test_tokens_decode_in_context():
         f"expected deltas ['', ' world', ' the', ' end'], got {deltas}; a token that adds no "
         f"text must leave the window where it is (slide only when text is emitted), or the "
         f"next token is decoded without its context"
+    )
+    where = "no prompt, a skipped EOS then ' world the end' one token a step"
+    try:
+        got = run([], [[TOK.eos_token_id], *[[t] for t in ids]], leading_space_rule=True)
+    except IndexError as exc:
+        raise AssertionError(
+            f"{where}: raised IndexError ({exc}); the window [EOS] decodes to '' (EOS is "
+            f"skipped), so there is no last character to compare with U+FFFD: test that the "
+            f"text grew before looking at its end (README task 1)"
+        ) from None
+    deltas = [s["delta"] for s in got["steps"]]
+    assert deltas == ["", "world", " the", " end"], (
+        f"{where}: expected deltas ['', 'world', ' the', ' end'], got {deltas} (a window that "
+        f"decodes to nothing emits nothing and stays where it is)"
     )
 
 

@@ -257,8 +257,8 @@ def test_no_stop_string_within_min_tokens():
     ' the' is the text of the first two tokens, so it cannot stop the request; the second can.
     Once one token a step, once all four in one step (the exemption ends inside the step);
     without a prompt and after one (its tokens seed the window but are no output tokens). Then
-    a character begun by the min_tokens-th token (found), and a request that ends at min_tokens
-    (its flushed text is not searched)."""
+    a character begun by the min_tokens-th token (found), a request that ends at min_tokens
+    (its flushed text is not searched) and one that ends a token later (it is)."""
     ids = TOK.encode("Hello the end the")
     prompt = TOK.encode("Question:")
     for chunks, how, prompt_ids in (
@@ -325,6 +325,21 @@ def test_no_stop_string_within_min_tokens():
         f"tokens' text; expected text 'Hello語\ufffd' and update returning None each step, got "
         f"{got['output_text']!r} and {found}"
     )
+    # One token later, min_tokens=2: the 3rd token is past the exemption, so the text the
+    # finish's flush adds of it ('語' and a U+FFFD) is searched, with or without a skipped EOS.
+    for extra, terminated in (([], False), ([TOK.eos_token_id], True)):
+        steps = [[t] for t in [*cut, *extra]]
+        got = run(steps, stop=["語"], min_tokens=2, stop_terminated=terminated)
+        found = [s["stop"] for s in got["steps"]]
+        how = "then EOS with stop_terminated" if extra else "the last finished"
+        assert got["output_text"] == "Hello" and found[-1] == "語", (
+            f"tokens {show(cut)} one a step, {how}, stop '語', min_tokens=2: the 3rd output "
+            f"token is past the first min_tokens, so the text the finish's flush adds of it "
+            f"('語' and a U+FFFD) is searched and '語' stops the request; expected text 'Hello' "
+            f"and update returning '語' last, got {got['output_text']!r} and {found} (the flush "
+            f"is exempt only when the last token decoded is among the first min_tokens: README "
+            f"task 2)"
+        )
 
 
 @graded(

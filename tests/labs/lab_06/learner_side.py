@@ -40,6 +40,18 @@ def slot_mapping_and_inputs(
     return slots, block_table, positions
 
 
+def _rows(array: Any) -> int:
+    """How many rows ``array`` has, read by numpy's own ``shape`` descriptor (-1 for anything
+    but an array): an ``ndarray`` subclass can answer ``len`` and ``.shape`` as it likes
+    (tests/hostile/split_k_pieces_that_report_their_own_length.py)."""
+    import numpy as np
+
+    if not issubclass(type(array), np.ndarray):
+        return -1
+    shape = np.ndarray.shape.__get__(array)
+    return int(shape[0]) if shape else -1
+
+
 def split_k_pieces(*args: Any) -> list[Any]:
     """``[output, piece sizes, merges]`` of the learner's ``paged_attention_decode_split_k``:
     the number of keys of every ``attend_split`` call it made, and how many ``merge_splits``
@@ -56,7 +68,7 @@ def split_k_pieces(*args: Any) -> list[Any]:
 
     def counted_attend(*a: Any, **k: Any) -> Any:
         key = a[1] if len(a) > 1 else k.get("key")
-        pieces.append(len(key) if hasattr(key, "__len__") else -1)
+        pieces.append(_rows(key))
         return attend(*a, **k)
 
     def counted_merge(*a: Any, **k: Any) -> Any:

@@ -154,6 +154,16 @@ def make_tokenizer() -> ToyTokenizer:
 
 
 # -- the detokenizer alone ----------------------------------------------------------------------
+def _holds_exactly(given: list[Any], sent: Sequence[int | str]) -> bool:
+    """Whether the list handed to the learner's code still holds what the judge sent (token ids,
+    request ids), each compared only as a value of the sent one's exact builtin type: an object
+    the learner's code put in the list answers ``==`` as it likes
+    (tests/hostile/equal_to_anything_in_the_callers_list.py)."""
+    return len(given) == len(sent) and all(
+        type(mine) is type(theirs) and mine == theirs for mine, theirs in zip(given, sent)
+    )
+
+
 def run_detokenizer(
     prompt_ids: list[int],
     chunks: list[list[int]],
@@ -202,7 +212,7 @@ def run_detokenizer(
         found = detok.update(
             given, finished=last and finish, stop_terminated=last and stop_terminated
         )
-        if given != list(chunk):
+        if not _holds_exactly(given, chunk):
             inputs_changed.append(i + 1)
         finished = (last and finish) or found is not None
         text = detok.get_next_output_text(finished, delta=False)
@@ -324,7 +334,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
         elif name == "abort":
             given = list(op[1])
             returned = processor.abort_requests(given)
-            input_changed = given != list(op[1])
+            input_changed = not _holds_exactly(given, op[1])
         else:
             raise ValueError(f"unknown operation {name!r}")
         # Read before an abort's answer is walked: a generator would forget nothing until then.

@@ -1203,4 +1203,77 @@ MUTANTS = [
         "priority policy new requests can fill the places first)",
         caught_by="test_schedule.py::test_max_num_seqs",
     ),
+    # -- the probe of 2026-11-29 (2) -----------------------------------------------------------
+    Mutant(
+        name="max_num_seqs_checked_after_allocating",
+        file=FILE,
+        find="""
+            if len(self.running) == self.max_num_running_reqs:
+                break
+            request = self.waiting.peek_request()""",
+        replace="""
+            request = self.waiting.peek_request()""",
+        more=(
+            (
+                """
+                if new_blocks is None:
+                    # Does not fit; FCFS forbids letting a later request overtake.
+                    break
+                """,
+                """
+                if new_blocks is None:
+                    # Does not fit; FCFS forbids letting a later request overtake.
+                    break
+                if len(self.running) == self.max_num_running_reqs:
+                    self.kv_cache_manager.free(request)  # no place: give the blocks back
+                    break
+                """,
+            ),
+        ),
+        why="max_num_seqs checked once the front request has its blocks, which are freed "
+        "again: allocate_slots has published them as computed (a later hit reads KV nobody "
+        "wrote) and took fresh blocks from the front of the free queue, evicting cached "
+        "prefixes; the waiting request holds nothing after the step, so only a later hit shows",
+        caught_by="test_schedule.py::test_max_num_seqs",
+    ),
+    Mutant(
+        name="max_num_seqs_checked_after_the_lookup",
+        file=FILE,
+        find="""
+            if len(self.running) == self.max_num_running_reqs:
+                break
+            request = self.waiting.peek_request()""",
+        replace="""
+            request = self.waiting.peek_request()""",
+        more=(
+            (
+                "num_computed_tokens = num_new_local_computed_tokens\n",
+                "num_computed_tokens = num_new_local_computed_tokens\n"
+                "if len(self.running) == self.max_num_running_reqs:\n"
+                "    break\n",
+            ),
+        ),
+        why="the front request is looked up in the prefix cache before max_num_seqs is "
+        "checked: every step with the batch full counts one more lookup (and its tokens) in "
+        "the prefix-cache statistics, which upstream never makes",
+        caught_by="test_traces.py::test_random_workloads_finish_correctly",
+    ),
+    Mutant(
+        name="budget_checked_after_the_lookup",
+        file=FILE,
+        find="while self.waiting and token_budget > 0:",
+        replace="while self.waiting:",
+        more=(
+            (
+                "num_computed_tokens = num_new_local_computed_tokens\n",
+                "num_computed_tokens = num_new_local_computed_tokens\n"
+                "if token_budget <= 0:\n"
+                "    break\n",
+            ),
+        ),
+        why="the front request is looked up in the prefix cache before the budget is checked: "
+        "a step whose budget the running requests used up counts a lookup in the prefix-cache "
+        "statistics that upstream never makes",
+        caught_by="test_traces.py::test_random_workloads_finish_correctly",
+    ),
 ]

@@ -20,8 +20,9 @@ as ``EngineCore.step`` does:
 With ``reference=True`` the judge also runs the reference scheduler (upstream's semantics, v0.22.1)
 over a reference KV cache manager, here, on the very same calls: after every call both sides'
 outputs and states must agree (the batch, admissions, preemptions, finished ids, the outputs,
-the queues, every request's counters, the block counts). Nothing the learner process reports
-is trusted beyond its value: every verdict is taken here, on plain data whose types are checked.
+the queues, every request's counters, the block counts, the prefix-cache lookups made for
+each request). Nothing the learner process reports is trusted beyond its value: every verdict
+is taken here, on plain data whose types are checked.
 """
 
 from __future__ import annotations
@@ -661,7 +662,16 @@ class Engine:
                 "output_token_ids": _ints(info["output_token_ids"], f"{rid}.output_token_ids"),
                 "num_preemptions": _int(info["num_preemptions"], f"{rid}.num_preemptions"),
             }
+        lookups = (
+            None
+            if state["lookups"] is None
+            else {
+                _str(rid, "a request id"): _int(n, f"{rid}'s lookups")
+                for rid, n in _list(state["lookups"], "the prefix-cache lookups")
+            }
+        )
         checked = {
+            "lookups": lookups,
             "running": running,
             "waiting": waiting,
             "requests": requests,
@@ -920,6 +930,16 @@ class Engine:
                     f"after {where}: {what} differs from the reference scheduler's:\n"
                     f"  yours:     {a}\n  reference: {b}"
                 )
+        theirs = dict(raw["lookups"] or ())
+        if mine["lookups"] is not None and mine["lookups"] != theirs:
+            self.fail(
+                f"after {where}: the prefix-cache lookups (get_computed_blocks calls per "
+                "request, each one counted in the prefix-cache statistics) differ from the "
+                f"reference scheduler's:\n  yours:     {mine['lookups']}\n  reference: {theirs}\n"
+                "The waiting pass looks up only the request it is about to try, once the while "
+                "condition (a waiting request, budget left, len(running) < max_num_seqs) holds, "
+                "and running requests are never looked up (README, the shape of schedule())"
+            )
         fields = (
             "status",
             "num_computed_tokens",

@@ -16,6 +16,7 @@ scheduler is the learner's ``scheduler`` module.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from mini_vllm.teaching.invariants import pool_snapshot
@@ -26,9 +27,30 @@ def make_manager(num_blocks: int, block_size: int, max_model_len: int, caching: 
     """The KV cache manager in use (the reference's, or the learner's lab-07 under --chain)."""
     import mini_vllm.core.kv_cache_manager as managers
 
-    return managers.KVCacheManager(
+    manager = managers.KVCacheManager(
         num_blocks, block_size, max_model_len, enable_caching=caching, log_stats=True
     )
+    _count_lookups(manager)
+    return manager
+
+
+def _count_lookups(manager: Any) -> None:
+    """Count ``manager.get_computed_blocks`` calls per request, with caching on (each is a
+    lookup the prefix-cache statistics record), by wrapping the method on this one object: the
+    count does not depend on how the manager keeps its statistics (``--chain``). The counts
+    ride on the wrapper (``lookups``), where ``state`` reads them."""
+    counts: dict[str, int] = {}
+    lookup = manager.get_computed_blocks
+
+    def get_computed_blocks(request: Any) -> Any:
+        if manager.enable_caching:
+            counts[request.request_id] = counts.get(request.request_id, 0) + 1
+        return lookup(request)
+
+    get_computed_blocks.lookups = counts  # type: ignore[attr-defined]
+    # A chained manager with __slots__ refuses: its lookups are then not compared (None).
+    with contextlib.suppress(AttributeError, TypeError):
+        manager.get_computed_blocks = get_computed_blocks
 
 
 def make_scheduler(
@@ -196,6 +218,13 @@ def _request_row(req: Any) -> list[Any]:
     ]
 
 
+def _lookups(manager: Any) -> list[list[Any]] | None:
+    """``[[request_id, lookups], ...]`` counted by ``_count_lookups``; None if it could not
+    wrap this manager."""
+    counts = getattr(manager.get_computed_blocks, "lookups", None)
+    return None if counts is None else [[rid, n] for rid, n in sorted(counts.items())]
+
+
 def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
     """The scheduler's queues, the KV cache's block tables and pool, and the given requests
     (one row each, ``[request_id, *REQUEST_FIELDS]``). The pool is read whole (a snapshot of
@@ -213,5 +242,6 @@ def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
         "free": block_pool.get_num_free_blocks(),
         "pool": pool_snapshot(block_pool) if pool else None,
         "ref_cnts": [getattr(b, "ref_cnt", None) for b in block_pool.blocks],
+        "lookups": _lookups(manager),
         "reqs": [[req.request_id, *_request_row(req)] for req in requests],
     }

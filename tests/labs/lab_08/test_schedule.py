@@ -88,6 +88,44 @@ def test_max_num_seqs():
     )
     engine.run()
     engine.check_drained()
+    _max_num_seqs_is_checked_before_allocating()
+
+
+def _max_num_seqs_is_checked_before_allocating() -> None:
+    """The waiting pass stops at ``len(running) == max_num_seqs`` before it asks the KV cache
+    manager for anything. A scheduler that allocates for the request at the front and only then
+    finds no place for it (freeing the blocks again) publishes blocks whose KV was never
+    computed, and takes fresh blocks from the front of the free queue every step, evicting the
+    cached prefix of a finished request. Here a (8 tokens) finishes, b runs alone
+    (max_num_seqs 1) while c (16 tokens) waits, then d repeats a's prompt: c must compute its
+    whole prompt, and d must find a's two blocks still cached."""
+    why = (
+        "While c waited for a place (max_num_seqs 1), did your waiting pass give it blocks and "
+        "free them again? That publishes c's blocks as computed (a later hit reads KV nobody "
+        "wrote) and evicts other requests' cached blocks. Check len(running) < max_num_seqs "
+        "before get_computed_blocks and allocate_slots, as the README's shape of schedule() "
+        "does (the while condition)"
+    )
+    engine = Engine(num_blocks=10, budget=32, max_num_seqs=1)
+    engine.add("a", 8, base=100, max_tokens=1)
+    engine.add("b", 4, base=200, max_tokens=2)
+    engine.add("c", 16, base=300, max_tokens=1)
+    engine.add("d", prompt=[100 + i for i in range(8)] + [7], max_tokens=1)
+    try:
+        for _ in range(4):  # a, b (two steps), then c; each waits behind max_num_seqs
+            out, _ = engine.step()
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{why}") from None
+    assert batch(out) == [("c", 16)], (
+        f"c has no cached prefix: all 16 tokens; got {batch(out)}.\n{why}"
+    )
+    out, _ = engine.step()
+    assert batch(out) == [("d", 1)], (
+        "d repeats a's 8-token prompt and must find both of a's blocks still cached (a 1-token "
+        f"step); got {batch(out)}.\n{why}"
+    )
+    engine.run()
+    engine.check_drained()
 
 
 @graded(

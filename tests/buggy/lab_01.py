@@ -1146,4 +1146,22 @@ MUTANTS = [
         "(the test's pool of 11 blocks gave only tenths, which round to themselves)",
         caught_by="test_block_pool.py::test_usage",
     ),
+    # -- helper probe, 2026-11-29 (2) ----------------------------------------------------------
+    Mutant(
+        name="append_n_refused_without_naming_the_block",
+        file=FILE,
+        find="""
+                    raise RuntimeError(
+                        f"Cannot append block {block.block_id} to the free queue: it is already in "
+                        "it (or listed twice)"
+                    )
+        """,
+        replace="""
+                    raise RuntimeError("append_n: a block is already in the free queue")
+        """,
+        why="append_n refuses a queued block with a message that does not say which block (the "
+        "misuse table: a message naming the block and what was wrong; append's refusal was "
+        "checked, append_n's was not)",
+        caught_by="test_free_queue.py::test_appending_a_queued_block_is_an_error",
+    ),
 ]

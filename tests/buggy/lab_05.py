@@ -1268,4 +1268,109 @@ from mini_vllm.core.kv_cache_utils import (
         "in num_gpu_blocks): the pool's last block, a valid id, is refused with ValueError",
         caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
     ),
+    # -- helper probe, 2026-11-29 (2) ----------------------------------------------------------
+    Mutant(
+        name="touch_reports_before_the_reference",
+        file=FILE,
+        find="""
+                if block.ref_cnt == 0:
+                    self.free_block_queue.remove(block)
+                block.ref_cnt += 1
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_accessed(block)
+        """,
+        replace="""
+                if self.metrics_collector is not None:
+                    self.metrics_collector.on_block_accessed(block)
+                if block.ref_cnt == 0:
+                    self.free_block_queue.remove(block)
+                block.ref_cnt += 1
+        """,
+        why="tells the collector of a hit before taking the reference: on_block_accessed sees a "
+        "revived block with ref_cnt 0, a free block (README row 8: take the reference, then tell "
+        "the collector; lab-01's get_new_blocks has the same rule)",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="evict_blocks_skips_the_null_block",
+        file=FILE,
+        find="""
+            for block_id in block_ids:
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+            for block_id in block_ids:
+                if block_id == 0:  # the null block is never cached
+                    continue
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        why="evict_blocks skips id 0 as never cached, so the collector never hears "
+        "on_block_evicted for it (README row 9: every id goes through _maybe_evict_cached_block, "
+        "as upstream)",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="reset_evicts_each_cached_block",
+        file=FILE,
+        find="""
+            self.cached_block_hash_to_block = BlockHashToBlockMap()
+            for block in self.blocks:
+                block.reset_hash()
+        """,
+        replace="""
+            for block in self.blocks:
+                if block.block_hash is not None:
+                    self._maybe_evict_cached_block(block)
+        """,
+        why="a reset that evicts every cached block through _maybe_evict_cached_block: the map "
+        "and the hashes end up empty, but the collector hears one on_block_evicted per cached "
+        "block before its reset() (README row 10: reset() alone; the collector test's reset "
+        "came when no block was cached)",
+        caught_by="test_prefix_cache.py::test_cache_events_are_reported_to_the_metrics_collector",
+    ),
+    Mutant(
+        name="touch_null_refused_without_naming_it",
+        file=FILE,
+        find="""
+                    raise ValueError(
+                        f"Cannot touch the null block (block {block.block_id}): it is a placeholder "
+                        "that is never shared"
+                    )
+        """,
+        replace="""
+                    raise ValueError("touch: bad block")
+        """,
+        why="touch refuses the null block with a message that does not say which block (the "
+        "misuse table: a message naming the block and what was wrong)",
+        caught_by="test_prefix_cache.py::test_touch_null_block_is_an_error",
+    ),
+    Mutant(
+        name="rehash_refused_without_naming_the_block",
+        file=FILE,
+        find="""
+                    raise RuntimeError(
+                        f"Cannot cache block {block.block_id}: it already has a hash (was it cached "
+                        "twice, or is num_cached_blocks too small?)"
+                    )
+        """,
+        replace="""
+                    raise RuntimeError("cache_full_blocks: a block is already cached")
+        """,
+        why="caching a block that already has a hash is refused without naming the block",
+        caught_by="test_prefix_cache.py::test_hashing_a_block_twice_is_an_error",
+    ),
+    Mutant(
+        name="evict_blocks_refused_without_naming_the_id",
+        file=FILE,
+        find="""
+                    raise ValueError(
+                        f"Cannot evict block {block_id}: block ids are 0 .. {self.num_gpu_blocks - 1}"
+                    )
+        """,
+        replace="""
+                    raise ValueError("evict_blocks: invalid block id")
+        """,
+        why="an id outside the pool refused without saying which id",
+        caught_by="test_prefix_cache.py::test_evict_blocks_by_id",
+    ),
 ]

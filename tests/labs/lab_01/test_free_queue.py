@@ -278,8 +278,9 @@ def test_appending_a_queued_block_is_an_error():
         q.append(blocks[2])
     assert_error_names(raised.value, "append(block 2) of a queued block", 2)
     assert check_queue(q) == [1, 2, 3], "a refused append must not change the queue"
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError) as raised:
         q.append_n([out, blocks[3]])
+    assert_error_names(raised.value, "append_n([block 0, block 3]) of a queued block 3", 3)
     assert check_queue(q) == [1, 2, 3], (
         "a refused append_n must not change the queue, not even link the blocks before the bad one"
     )

@@ -60,12 +60,29 @@ def make_pool(n: int, enable_caching: bool = True, hash_block_size: int = 2) -> 
     )
 
 
+class _AccessRecorder(RecordingCollector):
+    """A ``RecordingCollector`` that also keeps ``[block_id, ref_cnt]`` as each
+    ``on_block_accessed`` sees them (``accessed_ref_cnts``): a touched block is reported once it
+    holds the new reference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accessed_ref_cnts: list[list[Any]] = []
+
+    def on_block_accessed(self, block: Any) -> None:
+        self.accessed_ref_cnts.append(
+            [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
+        )
+        super().on_block_accessed(block)
+
+
 def make_pool_with_collector(n: int, hash_block_size: int = 2) -> list[Any]:
     """``[pool, collector]``: the learner's caching ``BlockPool`` of ``n`` blocks, with a
-    ``RecordingCollector`` as its ``metrics_collector``."""
+    ``RecordingCollector`` as its ``metrics_collector`` (which also records each touched
+    block's ``ref_cnt`` at the call, ``accessed_ref_cnts``)."""
     import block_pool
 
-    collector = RecordingCollector()
+    collector = _AccessRecorder()
     pool = block_pool.BlockPool(
         num_gpu_blocks=n,
         enable_caching=True,

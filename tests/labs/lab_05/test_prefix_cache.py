@@ -10,6 +10,7 @@ and by the judge's own hashes; the pool's state is read back as data
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,6 +27,7 @@ from mini_vllm.core.kv_cache_utils import (
 from tests.labs.common import (
     as_int,
     assert_constant_time,
+    assert_error_names,
     assert_value_error,
     block_ids,
     check_pool,
@@ -214,8 +216,9 @@ def test_hashing_a_block_twice_is_an_error():
     # Learner objects are read before each refusal: only the call itself may raise.
     second, both = blocks[1:], [blocks[0], blocks[1]]
     pool.cache_full_blocks(req.obj, second, 0, 1, BS, 0)  # block 2 holds h0
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError) as raised:
         pool.cache_full_blocks(req.obj, second, 0, 1, BS, 0)
+    assert_error_names(raised.value, "cache_full_blocks of block 2, which already has a hash", 2)
     with pytest.raises((RuntimeError, ValueError)):
         both[1].block_hash = b"another"
     # Block 1 is new, block 2 already has a hash: the whole call is refused.
@@ -466,8 +469,14 @@ def test_touch_null_block_is_an_error():
     pool.free_blocks([blk])
     before = check_pool(pool)
     null = pool.null_block  # read before: only touch itself may raise
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as raised:
         pool.touch([blk, null])
+    message = str(raised.value)
+    assert "null" in message.lower() or re.search(r"(?<![\w.])0(?![\w.])", message), (
+        f"touch([block 1, the null block]) raised ValueError({message!r}), which does not say "
+        "which block was wrong: name the null block (the word 'null', or its id 0) in the "
+        "message (the misuse table: a message naming the block and what was wrong)"
+    )
     assert ref(blk) == 0 and check_pool(pool) == before, (
         "a refused touch must take no reference and leave the free queue as it was"
     )
@@ -572,8 +581,9 @@ def test_evict_blocks_by_id():
     )
     pool.cache_full_blocks(req.obj, blocks, 2, 3, BS, 0)  # block 3 cached again
     for bad in (6, -1):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError) as raised:
             pool.evict_blocks({1, bad})
+        assert_error_names(raised.value, f"evict_blocks({{1, {bad}}}) of a pool of 6 blocks", bad)
         assert hit(pool, req.block_hashes[0]) is blocks[0], (
             f"a refused evict_blocks({{1, {bad}}}) must evict nothing: block 1 lost its entry"
         )
@@ -687,6 +697,13 @@ def test_cache_events_are_reported_to_the_metrics_collector():
         f"touch([block {first}]) of a block already in use is a hit too: the collector must "
         f"hear on_block_accessed(block {first}) for every block touched; it saw {got!r}"
     )
+    seen_refs = collector.accessed_ref_cnts
+    assert same_data(seen_refs, [[first, 1], [first, 2]]), (
+        f"touch([block {first}]) twice: on_block_accessed must see the block holding the "
+        f"reference touch just took ([block_id, ref_cnt]: [[{first}, 1], [{first}, 2]]), but it "
+        f"saw {seen_refs!r} (README row 8: take the reference, then tell the collector, as "
+        f"upstream and get_new_blocks do)"
+    )
     pool.free_blocks([blocks[0]])
     seen = len(collector.events)
     reused = ids(pool.get_new_blocks(2))  # blocks 3 and 2: block 2 loses its cached prefix
@@ -736,6 +753,15 @@ def test_cache_events_are_reported_to_the_metrics_collector():
         f"it is called on, cached or not; it saw {got!r}"
     )
     seen += len(got)
+    pool.evict_blocks({0})  # the null block: a block of the pool, never cached
+    got = _new_events(collector, seen)
+    assert same_data(got, [["evicted", 0]]), (
+        f"evict_blocks({{0}}) evicts the null block like any other id of the pool: through "
+        f"_maybe_evict_cached_block, which tells the collector on_block_evicted(block 0) (nothing "
+        f"is cached there, so nothing else happens; README row 9: every id, none skipped); it "
+        f"saw {got!r}"
+    )
+    seen += len(got)
     third = next(i for i in (1, 2, 3) if i not in (first, second))  # free
     asked = [pool.blocks[third], pool.null_block]  # read before: only touch may raise
     with pytest.raises(ValueError):
@@ -751,6 +777,20 @@ def test_cache_events_are_reported_to_the_metrics_collector():
     assert same_data(got, [["accessed", third], ["accessed", third]]), (
         f"touch([block {third}, block {third}]) takes two references, one per entry: the "
         f"collector must hear on_block_accessed(block {third}) once per entry; it saw {got!r}"
+    )
+    # A reset forgets cached prefixes without evicting them one by one: the collector hears
+    # reset() alone, even while free blocks still hold prefixes.
+    pool, collector = side().make_pool_with_collector(4, BS)
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(req.obj, blocks, 0, 2, BS, 0)
+    pool.free_blocks(list(reversed(blocks)))  # free, both still cached
+    seen = len(collector.events)
+    assert pool.reset_prefix_cache() is True, "no block is in use: the reset must happen"
+    got = _new_events(collector, seen)
+    assert same_data(got, [["reset", None]]), (
+        f"reset_prefix_cache with two free cached blocks must call the collector's reset() "
+        f"once and report nothing else: a reset is not an eviction (README row 10: empty the "
+        f"map and every hash, then reset the collector; no on_block_evicted); it saw {got!r}"
     )
 
 

@@ -297,10 +297,13 @@ class Host:
                 target = getattr(target, name)
             else:
                 target, call_args, call_kwargs, want_copy = args
-            result = target(*call_args, **call_kwargs)
+            # Which arguments are arrays is told before the call, from what the judge sent: a
+            # tensor's __class__ can be reassigned by the call, and an argument that stopped
+            # being an array must come back (as what it became), not be left out.
             if want_copy:
                 copyback = [[i, a] for i, a in enumerate(call_args) if _is_array(a)]
                 copyback += [[k, a] for k, a in call_kwargs.items() if _is_array(a)]
+            result = target(*call_args, **call_kwargs)
         elif op == "len":
             result = len(args[0])
         elif op == "list":
@@ -384,9 +387,15 @@ class Host:
 
 
 def _is_array(value: Any) -> bool:
+    """A numpy array or a torch tensor by its real type (a class of the learner's can take
+    their names), as ``wire.encode_value`` sends them by value."""
     kind = type(value)
-    return (kind.__module__ == "numpy" and kind.__name__ == "ndarray") or (
-        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter")
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    return (np is not None and kind is np.ndarray) or (
+        torch is not None
+        and issubclass(kind, torch._C.TensorBase)
+        and kind.__module__ == "torch"
+        and kind.__name__ in ("Tensor", "Parameter")
     )
 
 

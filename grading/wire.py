@@ -14,8 +14,10 @@ library, msgspec, and numpy or torch when a value needs them.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import struct
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -57,9 +59,8 @@ def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None, depth
         return value
     if kind is int:
         return value if -(2**63) <= value < 2**64 else _ext(BIGINT, str(value))
-    if isinstance(value, enum.Enum):
-        cls = type(value)
-        return _ext(ENUM, [cls.__module__, cls.__qualname__, value.name])
+    if issubclass(kind, enum.Enum):  # its real type: isinstance would take a __class__ claimed
+        return _ext(ENUM, [kind.__module__, kind.__qualname__, value.name])
     if kind is list:
         return [encode_value(v, to_handle, depth + 1) for v in value]
     if kind is tuple:
@@ -84,34 +85,55 @@ def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None, depth
             SLICE,
             [encode_value(v, to_handle, depth + 1) for v in (value.start, value.stop, value.step)],
         )
-    module = kind.__module__
-    if module == "numpy" and kind.__name__ == "ndarray":
+    # numpy's and torch's values are told by their real types (a class of the learner's can
+    # name itself numpy.ndarray, or be a numpy scalar by having dtype and item, and would cross
+    # as whatever its own tobytes() says: tests/hostile/reorder_the_counts_behind_numpy_scalars.py).
+    # Only numpy's own classes, which no code can change, cross as numpy data.
+    np = sys.modules.get("numpy")
+    if np is not None and kind is np.ndarray:
         if value.dtype.hasobject:
             raise WireError("numpy arrays of Python objects cannot cross")
         # tobytes() is C order whatever the strides; np.ascontiguousarray would turn a 0-d
         # array into shape (1,).
         return _ext(NDARRAY, [value.dtype.str, list(value.shape), value.tobytes()])
-    if module == "numpy" and hasattr(value, "dtype") and hasattr(value, "item"):
+    if np is not None and kind in _numpy_scalar_types(np):
         if value.dtype.hasobject:
             raise WireError("numpy object scalars cannot cross")
         return _ext(NPSCALAR, [value.dtype.str, value.tobytes()])
-    if module == "torch" and kind.__name__ in ("Tensor", "Parameter"):
+    torch = sys.modules.get("torch")
+    if (
+        torch is not None
+        and issubclass(kind, torch._C.TensorBase)
+        and kind.__module__ == "torch"
+        and kind.__name__ in ("Tensor", "Parameter")
+    ):
         return _ext(TENSOR, _tensor_payload(value))
     if to_handle is None:
         raise WireError(f"a {kind.__name__} cannot be sent to the learner process")
     return _ext(HANDLE, to_handle(value))
 
 
+@functools.cache
+def _numpy_scalar_types(np: Any) -> frozenset[type]:
+    """numpy's own scalar classes (``np.int64``, ``np.float32``...): no subclass of them."""
+    return frozenset(t for t in np.sctypeDict.values() if isinstance(t, type))
+
+
 def _tensor_payload(tensor: Any) -> list[Any]:
+    """A tensor's values, read with torch's C base methods with torch functions disabled, so a
+    subclass's methods and ``__torch_function__`` take no part (a plain tensor comes back)."""
     import torch
 
-    cpu = tensor.detach().to("cpu").contiguous()
+    base = torch._C.TensorBase
+    with torch._C.DisableTorchFunction():
+        cpu = base.contiguous(base.to(base.detach(tensor), "cpu"))
+        device = str(base.device.__get__(tensor))
     dtype = str(cpu.dtype).removeprefix("torch.")
     if cpu.dtype == torch.bfloat16:
         raw = cpu.view(torch.int16).numpy().tobytes()
     else:
         raw = cpu.numpy().tobytes()
-    return [dtype, list(cpu.shape), raw, str(tensor.device)]
+    return [dtype, list(cpu.shape), raw, device]
 
 
 def _decode_tensor(payload: list[Any]) -> Any:

@@ -18,6 +18,7 @@ the same class as the oracle (its ``decode`` of the whole sequence).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -275,9 +276,21 @@ class CoreOutput:
         return self.finish_reason is not None
 
 
+def _builtin_name(exc: BaseException) -> str:
+    """The nearest builtin exception class ``exc`` is an instance of, told by identity over its
+    type's real method resolution order (``type``'s own slot), never by the name the learner's
+    class gives itself: a ``class ValueError(RuntimeError)`` of the learner's is a
+    ``RuntimeError`` here (tests/hostile/fail_with_a_class_named_valueerror.py)."""
+    mro = type.__dict__["__mro__"].__get__(type(exc))
+    return next(c.__name__ for c in mro if getattr(builtins, c.__name__, None) is c)
+
+
 def _read_output(item: Any) -> dict[str, Any]:
-    if isinstance(item, BaseException):
-        return {"error": f"{type(item).__name__}: {item}"}
+    """A queued item as data: an exception as its builtin type and its ``args``' message
+    (``BaseException.__str__``, not the learner class's), a ``RequestOutput`` field by field.
+    Its type is read as ``type(item)``: ``isinstance`` would take a ``__class__`` it claims."""
+    if issubclass(type(item), BaseException):
+        return {"error": f"{_builtin_name(item)}: {BaseException.__str__(item)}"}
     completion = item.outputs[0]
     logprobs = None
     if completion.logprobs is not None:

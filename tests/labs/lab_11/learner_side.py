@@ -81,14 +81,18 @@ def _is_view(part: Any, full: Any) -> bool:
 
     Read with torch's own methods (of its C base classes, which no code can replace), never
     the shard's: a copy in a subclass of ``torch.Tensor`` could answer with the weight's
-    storage."""
+    storage. Those methods still hand a subclass to its ``__torch_function__`` (and any tensor
+    to a ``TorchFunctionMode`` left entered), which can answer just the same, so they run with
+    torch functions disabled; the type is the shard's real one, not its ``__class__``
+    (tests/hostile/copy_views_through_torch_function.py)."""
     import torch
 
     tensor, storage = torch._C.TensorBase, torch._C.StorageBase
-    if not isinstance(part, tensor):
+    if not issubclass(type(part), tensor):
         return False
-    mine = storage.data_ptr(tensor.untyped_storage(part))
-    return bool(mine == storage.data_ptr(tensor.untyped_storage(full)))
+    with torch._C.DisableTorchFunction():
+        mine = storage.data_ptr(tensor.untyped_storage(part))
+        return mine == storage.data_ptr(tensor.untyped_storage(full))
 
 
 def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:

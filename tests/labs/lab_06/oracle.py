@@ -148,26 +148,38 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float, rule: str) -> No
         )
 
 
+def _furthest_in_ulps(
+    got: np.ndarray, want: np.ndarray, rule: str, dtype: type, allowed: float
+) -> tuple[np.ndarray, tuple[int, ...], float] | None:
+    """``None`` if ``got`` is within ``allowed`` ulps of ``dtype`` of the float64 answer
+    ``want`` everywhere; else ``got`` as an array, the index where it is furthest, and how many
+    ulps off it is there."""
+    got = as_array(got, rule)
+    if got.shape != want.shape:
+        raise AssertionError(f"{rule}: output shape {got.shape}, expected {want.shape}")
+    err = np.abs(got.astype(np.float64) - want)
+    ulp = np.spacing(np.abs(want).astype(dtype)).astype(np.float64)
+    if not err.size or np.all(err <= allowed * ulp + 1e-12):
+        return None
+    excess = err / ulp
+    where = np.unravel_index(int(excess.argmax()), excess.shape)
+    return got, tuple(int(i) for i in where), float(excess[where])
+
+
 def assert_rounded_once(got: np.ndarray, want: np.ndarray, rule: str) -> None:
     """``got`` (float32) is the float64 answer ``want`` rounded once to float32: within half a
     float32 ulp of it. Computing a float32 query over float64 keys in float32 (the keys cast
     to the query's dtype) misses by several ulps; computing in float64 (``_compute_dtype``)
     and casting the result, as the README says, does not."""
-    got = as_array(got, rule)
-    if got.shape != want.shape:
-        raise AssertionError(f"{rule}: output shape {got.shape}, expected {want.shape}")
-    err = np.abs(got.astype(np.float64) - want)
-    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
-    excess = err / ulp
-    if err.size and not np.all(err <= 0.5 * ulp + 1e-12):
-        where = np.unravel_index(int(excess.argmax()), excess.shape)
+    off = _furthest_in_ulps(got, want, rule, np.float32, 0.5)
+    if off is not None:
+        got, where, ulps = off
         raise AssertionError(
-            f"{rule}: at index {tuple(int(i) for i in where)} got {float(got[where]):.9g}, "
-            f"{float(excess[where]):.1f} float32 ulps from the float64 answer "
-            f"{float(want[where]):.9g}: a float32 query over float64 keys is computed in "
-            "float64 (_compute_dtype of all the inputs) and only the result is rounded to the "
-            "query's float32; casting the keys to the query's dtype, or scaling the query in "
-            "float32, rounds every score to float32 first"
+            f"{rule}: at index {where} got {float(got[where]):.9g}, {ulps:.1f} float32 ulps "
+            f"from the float64 answer {float(want[where]):.9g}: a float32 query over float64 "
+            "keys is computed in float64 (_compute_dtype of all the inputs) and only the result "
+            "is rounded to the query's float32; casting the keys to the query's dtype, or "
+            "scaling the query in float32, rounds every score to float32 first"
         )
 
 
@@ -177,18 +189,13 @@ def assert_half_computed_in_float32(got: np.ndarray, want: np.ndarray, rule: str
     by half an ulp and a float32 rounding error; computed in float16 (the scores, the softmax
     sum, the weighted values), it is off by tens of ulps. One ulp, not half: legal float32
     arithmetic in another order may land across a float16 rounding boundary."""
-    got = as_array(got, rule)
-    if got.shape != want.shape:
-        raise AssertionError(f"{rule}: output shape {got.shape}, expected {want.shape}")
-    err = np.abs(got.astype(np.float64) - want)
-    ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
-    excess = err / ulp
-    if err.size and not np.all(err <= ulp):
-        where = np.unravel_index(int(excess.argmax()), excess.shape)
+    off = _furthest_in_ulps(got, want, rule, np.float16, 1.0)
+    if off is not None:
+        got, where, ulps = off
         raise AssertionError(
-            f"{rule}: at index {tuple(int(i) for i in where)} got {float(got[where]):.6g}, "
-            f"{float(excess[where]):.1f} float16 ulps from the float64 answer "
-            f"{float(want[where]):.6g}: float16 inputs are computed in float32 "
-            "(_compute_dtype: the scores, the softmax and its sum, the weighted values) and only "
-            "the result is rounded to float16; arithmetic in float16 loses about three digits"
+            f"{rule}: at index {where} got {float(got[where]):.6g}, {ulps:.1f} float16 ulps "
+            f"from the float64 answer {float(want[where]):.6g}: float16 inputs are computed in "
+            "float32 (_compute_dtype: the scores, the softmax and its sum, the weighted values) "
+            "and only the result is rounded to float16; arithmetic in float16 loses about three "
+            "digits"
         )

@@ -540,4 +540,20 @@ MUTANTS = [
         "wins): the report is right, the simulation's steps are out of order afterwards",
         caught_by="test_report.py::test_report_definitions_on_handmade_steps",
     ),
+    Mutant(
+        name="paged_round_up_with_a_bit_mask",
+        file=FILE,
+        find="return -(-length // self.block_size) * self.block_size",
+        replace="return (length + self.block_size - 1) & -self.block_size",
+        more=(
+            (
+                "needed = -(-length // self.block_size) - len(table)",
+                "needed = ((length + self.block_size - 1) & -self.block_size) // self.block_size "
+                "- len(table)",
+            ),
+        ),
+        why="rounds up to whole blocks with the alignment mask (n + b - 1) & -b, right only for "
+        "a power of two: every block size of the suite was 1, 2 or 4",
+        caught_by="test_allocators.py::test_paged_holds_whole_blocks_covering_the_tokens",
+    ),
 ]

@@ -306,4 +306,39 @@ MUTANTS = [
         "for the model's dtype (float32 in the CPU engine): no unknown name tried was 'auto'",
         caught_by="test_formulas.py::test_dtype_size",
     ),
+    Mutant(
+        name="utilization_as_an_exact_decimal",
+        file=FILE,
+        find="    return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
+        replace="""
+            from decimal import Decimal
+
+            share = math.ceil(total_memory * Decimal(repr(gpu_memory_utilization)))
+            return share - int(non_kv_cache_memory)
+        """,
+        why="takes the ceiling of the exact decimal product where upstream takes it of the float: "
+        "3e9 x 0.55 is 1,650,000,000.0000002 as a float, a byte more than the decimal "
+        "(every total tried had given the same ceiling both ways)",
+        caught_by="test_formulas.py::test_available_kv_cache_memory_rounds_up",
+    ),
+    Mutant(
+        name="float_noise_rounded_off_before_the_ceiling",
+        file=FILE,
+        find="    return math.ceil(total_memory * gpu_memory_utilization) - int(non_kv_cache_memory)",
+        replace="    return math.ceil(round(total_memory * gpu_memory_utilization, 6)) - "
+        "int(non_kv_cache_memory)",
+        why="rounds the float product to 6 places before the ceiling, to hide its noise: "
+        "upstream's ceiling of 1,650,000,000.0000002 is 1,650,000,001",
+        caught_by="test_formulas.py::test_available_kv_cache_memory_rounds_up",
+    ),
+    Mutant(
+        name="utilization_int_refused",
+        file=FILE,
+        find="if not 0.0 < gpu_memory_utilization <= 1.0:",
+        replace="if not isinstance(gpu_memory_utilization, float) or not 0.0 < "
+        "gpu_memory_utilization <= 1.0:",
+        why="checks the type as well as the range: gpu_memory_utilization=1, which upstream's "
+        "config takes and mini-vLLM's LLM hands over as given, is refused",
+        caught_by="test_formulas.py::test_available_kv_cache_memory_rejects_bad_utilization",
+    ),
 ]

@@ -171,8 +171,8 @@ def test_free_coalesces_neighbours():
 
 @graded(
     2,
-    "Paged: a request of n tokens holds ceil(n / block_size) whole blocks; ensure "
-    "grows its block table only when a new block is needed",
+    "Paged: a request of n tokens holds ceil(n / block_size) whole blocks, whatever the "
+    "block size (3 too); ensure grows its block table only when a new block is needed",
     f"{DOC}#task-2-paged-allocation",
 )
 def test_paged_holds_whole_blocks_covering_the_tokens():
@@ -197,6 +197,19 @@ def test_paged_holds_whole_blocks_covering_the_tokens():
     )
     assert list(alloc.free_block_ids) == [3], (
         f"block 3 is the only free block: free_block_ids {list(alloc.free_block_ids)}"
+    )
+    # Blocks of 3 slots: a block size need not be a power of two.
+    alloc = frag().PagedAllocator(18, 3)
+    got = [alloc.tokens_to_hold(n, 100) for n in (1, 3, 4, 6, 7)]
+    assert got == [3, 3, 6, 6, 9], (
+        f"blocks of 3: tokens_to_hold of 1, 3, 4, 6 and 7 tokens is ceil(n / 3) x 3 = "
+        f"[3, 3, 6, 6, 9], got {got}; a block size need not be a power of two, and a bit "
+        "mask such as (n + b - 1) & -b rounds up to a multiple of b only when it is one "
+        "(Task 2: paged allocation)"
+    )
+    assert alloc.ensure("A", 7, 100) is True and alloc.block_tables["A"] == [0, 1, 2], (
+        f"7 tokens in blocks of 3 need ceil(7 / 3) = 3 blocks, the first three free ones: "
+        f"block tables {alloc.block_tables}"
     )
 
 

@@ -275,7 +275,7 @@ def test_available_kv_cache_memory():
 @graded(
     1,
     "upstream rounds the requested share UP to a whole byte (request_memory uses "
-    "math.ceil); the result is an int",
+    "math.ceil of the float product total x utilization, noise included); the result is an int",
     f"{DOC}#the-memory-budget",
 )
 def test_available_kv_cache_memory_rounds_up():
@@ -301,10 +301,22 @@ def test_available_kv_cache_memory_rounds_up():
         f"ceil(1,001 x 1.0) should be 1,001 (a whole number is not rounded up again; "
         f"round(x + 0.5) rounds 1,001.5 to the even 1,002), got {got}"
     )
+    # The float product, noise included: 3e9 x 0.55 is 1,650,000,000.0000002 as a float, so
+    # upstream requests one byte more than the exact decimal product.
+    got = m.available_kv_cache_memory(3 * 10**9, 0.55, 0)
+    assert got == 1_650_000_001, (
+        f"math.ceil(3,000,000,000 * 0.55) should be 1,650,000,001: the float product is "
+        f"1,650,000,000.0000002 and upstream's request_memory takes its ceiling as it is; got "
+        f"{got:,} (an exact decimal 0.55, or the float's noise rounded off before the ceiling, "
+        "gives 1,650,000,000: see 'The memory budget', the product is a float)"
+    )
 
 
 @graded(
-    1, "gpu_memory_utilization must be in (0, 1]: ValueError otherwise", f"{DOC}#the-memory-budget"
+    1,
+    "gpu_memory_utilization must be in (0, 1]: ValueError otherwise; any number inside, "
+    "the int 1 included, is valid",
+    f"{DOC}#the-memory-budget",
 )
 def test_available_kv_cache_memory_rejects_bad_utilization():
     """0, negative and > 1 utilizations are refused."""
@@ -312,6 +324,20 @@ def test_available_kv_cache_memory_rejects_bad_utilization():
     for bad in (0.0, -0.5, 1.5):
         with pytest.raises(ValueError):
             m.available_kv_cache_memory(80 * GiB, bad, 0)
+    # The control: the edge of the range is valid, written as an int too (upstream's config
+    # takes gpu_memory_utilization=1, and mini-vLLM's LLM hands it over as given).
+    for edge in (1.0, 1):
+        try:
+            got = m.available_kv_cache_memory(1000, edge, 0)
+        except ValueError as exc:
+            raise AssertionError(
+                f"available_kv_cache_memory(1000, {edge!r}, 0) raised ValueError ({exc}): "
+                f"{edge!r} is inside (0, 1], a valid utilization whatever its type (check the "
+                "range, not isinstance(..., float): see 'The memory budget')"
+            ) from None
+        assert got == 1000, (
+            f"available_kv_cache_memory(1000, {edge!r}, 0) is all 1,000 bytes, got {got!r}"
+        )
 
 
 @graded(

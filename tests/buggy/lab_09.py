@@ -626,4 +626,35 @@ MUTANTS = [
         "padded, and the tokens past it are written to the null block's slots",
         caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
     ),
+    # -- helper probe, 2026-11-29 (2) (lab-09/lab-11 round) -----------------------------------
+    Mutant(
+        name="decode_overrun_not_checked",
+        file=FILE,
+        find="    too_many_tokens = seq_lens > num_known\n",
+        replace="    too_many_tokens = (seq_lens > num_known) & (scheduled > 1)\n",
+        more=(
+            (
+                """
+    input_ids = np.fromiter(
+        itertools.chain.from_iterable(
+            tokens[start:end] for tokens, start, end in zip(token_ids, starts, ends)
+        ),
+        np.int64,
+        count=int(cu_num_tokens[-1]),
+    )
+""",
+                """
+    input_ids = np.concatenate(
+        [np.asarray(t[start:end], dtype=np.int64) for t, start, end in zip(token_ids, starts, ends)]
+    )
+""",
+            ),
+        ),
+        why='the known-tokens check exempts one-token steps ("a decode always has its token"): '
+        "a decode whose sampled token was never appended runs with no input token, and the "
+        "step comes out one token short. (The input ids are concatenated, as a learner may "
+        "build them: the solution's np.fromiter with a count would refuse the short slice by "
+        "accident.)",
+        caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
+    ),
 ]

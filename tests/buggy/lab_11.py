@@ -548,4 +548,32 @@ MUTANTS = [
         "max(1, kv // -2) = 1 KV head instead of the ValueError the README asks below 1",
         caught_by="test_kv_sizing.py::test_bytes_per_block_per_rank",
     ),
+    # -- helper probe, 2026-11-29 (2) (lab-09/lab-11 round) -----------------------------------
+    Mutant(
+        name="vocab_range_in_true_division",
+        file=FILE,
+        find="    return shard_range(pad_vocab_size(vocab_size), rank, tp_size)\n",
+        replace="""
+    _check_rank(rank, tp_size)
+    padded = pad_vocab_size(vocab_size)
+    size = padded / tp_size
+    if size != int(size):
+        raise ValueError(f"{padded} token ids do not split over {tp_size} ranks")
+    return rank * size, (rank + 1) * size
+""",
+        why="the share computed with / and checked to be whole, but returned as it is: the "
+        "range is (0.0, 12576.0), equal to the right ints, yet neither a slice nor narrow "
+        "takes it, so the embedding cannot be cut with it",
+        caught_by="test_vocab.py::test_vocab_ranges_tile_the_padded_vocabulary",
+    ),
+    Mutant(
+        name="shard_range_in_numpy_ints",
+        file=FILE,
+        find="    size = divide(total, tp_size)\n    return rank * size, (rank + 1) * size\n",
+        replace="    size = np.int64(divide(total, tp_size))\n    return rank * size, (rank + 1) * size\n",
+        more=(("from typing import Any\n", "from typing import Any\n\nimport numpy as np\n"),),
+        why="the share held as a numpy integer: the range is (np.int64(0), np.int64(3)), not "
+        "the plain ints every other rule returns (and TPShapes' fields are compared as)",
+        caught_by="test_shares.py::test_shard_ranges_tile_the_dimension",
+    ),
 ]

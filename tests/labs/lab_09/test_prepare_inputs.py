@@ -480,8 +480,8 @@ def test_block_size_one():
     2,
     "an inconsistent step is refused with ValueError: per-request lists of different "
     "lengths, an empty batch, and in ANY request (not only the first, the last or all of "
-    "them) no scheduled token, more tokens than known, or a block table too short for its "
-    "computed + scheduled tokens (the positions reach seq_len - 1)",
+    "them) no scheduled token, more tokens than known (a one-token decode too), or a block "
+    "table too short for its computed + scheduled tokens (the positions reach seq_len - 1)",
     f"{DOC}#the-step-as-tensors",
 )
 def test_inconsistent_steps_are_refused():
@@ -521,6 +521,17 @@ def test_inconsistent_steps_are_refused():
         (
             "request 1 of 2: 3 tokens, 2-token blocks, a table of 1 block",
             two | dict(block_ids=[[1, 2], [3]]),
+        ),
+        # A decode is not exempt: one scheduled token past the known ones (the token it would
+        # run was never appended) is as inconsistent as a prefill chunk running past them.
+        (
+            "a decode past its tokens: 3 computed + 1 scheduled of 3 known tokens (the token "
+            "it would run was never appended)",
+            ok | dict(num_computed_tokens=[3], num_scheduled_tokens=[1]),
+        ),
+        (
+            "request 1 of 2 is a decode past its tokens: 3 computed + 1 scheduled of 3 known",
+            two | dict(num_computed_tokens=[0, 3], num_scheduled_tokens=[3, 1]),
         ),
         (
             "2 computed + 1 scheduled, 2-token blocks, a table of 1 block (position 2 is in "

@@ -86,6 +86,18 @@ def check_table(name: str, cases: list[list[Any]], rule: str) -> list[list[Any]]
     return got_all
 
 
+def plain_ints_hint(got: Any) -> str:
+    """A hint when a range holds numbers that are not plain ``int``s (``3.0`` from ``/``, a
+    numpy integer): equal to the right ints, they still break the slicing a range is for."""
+    if isinstance(got, list) and any(type(n) is not int for n in got):
+        kinds = ", ".join(sorted({type(n).__name__ for n in got}))
+        return (
+            f" (its numbers are {kinds}, not plain ints: use // or divide, never /, and no "
+            "numpy; torch's narrow and Python's slices refuse a float)"
+        )
+    return ""
+
+
 def value(outcome: Any, what: str) -> Any:
     """The value of an ``ok`` outcome; a refusal where a value was due fails the test."""
     assert outcome[0] == "ok", f"{what} should succeed, it raised {show(outcome)}"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from grading.suite import graded
 from mini_vllm.distributed import sharding as ref
 from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_11.support import KV_HEADS, check_table, show, side, value
+from tests.labs.lab_11.support import KV_HEADS, check_table, plain_ints_hint, show, side, value
 
 
 def valid(kv: int, tp: int) -> bool:
@@ -75,6 +75,10 @@ def test_kv_head_ranges_keep_query_heads_with_their_kv_heads(data):
         assert isinstance(rng, list) and len(rng) == 2 and rng[1] - rng[0] == per_rank, (
             f"kv_head_range({kv}, {rank}, {tp}) is {rng}: each rank holds {per_rank} KV "
             f"head(s) of {kv} over {tp} ranks"
+        )
+        assert all(type(n) is int for n in rng), (
+            f"kv_head_range({kv}, {rank}, {tp}) is {rng!r}: a range of heads is two plain ints"
+            f"{plain_ints_hint(rng)}"
         )
         for head in range(rng[0], rng[1]):
             assert 0 <= head < kv, f"rank {rank} holds KV head {head}: there are only {kv}"

@@ -7,8 +7,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
-from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_11.support import KV_HEADS, SHARES, check_table, numbers, show, side, value
+from tests.labs.common import GRADED_SETTINGS, same_data
+from tests.labs.lab_11.support import (
+    KV_HEADS,
+    SHARES,
+    check_table,
+    numbers,
+    plain_ints_hint,
+    show,
+    side,
+    value,
+)
 
 
 @graded(
@@ -45,9 +54,10 @@ def test_shard_ranges_tile_the_dimension(tp: int, size: int):
     ranges = [value(o, f"shard_range({total}, {r}, {tp})") for r, o in enumerate(got)]
     start = 0
     for rank, rng in enumerate(ranges):
-        assert isinstance(rng, list) and rng == [start, start + size], (
-            f"shard_range({total}, {rank}, {tp}) should be ({start}, {start + size}): rank "
-            f"{rank}'s {size} items of {total} over {tp} ranks; got {show(got[rank])}"
+        assert same_data(rng, [start, start + size]), (
+            f"shard_range({total}, {rank}, {tp}) should be ({start}, {start + size}), two plain "
+            f"ints: rank {rank}'s {size} items of {total} over {tp} ranks; got {show(got[rank])}"
+            f"{plain_ints_hint(rng)}"
         )
         start += size
 

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
-from tests.labs.common import GRADED_SETTINGS
-from tests.labs.lab_11.support import SHARES, check_table, show, side, value
+from tests.labs.common import GRADED_SETTINGS, same_data
+from tests.labs.lab_11.support import SHARES, check_table, plain_ints_hint, show, side, value
 
 
 @graded(
@@ -37,9 +37,10 @@ def test_vocab_ranges_tile_the_padded_vocabulary(vocab: int, tp: int):
     got = side().outcomes("vocab_range", [[vocab, r, tp] for r in range(tp)])
     for rank, outcome in enumerate(got):
         rng = value(outcome, f"vocab_range({vocab}, {rank}, {tp})")
-        assert rng == [rank * size, (rank + 1) * size], (
+        assert same_data(rng, [rank * size, (rank + 1) * size]), (
             f"vocab_range({vocab}, {rank}, {tp}) should be ({rank * size}, {(rank + 1) * size}) "
-            f"({vocab:,} padded to {padded:,}, {size:,} ids a rank), got {show(outcome)}"
+            f"({vocab:,} padded to {padded:,}, {size:,} ids a rank), two plain ints (token ids "
+            f"index the embedding's rows), got {show(outcome)}{plain_ints_hint(rng)}"
         )
 
 

@@ -100,6 +100,33 @@ def side() -> Remote:
     return learner_module("learner_side")
 
 
+def _judge_can_reserve_far() -> bool:
+    """Whether this machine lets a process reserve the 4 GiB of float16 that
+    ``learner_side.write_then_decode_far`` asks for, tried here in the judge when this module
+    is imported (at collection, before any learner process exists, so nothing the learner's
+    code does, lowering its own limits or filling the memory, moves the answer).
+
+    Where it can, a learner process that says it could not is no reason to leave the
+    far-address check out: the learner's code can make its own reservation fail
+    (``resource.setrlimit``), and the check's points must not follow from that
+    (tests/hostile/skip_the_far_addresses.py)."""
+    try:
+        import torch
+
+        dev = device()
+        buf = torch.empty(2**31 + 2**16, dtype=torch.float16, device=dev)
+        del buf
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+        return True
+    except (ImportError, RuntimeError, MemoryError):
+        return False
+
+
+#: Decided once, in the judge, before any learner process starts (see above).
+FAR_RESERVABLE = _judge_can_reserve_far()
+
+
 DECODE = ("_paged_decode_kernel",)
 DECODE_SPLIT = ("_paged_decode_kernel", "_merge_splits_kernel")
 WRITE = ("_reshape_and_cache_kernel",)
@@ -250,6 +277,13 @@ def run_decode(
             (num_seqs, num_heads + 2, head_dim + 8), float("inf"), dtype=dt, device=dev
         )
         q_sent[:, 1:-1, :head_dim] = q
+    # The tables and lengths cross as copies of the case's arrays: every argument comes back
+    # into the judge's tensor after the call, and torch.from_numpy(...).to("cpu") would be the
+    # case's own memory, from which the next run_decode of the same case computes its expected
+    # output (a kernel storing 1 into every length made the next call a one-token decode for
+    # the oracle too: tests/hostile/shorten_the_sequences_the_oracle_reads.py).
+    tables = torch.from_numpy(case.tables.copy()).to(dev)
+    seq_lens = torch.from_numpy(case.seq_lens.copy()).to(dev)
     before = (buf_k.clone(), buf_v.clone(), q_sent.clone(), buf_out.clone())
     want = oracle_decode(
         q.double().cpu().numpy(),
@@ -263,8 +297,8 @@ def run_decode(
         q_sent,
         buf_k,
         buf_v,
-        torch.from_numpy(case.tables).to(dev),
-        torch.from_numpy(case.seq_lens).to(dev),
+        tables,
+        seq_lens,
         scale,
         kwargs,
         buf_out,

@@ -367,13 +367,62 @@ def _array_like(value: Any) -> bool:
     )
 
 
-def _copy_into(conn: Connection, dest: Any, src: Any) -> None:
-    """An array argument's new contents, written into the judge's own array.
+class Writes:
+    """An array or tensor argument that a call may write into: an in-place kernel's output
+    (``writes(key_cache)``).
 
-    Only contents cross back: an array whose type, dtype or shape the learner's code changed in
-    place (``a.dtype = ...``, ``a.resize(...)``) ends the test as a fault, so that a failed copy
-    never raises an ordinary exception in the judge, where a ``pytest.raises`` around the call
-    would take it for the learner's."""
+    Arrays and tensors cross by value, so a learner function that writes in place writes into
+    its process's copy; after the call the copies come back. Only the arguments marked so are
+    written into the judge's own arrays. Every other array argument must come back as it went:
+    one the call changed fails the test, and the judge's array keeps what the judge put there.
+    So an expectation computed later from an array the test passed reads the judge's data,
+    never what the learner's code left in it, whatever the suite does with its arrays
+    (tests/hostile/shorten_the_sequences_the_oracle_reads.py)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any) -> None:
+        if not _array_like(array):
+            raise TypeError(f"writes() marks a numpy array or a torch tensor, not {array!r:.60}")
+        self.array = array
+
+
+def writes(array: Any) -> Writes:
+    """Mark ``array`` as an output the learner's call may write into (see :class:`Writes`)."""
+    return Writes(array)
+
+
+class LearnerWroteAnInput(AssertionError):
+    """The learner's call changed an array argument that is not one of its outputs."""
+
+
+def _check_unchanged(conn: Connection, key: int | str, dest: Any, src: Any) -> None:
+    """An array argument that is no output came back as it went, or the test fails; the
+    judge's array is left as it was in either case."""
+    _check_same_kind(conn, dest, src)
+    if _contents(dest) != _contents(src):
+        what = f"argument {key + 1}" if isinstance(key, int) else f"argument {key}"
+        raise LearnerWroteAnInput(
+            f"your code changed its {what}, a {_array_text(dest)} it must only read: write "
+            "only into what you return (or, for an in-place function, into its outputs)"
+        )
+
+
+def _contents(value: Any) -> bytes:
+    """An array's or a tensor's values as bytes (NaN equal to itself, ``-0.0`` not to ``0.0``)."""
+    if type(value).__module__ == "numpy":
+        return bytes(value.tobytes())
+    import torch
+
+    raw = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+    return bytes(raw.numpy().tobytes())
+
+
+def _check_same_kind(conn: Connection, dest: Any, src: Any) -> None:
+    """Only contents cross back: an array whose type, dtype or shape the learner's code changed
+    in place (``a.dtype = ...``, ``a.resize(...)``) ends the test as a fault, so that a failed
+    copy never raises an ordinary exception in the judge, where a ``pytest.raises`` around the
+    call would take it for the learner's."""
     same = _array_like(src) and type(src).__module__ == type(dest).__module__
     if not (same and src.dtype == dest.dtype and tuple(src.shape) == tuple(dest.shape)):
         raise conn._fail(
@@ -383,6 +432,11 @@ def _copy_into(conn: Connection, dest: Any, src: Any) -> None:
                 "array, do not reshape or re-type it in place"
             )
         )
+
+
+def _copy_into(conn: Connection, dest: Any, src: Any) -> None:
+    """An output argument's new contents, written into the judge's own array."""
+    _check_same_kind(conn, dest, src)
     if type(dest).__module__ == "numpy":
         dest[...] = src
     else:
@@ -395,9 +449,17 @@ def _array_text(value: Any) -> str:
     return f"{type(value).__name__} of {value.dtype} {tuple(value.shape)}"
 
 
+def _unmarked(value: Any) -> Any:
+    return value.array if isinstance(value, Writes) else value
+
+
 def _call(
     conn: Connection, op: str, head: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
+    outputs = {i for i, a in enumerate(args) if isinstance(a, Writes)}
+    outputs |= {k for k, v in kwargs.items() if isinstance(v, Writes)}
+    args = tuple(_unmarked(a) for a in args)
+    kwargs = {k: _unmarked(v) for k, v in kwargs.items()}
     arrays = any(_array_like(a) for a in args) or any(_array_like(v) for v in kwargs.values())
     value, copyback = conn.request_with_copyback(op, *head, list(args), dict(kwargs), arrays)
     if arrays and isinstance(copyback, list):
@@ -406,9 +468,15 @@ def _call(
                 continue
             key, new = entry
             if isinstance(key, int) and 0 <= key < len(args) and _array_like(args[key]):
-                _copy_into(conn, args[key], new)
+                dest = args[key]
             elif isinstance(key, str) and _array_like(kwargs.get(key)):
-                _copy_into(conn, kwargs[key], new)
+                dest = kwargs[key]
+            else:
+                continue
+            if key in outputs:
+                _copy_into(conn, dest, new)
+            else:
+                _check_unchanged(conn, key, dest, new)
     return value
 
 

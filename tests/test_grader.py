@@ -387,6 +387,36 @@ def test_only_a_calls_exception_keeps_its_builtin_type(tmp_path):
         staging.cleanup()
 
 
+def test_only_arrays_marked_writes_come_back_into_the_judges(tmp_path):
+    """An in-place function's outputs are marked ``writes`` and come back into the judge's
+    arrays; any other array the call changed fails it, and the judge's copy keeps what the
+    judge put there, so an oracle that reads it later reads the judge's data."""
+    import numpy as np
+
+    from grading.remote import Connection, LearnerWroteAnInput, writes
+    from grading.sandbox import stage
+
+    lab = load_lab("lab-01")
+    submission = tmp_path / "submission"
+    shutil.copytree(lab.solution_dir, submission)
+    with (submission / "block_pool.py").open("a") as f:
+        f.write("\n\ndef scale_into(src, out):\n    out[:] = 2 * src\n    src[0] = -1\n")
+    staging = stage(lab, submission, parent=tmp_path)
+    conn = Connection(staging)
+    try:
+        module = conn.request("import", "block_pool")
+        src, out = np.arange(3.0), np.zeros(3)
+        with pytest.raises(LearnerWroteAnInput, match="argument 1"):
+            module.scale_into(src, writes(out))
+        assert src.tolist() == [0.0, 1.0, 2.0]  # the judge's input keeps its contents
+        src, out = np.arange(3.0), np.zeros(3)
+        module.scale_into(writes(src), writes(out))
+        assert out.tolist() == [0.0, 2.0, 4.0] and src.tolist() == [-1.0, 1.0, 2.0]
+    finally:
+        conn.close()
+        staging.cleanup()
+
+
 def test_a_learner_exception_whose_constructor_wants_more_keeps_its_base():
     """A learner's ``UnicodeDecodeError`` (a ``ValueError`` whose constructor takes five
     arguments) reached the judge as a ``TypeError`` raised while rebuilding it, so an honest

@@ -1,6 +1,6 @@
 # base: solution
 # lab: lab-04
-# tests: test_decode_large_logits_fp16, test_decode_one_sequence
+# tests: test_decode_large_logits_fp16, test_cache_write_scatters_rows
 # honest: import importlib.util as _u, pathlib as _p, tempfile as _t; _f = _p.Path(_t.mkdtemp()) / "_merge.py"; _f.write_text(_p.Path(__file__).read_text().rsplit("\n\n", 1)[0].replace("lse_max = tl.max(lse, 0)\n", 'lse_max = tl.max(tl.where(offs_s == 0, lse, float("-inf")), 0)\n')); _s = _u.spec_from_file_location("_merge", _f); _m = _u.module_from_spec(_s); _s.loader.exec_module(_m); _merge_splits_kernel = _m._merge_splits_kernel
 """A merge that shifts every weight by the first split's lse instead of the largest (the honest
 bug, tests/buggy/lab_04.py's merge_max_of_the_first_split: a later split hundreds higher
@@ -10,7 +10,11 @@ copy), every argument comes back into the judge's after the call, and the next r
 the same case computes its expected output from those arrays. So a decode kernel whose last
 program stores 1 into every sequence length (after every program has read its own) makes the
 test's second call, three splits, a one-token decode for the oracle and the kernel alike: one
-non-empty split, which any merge gets right (2/2 for an honest 0/2)."""
+non-empty split, which any merge gets right (2/2 for an honest 0/2). The grader now copies
+back only the arguments a call marks as outputs (``writes``) and fails a call that changed any
+other: the lengths stay the judge's, and the store itself fails the test. (Every decode test
+this kernel runs in now fails on that store, so only the attacked test and a cache-write test
+are graded here.)"""
 import importlib.util as _u, pathlib as _p, tempfile as _t  # noqa: E401, I001
 
 _LAST = """tl.store(lse_ptrs, lse, mask=g_mask)

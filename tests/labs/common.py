@@ -178,24 +178,6 @@ def close_to(got: Any, want: float, rel: float = 1e-6, abs: float = 1e-12) -> bo
         return False
 
 
-def _is_array(value: Any) -> bool:
-    """A numpy array or a torch tensor: what the grader copies back after a call."""
-    kind = type(value)
-    return (kind.__module__ == "numpy" and kind.__name__ == "ndarray") or (
-        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter")
-    )
-
-
-def _contents(value: Any) -> tuple[Any, ...]:
-    """A numpy array's or a torch tensor's shape, dtype and bytes (NaN equal to itself)."""
-    if type(value).__module__ == "numpy":
-        return (value.shape, str(value.dtype), value.tobytes())
-    import torch
-
-    raw = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-    return (tuple(value.shape), str(value.dtype), raw)
-
-
 class _ReadingOnly:
     """See :func:`reading_only`."""
 
@@ -203,39 +185,27 @@ class _ReadingOnly:
         self._module, self._writes = module, writes
 
     def __getattr__(self, name: str) -> Any:
+        from grading.remote import writes
+
         fn = getattr(self._module, name)
         may_write = self._writes.get(name, ())
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            given = [*enumerate(args), *kwargs.items()]
-            before = {
-                key: (value, _contents(value))
-                for key, value in given
-                if _is_array(value) and key not in may_write
-            }
-            result = fn(*args, **kwargs)
-            for key, (value, saved) in before.items():
-                if _contents(value) != saved:
-                    what = f"argument {key + 1}" if isinstance(key, int) else key
-                    raise AssertionError(
-                        f"{name} changed its {what} (an array it must only read): write only "
-                        "to what you return (or, for an in-place function, to its outputs)"
-                    )
-            return result
+            args = tuple(writes(a) if i in may_write else a for i, a in enumerate(args))
+            kwargs = {k: writes(v) if k in may_write else v for k, v in kwargs.items()}
+            return fn(*args, **kwargs)
 
         return call
 
 
 def reading_only(module: Any, writes: dict[str, tuple[int | str, ...]] | None = None) -> Any:
-    """``module`` (a learner module's proxy) whose functions may change only the numpy arrays
-    and torch tensors ``writes`` names for them (by position from 0, and by keyword); a call
-    that changed any other array or tensor it was given fails.
-
-    Arrays and tensors given to the learner come back into the judge's after the call, so that
-    in-place functions work. Without this check, a function could rewrite an input that the
-    test then hands to its oracle (zero the query, and every softmax is uniform) and be
-    compared with an expectation it chose. Expected values must come from data the learner
-    could not write.
+    """``module`` (a learner module's proxy) whose functions may write only into the numpy
+    arrays and torch tensors ``writes`` names for them (by position from 0, and by keyword):
+    those are marked ``grading.remote.writes`` for each call. The grader copies back into the
+    judge's arrays only what a call marks as its outputs, and fails a call that changed any
+    other array or tensor it was given (``LearnerWroteAnInput``): a function that rewrote an
+    input the test then hands to its oracle (zero the query, and every softmax is uniform)
+    would be compared with an expectation it chose.
     """
     return _ReadingOnly(module, writes or {})
 

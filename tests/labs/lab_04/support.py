@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from grading.remote import Remote, type_name
+from grading.remote import Remote, type_name, writes
 from grading.suite import impl_dir, learner_module, load_impl
 
 if "TRITON_INTERPRET" not in os.environ:  # conftest.py normally did this already
@@ -277,13 +277,6 @@ def run_decode(
             (num_seqs, num_heads + 2, head_dim + 8), float("inf"), dtype=dt, device=dev
         )
         q_sent[:, 1:-1, :head_dim] = q
-    # The tables and lengths cross as copies of the case's arrays: every argument comes back
-    # into the judge's tensor after the call, and torch.from_numpy(...).to("cpu") would be the
-    # case's own memory, from which the next run_decode of the same case computes its expected
-    # output (a kernel storing 1 into every length made the next call a one-token decode for
-    # the oracle too: tests/hostile/shorten_the_sequences_the_oracle_reads.py).
-    tables = torch.from_numpy(case.tables.copy()).to(dev)
-    seq_lens = torch.from_numpy(case.seq_lens.copy()).to(dev)
     before = (buf_k.clone(), buf_v.clone(), q_sent.clone(), buf_out.clone())
     want = oracle_decode(
         q.double().cpu().numpy(),
@@ -293,15 +286,17 @@ def run_decode(
         case.seq_lens,
         scale,
     )
+    # The caches, the query and the output buffer come back (writes): the checks below say
+    # which one a decode wrote into; the tables and lengths must come back unchanged.
     got = side().decode_guarded(
-        q_sent,
-        buf_k,
-        buf_v,
-        tables,
-        seq_lens,
+        writes(q_sent),
+        writes(buf_k),
+        writes(buf_v),
+        torch.from_numpy(case.tables).to(dev),
+        torch.from_numpy(case.seq_lens).to(dev),
         scale,
         kwargs,
-        buf_out,
+        writes(buf_out),
         size,
         fused_query,
         head_dim,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from grading.remote import writes
 from grading.suite import graded
 from tests.labs.lab_04.support import WRITE, device, load, side, torch_module
 
@@ -41,7 +42,7 @@ def write(
             want_k[1 + slot // block_size, slot % block_size] = key[i].double().cpu().numpy()
             want_v[1 + slot // block_size, slot % block_size] = value[i].double().cpu().numpy()
     side().write_guarded(
-        key, value, buf_k, buf_v, torch.tensor(slots, dtype=torch.int64, device=dev)
+        key, value, writes(buf_k), writes(buf_v), torch.tensor(slots, dtype=torch.int64, device=dev)
     )
     return buf_k.double().cpu().numpy(), buf_v.double().cpu().numpy(), want_k, want_v
 
@@ -111,7 +112,13 @@ def test_cache_write_bf16_from_a_fused_projection():
     # The learner process slices key, value and the caches out of these tensors itself, so the
     # kernel reads and writes strided views, as it would behind a fused projection.
     side().write_strided(
-        qkv, value_src, key_buffer, value_buffer, torch.tensor(slots, device=dev), 2, 16
+        qkv,
+        value_src,
+        writes(key_buffer),
+        writes(value_buffer),
+        torch.tensor(slots, device=dev),
+        2,
+        16,
     )
     flat_k = key_buffer[1:-1, 0, :, :, :16].reshape(12, 2, 16)
     flat_v = value_buffer[1:-1, :, 2:, :16].reshape(12, 2, 16)

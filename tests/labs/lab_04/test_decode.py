@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from grading.remote import writes
 from grading.suite import graded
 from tests.labs.lab_04.learner_side import gpu_case
 from tests.labs.lab_04.support import (
@@ -246,7 +247,7 @@ def test_decode_half_precision():
             query,
             *caches,
             torch.from_numpy(np.maximum(small.tables, 0)).to(dev),
-            torch.from_numpy(small.seq_lens.copy()).to(dev),
+            torch.from_numpy(small.seq_lens).to(dev),
             0.25,
             {"num_splits": num_splits},
         )
@@ -345,16 +346,14 @@ def test_write_then_decode():
     want = oracle_decode(query.double().numpy(), kc, vc, np.arange(6)[None], np.array([n]), 0.25)
     # One request: the learner process maps tokens 0..22 to slots through the table (the given
     # compute_slot_mapping), runs your write, then your decode, and returns the output.
-    # Copies cross (copy=True): arguments come back into the tensors sent, and the far part's
-    # expected output is computed from key, value and query after this call.
     out = side().write_then_decode(
-        key.to(dev, copy=True),
-        value.to(dev, copy=True),
-        key_cache,
-        value_cache,
+        key.to(dev),
+        value.to(dev),
+        writes(key_cache),
+        writes(value_cache),
         table,
         block_size,
-        query.to(dev, copy=True),
+        query.to(dev),
         0.25,
         2,
     )
@@ -373,12 +372,7 @@ def test_write_then_decode():
     atol, rtol = TOLERANCE["float16"]
     for far_block_size in (8, 32):
         far = side().write_then_decode_far(
-            key.to(dev, copy=True),
-            value.to(dev, copy=True),
-            query.to(dev, copy=True),
-            0.25,
-            2,
-            far_block_size,
+            key.to(dev), value.to(dev), query.to(dev), 0.25, 2, far_block_size
         )
         if far is None:  # the learner process could not reserve 4 GiB of address space
             if FAR_RESERVABLE:  # ... where the judge could: the learner's code prevented it
@@ -481,7 +475,7 @@ def test_gpu_cache_write_real_shapes():
     slots = torch.randperm(300 * 16, generator=gen, device="cuda")[:4096]
     slots[::10] = -1
     key_in, value_in = key.clone(), value.clone()
-    side().write(key, value, kc, vc, slots)  # the caches come back by value
+    side().write(key, value, writes(kc), writes(vc), slots)  # the caches come back by value
     keep = slots >= 0
     flat_k, flat_v = kc.view(-1, 8, 128), vc.view(-1, 8, 128)
     assert torch.equal(flat_k[slots[keep]], key_in[keep]), "a key row is not in its slot"

@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from grading.remote import writes
 from grading.suite import graded, learner_module
 from tests.labs.common import GRADED_SETTINGS
 from tests.labs.lab_06.oracle import as_array, pa
@@ -290,7 +291,8 @@ def test_writes_land_in_a_strided_cache():
     value = rng.standard_normal((3, 2, 8))
     slots = np.array([9, 2, 15])
     want_k, want_v = expected_caches(want_k, want_v, key, value, slots)
-    got = learner_module("learner_side").write_interleaved(buffer.copy(), key, value, slots)
+    side = learner_module("learner_side")
+    got = side.write_interleaved(writes(buffer.copy()), key, value, slots)
     assert isinstance(got, np.ndarray) and got.shape == buffer.shape, (
         f"the interleaved buffer came back as {type(got).__name__} "
         f"{getattr(got, 'shape', '')}, expected an array of shape {buffer.shape}"

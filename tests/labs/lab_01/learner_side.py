@@ -56,16 +56,22 @@ def make_queue_bench(n: int) -> Any:
 
 class _AllocationRecorder(RecordingCollector):
     """A ``RecordingCollector`` that also keeps ``[block_id, ref_cnt]`` as each
-    ``on_block_allocated`` sees them (``allocated_ref_cnts``): the block is reported once taken."""
+    ``on_block_allocated`` sees them (``allocated_ref_cnts``): the block is reported once taken.
+    Only one of the pool's own blocks (by identity) answers for itself; any other object is
+    recorded as ``["not a block of the pool", None]`` (lab-05's ``_AccessRecorder``:
+    tests/hostile/report_a_stand_in_to_the_collector.py)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.allocated_ref_cnts: list[list[Any]] = []
+        self.pool_blocks: dict[int, Any] = {}
 
     def on_block_allocated(self, block: Any) -> None:
-        self.allocated_ref_cnts.append(
-            [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
-        )
+        if self.pool_blocks.get(id(block)) is block:
+            seen = [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
+        else:
+            seen = ["not a block of the pool", None]
+        self.allocated_ref_cnts.append(seen)
         super().on_block_allocated(block)
 
 
@@ -82,6 +88,7 @@ def make_pool_with_collector(n: int, enable_caching: bool = False) -> list[Any]:
         hash_block_size=4,
         metrics_collector=collector,
     )
+    collector.pool_blocks = {id(b): b for b in list(pool.blocks)}
     return [pool, collector]
 
 

@@ -18,6 +18,7 @@ from tests.labs.lab_02.worked_example import (
     DOC,
     MAX_MODEL_LEN,
     make_trace,
+    steps_of,
 )
 
 
@@ -166,7 +167,7 @@ def test_report_definitions_on_handmade_steps():
             "num_preemptions": 1,
         },
     )
-    order = [s.step for s in sim.steps]
+    order = [s.step for s in steps_of(sim)]
     assert order == [0, 1, 2, 3, 4], (
         f"summarize reads the simulation and changes nothing in it: its steps are still in "
         f"step order 0..4 afterwards, got {order} (sort a copy, or take the max, to find the "

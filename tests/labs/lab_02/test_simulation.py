@@ -28,6 +28,7 @@ from tests.labs.lab_02.worked_example import (
     TRACE,
     make_trace,
     step_row,
+    steps_of,
 )
 
 
@@ -40,8 +41,9 @@ def run(mod, rows, allocator, max_model_len=MAX_MODEL_LEN):
 
 
 def compare_steps(sim, expected) -> None:
-    got = [step_row(s) for s in sim.steps]
-    assert [s.step for s in sim.steps] == list(range(len(sim.steps))), (
+    steps = steps_of(sim)
+    got = [step_row(s) for s in steps]
+    assert [s.step for s in steps] == list(range(len(steps))), (
         "steps are numbered 0, 1, ... with none skipped"
     )
     for i, (g, e) in enumerate(zip(got, expected)):
@@ -112,9 +114,9 @@ def test_fcfs_head_of_line_blocking():
     assert sim.admitted == {"A": 0, "B": 3, "C": 3}, (
         f"B must wait for A to finish (step 2) and C must wait behind B: admitted {sim.admitted}"
     )
-    waiting = [s.waiting for s in sim.steps[:3]]
+    waiting = [s.waiting for s in steps_of(sim)[:3]]
     assert waiting == [2, 2, 2], f"B and C wait during steps 0-2: waiting per step {waiting}"
-    assert sim.steps[0].blocked is None, "8 slots free < the 12 B reserves: not fragmentation"
+    assert steps_of(sim)[0].blocked is None, "8 slots free < the 12 B reserves: not fragmentation"
 
 
 @graded(
@@ -128,7 +130,7 @@ def test_blocked_with_exactly_enough_free():
     mod = frag()
     rows = (("A", 0, 1, 1, 4), ("B", 0, 1, 3, 4), ("C", 0, 1, 1, 4), ("D", 0, 1, 1, 8))
     sim = run(mod, rows, mod.ContiguousAllocator(12))
-    got = [(s.blocked, s.external_tokens) for s in sim.steps]
+    got = [(s.blocked, s.external_tokens) for s in steps_of(sim)]
     expected = [(None, 0), ("D", 8), ("D", 8), (None, 0)]
     assert got == expected, (
         f"(blocked, external_tokens) per step: expected {expected}, got {got}; at steps 1 and 2 "
@@ -150,17 +152,17 @@ def test_arrivals_and_idle_steps():
     mod = frag()
     sim = run(mod, (("A", 2, 2, 2, None), ("B", 5, 1, 1, None)), mod.PagedAllocator(16, 4))
     expect_runs(sim, {"A": 2, "B": 5}, {"A": 3, "B": 5})
-    running = [tuple(s.running) for s in sim.steps]
+    running = [tuple(s.running) for s in steps_of(sim)]
     assert running == [(), (), ("A",), ("A",), (), ("B",)], (
         f"steps 0, 1 and 4 are idle but still steps: running per step {running}"
     )
-    first = sim.steps[0]
+    first = steps_of(sim)[0]
     assert first.free_tokens == 16 and first.used_tokens == 0, (
         f"an idle step 0: 16 tokens free, 0 used; got {first.free_tokens} free, "
         f"{first.used_tokens} used"
     )
     sim = run(mod, (), mod.ContiguousAllocator(16))
-    got = (len(sim.steps), sim.admitted, sim.finished, sim.num_preemptions)
+    got = (len(steps_of(sim)), sim.admitted, sim.finished, sim.num_preemptions)
     assert got == (0, {}, {}, 0), (
         f"an empty trace: no step (steps run from step 0 to the step the last request "
         f"finishes, and there is none), nothing admitted or finished; got (steps, admitted, "
@@ -190,12 +192,12 @@ def test_preemption_newest_first():
     mod = frag()
     rows = (("A", 0, 3, 4, None), ("B", 0, 3, 3, None), ("C", 1, 1, 1, None))
     sim = run(mod, rows, mod.PagedAllocator(8, 2))
-    assert [tuple(s.preempted) for s in sim.steps] == [(), ("B",), (), (), (), ()], (
+    assert [tuple(s.preempted) for s in steps_of(sim)] == [(), ("B",), (), (), (), ()], (
         f"A needs a third block at step 1: B, the newest, is preempted: "
-        f"{[tuple(s.preempted) for s in sim.steps]}"
+        f"{[tuple(s.preempted) for s in steps_of(sim)]}"
     )
     assert sim.num_preemptions == 1, f"one preemption (B), got {sim.num_preemptions}"
-    rows_seen = [(tuple(s.running), s.used_tokens, s.free_tokens, s.waiting) for s in sim.steps]
+    rows_seen = [(tuple(s.running), s.used_tokens, s.free_tokens, s.waiting) for s in steps_of(sim)]
     assert rows_seen == [
         (("A", "B"), 8, 0, 0),
         (("A",), 5, 2, 2),  # C arrived, but nothing is admitted in a step with a preemption
@@ -208,7 +210,7 @@ def test_preemption_newest_first():
 
     rows = (("A", 0, 1, 3, None), ("B", 0, 1, 3, None), ("C", 0, 1, 2, None), ("D", 0, 1, 2, None))
     sim = run(mod, rows, mod.PagedAllocator(8, 2))
-    preempted = [tuple(s.preempted) for s in sim.steps]
+    preempted = [tuple(s.preempted) for s in steps_of(sim)]
     assert preempted == [(), ("D", "C"), (), ()], (
         "4 blocks of 2, A B C D each hold 1 and all need a second at step 1: A preempts D "
         "(the newest), then B preempts C, so step 1's preempted is ('D', 'C'), most recent "
@@ -222,7 +224,7 @@ def test_preemption_newest_first():
 
     rows = (("A", 1, 1, 6, None), ("B", 1, 1, 4, None), ("C", 0, 2, 4, None))
     sim = run(mod, rows, mod.PagedAllocator(8, 2), max_model_len=20)
-    seen = [(tuple(s.preempted), tuple(s.running)) for s in sim.steps[2:5]]
+    seen = [(tuple(s.preempted), tuple(s.running)) for s in steps_of(sim)[2:5]]
     assert seen == [(("B", "A"), ("C",)), ((), ("C",)), ((), ("A", "B"))], (
         "at step 2 C needs a third block and preempts B (the newest), then A needs a second "
         "and, now the newest, preempts itself: each victim goes to the FRONT of the queue in "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.labs.common import describe
+
 DOC = "labs/lab-02-fragmentation-viz/README.md"
 
 #: (request_id, arrival_step, prompt_len, output_len, max_len)
@@ -49,3 +51,13 @@ def step_row(step) -> tuple:
         step.largest_free_range,
         step.blocked,
     )
+
+
+def steps_of(sim) -> list:
+    """``sim.steps``, which must be a plain list: a list of the learner's own class would cross
+    as a learner object, whose length and items its own ``__len__`` and ``__iter__`` would
+    give (tests/hostile/steps_that_report_their_own_length.py)."""
+    steps = sim.steps
+    if type(steps) is not list:
+        raise AssertionError(f"Simulation.steps must be a list of StepStats, got {describe(steps)}")
+    return steps

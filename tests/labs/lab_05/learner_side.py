@@ -36,7 +36,12 @@ def make_request(request_id: str, token_ids: list[int], block_hashes: list[bytes
 
 
 class RecordingHasher:
-    """A hash function (the reference's ``sha256``) that keeps what it was given and returned."""
+    """A hash function that keeps what it was given and returned.
+
+    Its digests are not ``sha256(value)`` but a hash of that digest tagged as this
+    recorder's: a ``hash_block_tokens`` that calls the function it is given but returns its
+    own ``sha256`` of the same value would otherwise return a digest the recorder returned too
+    (tests/hostile/call_the_hash_function_and_ignore_it.py)."""
 
     def __init__(self) -> None:
         self.inputs: list[Any] = []
@@ -46,7 +51,9 @@ class RecordingHasher:
         from mini_vllm.core.kv_cache_utils import sha256
 
         self.inputs.append(value)
-        digest = sha256(value)
+        import hashlib
+
+        digest = hashlib.sha256(b"lab-05 RecordingHasher" + sha256(value)).digest()
         self.outputs.append(digest)
         return digest
 
@@ -63,16 +70,25 @@ def make_pool(n: int, enable_caching: bool = True, hash_block_size: int = 2) -> 
 class _AccessRecorder(RecordingCollector):
     """A ``RecordingCollector`` that also keeps ``[block_id, ref_cnt]`` as each
     ``on_block_accessed`` sees them (``accessed_ref_cnts``): a touched block is reported once it
-    holds the new reference."""
+    holds the new reference.
+
+    Only one of the pool's own blocks (by identity, among those it held when it was built)
+    answers for itself: an object that merely says a block's id and the ref_cnt it will have
+    is recorded as ``["not a block of the pool", None]``, so that a stand-in reported before
+    the reference is taken cannot pass for the block after it
+    (tests/hostile/report_a_stand_in_to_the_collector.py)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.accessed_ref_cnts: list[list[Any]] = []
+        self.pool_blocks: dict[int, Any] = {}
 
     def on_block_accessed(self, block: Any) -> None:
-        self.accessed_ref_cnts.append(
-            [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
-        )
+        if self.pool_blocks.get(id(block)) is block:
+            seen = [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
+        else:
+            seen = ["not a block of the pool", None]
+        self.accessed_ref_cnts.append(seen)
         super().on_block_accessed(block)
 
 
@@ -89,6 +105,7 @@ def make_pool_with_collector(n: int, hash_block_size: int = 2) -> list[Any]:
         hash_block_size=hash_block_size,
         metrics_collector=collector,
     )
+    collector.pool_blocks = {id(b): b for b in list(pool.blocks)}
     return [pool, collector]
 
 

@@ -8,6 +8,9 @@ judge's own reference ``hash_block_tokens`` for the expected values.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from grading.suite import graded, learner_module, load_impl
 from mini_vllm.core.kv_cache_utils import hash_block_tokens, make_block_hash_with_group_id, sha256
 from tests.labs.common import describe, same_data
@@ -33,23 +36,35 @@ def a_hash(value, what: str = "hash_block_tokens") -> bytes:
     return value
 
 
-def learner_none_hash(mod) -> bytes:
-    """``kv_cache_utils.NONE_HASH`` as the learner process holds it: the one seed of every chain.
+@contextlib.contextmanager
+def judge_none_hash(mod) -> Iterator[bytes]:
+    """A seed the judge chose, bound as ``kv_cache_utils.NONE_HASH`` in the learner process for
+    the ``with`` block (as ``init_none_hash`` rebinds it when an engine starts), then the seed
+    it held before.
 
-    The engine (and every other process) chains from that value, so a module that binds
-    ``NONE_HASH`` to a value of its own (a constant, a hash of its own) hashes every prefix
-    differently from the engine and is refused here.
+    The seed is the judge's, never read back from the learner process: a module that bound
+    ``kv_cache_utils.NONE_HASH`` to a constant of its own at import, and chained from that
+    constant, agreed with whatever seed it had set (tests/hostile/seed_the_chain_at_import.py).
+    A module that binds ``NONE_HASH`` to a value of its own (a constant, a copy imported with
+    ``from ... import NONE_HASH``) hashes every prefix differently from the engine and is
+    refused here.
     """
-    seed = a_hash(learner_module("mini_vllm.core.kv_cache_utils").NONE_HASH, "NONE_HASH")
-    own = getattr(mod, "NONE_HASH", None)
-    if own is not None and own != seed:
-        raise AssertionError(
-            "I3: your module's NONE_HASH is not mini_vllm.core.kv_cache_utils.NONE_HASH: read "
-            "kv_cache_utils.NONE_HASH (the module your file imports at the top); a seed of your "
-            "own makes every first block hash differently from the engine's, so no prefix is "
-            "ever shared with it"
-        )
-    return seed
+    kv_cache_utils = learner_module("mini_vllm.core.kv_cache_utils")
+    before = kv_cache_utils.NONE_HASH
+    seed = sha256("the seed lab-05's judge chose")
+    kv_cache_utils.NONE_HASH = seed
+    try:
+        own = getattr(mod, "NONE_HASH", None)
+        if own is not None and (type(own) is not bytes or own != seed):
+            raise AssertionError(
+                "I3: your module's NONE_HASH is not mini_vllm.core.kv_cache_utils.NONE_HASH: "
+                "read kv_cache_utils.NONE_HASH (the module your file imports at the top); a seed "
+                "of your own makes every first block hash differently from the engine's, so no "
+                "prefix is ever shared with it"
+            )
+        yield seed
+    finally:
+        kv_cache_utils.NONE_HASH = before
 
 
 @graded(
@@ -84,8 +99,9 @@ def test_first_block_chains_from_none_hash():
     """A parent of None is the seed NONE_HASH, not nothing."""
     mod = bp()
     h, fn = mod.hash_block_tokens, learner_sha256()
-    seed = learner_none_hash(mod)
-    assert a_hash(h(fn, None, [1, 2])) == a_hash(h(fn, seed, [1, 2])), (
+    with judge_none_hash(mod) as seed:
+        got, want = a_hash(h(fn, None, [1, 2])), a_hash(h(fn, seed, [1, 2]))
+    assert got == want, (
         "I3: hash_block_tokens(fn, None, t) must equal hash_block_tokens(fn, NONE_HASH, t)"
     )
 
@@ -161,14 +177,17 @@ def test_hash_is_the_documented_formula():
     h, fn = mod.hash_block_tokens, learner_sha256()
     recorder = learner_module("learner_side").RecordingHasher()
     parent = sha256("some parent")
-    h(recorder, parent, [5, 6, 7], ("salt",))
-    inputs = recorder.inputs
+    returned = h(recorder, parent, [5, 6, 7], ("salt",))
+    inputs, outputs = recorder.inputs, recorder.outputs
     want = (parent, (5, 6, 7), ("salt",))
     assert len(inputs) == 1 and same_data(_as_tuples(inputs[0]), want), (
         f"hash_block_tokens(fn, parent, [5, 6, 7], ('salt',)) must call fn once with "
         f"(parent, (5, 6, 7), ('salt',)); it called it with {[describe(x) for x in inputs]}"
     )
-    seed = learner_none_hash(mod)
+    assert same_data(returned, outputs[0]), (
+        "hash_block_tokens(fn, parent, [5, 6, 7], ('salt',)) must return what fn returned, "
+        f"as it is: fn returned {describe(outputs[0])}, hash_block_tokens {describe(returned)}"
+    )
     cases = [
         (parent, [1, 2, 3, 4], None),
         (parent, (9, 8), ("lora-a", 3)),
@@ -176,8 +195,9 @@ def test_hash_is_the_documented_formula():
         (None, [7], ("salt",)),
         (parent, [3, 3], ()),
     ]
-    for block_parent, tokens, extra in cases:
-        got = a_hash(h(fn, block_parent, tokens, extra))
+    with judge_none_hash(mod) as seed:
+        got_hashes = [a_hash(h(fn, p, tokens, extra)) for p, tokens, extra in cases]
+    for (block_parent, tokens, extra), got in zip(cases, got_hashes, strict=True):
         want_hash = hash_block_tokens(sha256, block_parent or seed, tokens, extra)
         assert got == want_hash, (
             f"hash_block_tokens(sha256, {'a parent' if block_parent else 'None'}, {tokens}, "

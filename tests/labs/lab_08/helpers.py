@@ -662,6 +662,12 @@ class Engine:
                 "output_token_ids": _ints(info["output_token_ids"], f"{rid}.output_token_ids"),
                 "num_preemptions": _int(info["num_preemptions"], f"{rid}.num_preemptions"),
             }
+        if state["lookups"] == "uncounted":
+            raise AssertionError(
+                "the scheduler's kv_cache_manager no longer counts its get_computed_blocks "
+                "calls: keep the manager the scheduler was given, as it was given (the suite "
+                "wraps that object's get_computed_blocks to count the prefix-cache lookups)"
+            )
         lookups = (
             None
             if state["lookups"] is None

@@ -16,7 +16,6 @@ scheduler is the learner's ``scheduler`` module.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from mini_vllm.teaching.invariants import pool_snapshot
@@ -49,8 +48,18 @@ def _count_lookups(manager: Any) -> None:
 
     get_computed_blocks.lookups = counts  # type: ignore[attr-defined]
     # A chained manager with __slots__ refuses: its lookups are then not compared (None).
-    with contextlib.suppress(AttributeError, TypeError):
+    # That is decided here, before the learner's scheduler holds the manager: a manager that
+    # lost the wrapper later (taken off it, or another manager put in its place) is reported
+    # as such by _lookups, never as one that cannot be counted
+    # (tests/hostile/drop_the_lookup_counter.py).
+    try:
         manager.get_computed_blocks = get_computed_blocks
+    except (AttributeError, TypeError):
+        _UNCOUNTED.append(manager)
+
+
+#: The managers ``_count_lookups`` could not wrap (held, so that their ids stay theirs).
+_UNCOUNTED: list[Any] = []
 
 
 def make_scheduler(
@@ -218,11 +227,15 @@ def _request_row(req: Any) -> list[Any]:
     ]
 
 
-def _lookups(manager: Any) -> list[list[Any]] | None:
+def _lookups(manager: Any) -> list[list[Any]] | str | None:
     """``[[request_id, lookups], ...]`` counted by ``_count_lookups``; None if it could not
-    wrap this manager."""
+    wrap this manager when it was built; ``"uncounted"`` if the manager the scheduler holds
+    has no wrapper but was not one of those (the wrapper was taken off, or the scheduler put
+    another manager in place of the one it was given), which the judge fails."""
     counts = getattr(manager.get_computed_blocks, "lookups", None)
-    return None if counts is None else [[rid, n] for rid, n in sorted(counts.items())]
+    if counts is not None:
+        return [[rid, n] for rid, n in sorted(counts.items())]
+    return None if any(m is manager for m in _UNCOUNTED) else "uncounted"
 
 
 def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:

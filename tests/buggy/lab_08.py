@@ -1276,4 +1276,16 @@ MUTANTS = [
         "statistics that upstream never makes",
         caught_by="test_traces.py::test_random_workloads_finish_correctly",
     ),
+    Mutant(
+        name="preempt_without_the_running_check",
+        file=FILE,
+        find="""
+        if request.status != RequestStatus.RUNNING:
+            raise RuntimeError(f"only running requests can be preempted: {request!r}")
+""",
+        replace="\n",
+        why="_preempt_request preempts whatever it is given: a request already PREEMPTED is "
+        "requeued a second time and counted twice, where upstream asserts RUNNING first",
+        caught_by="test_preemption.py::test_reset_prefix_cache_preempts_every_running_request",
+    ),
 ]

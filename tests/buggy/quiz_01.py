@@ -60,4 +60,47 @@ MUTANTS = [
         "leaves a question unanswered",
         caught_by="test_quiz.py::test_q10_processes",
     ),
+    Mutant(
+        "partial_allocation",
+        "answers.py",
+        '2: "B",',
+        '2: "A",',
+        "believes allocate_slots hands out the free blocks it has and shortens the step, "
+        "where allocation is all or nothing and None sends the scheduler to preempt",
+        caught_by="test_quiz.py::test_q02_out_of_blocks",
+    ),
+    Mutant(
+        "advanced_early_to_release_the_budget",
+        "answers.py",
+        '5: "B",',
+        '5: "A",',
+        "thinks num_computed_tokens moves ahead of the forward pass to give the budget back, "
+        "not so that the next schedule() can plan a chunked prompt's next chunk",
+        caught_by="test_quiz.py::test_q05_ahead_of_time",
+    ),
+    Mutant(
+        "stop_strings_in_check_stop",
+        "answers.py",
+        '7: "B",',
+        '7: "A",',
+        "looks for stop strings in the scheduler's check_stop, which sees token ids only",
+        caught_by="test_quiz.py::test_q07_stop_strings",
+    ),
+    Mutant(
+        "hit_after_the_forward_pass",
+        "answers.py",
+        '9: "B",',
+        '9: "C",',
+        "believes a block becomes a hit once the runner reports it written, where "
+        "allocate_slots publishes it before the forward pass",
+        caught_by="test_quiz.py::test_q09_when_a_block_becomes_a_hit",
+    ),
+    Mutant(
+        "letter_in_parentheses",
+        "answers.py",
+        '1: "C",',
+        '1: "(C)",',
+        "copies the option with its punctuation: the answer is the letter alone",
+        caught_by="test_quiz.py::test_q01_the_seam",
+    ),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grading.remote import LearnerError
 from grading.suite import graded
 from mini_vllm.request import FinishReason, RequestStatus
 from tests.labs.lab_08.helpers import DOC, Engine, batch, model_token
@@ -57,7 +58,8 @@ def test_preempts_the_last_running_request():
     1,
     "_preempt_request does the whole preemption itself (blocks freed, num_computed_tokens 0, "
     "status PREEMPTED, num_preemptions + 1, requeued at the FRONT of waiting); its caller only "
-    "takes the request out of running. reset_prefix_cache(reset_running_requests=True) "
+    "takes the request out of running, and a request that is not RUNNING raises "
+    "RuntimeError, nothing changed. reset_prefix_cache(reset_running_requests=True) "
     "preempts every running request through it",
     f"{DOC}#preemption-by-recompute",
 )
@@ -93,6 +95,29 @@ def test_reset_prefix_cache_preempts_every_running_request():
         f"after {call} every block is free (each preempted request's blocks are freed by "
         f"_preempt_request) and the reset succeeds: tables {engine.state['tables']}, "
         f"{engine.num_free()} of 19 blocks free, returned {reset!r}"
+    )
+    # Preempting a request twice would requeue it twice and count it twice: upstream asserts
+    # RUNNING first, and the stub's docstring asks for a RuntimeError.
+    call = "_preempt_request(a) while a is PREEMPTED"
+    try:
+        engine.sched._preempt_request(engine.handles["a"])
+    except RuntimeError:
+        pass
+    except LearnerError as exc:
+        raise AssertionError(
+            f"{call} must raise RuntimeError (only a RUNNING request can be preempted; README "
+            f"task 6), it raised {getattr(exc, 'display', exc)}"
+        ) from None
+    else:
+        raise AssertionError(
+            f"{call} must raise RuntimeError before changing anything: only a RUNNING request "
+            "can be preempted (README task 6, the docstring of _preempt_request); a second "
+            "preemption requeues and counts the request again"
+        )
+    engine.refresh()
+    assert engine.waiting == ["a", "b", "c"] and engine.info("a")["num_preemptions"] == 1, (
+        f"the refused {call} changed the scheduler: waiting {engine.waiting}, a's "
+        f"num_preemptions {engine.info('a')['num_preemptions']} (want a, b, c and 1)"
     )
     engine.run()
     engine.check_drained()

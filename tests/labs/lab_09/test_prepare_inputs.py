@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grading.suite import graded
+from grading.suite import graded, learner_module
 from tests.labs.common import GRADED_SETTINGS, assert_value_error, describe, exception_name
 from tests.labs.lab_09.support import runner
 
@@ -380,24 +380,29 @@ def test_arguments_are_left_unchanged():
     m = runner("prepare_inputs")
     before = [TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS]
     first = m.prepare_inputs(TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE)
-    after = m.last_arguments[0]
-    if type(after) is not list or len(after) != 5:
-        raise AssertionError(f"the arguments came back as {describe(after)}")
-    names = ["token_ids", "num_computed_tokens", "num_scheduled_tokens", "block_ids"]
-    for name, want, got in zip(names, before, after):
-        got = [list(row) if isinstance(row, list | tuple) else row for row in got]
-        if got == want:
-            continue
-        if name in ("token_ids", "block_ids"):
-            i = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), len(want))
-            shown = f"{name}[{i}] was {want[i] if i < len(want) else '-'} and is now "
-            shown += f"{got[i] if i < len(got) else '-'}"
-        else:
-            shown = f"{name} was {want} and is now {got}"
-        raise AssertionError(
-            f"prepare_inputs changed the caller's lists: {shown} (the scheduler owns "
-            "them); build the padded table, the sums and the slices in new arrays"
-        )
+
+    def check_unchanged(after: Any, when: str) -> None:
+        """The first call's lists, read in the learner process ``when``, are as they were."""
+        if type(after) is not list or len(after) != 5:
+            raise AssertionError(f"the arguments came back as {describe(after)}")
+        names = ["token_ids", "num_computed_tokens", "num_scheduled_tokens", "block_ids"]
+        for name, want, got in zip(names, before, after):
+            got = [list(row) if isinstance(row, list | tuple) else row for row in got]
+            if got == want:
+                continue
+            if name in ("token_ids", "block_ids"):
+                i = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), len(want))
+                shown = f"{name}[{i}] was {want[i] if i < len(want) else '-'} and is now "
+                shown += f"{got[i] if i < len(got) else '-'}"
+            else:
+                shown = f"{name} was {want} and is now {got}"
+            raise AssertionError(
+                f"prepare_inputs changed the caller's lists ({when}): {shown} (the scheduler "
+                "owns them, and may still hold them after the call); build the padded table, "
+                "the sums and the slices in new arrays"
+            )
+
+    check_unchanged(m.last_arguments[0], "right after the call")
     seen = {name: as_list(getattr(first, name)) for name in TENSOR_FIELDS}
     # A step of the first step's shapes (5 requests, 14 tokens, 3-block rows) with other values,
     # right after it (two decode steps of one batch look alike), then a smaller one: a buffer
@@ -418,8 +423,11 @@ def test_arguments_are_left_unchanged():
             ([[5, 6, 7], [8, 9]], [2, 0], [1, 2], [[3], [4]], 16),
         ),
     ]
-    for which, args in later:
+    for back, (which, args) in enumerate(later, start=1):
         m.prepare_inputs(*args)
+        check_unchanged(
+            learner_module("learner_side").given_arguments(back), f"after {which.rstrip(',')}"
+        )
         for name in TENSOR_FIELDS:
             now = as_list(getattr(first, name))
             assert now == seen[name], (

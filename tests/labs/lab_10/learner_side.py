@@ -206,28 +206,34 @@ def run_detokenizer(
         **extra,
     )
     steps: list[dict[str, Any]] = []
-    inputs_changed: list[int] = []
+    # Each list handed to ``update`` is compared with what the judge sent after the whole run,
+    # every update and every read done: one kept by the learner's object and changed at a later
+    # call is the caller's list changed all the same
+    # (tests/hostile/pop_the_stop_token_later.py).
+    given_lists: list[tuple[list[int], list[int]]] = []
     for i, chunk in enumerate(chunks):
         last = i == len(chunks) - 1
         given = list(chunk)
+        given_lists.append((given, chunk))
         found = detok.update(
             given, finished=last and finish, stop_terminated=last and stop_terminated
         )
-        if not _holds_exactly(given, chunk):
-            inputs_changed.append(i + 1)
         finished = (last and finish) or found is not None
         text = detok.get_next_output_text(finished, delta=False)
         delta = detok.get_next_output_text(finished, delta=True)
         steps.append({"delta": delta, "text": text, "stop": found})
         if found is not None:
             break
-    return {
+    result = {
         "steps": steps,
         "output_text": detok.output_text,
         "output_token_ids": list(detok.output_token_ids),
         "decoded_tokens": tokenizer.decoded_tokens,
-        "inputs_changed": inputs_changed,
     }
+    result["inputs_changed"] = [
+        i + 1 for i, (given, chunk) in enumerate(given_lists) if not _holds_exactly(given, chunk)
+    ]
+    return result
 
 
 def check_stop_strings(
@@ -326,6 +332,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
     processor = output_processor.OutputProcessor(ToyTokenizer())
     queues: dict[str, asyncio.Queue[Any]] = {}
     records: list[dict[str, Any]] = []
+    aborts: list[tuple[int, list[Any], list[Any]]] = []  # (record, the list given, as sent)
     for op in ops:
         name = op[0]
         returned: Any = None
@@ -347,7 +354,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
         elif name == "abort":
             given = list(op[1])
             returned = processor.abort_requests(given)
-            input_changed = not _holds_exactly(given, op[1])
+            aborts.append((len(records), given, op[1]))
         else:
             raise ValueError(f"unknown operation {name!r}")
         # Read before an abort's answer is walked: a generator would forget nothing until then.
@@ -367,4 +374,8 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
                 "input_changed": input_changed,
             }
         )
+    # Compared after every op has run: a list of ids changed at a later op is changed all the
+    # same (the caller may send it on to the core).
+    for index, given, sent in aborts:
+        records[index]["input_changed"] = not _holds_exactly(given, sent)
     return records

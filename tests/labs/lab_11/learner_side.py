@@ -76,7 +76,15 @@ def check_tp(fields: dict[str, Any], tp_size: Any) -> list[Any]:
     return _outcome(call)
 
 
-def _is_view(part: Any, full: Any) -> bool:
+def _storage_ptr(t: Any) -> int:
+    """Where ``t``'s storage starts, read with torch's C methods, torch functions disabled."""
+    import torch
+
+    with torch._C.DisableTorchFunction():
+        return torch._C.StorageBase.data_ptr(torch._C.TensorBase.untyped_storage(t))
+
+
+def _is_view(part: Any, full: Any, before: int) -> bool:
     """Whether ``part`` shares ``full``'s storage (a view such as ``narrow``), not a copy.
 
     Read with torch's own methods (of its C base classes, which no code can replace), never
@@ -87,12 +95,12 @@ def _is_view(part: Any, full: Any) -> bool:
     (tests/hostile/copy_views_through_torch_function.py)."""
     import torch
 
-    tensor, storage = torch._C.TensorBase, torch._C.StorageBase
-    if not issubclass(type(part), tensor):
+    if not issubclass(type(part), torch._C.TensorBase):
         return False
-    with torch._C.DisableTorchFunction():
-        mine = storage.data_ptr(tensor.untyped_storage(part))
-        return mine == storage.data_ptr(tensor.untyped_storage(full))
+    # ``before``: where the weight's storage was before the learner's call, which may re-point
+    # the caller's tensor (``set_``) at a buffer holding its copy
+    # (tests/hostile/repoint_the_weight_at_the_copy.py).
+    return _storage_ptr(part) == before and _storage_ptr(full) == before
 
 
 def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:
@@ -100,10 +108,11 @@ def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:
     ``full`` (shares its storage) rather than a copy."""
     mod = _learner()
     shards, views = [], []
+    before = _storage_ptr(full)
     for rank in range(tp_size):
         shard = mod.shard_tensor(full, dim, rank, tp_size)
         shards.append(shard)
-        views.append(_is_view(shard, full))
+        views.append(_is_view(shard, full, before))
     return {"shards": shards, "views": views}
 
 
@@ -138,12 +147,14 @@ def qkv_views(
     """For every rank, whether its ``shard_qkv_weight`` of ``full`` shares ``full``'s storage
     (a view) rather than being a copy."""
     mod = _learner()
+    before = _storage_ptr(full)
     return [
         _is_view(
             mod.shard_qkv_weight(
                 full, shard_id, head_dim, total_num_heads, total_num_kv_heads, rank, tp_size
             ),
             full,
+            before,
         )
         for rank in range(tp_size)
     ]

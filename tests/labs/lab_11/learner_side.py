@@ -3,10 +3,15 @@
 The grader copies this file into the learner's sandbox as the top-level module
 ``learner_side``; the tests reach it with ``learner_module("learner_side")``. The arithmetic
 tests ask for a whole table of calls at once (one round trip, not one per case), and each
-call's outcome comes back as plain data: ``["ok", value]`` or ``["error", builtin type
-name, message]``. A config is built here from plain fields, and each rank's shard of a weight is cut
-here, next to the learner's code, from the full tensor the judge sent; the shards come back by
-value and the judge puts them back together.
+call's outcome comes back as plain data: ``["ok", value, note]`` or ``["error", builtin
+type name, message]``. A config is built here from plain fields, and each rank's shard of a
+weight is cut here, next to the learner's code, from the full tensor the judge sent; the shards
+come back by value and the judge puts them back together.
+
+Every call of a graded function goes through :func:`outcomes` (``check_tp`` is the only path to
+``check_tensor_parallel_size``): a function that reads its call stack finds the same callers
+whether a test looks at its values, its refusals, whether its shard is a view or whether it
+left its list alone (tests/hostile/views_only_for_the_view_check.py).
 
 ``NotImplementedError`` is never turned into data: a task not written yet must reach the
 grader as itself, so that its rows read NOT STARTED.
@@ -14,6 +19,7 @@ grader as itself, so that its rows read NOT STARTED.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
@@ -38,19 +44,25 @@ def _builtin_name(exc: BaseException) -> str:
     return str(wire.builtin_exception_names(exc)[0])
 
 
-def _outcome(call: Any) -> list[Any]:
+def _outcome(call: Any, read: Any = _plain) -> list[Any]:
+    """``call()`` as ``["ok", read(value)]`` or ``["error", builtin type name, message]``.
+
+    Only the call is inside the ``try`` that takes an exception for a refusal: what it returned
+    is read after it, and an exception raised by that read (an object whose attributes raise
+    the ValueError the call should have raised) comes back as ``["unreadable", ...]``, which no
+    test takes for a refusal (tests/hostile/refuse_when_the_shapes_are_read.py)."""
     try:
-        return ["ok", _plain(call())]
+        value = call()
     except NotImplementedError:
         raise
     except Exception as exc:  # the refusal is what the judge checks
         return ["error", _builtin_name(exc), str(exc)]
-
-
-def outcomes(name: str, cases: list[list[Any]]) -> list[list[Any]]:
-    """``sharding.<name>(*args)`` for each ``args`` of ``cases``, each as an outcome."""
-    fn = getattr(_learner(), name)
-    return [_outcome(lambda args=args: fn(*args)) for args in cases]
+    try:
+        return ["ok", read(value)]
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        return ["unreadable", _builtin_name(exc), f"reading what the call returned: {exc}"]
 
 
 def check_tp(fields: dict[str, Any], tp_size: Any) -> list[Any]:
@@ -67,11 +79,13 @@ def check_tp(fields: dict[str, Any], tp_size: Any) -> list[Any]:
         "vocab_size_padded",
     )
 
-    def call() -> dict[str, Any]:
-        shapes = _learner().check_tensor_parallel_size(SimpleNamespace(**fields), tp_size)
+    def fields_of(shapes: Any) -> dict[str, Any]:
         return {name: getattr(shapes, name, None) for name in names}
 
-    return _outcome(call)
+    return _outcome(
+        lambda: _learner().check_tensor_parallel_size(SimpleNamespace(**fields), tp_size),
+        fields_of,
+    )
 
 
 def _storage_ptr(t: Any) -> int:
@@ -101,66 +115,25 @@ def _is_view(part: Any, full: Any, before: int) -> bool:
     return _storage_ptr(part) == before and _storage_ptr(full) == before
 
 
-def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:
-    """Every rank's ``shard_tensor(full, dim, rank, tp_size)``, and whether each is a view of
-    ``full`` (shares its storage) rather than a copy."""
-    mod = _learner()
-    shards, views = [], []
-    before = _storage_ptr(full)
-    for rank in range(tp_size):
-        shard = mod.shard_tensor(full, dim, rank, tp_size)
-        shards.append(shard)
-        views.append(_is_view(shard, full, before))
-    return {"shards": shards, "views": views}
+def _noted(fn: Any, args: list[Any]) -> list[Any]:
+    """``fn(*args)`` as an outcome; after a value, what the call did with its first argument:
+    for a tensor, whether the value is a view of it (:func:`_is_view`); for a list, the list as
+    it is after the call (the executor reads the ranks' counts again, by rank); else ``None``."""
+    torch = sys.modules.get("torch")  # a tensor argument has imported it; else not needed
+    first = args[0] if args else None
+    is_tensor = torch is not None and issubclass(type(first), torch._C.TensorBase)
+    before = _storage_ptr(first) if is_tensor else None
+    got = _outcome(lambda: fn(*args))
+    if got[0] == "ok":
+        if before is not None:
+            got.append(_is_view(got[1], first, before))
+        else:
+            got.append(list(first) if type(first) is list else None)
+    return got
 
 
-def qkv_shards(
-    full: Any,
-    shard_id: str,
-    head_dim: int,
-    total_num_heads: int,
-    total_num_kv_heads: int,
-    tp_size: int,
-) -> list[Any]:
-    """Every rank's ``shard_qkv_weight`` of one projection (weight or bias), as outcomes."""
-    mod = _learner()
-    return [
-        _outcome(
-            lambda rank=rank: mod.shard_qkv_weight(
-                full, shard_id, head_dim, total_num_heads, total_num_kv_heads, rank, tp_size
-            )
-        )
-        for rank in range(tp_size)
-    ]
-
-
-def qkv_views(
-    full: Any,
-    shard_id: str,
-    head_dim: int,
-    total_num_heads: int,
-    total_num_kv_heads: int,
-    tp_size: int,
-) -> list[bool]:
-    """For every rank, whether its ``shard_qkv_weight`` of ``full`` shares ``full``'s storage
-    (a view) rather than being a copy."""
-    mod = _learner()
-    before = _storage_ptr(full)
-    return [
-        _is_view(
-            mod.shard_qkv_weight(
-                full, shard_id, head_dim, total_num_heads, total_num_kv_heads, rank, tp_size
-            ),
-            full,
-            before,
-        )
-        for rank in range(tp_size)
-    ]
-
-
-def blocks_and_counts(counts: list[int]) -> list[Any]:
-    """``num_gpu_blocks_across_ranks(counts)`` as an outcome, and the list ``counts`` as it is
-    after the call (the executor reads it again, by rank)."""
-    counts = list(counts)
-    got = _outcome(lambda: _learner().num_gpu_blocks_across_ranks(counts))
-    return [got, list(counts)]
+def outcomes(name: str, cases: list[list[Any]]) -> list[list[Any]]:
+    """``sharding.<name>(*args)`` for each ``args`` of ``cases``, each as ``["ok", value,
+    note]`` (:func:`_noted`) or ``["error", builtin type name, message]``."""
+    fn = getattr(_learner(), name)
+    return [_noted(fn, list(args)) for args in cases]

@@ -50,7 +50,7 @@ def call(name: str, args: list[Any]) -> str:
 def show(outcome: Any) -> str:
     if isinstance(outcome, list) and outcome and outcome[0] == "error":
         return f"{outcome[1]}: {str(outcome[2])[:160]}"
-    if isinstance(outcome, list) and len(outcome) == 2:
+    if isinstance(outcome, list) and outcome and outcome[0] == "ok":
         return repr(outcome[1])
     return repr(outcome)
 
@@ -102,3 +102,36 @@ def value(outcome: Any, what: str) -> Any:
     """The value of an ``ok`` outcome; a refusal where a value was due fails the test."""
     assert outcome[0] == "ok", f"{what} should succeed, it raised {show(outcome)}"
     return outcome[1]
+
+
+def rank_shards(full: Any, dim: int, tp_size: int) -> dict[str, Any]:
+    """Every rank's ``shard_tensor(full, dim, rank, tp_size)``, and whether each is a view of
+    ``full`` (shares its storage) rather than a copy: both from the same calls
+    (``learner_side.outcomes``, the one path of every call)."""
+    got = side().outcomes("shard_tensor", [[full, dim, rank, tp_size] for rank in range(tp_size)])
+    what = "shard_tensor(weight of shape {}, {}, {}, {})"
+    return {
+        "shards": [
+            value(o, what.format(tuple(full.shape), dim, r, tp_size)) for r, o in enumerate(got)
+        ],
+        "views": [o[2] is True for o in got],
+    }
+
+
+def qkv_shards(
+    full: Any, shard_id: str, head_dim: int, heads: int, kv_heads: int, tp_size: int
+) -> list[Any]:
+    """Every rank's ``shard_qkv_weight`` of one projection (weight or bias), as outcomes whose
+    note (``ok``) says whether the shard is a view of ``full``."""
+    return side().outcomes(
+        "shard_qkv_weight",
+        [[full, shard_id, head_dim, heads, kv_heads, rank, tp_size] for rank in range(tp_size)],
+    )
+
+
+def qkv_views(
+    full: Any, shard_id: str, head_dim: int, heads: int, kv_heads: int, tp_size: int
+) -> list[bool]:
+    """For every rank, whether its ``shard_qkv_weight`` of ``full`` is a view of it."""
+    got = qkv_shards(full, shard_id, head_dim, heads, kv_heads, tp_size)
+    return [o[0] == "ok" and o[2] is True for o in got]

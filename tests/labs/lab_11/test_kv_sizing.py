@@ -68,7 +68,9 @@ def test_every_rank_gets_the_smallest_count():
         "the block count every rank agrees on",
     )
     counts = [900, 850, 1000]
-    after = side().blocks_and_counts(counts)[1]
+    (got,) = side().outcomes("num_gpu_blocks_across_ranks", [[counts]])
+    value(got, f"num_gpu_blocks_across_ranks({counts})")
+    after = got[2]  # the list as it is after the call
     assert after == counts, (
         f"num_gpu_blocks_across_ranks({counts}) left the ranks' list as {after}: it must not "
         f"reorder it (no .sort() in place): the executor then looks the tightest rank up by "

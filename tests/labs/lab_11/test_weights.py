@@ -4,7 +4,16 @@ the full tensor; the judge puts them back together and compares with the full we
 from __future__ import annotations
 
 from grading.suite import graded
-from tests.labs.lab_11.support import KV_HEADS, SHARES, show, side, value
+from tests.labs.lab_11.support import (
+    KV_HEADS,
+    SHARES,
+    qkv_shards,
+    qkv_views,
+    rank_shards,
+    show,
+    side,
+    value,
+)
 
 
 def torch():
@@ -42,7 +51,7 @@ def test_column_and_row_shards_concatenate_back():
     full = full_weight(24, 36)
     for dim, kind in [(0, "column-parallel (dim 0)"), (1, "row-parallel (dim 1)")]:
         for tp in [1, 2, 3, 4, 6]:
-            got = side().rank_shards(full, dim, tp)["shards"]
+            got = rank_shards(full, dim, tp)["shards"]
             for rank, shard in enumerate(got):
                 want = full.narrow(dim, rank * full.shape[dim] // tp, full.shape[dim] // tp)
                 assert tuple(shard.shape) == tuple(want.shape), (
@@ -54,7 +63,7 @@ def test_column_and_row_shards_concatenate_back():
                 f"{kind}, TP={tp}: the shards concatenated along dim {dim} are not the full "
                 f"weight ({where_differs(joined, full)})"
             )
-    got = side().rank_shards(full, -1, 4)["shards"]
+    got = rank_shards(full, -1, 4)["shards"]
     joined = t.cat(list(got), dim=1)
     assert [tuple(s.shape) for s in got] == [(24, 9)] * 4 and t.equal(joined, full), (
         f"dim=-1 is the last dimension, as everywhere in torch: a 24 x 36 weight over 4 ranks "
@@ -64,7 +73,7 @@ def test_column_and_row_shards_concatenate_back():
     # along the dim asked, its middle or its last: not "dim 0 or else the columns".
     stacked = full_weight(2 * 12, 8).reshape(2, 12, 8)
     for dim in (1, 2, -1):
-        got = side().rank_shards(stacked, dim, 4)["shards"]
+        got = rank_shards(stacked, dim, 4)["shards"]
         joined = t.cat(list(got), dim=dim)
         want = [tuple(stacked.narrow(dim, 0, stacked.shape[dim] // 4).shape)] * 4
         shapes = [tuple(s.shape) for s in got]
@@ -136,7 +145,7 @@ def test_shards_are_views():
     """Each rank's shard of a 24 x 36 weight shares the weight's storage; so do its q, k and v
     rows (8 query heads, 4 KV heads split over 2 ranks, 2 KV heads replicated over 4)."""
     for dim in (0, 1):
-        got = side().rank_shards(full_weight(24, 36), dim, 4)
+        got = rank_shards(full_weight(24, 36), dim, 4)
         views = got["views"]
         assert all(views), f"along dim {dim}, the shards of ranks {views} are copies, not views"
         shapes = [tuple(shard.shape) for shard in got["shards"]]
@@ -148,7 +157,7 @@ def test_shards_are_views():
     for kv, tp in [(4, 2), (2, 4)]:
         for shard_id in "qkv":
             rows = (8 if shard_id == "q" else kv) * 4
-            views = side().qkv_views(full_weight(rows, 6), shard_id, 4, 8, kv, tp)
+            views = qkv_views(full_weight(rows, 6), shard_id, 4, 8, kv, tp)
             copies = [rank for rank, view in enumerate(views) if not view]
             assert not copies, (
                 f"shard_qkv_weight({shard_id!r}, head_dim=4, 8 heads, {kv} KV heads, TP={tp}): "
@@ -162,7 +171,7 @@ def qkv(shard_id: str, heads: int, kv: int, tp: int, head_dim: int = 4, bias: bo
     rows = (heads if shard_id == "q" else kv) * head_dim
     full = full_weight(rows, 1 if bias else 6)
     full = full[:, 0].contiguous() if bias else full
-    got = side().qkv_shards(full, shard_id, head_dim, heads, kv, tp)
+    got = qkv_shards(full, shard_id, head_dim, heads, kv, tp)
     return full, [
         value(o, f"shard_qkv_weight({shard_id!r}, rank {r} of {tp})") for r, o in enumerate(got)
     ]
@@ -216,7 +225,7 @@ def test_qkv_replicated_kv_heads():
                 )
     for tp in (2, 1):
         for shard_id in ("o", "kv", "", "Q"):
-            got = side().qkv_shards(full_weight(8, 6), shard_id, 4, 8, 2, tp)
+            got = qkv_shards(full_weight(8, 6), shard_id, 4, 8, 2, tp)
             assert got[0][0] == "error" and got[0][1] == "ValueError", (
                 f"shard_qkv_weight(..., {shard_id!r}, ..., rank 0, TP={tp}) must raise "
                 f"ValueError: shard_id is 'q', 'k' or 'v' exactly (mind that '' and 'kv' are "
@@ -236,7 +245,7 @@ def test_qkv_query_heads_are_never_replicated():
     """q_proj of 2 query heads (1 KV head) over 4 ranks, and of 6 query heads (2 KV heads) over
     4 ranks; head_dim 4."""
     for heads, kv in [(2, 1), (6, 2)]:
-        got = side().qkv_shards(full_weight(heads * 4, 6), "q", 4, heads, kv, 4)
+        got = qkv_shards(full_weight(heads * 4, 6), "q", 4, heads, kv, 4)
         for rank, outcome in enumerate(got):
             assert outcome[0] == "error" and outcome[1] == "ValueError", (
                 f"shard_qkv_weight('q', head_dim=4, {heads} query heads, {kv} KV heads, rank "

@@ -55,22 +55,21 @@ def make_queue_bench(n: int) -> Any:
 
 
 class _AllocationRecorder(RecordingCollector):
-    """A ``RecordingCollector`` that also keeps ``[block_id, ref_cnt]`` as each
-    ``on_block_allocated`` sees them (``allocated_ref_cnts``): the block is reported once taken.
-    Only one of the pool's own blocks (by identity) answers for itself; any other object is
-    recorded as ``["not a block of the pool", None]`` (lab-05's ``_AccessRecorder``:
-    tests/hostile/report_a_stand_in_to_the_collector.py)."""
+    """A ``RecordingCollector`` that also keeps each object ``on_block_allocated`` was given
+    (``allocated_blocks``) and ``[block_id, ref_cnt]`` as read from it at the call
+    (``allocated_ref_cnts``): the block is reported once taken. Which object that was is for
+    the judge to check, by identity with the blocks ``get_new_blocks`` returned: the pool's
+    ``blocks`` is the learner's attribute and could list stand-ins too (lab-05's
+    ``_AccessRecorder``; tests/hostile/hand_the_allocation_recorder_stand_ins.py)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.allocated_blocks: list[Any] = []
         self.allocated_ref_cnts: list[list[Any]] = []
-        self.pool_blocks: dict[int, Any] = {}
 
     def on_block_allocated(self, block: Any) -> None:
-        if self.pool_blocks.get(id(block)) is block:
-            seen = [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
-        else:
-            seen = ["not a block of the pool", None]
+        self.allocated_blocks.append(block)
+        seen = [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
         self.allocated_ref_cnts.append(seen)
         super().on_block_allocated(block)
 
@@ -78,7 +77,7 @@ class _AllocationRecorder(RecordingCollector):
 def make_pool_with_collector(n: int, enable_caching: bool = False) -> list[Any]:
     """``[pool, collector]``: the learner's ``BlockPool`` of ``n`` blocks with a
     ``RecordingCollector`` as its ``metrics_collector`` (which also records each allocated
-    block's ``ref_cnt`` at the call, ``allocated_ref_cnts``)."""
+    block and its ``ref_cnt`` at the call, ``allocated_blocks``, ``allocated_ref_cnts``)."""
     import block_pool
 
     collector = _AllocationRecorder()
@@ -88,7 +87,6 @@ def make_pool_with_collector(n: int, enable_caching: bool = False) -> list[Any]:
         hash_block_size=4,
         metrics_collector=collector,
     )
-    collector.pool_blocks = {id(b): b for b in list(pool.blocks)}
     return [pool, collector]
 
 

@@ -208,6 +208,13 @@ def test_too_many_blocks_is_an_error():
         f"{collector.events!r} after {before!r}"
     )
     assert check_pool(pool) == [2, 3, 1], "a refused get_new_blocks must leave the queue as it was"
+    # Nor does a refusal leave a change for later: the next call, which fits, gets the three
+    # free blocks in queue order (tests/hostile/undo_the_rollback_at_the_next_success.py).
+    got = ids(pool.get_new_blocks(3))
+    assert got == [2, 3, 1] and check_pool(pool) == [], (
+        f"after the refusals, get_new_blocks(3) of the 3 free blocks [2, 3, 1] gave {got}: a "
+        "refused call changes nothing, then or at a later call"
+    )
 
 
 @graded(
@@ -365,6 +372,16 @@ def test_double_free_is_an_error():
         f"got {ref(b)}: undo one reference per entry already counted, a repeated block included"
     )
     assert check_pool(pool) == [3, 4, 1], "a refused free_blocks([b, b, a]) must queue nothing"
+    # Nor do the refused calls leave a change for later: the next call, which succeeds, drops
+    # b's two references and changes nothing else (tests/hostile/
+    # undo_the_rollback_at_the_next_success.py).
+    pool.free_blocks([b, b])
+    after = (ref(b), ref(a), check_pool(pool))
+    assert after == (0, 0, [3, 4, 1, 2]), (
+        f"after the refused calls, free_blocks([b, b]) of b held twice must leave (ref_cnt of b, "
+        f"ref_cnt of a, the free queue) = (0, 0, [3, 4, 1, 2]), got {after}: a refused call "
+        "changes nothing, then or at a later call"
+    )
 
 
 @graded(2, "Misuse: freeing the null block raises ValueError", f"{DOC}#misuse-errors")
@@ -383,6 +400,11 @@ def test_freeing_the_null_block_is_an_error():
     )
     free = check_pool(pool)
     assert free == [1, 2, 3], f"a refused free of the null block changes nothing: got {free}"
+    got = ids(pool.get_new_blocks(3))
+    assert got == [1, 2, 3] and check_pool(pool) == [], (
+        f"after the refused free, get_new_blocks(3) must give the 3 free blocks [1, 2, 3], got "
+        f"{got}: a refused call changes nothing, then or at a later call"
+    )
 
 
 @graded(
@@ -472,13 +494,23 @@ def test_reused_block_loses_its_stale_hash():
 def test_allocations_are_reported_to_the_metrics_collector():
     """Upstream's KV-cache residency metrics learn of every allocation from the pool."""
     pool, collector = side().make_pool_with_collector(5)
-    got = ids(pool.get_new_blocks(3))
+    handed_out = pool.get_new_blocks(3)
+    got = ids(handed_out)
     assert got == [1, 2, 3], f"a new pool's get_new_blocks(3) must give blocks [1, 2, 3], got {got}"
     events = collector.events
     want = [["allocated", block_id] for block_id in got]
     assert same_data(events, want), (
         f"get_new_blocks(3) handed out blocks {got}: the collector must have been told "
         f"{want} (one on_block_allocated(block) per block, in order), but it saw {events!r}"
+    )
+    told = collector.allocated_blocks
+    if type(told) is not list:
+        raise AssertionError(f"the recorder's blocks must be a list, got {describe(told)}")
+    itself = [a is b for a, b in zip(told, handed_out)]
+    assert len(told) == 3 and all(itself), (
+        f"get_new_blocks(3) handed out blocks {got}: on_block_allocated must be given each of "
+        f"those very blocks, in order; of the {len(told)} objects it was given, "
+        f"{sum(itself)} were (a stand-in that says a block's id is not the block)"
     )
     seen = collector.allocated_ref_cnts
     want_seen = [[block_id, 1] for block_id in got]

@@ -110,6 +110,14 @@ def test_empty_queue():
         "is empty before changing the counter"
     )
     check_queue(q)
+    # Nor does the refusal leave a change for later: the next call, an append, gives a queue
+    # of one block (tests/hostile/undo_the_rollback_at_the_next_success.py).
+    q.append(load_impl("block_pool").KVCacheBlock(7))
+    count = as_int(q.num_free_blocks, "num_free_blocks")
+    assert count == 1 and check_queue(q) == [7], (
+        f"after the refused popleft, append(block 7) must give the queue [7] with num_free_blocks "
+        f"1, got num_free_blocks {count}: a refused call changes nothing, then or later"
+    )
 
 
 @graded(

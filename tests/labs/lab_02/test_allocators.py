@@ -53,6 +53,10 @@ def test_contiguous_reserves_max_len_up_front():
         "a length over max_len is refused before anything is reserved, at a request's first "
         f"call too: ranges {fresh.ranges}, free ranges {fresh.free_ranges}"
     )
+    assert fresh.ensure("E", 4, 6) is True and fresh.ranges == {"E": (0, 6)}, (
+        "after the refusal, ensure('E', 4, max_len=6) must reserve E's 6 slots at offset 0: a "
+        f"refused call changes nothing, then or at a later call; ranges {fresh.ranges}"
+    )
 
 
 @graded(

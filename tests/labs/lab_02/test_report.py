@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded, learner_module, load_impl
-from tests.labs.common import close_to
+from tests.labs.common import close_to, same_data
 from tests.labs.lab_02.oracle import (
     RANDOM_SETTINGS,
     bounded_shrinking,
@@ -138,16 +138,14 @@ def _steps(mod, rows):
 def test_report_definitions_on_handmade_steps():
     """summarize alone, on steps built by hand (no simulation involved)."""
     mod = frag()
-    steps = _steps(
-        mod,
-        [
-            ((), 0, 0, 0, 40, None, ()),
-            (("a",), 5, 3, 2, 30, "x", ()),
-            (("a", "b", "c"), 27, 1, 2, 10, None, ("d",)),
-            (("a", "b"), 20, 6, 4, 10, "x", ()),
-            (("a",), 9, 0, 1, 30, "y", ()),
-        ],
-    )
+    rows = [
+        ((), 0, 0, 0, 40, None, ()),
+        (("a",), 5, 3, 2, 30, "x", ()),
+        (("a", "b", "c"), 27, 1, 2, 10, None, ("d",)),
+        (("a", "b"), 20, 6, 4, 10, "x", ()),
+        (("a",), 9, 0, 1, 30, "y", ()),
+    ]
+    steps = _steps(mod, rows)
     sim = mod.Simulation(
         capacity_tokens=40, steps=steps, admitted={}, finished={}, num_preemptions=1
     )
@@ -167,11 +165,21 @@ def test_report_definitions_on_handmade_steps():
             "num_preemptions": 1,
         },
     )
-    order = [s.step for s in steps_of(sim)]
-    assert order == [0, 1, 2, 3, 4], (
-        f"summarize reads the simulation and changes nothing in it: its steps are still in "
-        f"step order 0..4 afterwards, got {order} (sort a copy, or take the max, to find the "
-        "peak)"
+    # The same step objects, in the same order, each with the fields it was built with: the
+    # steps' own `step` numbers alone would not do, since summarize could renumber the steps it
+    # sorted (tests/hostile/renumber_the_steps_it_sorted.py).
+    after = steps_of(sim)
+    order = [s.step for s in after]
+    same_objects = len(after) == len(steps) and all(a is b for a, b in zip(after, steps))
+    fields = [
+        (s.running, s.used_tokens, s.reserved_tokens, s.internal_tokens, s.free_tokens, s.blocked)
+        for s in after
+    ]
+    built = [row[:6] for row in rows]
+    assert same_objects and order == [0, 1, 2, 3, 4] and same_data(fields, built), (
+        f"summarize reads the simulation and changes nothing in it: its steps must still be the "
+        f"same StepStats in step order 0..4, each as it was built, afterwards; got steps "
+        f"numbered {order} (sort a copy, or take the max, to find the peak)"
     )
 
 

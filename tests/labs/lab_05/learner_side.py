@@ -68,34 +68,34 @@ def make_pool(n: int, enable_caching: bool = True, hash_block_size: int = 2) -> 
 
 
 class _AccessRecorder(RecordingCollector):
-    """A ``RecordingCollector`` that also keeps ``[block_id, ref_cnt]`` as each
-    ``on_block_accessed`` sees them (``accessed_ref_cnts``): a touched block is reported once it
-    holds the new reference.
+    """A ``RecordingCollector`` that also keeps each object ``on_block_accessed`` was given
+    (``accessed_blocks``) and ``[block_id, ref_cnt]`` as read from it at the call
+    (``accessed_ref_cnts``): a touched block is reported once it holds the new reference.
 
-    Only one of the pool's own blocks (by identity, among those it held when it was built)
-    answers for itself: an object that merely says a block's id and the ref_cnt it will have
-    is recorded as ``["not a block of the pool", None]``, so that a stand-in reported before
-    the reference is taken cannot pass for the block after it
-    (tests/hostile/report_a_stand_in_to_the_collector.py)."""
+    Which object that was is for the judge to check, by identity with the blocks it passed to
+    ``touch``: an object that merely says a block's id and the ref_cnt it will have cannot pass
+    for the block after the reference is taken. Nothing here decides which objects are "the
+    pool's blocks": the pool's ``blocks`` is the learner's attribute, which could list
+    stand-ins too (tests/hostile/report_a_stand_in_to_the_collector.py,
+    hand_the_collector_stand_ins_from_the_first_read.py)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.accessed_blocks: list[Any] = []
         self.accessed_ref_cnts: list[list[Any]] = []
-        self.pool_blocks: dict[int, Any] = {}
 
     def on_block_accessed(self, block: Any) -> None:
-        if self.pool_blocks.get(id(block)) is block:
-            seen = [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
-        else:
-            seen = ["not a block of the pool", None]
-        self.accessed_ref_cnts.append(seen)
+        self.accessed_blocks.append(block)
+        self.accessed_ref_cnts.append(
+            [getattr(block, "block_id", None), getattr(block, "ref_cnt", None)]
+        )
         super().on_block_accessed(block)
 
 
 def make_pool_with_collector(n: int, hash_block_size: int = 2) -> list[Any]:
     """``[pool, collector]``: the learner's caching ``BlockPool`` of ``n`` blocks, with a
     ``RecordingCollector`` as its ``metrics_collector`` (which also records each touched
-    block's ``ref_cnt`` at the call, ``accessed_ref_cnts``)."""
+    block and its ``ref_cnt`` at the call, ``accessed_blocks``, ``accessed_ref_cnts``)."""
     import block_pool
 
     collector = _AccessRecorder()
@@ -105,7 +105,6 @@ def make_pool_with_collector(n: int, hash_block_size: int = 2) -> list[Any]:
         hash_block_size=hash_block_size,
         metrics_collector=collector,
     )
-    collector.pool_blocks = {id(b): b for b in list(pool.blocks)}
     return [pool, collector]
 
 
@@ -142,11 +141,19 @@ def run_pool_ops(pool: Any, ops: list[list[Any]], request: Any = None) -> list[A
     return out
 
 
-def evict_blocks_and_read_the_ids(pool: Any, block_ids: list[int]) -> list[Any]:
-    """Call ``pool.evict_blocks`` with a set of ``block_ids``; return the set afterwards, sorted."""
-    asked = set(block_ids)
-    pool.evict_blocks(asked)
-    return sorted(asked)
+def evict_blocks_given_a_set(pool: Any, block_ids: list[int]) -> Any:
+    """Call ``pool.evict_blocks`` with a set of ``block_ids``; return a holder of that set
+    (``.given``), for :func:`given_ids` to read now and again at the end of the test: the set
+    belongs to the caller, and emptying it at a later call of the pool is changing it too
+    (tests/hostile/empty_the_callers_set_one_call_later.py)."""
+    holder = types.SimpleNamespace(given=set(block_ids))
+    pool.evict_blocks(holder.given)
+    return holder
+
+
+def given_ids(holder: Any) -> list[Any]:
+    """The set held by ``holder`` (:func:`evict_blocks_given_a_set`), sorted."""
+    return sorted(holder.given)
 
 
 # -- reading back ---------------------------------------------------------------------------------

@@ -244,6 +244,14 @@ def test_hashing_a_block_twice_is_an_error():
         "block 2 got a hash (validate every block, not only the first or the last)"
     )
     check_pool(pool)
+    # Nor does the refusal leave a change for later: caching the third block alone, the next
+    # call, hashes it and nothing else (tests/hostile/undo_the_rollback_at_the_next_success.py).
+    pool.cache_full_blocks(req.obj, [first, middle, last], 2, 3, BS, 0)
+    assert first.block_hash is None and hit(pool, req.block_hashes[2]) is last, (
+        "after the refused call, cache_full_blocks(req, [1, 2, 3], num_cached_blocks=2, "
+        "num_full_blocks=3) must cache block 3 alone: block 1 got a hash, or block 3 none (a "
+        "refused call changes nothing, then or at a later call)"
+    )
 
 
 def _refused(what: str, call) -> None:
@@ -574,11 +582,8 @@ def test_evict_blocks_by_id():
     assert [ref(b) for b in blocks] == [1, 1, 1], "evict_blocks must not free blocks"
     check_pool(pool)
     pool.evict_blocks({0})  # the null block is a block of the pool (never cached): a no-op
-    kept = side().evict_blocks_and_read_the_ids(pool, [0, 3])
-    assert same_data(kept, [0, 3]), (
-        f"evict_blocks({{0, 3}}) must leave the caller's set as it was, got {describe(kept)}: "
-        "the set belongs to the caller"
-    )
+    given = side().evict_blocks_given_a_set(pool, [0, 3])
+    _check_the_callers_set(given, "")
     pool.cache_full_blocks(req.obj, blocks, 2, 3, BS, 0)  # block 3 cached again
     for bad in (6, -1):
         with pytest.raises(ValueError) as raised:
@@ -621,6 +626,17 @@ def test_evict_blocks_by_id():
         "valid ids are 0 .. num_gpu_blocks - 1, the last one included"
     )
     assert hit(pool, req.block_hashes[1]) is blocks[1], "block 2 must stay cached"
+    _check_the_callers_set(given, ", nor change it at a later call")
+
+
+def _check_the_callers_set(given: Any, when: str) -> None:
+    """The set of ids ``evict_blocks({0, 3})`` was given is still ``{0, 3}``: read right after
+    the call, and again once the test's last call is made."""
+    kept = side().given_ids(given)
+    assert same_data(kept, [0, 3]), (
+        f"evict_blocks({{0, 3}}) must leave the caller's set as it was{when}, got "
+        f"{describe(kept)}: the set belongs to the caller"
+    )
 
 
 @graded(
@@ -696,6 +712,15 @@ def test_cache_events_are_reported_to_the_metrics_collector():
     assert same_data(got, [["accessed", first]]), (
         f"touch([block {first}]) of a block already in use is a hit too: the collector must "
         f"hear on_block_accessed(block {first}) for every block touched; it saw {got!r}"
+    )
+    told = collector.accessed_blocks
+    if type(told) is not list:
+        raise AssertionError(f"the recorder's blocks must be a list, got {describe(told)}")
+    itself = [b is blocks[0] for b in told]
+    assert len(told) == 2 and all(itself), (
+        f"touch([block {first}]) twice: on_block_accessed must be given the block itself, the "
+        f"one touch was given, each time; of the {len(told)} objects it was given, "
+        f"{sum(itself)} were (a stand-in that says a block's id is not the block)"
     )
     seen_refs = collector.accessed_ref_cnts
     assert same_data(seen_refs, [[first, 1], [first, 2]]), (

@@ -21,7 +21,14 @@ from grading.suite import learner_module, load_impl
 from mini_vllm.core.kv_cache_manager import KVCacheManager as ReferenceManager
 from mini_vllm.core.kv_cache_utils import hash_block_tokens, make_block_hash_with_group_id, sha256
 from tests.labs.lab_07 import learner_side as oracle_side
-from tests.labs.lab_07.checks import check_state, free_queue, num_free, table, visible
+from tests.labs.lab_07.checks import (
+    check_state,
+    compare_states,
+    free_queue,
+    num_free,
+    table,
+    visible,
+)
 
 __all__ = [
     "BS",
@@ -34,6 +41,7 @@ __all__ = [
     "num_free",
     "oracle",
     "table",
+    "twin",
 ]
 
 DOC = "phases/03-prefix-caching-and-scheduling/README.md"
@@ -54,6 +62,60 @@ def driver(num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -> Any:
 def oracle(num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -> Any:
     """The same driver around the reference manager, here in the judge."""
     return oracle_side.Driver(ReferenceManager(num_blocks, BS, max_model_len, **kwargs))
+
+
+class Twin:
+    """The learner's manager and the reference's (:func:`driver`, :func:`oracle`), given the
+    same operations (``add``, ``admit``, ``allocate``, ``decode``, ``free``, ``lookup``,
+    ``append``). What an operation returns is the learner's, for the test to check as it
+    pleases; the learner's whole state is compared with the reference's when the next
+    operation is made, and by :meth:`close`. So a refused allocation that leaves its change
+    for a later call (after the test has read the state once) is caught at that call
+    (tests/hostile/leave_the_refusals_trace_one_call_later.py)."""
+
+    OPERATIONS = frozenset({"add", "admit", "allocate", "decode", "free", "lookup", "append"})
+
+    def __init__(self, num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -> None:
+        self.mine = driver(num_blocks, max_model_len, **kwargs)
+        self.ref = oracle(num_blocks, max_model_len, **kwargs)
+        self.last = "the manager was built"
+
+    def state(self) -> dict[str, Any]:
+        """The learner's state (``Driver.state``)."""
+        return self.mine.state()
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.OPERATIONS:
+            raise AttributeError(name)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            self.agree()
+            got = getattr(self.mine, name)(*args, **kwargs)
+            getattr(self.ref, name)(*args, **kwargs)
+            shown = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
+            self.last = f"{name}({', '.join(shown)})"
+            return got
+
+        return run
+
+    def agree(self) -> None:
+        """The learner's state is the reference's, after the last operation."""
+        compare_states(self.mine.state(), self.ref.state(), self.last)
+
+    def close(self) -> None:
+        """Admit a new request (a lookup, an allocation, fitting or not), then free every
+        request, comparing the states after each call: what the test's last call changed shows
+        at the calls after it, before any of them concerns the requests it changed."""
+        self.add("closing", [97, 98, 99, 96, 95])
+        self.admit("closing")
+        for request_id in list(self.ref.requests):
+            self.free(request_id)
+        self.agree()
+
+
+def twin(num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -> Twin:
+    """A :class:`Twin`: the learner's manager, checked against the reference's."""
+    return Twin(num_blocks, max_model_len, **kwargs)
 
 
 def cache_key(tokens: Any, index: int) -> bytes:

@@ -14,6 +14,7 @@ from tests.labs.lab_07.helpers import (
     free_queue,
     num_free,
     table,
+    twin,
     unchanged,
 )
 
@@ -159,7 +160,7 @@ def test_free_cached_hits_are_revived():
 )
 def test_none_changes_nothing():
     """4 usable blocks, 3 held: a request needing 2 is refused cleanly."""
-    d = driver(5)
+    d = twin(5)
     d.add("a", list(range(12)))
     d.admit("a")
     d.add("b", [50 + i for i in range(8)])
@@ -181,6 +182,7 @@ def test_none_changes_nothing():
     after = d.state()
     assert unchanged(before, after), f"a refused decode changed {describe_change(before, after)}"
     check_state(after)
+    d.close()  # the states after the calls that follow: a refusal leaves no change for later
 
 
 @graded(
@@ -191,7 +193,7 @@ def test_none_changes_nothing():
 )
 def test_none_leaves_hits_unclaimed():
     """b's hits are free cached blocks; b does not fit, then fits with one token fewer."""
-    d = driver(5)
+    d = twin(5)
     d.add("a", list(range(9)))
     d.admit("a")
     d.free("a")
@@ -210,6 +212,7 @@ def test_none_leaves_hits_unclaimed():
         "with 8 new tokens b needs 4 blocks (2 hits + 2 fresh) and 4 are free: it fits"
     )
     check_state(d.state())
+    d.close()
 
 
 @graded(
@@ -220,7 +223,7 @@ def test_none_leaves_hits_unclaimed():
 )
 def test_free_hits_count_against_capacity():
     """3 usable blocks; b hits 2 free blocks and needs 2 more: 4 > 3, so None."""
-    d = driver(4)
+    d = twin(4)
     d.add("a", list(range(8)))
     d.admit("a")
     d.free("a")
@@ -238,6 +241,7 @@ def test_free_hits_count_against_capacity():
     assert result is None, "b needs 4 blocks (2 free hits + 2 fresh), 3 are free: expected None"
     after = d.state()
     assert unchanged(before, after), f"a refused admission changed {describe_change(before, after)}"
+    d.close()
 
 
 @graded(
@@ -653,7 +657,7 @@ def test_bad_arguments_are_rejected():
 )
 def test_admission_gate():
     """Five usable blocks; a holds three of them."""
-    d = driver(6)
+    d = twin(6)
     d.add("a", list(range(12)))
     d.admit("a")
     # b: 12 tokens of its own (3 blocks); its first chunk of 4 would fit the 2 free blocks.
@@ -688,6 +692,7 @@ def test_admission_gate():
     )
     after = d.state()
     assert unchanged(before, after), f"a refused admission changed {describe_change(before, after)}"
+    d.close()
     # Gate passed: the chunk gets its blocks, not the whole sequence.
     d2 = driver(10)
     d2.add("long", list(range(20)))
@@ -708,7 +713,7 @@ def test_admission_gate():
         f"1; got {new}"
     )
     # max_model_len 10, not a multiple of the block size: a 9-token prompt needs 3 blocks.
-    d3 = driver(5, max_model_len=10)
+    d3 = twin(5, max_model_len=10)
     d3.add("a", list(range(8)))
     d3.admit("a")  # 2 of the 4 usable blocks
     d3.add("b", [50 + i for i in range(9)])
@@ -719,9 +724,10 @@ def test_admission_gate():
         f"{out['new']} (min(num_tokens, max_model_len) is in tokens: do not round "
         "max_model_len down to whole blocks)"
     )
+    d3.close()
     # The gate counts the whole sequence whoever asks: a request that holds blocks too (its
     # held blocks cost nothing, as in every count).
-    d4 = driver(6)
+    d4 = twin(6)
     d4.add("a", [50 + i for i in range(12)])
     assert d4.allocate("a", 4) == [1]  # a's first chunk: 1 of the 3 blocks it will need
     d4.add("b", list(range(12)))
@@ -740,6 +746,7 @@ def test_admission_gate():
     assert unchanged(before, after), (
         f"a refused allocation changed {describe_change(before, after)}"
     )
+    d4.close()
 
 
 @graded(
@@ -750,7 +757,7 @@ def test_admission_gate():
 )
 def test_admission_gate_counts_outputs():
     """Caching off: p generates 8 tokens after a 4-token prompt, is preempted, and comes back."""
-    d = driver(6, enable_caching=False)
+    d = twin(6, enable_caching=False)
     d.add("p", [7, 7, 7, 7])
     d.admit("p")
     for token in range(8):
@@ -773,3 +780,4 @@ def test_admission_gate_counts_outputs():
         f"{out['new']}"
     )
     assert unchanged(before, d.state())
+    d.close()

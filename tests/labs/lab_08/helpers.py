@@ -676,8 +676,12 @@ class Engine:
                 for rid, n in _list(state["lookups"], "the prefix-cache lookups")
             }
         )
+        statistics = state["statistics"]
+        if statistics is not None:
+            statistics = _ints(statistics, "the counters of kv_cache_manager.prefix_cache_stats")
         checked = {
             "lookups": lookups,
+            "statistics": statistics,
             "running": running,
             "waiting": waiting,
             "requests": requests,
@@ -945,6 +949,15 @@ class Engine:
                 "The waiting pass looks up only the request it is about to try, once the while "
                 "condition (a waiting request, budget left, len(running) < max_num_seqs) holds, "
                 "and running requests are never looked up (README, the shape of schedule())"
+            )
+        if mine["statistics"] is not None and mine["statistics"] != raw["statistics"]:
+            self.fail(
+                f"after {where}: the prefix-cache statistics (kv_cache_manager."
+                f"prefix_cache_stats: {', '.join(reader.STATISTICS)}) differ from the reference "
+                f"scheduler's:\n  yours:     {mine['statistics']}\n  reference: "
+                f"{raw['statistics']}\nEvery get_computed_blocks call is a lookup the statistics "
+                "record, however it is made: look up only the request the waiting pass is "
+                "about to try (README, the shape of schedule())"
             )
         fields = (
             "status",

@@ -30,6 +30,8 @@ def make_manager(num_blocks: int, block_size: int, max_model_len: int, caching: 
         num_blocks, block_size, max_model_len, enable_caching=caching, log_stats=True
     )
     _count_lookups(manager)
+    if getattr(manager, "prefix_cache_stats", None) is None:
+        _WITHOUT_STATISTICS.append(manager)
     return manager
 
 
@@ -60,6 +62,18 @@ def _count_lookups(manager: Any) -> None:
 
 #: The managers ``_count_lookups`` could not wrap (held, so that their ids stay theirs).
 _UNCOUNTED: list[Any] = []
+#: The managers built without a ``prefix_cache_stats`` to read (a chained manager that keeps
+#: its statistics some other way): their statistics are not compared.
+_WITHOUT_STATISTICS: list[Any] = []
+#: The counters of the manager's ``prefix_cache_stats`` that ``state`` reads.
+STATISTICS = (
+    "requests",
+    "queries",
+    "hits",
+    "preempted_requests",
+    "preempted_queries",
+    "preempted_hits",
+)
 
 
 def make_scheduler(
@@ -238,6 +252,18 @@ def _lookups(manager: Any) -> list[list[Any]] | str | None:
     return None if any(m is manager for m in _UNCOUNTED) else "uncounted"
 
 
+def _statistics(manager: Any) -> list[Any] | None:
+    """The counters of the manager's own ``prefix_cache_stats``, as found; None if it had none
+    when it was built. They are what a lookup leaves however it is made: the wrapper of
+    ``_count_lookups`` misses a call made through the class,
+    ``KVCacheManager.get_computed_blocks(manager, request)``, which the statistics record all
+    the same (tests/hostile/look_up_through_the_class.py)."""
+    if any(m is manager for m in _WITHOUT_STATISTICS):
+        return None
+    stats = getattr(manager, "prefix_cache_stats", None)
+    return [getattr(stats, name, None) for name in STATISTICS]
+
+
 def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
     """The scheduler's queues, the KV cache's block tables and pool, and the given requests
     (one row each, ``[request_id, *REQUEST_FIELDS]``). The pool is read whole (a snapshot of
@@ -256,5 +282,6 @@ def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
         "pool": pool_snapshot(block_pool) if pool else None,
         "ref_cnts": [getattr(b, "ref_cnt", None) for b in block_pool.blocks],
         "lookups": _lookups(manager),
+        "statistics": _statistics(manager),
         "reqs": [[req.request_id, *_request_row(req)] for req in requests],
     }

@@ -13,13 +13,23 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mini_vllm.metrics.stats import IterationStats, SchedulerStats
 
-# Seconds: from a millisecond-scale GPU step up to minutes-long requests on a loaded CPU.
-_LATENCY_BUCKETS = [
+# Seconds, upstream's bucket bounds at the pin: a dashboard that reads one bucket (`le="0.1"`)
+# or compares quantiles across servers needs the same edges, not merely the same names.
+_TTFT_BUCKETS = [
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 ]  # fmt: skip
-_ITL_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
-_FINISH_REASONS = ("stop", "length", "abort", "error")
+_ITL_BUCKETS = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+]  # fmt: skip
+_E2E_BUCKETS = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+]  # fmt: skip
+# Upstream's FinishReason values, every one a series from the start (a dashboard summing them
+# sees 0, not "no data"), "repetition" included although the server takes no repetition settings.
+_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
 def _token_buckets(max_model_len: int) -> list[float]:
@@ -98,7 +108,7 @@ class PrometheusStatLogger:
         self.histogram_time_to_first_token = histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
-            _LATENCY_BUCKETS,
+            _TTFT_BUCKETS,
         )
         self.histogram_inter_token_latency = histogram(
             "vllm:inter_token_latency_seconds",
@@ -113,7 +123,7 @@ class PrometheusStatLogger:
         self.histogram_e2e_time_request = histogram(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
-            _LATENCY_BUCKETS,
+            _E2E_BUCKETS,
         )
 
     def record(
@@ -141,7 +151,8 @@ class PrometheusStatLogger:
             self.histogram_e2e_time_request.observe(finished.e2e_latency)
             self.histogram_num_prompt_tokens_request.observe(finished.num_prompt_tokens)
             self.histogram_num_generation_tokens_request.observe(finished.num_generation_tokens)
-            if finished.num_generation_tokens > 1:
-                self.histogram_time_per_output_token_request.observe(
-                    finished.mean_time_per_output_token
-                )
+            # Every finished request, as upstream: one token (no decode step) observes 0, so the
+            # count equals e2e's and a dashboard's sum/count means the same on both servers.
+            self.histogram_time_per_output_token_request.observe(
+                finished.mean_time_per_output_token
+            )

@@ -211,6 +211,12 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "logit_bias": {"42": 5.0}}, "logit_bias"),
         ({"prompt": "hi", "prompt_logprobs": 1}, "prompt_logprobs"),
         ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
+        # ... and upstream's fields the server used to ignore without a word.
+        ({"prompt": "hi", "cache_salt": "tenant-a"}, "cache_salt"),
+        ({"prompt": "hi", "return_token_ids": True}, "return_token_ids"),
+        ({"prompt": "hi", "logprobs": 1, "return_tokens_as_token_ids": True}, "as_token_ids"),
+        ({"prompt": "hi", "repetition_detection": {"max_pattern_size": 4}}, "repetition"),
+        ({"prompt": "hi", "spaces_between_special_tokens": False}, "spaces_between"),
         ({"prompt": "hi", "logprobs": -1}, "`logprobs` must be a positive value"),
         ({"prompt": "hi", "stream_options": {"include_usage": True}}, "stream=True"),
         ({"prompt": [10**9]}, "vocabulary"),
@@ -235,6 +241,11 @@ def test_invalid_parameters_are_400(tiny_server, body, needle):
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"top_p": 0.5, "min_p": 0.2}, "min_p"),
         ({"echo": True}, "echo"),
+        # Upstream refuses a request's own template unless --trust-request-chat-template.
+        ({"chat_template": "{{ messages[0].content }}"}, "chat_template"),
+        ({"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}, "chat_template"),
+        ({"documents": [{"title": "t", "text": "x"}]}, "documents"),
+        ({"cache_salt": "tenant-a"}, "cache_salt"),
     ],
 )
 def test_invalid_chat_parameters_are_400(tiny_server, body, needle):
@@ -288,3 +299,243 @@ def test_metric_names_are_upstreams(tiny_server):
         "vllm:e2e_request_latency_seconds",
     } <= ours
     assert ours <= upstream, sorted(ours - upstream)
+
+
+def _sse_events(url: str, body: dict) -> list[dict]:
+    """The JSON events of one streamed response, as sent (``[DONE]`` left out)."""
+    import json
+
+    with httpx.stream("POST", url, json=body, timeout=120) as resp:
+        assert resp.status_code == 200, resp.read()
+        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+def test_continuous_usage_stats_on_every_chunk(client, serve_tokenizer):
+    """``stream_options.continuous_usage_stats`` (upstream's ``should_include_usage``): with
+    ``include_usage``, every chunk carries its own choice's usage so far (that choice's prompt,
+    the tokens generated for it), the last chunk the total. Was: silently ignored."""
+    prompts = [PROMPT, "Hello there"]
+    chunks = list(
+        client.completions.create(
+            model="tiny",
+            prompt=prompts,
+            max_tokens=5,
+            n=2,
+            temperature=1.0,
+            seed=7,
+            stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    prompt_lens = [len(serve_tokenizer(p).input_ids) for p in prompts]
+    so_far: dict[int, int] = {}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk.choices
+        usage = chunk.usage
+        assert usage is not None, "a chunk without usage under continuous_usage_stats"
+        assert usage.prompt_tokens == prompt_lens[choice.index // 2]
+        assert usage.completion_tokens > so_far.get(choice.index, 0)
+        assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+        so_far[choice.index] = usage.completion_tokens
+    final = chunks[-1]
+    assert not final.choices and final.usage.prompt_tokens == sum(prompt_lens)
+    assert final.usage.completion_tokens == sum(so_far.values()) == 4 * 5
+    # Chat: the role chunk counts the prompt and nothing generated yet.
+    chat = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=3,
+            stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    assert chat[0].choices[0].delta.role == "assistant"
+    assert chat[0].usage.completion_tokens == 0 and chat[0].usage.prompt_tokens > 0
+    assert [c.usage.completion_tokens for c in chat[1:-1]][-1] == 3
+
+
+def test_stream_chunks_leave_out_unset_fields(tiny_server):
+    """Upstream writes each chunk with ``exclude_unset=True``: a content delta has no
+    ``"role": null``, and no chunk has ``"usage": null`` unless usage was asked for. A curl
+    user or a strict SSE parser sees the same bytes from both servers."""
+    body = {"model": "tiny", "max_tokens": 3, "stream": True}
+    chat = _sse_events(
+        f"{tiny_server.api_url}/chat/completions",
+        {**body, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert chat[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    for event in chat[1:]:
+        assert "usage" not in event, event
+        assert "role" not in event["choices"][0]["delta"], event
+        assert event["object"] == "chat.completion.chunk"
+    completion = _sse_events(f"{tiny_server.api_url}/completions", {**body, "prompt": PROMPT})
+    assert all("usage" not in e and e["object"] == "text_completion" for e in completion)
+    assert {"index", "text", "logprobs", "finish_reason"} <= set(completion[-1]["choices"][0])
+
+
+@pytest.mark.parametrize(
+    "body, param", [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p")]
+)
+def test_engine_refusal_names_the_param(client, body, param):
+    """Upstream's SamplingParams refuses temperature and top_p with a VLLMValidationError
+    naming the field, which becomes the error's ``param``. Was: ``param`` null."""
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="tiny", prompt="hi", max_tokens=2, extra_body=body)
+    assert info.value.param == param
+
+
+def test_version_route(tiny_server):
+    """Upstream serves ``GET /version`` (tools probe it to find a vLLM server). Was: 404."""
+    resp = httpx.get(f"{tiny_server.base_url}/version")
+    assert resp.status_code == 200
+    assert isinstance(resp.json()["version"], str)
+
+
+def test_reply_role_without_generation_prompt(tiny_server):
+    """With ``add_generation_prompt: false`` the model continues the last message, and upstream
+    answers in that message's role (``get_chat_request_role``), streamed or not. Was: always
+    ``assistant``."""
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Complete my sentence: the sky is"}],
+        "add_generation_prompt": False,
+        "max_tokens": 2,
+    }
+    url = f"{tiny_server.api_url}/chat/completions"
+    resp = httpx.post(url, json=body, timeout=120)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["message"]["role"] == "user"
+    events = _sse_events(url, {**body, "stream": True})
+    assert events[0]["choices"][0]["delta"]["role"] == "user"
+
+
+def test_metric_buckets_and_reasons_are_upstreams(tiny_server, client):
+    """The latency histograms have upstream's bucket edges (a panel that reads one ``le`` or
+    compares two servers' quantiles needs the same edges), and ``request_success`` has a series
+    for each of upstream's finish reasons. Was: other edges, no ``repetition``."""
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "upstream/vllm-0.22.1/vllm"
+    if not (root / "v1/metrics/loggers.py").is_file():
+        pytest.skip("upstream/ is not unpacked (make upstream)")
+    tree = ast.parse((root / "v1/metrics/loggers.py").read_text())
+    lists = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.List)
+    }
+    upstream: dict[str, list[float]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            kw = {k.arg: k.value for k in node.keywords}
+            name, buckets = kw.get("name"), kw.get("buckets")
+            if isinstance(name, ast.Constant) and isinstance(buckets, (ast.List, ast.Name)):
+                upstream[name.value] = (
+                    ast.literal_eval(buckets)
+                    if isinstance(buckets, ast.List)
+                    else lists[buckets.id]
+                )
+    client.completions.create(model="tiny", prompt="hi", max_tokens=2)
+    text = httpx.get(f"{tiny_server.base_url}/metrics").text
+    for name in (
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:request_time_per_output_token_seconds",
+        "vllm:e2e_request_latency_seconds",
+    ):
+        edges = re.findall(rf'^{name}_bucket{{[^}}]*le="([^"]+)"', text, flags=re.M)
+        assert [float(e) for e in edges if e != "+Inf"] == [float(b) for b in upstream[name]], name
+    init = (root / "v1/engine/__init__.py").read_text()
+    strings = re.search(r"^FINISH_REASON_STRINGS = (\(.*?\))", init, flags=re.M)
+    assert strings, "FINISH_REASON_STRINGS not found in upstream's v1/engine/__init__.py"
+    reasons = set(ast.literal_eval(strings.group(1)))
+    ours = set(re.findall(r'^vllm:request_success_total{[^}]*finished_reason="(\w+)"', text, re.M))
+    assert reasons and ours == reasons, sorted(reasons ^ ours)
+
+
+def test_x_request_id_names_the_response(client):
+    """Upstream builds the response's ``id`` from the ``X-Request-Id`` header, else the body's
+    ``request_id`` (``_base_request_id``), streamed chunks included; two requests under one id
+    still run apart (the engine's ids stay the server's own). Was: always a random id."""
+    kwargs = dict(model="tiny", prompt="hi", max_tokens=2)
+    headers = {"X-Request-Id": "trace-42"}
+    assert client.completions.create(**kwargs, extra_headers=headers).id == "cmpl-trace-42"
+    chunks = list(client.completions.create(**kwargs, stream=True, extra_headers=headers))
+    assert {c.id for c in chunks} == {"cmpl-trace-42"}
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=2,
+        extra_body={"request_id": "body-7"},
+    )
+    assert chat.id == "chatcmpl-body-7"
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        both = list(
+            pool.map(
+                lambda seed: client.completions.create(
+                    **{**kwargs, "max_tokens": 12},
+                    temperature=1.0,
+                    seed=seed,
+                    extra_headers=headers,
+                    extra_body={"ignore_eos": True},
+                ),
+                (1, 2),
+            )
+        )
+    assert [r.id for r in both] == ["cmpl-trace-42"] * 2
+    assert all(r.usage.completion_tokens == 12 for r in both)
+
+
+def test_add_special_tokens_is_honoured():
+    """Upstream's ``add_special_tokens``: completions add the tokenizer's special tokens (a BOS)
+    unless told not to; chat adds none (the template holds them) unless told to. Was: ignored.
+    Checked on the prompt builders with a tokenizer that adds a BOS (SmolLM2's adds none)."""
+    from types import SimpleNamespace
+
+    from mini_vllm.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+    from mini_vllm.entrypoints.openai.serving import OpenAIServing
+
+    bos = 1
+
+    class BosTokenizer:
+        chat_template = "plain"
+
+        def __call__(self, text: str, add_special_tokens: bool = True) -> SimpleNamespace:
+            return SimpleNamespace(input_ids=[bos] * add_special_tokens + [ord(c) for c in text])
+
+        def apply_chat_template(self, conversation, **kwargs) -> str:
+            return "".join(m["content"] for m in conversation)
+
+    serving = object.__new__(OpenAIServing)
+    serving.tokenizer = BosTokenizer()
+    ids = lambda req: serving._completion_prompts(req)[0].token_ids  # noqa: E731
+    assert ids(CompletionRequest(prompt="ab"))[0] == bos
+    assert ids(CompletionRequest(prompt="ab", add_special_tokens=False)) == [97, 98]
+    messages = [{"role": "user", "content": "ab"}]
+    chat = lambda **kw: serving._chat_prompt(ChatCompletionRequest(messages=messages, **kw))  # noqa: E731
+    assert chat().token_ids == [97, 98]
+    assert chat(add_special_tokens=True).token_ids == [bos, 97, 98]
+
+
+def test_tpot_histogram_counts_every_finished_request(tiny_server, client):
+    """Upstream observes ``vllm:request_time_per_output_token_seconds`` for every finished
+    request, 0 for a one-token one, so its count equals ``e2e_request_latency_seconds``'s.
+    Was: one-token requests skipped."""
+    before = tiny_server.metrics()
+    client.completions.create(model="tiny", prompt="hi", max_tokens=1)
+    after = tiny_server.metrics()
+    e2e = "vllm:e2e_request_latency_seconds_count"
+    tpot = "vllm:request_time_per_output_token_seconds_count"
+    assert after[e2e] - before[e2e] == 1
+    assert after[tpot] - before[tpot] == 1

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+import mini_vllm
 from mini_vllm.engine.async_llm import AsyncLLM
 from mini_vllm.engine.core_client import EngineDeadError
 from mini_vllm.entrypoints.openai.cli_args import DEFAULT_SERVED_MODEL_NAME, engine_args_from_cli
@@ -124,6 +125,11 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             return Response(status_code=503)
         return Response(status_code=200)
 
+    @app.get("/version")
+    async def show_version() -> JSONResponse:
+        # Upstream's route, which tools probe to tell a vLLM server is there; the version is ours.
+        return JSONResponse({"version": mini_vllm.__version__})
+
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
         registry = request.app.state.stat_logger.registry
@@ -160,12 +166,16 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     @app.post("/v1/completions")
     async def create_completion(body: CompletionRequest, request: Request) -> Response:
         serving = _serving(request)
-        return await _respond(request, serving.create_completion(body))
+        return await _respond(
+            request, serving.create_completion(body, request.headers.get("X-Request-Id"))
+        )
 
     @app.post("/v1/chat/completions")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
         serving = _serving(request)
-        return await _respond(request, serving.create_chat_completion(body))
+        return await _respond(
+            request, serving.create_chat_completion(body, request.headers.get("X-Request-Id"))
+        )
 
     return app
 

@@ -49,6 +49,8 @@ class UsageInfo(OpenAIBaseModel):
 
 class StreamOptions(OpenAIBaseModel):
     include_usage: bool | None = False
+    # With include_usage: every chunk carries its choice's usage so far, too.
+    continuous_usage_stats: bool | None = False
 
 
 class ModelCard(OpenAIBaseModel):
@@ -80,6 +82,7 @@ class SamplingRequestMixin(OpenAIBaseModel):
     presence_penalty: float | None = 0.0
     frequency_penalty: float | None = 0.0
     user: str | None = None
+    request_id: str | None = None  # vLLM's: the response's id (as the X-Request-Id header)
     # vLLM extensions
     min_tokens: int = 0
     ignore_eos: bool = False
@@ -100,6 +103,13 @@ class SamplingRequestMixin(OpenAIBaseModel):
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
     priority: int = 0
+    cache_salt: str | None = None  # upstream salts the prefix-cache hashes with it
+    return_token_ids: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
+    repetition_detection: dict[str, Any] | None = None
+    thinking_token_budget: int | None = None
+    length_penalty: float = 1.0
+    spaces_between_special_tokens: bool = True
 
     def unsupported_fields(self) -> dict[str, Any]:
         """Each field above, truthy when it asks for something the engine would not do."""
@@ -116,6 +126,13 @@ class SamplingRequestMixin(OpenAIBaseModel):
             "response_format": response_type != "text",
             "structured_outputs": self.structured_outputs is not None,
             "priority": self.priority != 0,
+            "cache_salt": self.cache_salt is not None,
+            "return_token_ids": bool(self.return_token_ids),
+            "return_tokens_as_token_ids": bool(self.return_tokens_as_token_ids),
+            "repetition_detection": self.repetition_detection is not None,
+            "thinking_token_budget": self.thinking_token_budget is not None,
+            "length_penalty": self.length_penalty != 1.0,
+            "spaces_between_special_tokens": not self.spaces_between_special_tokens,
         }
 
     def stop_list(self) -> list[str]:
@@ -131,6 +148,9 @@ class CompletionRequest(SamplingRequestMixin):
     logprobs: int | None = None
     best_of: int | None = None
     suffix: str | None = None
+    prompt_embeds: Any = None
+    # Whether the tokenizer adds its special tokens (a BOS) to a text prompt, as upstream.
+    add_special_tokens: bool = True
 
 
 class ChatMessage(OpenAIBaseModel):
@@ -152,6 +172,12 @@ class ChatCompletionRequest(SamplingRequestMixin):
     tool_choice: str | dict[str, Any] | None = None
     echo: bool = False  # upstream: prepend the last message to the reply
     continue_final_message: bool = False
+    # Upstream refuses a request's own template unless --trust-request-chat-template.
+    chat_template: str | None = None
+    documents: list[dict[str, Any]] | None = None  # rendered by RAG templates
+    return_prompt_text: bool | None = None
+    # The template holds the special tokens already; true adds the tokenizer's on top, as upstream.
+    add_special_tokens: bool = False
 
 
 class CompletionLogProbs(OpenAIBaseModel):

@@ -51,6 +51,18 @@ from mini_vllm.sampling_params import SamplingParams, SamplingType
 _MAX_SEED = 2**63 - 1
 
 
+# The fields whose refusal upstream's SamplingParams reports with the field as the error's
+# `param` (it raises VLLMValidationError for them, a plain ValueError with no param otherwise).
+_PARAM_ERRORS = ("temperature", "top_p", "max_tokens", "logprobs")
+
+
+def _engine_error_param(message: str) -> str | None:
+    """The ``param`` of an engine refusal: the field its message starts with, for the fields
+    upstream names (``"temperature must be non-negative, ..."``: ``temperature``)."""
+    field = message.split(" ", 1)[0]
+    return field if field in _PARAM_ERRORS else None
+
+
 class BadRequestError(Exception):
     """The request is wrong; answered with 400 and this message."""
 
@@ -135,7 +147,7 @@ class OpenAIServing:
             # The engine's own validation: the server accepts exactly what LLM.generate does.
             checked = SamplingParams(**values, max_tokens=None)
         except (ValueError, TypeError) as exc:
-            raise BadRequestError(str(exc)) from None
+            raise BadRequestError(str(exc), param=_engine_error_param(str(exc))) from None
         if request.n > 1 and checked.sampling_type == SamplingType.GREEDY:
             # Upstream's SamplingParams._verify_greedy_sampling: n greedy samples are one sample.
             raise BadRequestError(
@@ -202,7 +214,8 @@ class OpenAIServing:
         prompts = []
         for item in items:
             if isinstance(item, str):
-                prompts.append(_Prompt(item, list(self.tokenizer(item).input_ids)))
+                ids = self.tokenizer(item, add_special_tokens=request.add_special_tokens).input_ids
+                prompts.append(_Prompt(item, list(ids)))
             else:
                 prompts.append(_Prompt(None, self._check_token_ids(item)))
         return prompts
@@ -238,8 +251,9 @@ class OpenAIServing:
             )
         except Exception as exc:  # a template may raise on roles it does not know
             raise BadRequestError(f"the chat template failed: {exc}", param="messages") from None
-        # The template holds the special tokens already (as LLM.chat): add none.
-        token_ids = list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        # The template holds the special tokens already (as LLM.chat): add none unless asked.
+        ids = self.tokenizer(text, add_special_tokens=request.add_special_tokens).input_ids
+        token_ids = list(ids)
         return _Prompt(text, token_ids)
 
     # --------------------------------------------------------- generation
@@ -283,7 +297,7 @@ class OpenAIServing:
         return merge_async_iterators(generators)
 
     async def create_completion(
-        self, request: CompletionRequest
+        self, request: CompletionRequest, client_request_id: str | None = None
     ) -> CompletionResponse | AsyncIterator[str]:
         self.check_model(request.model)
         if request.logprobs is not None and request.logprobs < 0:
@@ -295,6 +309,7 @@ class OpenAIServing:
                 "echo": request.echo,
                 "suffix": request.suffix,
                 "best_of": request.best_of not in (None, 1) and request.best_of,
+                "prompt_embeds": request.prompt_embeds is not None,
                 "presence_penalty": request.presence_penalty,
                 "frequency_penalty": request.frequency_penalty,
             },
@@ -305,13 +320,14 @@ class OpenAIServing:
             self._check_length(len(p.token_ids), request.max_tokens, "max_tokens") for p in prompts
         ]
         request_id = f"cmpl-{random_uuid()}"
+        response_id = _response_id("cmpl", client_request_id or request.request_id, request_id)
         created = int(time.time())
         merged = await self._start(request_id, prompts, request, params, max_tokens)
         prompt_tokens = sum(len(p.token_ids) for p in prompts)
         if not request.stream:
             outputs, completion_tokens = await _collect(merged)
             return CompletionResponse(
-                id=request_id,
+                id=response_id,
                 created=created,
                 model=self.served_model_name,
                 choices=[
@@ -343,16 +359,25 @@ class OpenAIServing:
                 stop_reason=out.stop_reason,
             )
             return CompletionStreamResponse(
-                id=request_id, created=created, model=self.served_model_name, choices=[choice]
+                id=response_id,
+                object="text_completion",
+                created=created,
+                model=self.served_model_name,
+                choices=[choice],
             )
 
         usage = CompletionStreamResponse(
-            id=request_id, created=created, model=self.served_model_name, choices=[]
+            id=response_id,
+            object="text_completion",
+            created=created,
+            model=self.served_model_name,
+            choices=[],
         )
-        return _stream(merged, chunk, [], usage, prompt_tokens, request)
+        prompt_lens = [len(p.token_ids) for p in prompts]
+        return _stream(merged, chunk, [], usage, prompt_lens, request)
 
     async def create_chat_completion(
-        self, request: ChatCompletionRequest
+        self, request: ChatCompletionRequest, client_request_id: str | None = None
     ) -> ChatCompletionResponse | AsyncIterator[str]:
         self.check_model(request.model)
         params = self._check_sampling(
@@ -364,27 +389,33 @@ class OpenAIServing:
                 "tool_choice": request.tool_choice not in (None, "none"),
                 "echo": request.echo,
                 "continue_final_message": request.continue_final_message,
+                "chat_template": request.chat_template is not None
+                or (request.chat_template_kwargs or {}).get("chat_template") is not None,
+                "documents": request.documents is not None,
+                "return_prompt_text": bool(request.return_prompt_text),
             },
             num_logprobs=chat_num_logprobs(request),
         )
         prompt = self._chat_prompt(request)
+        role = chat_request_role(request)
         use_new_name = request.max_completion_tokens is not None
         field = "max_completion_tokens" if use_new_name else "max_tokens"
         wanted = request.max_completion_tokens if use_new_name else request.max_tokens
         max_tokens = self._check_length(len(prompt.token_ids), wanted, field)
         request_id = f"chatcmpl-{random_uuid()}"
+        response_id = _response_id("chatcmpl", client_request_id or request.request_id, request_id)
         created = int(time.time())
         merged = await self._start(request_id, [prompt], request, params, [max_tokens])
         if not request.stream:
             outputs, completion_tokens = await _collect(merged)
             return ChatCompletionResponse(
-                id=request_id,
+                id=response_id,
                 created=created,
                 model=self.served_model_name,
                 choices=[
                     ChatCompletionResponseChoice(
                         index=index,
-                        message=ChatResponseMessage(content=out.text),
+                        message=ChatResponseMessage(role=role, content=out.text),
                         logprobs=chat_logprobs(out.token_ids, out.logprobs, request.top_logprobs),
                         finish_reason=out.finish_reason,
                         stop_reason=out.stop_reason,
@@ -397,7 +428,10 @@ class OpenAIServing:
         def chunk(index: int, out: CompletionOutput | None = None) -> ChatCompletionStreamResponse:
             if out is None:  # the role comes first, once per choice (as OpenAI sends it)
                 choice = ChatCompletionResponseStreamChoice(
-                    index=index, delta=DeltaMessage(role="assistant", content="")
+                    index=index,
+                    delta=DeltaMessage(role=role, content=""),
+                    logprobs=None,
+                    finish_reason=None,
                 )
             else:
                 choice = ChatCompletionResponseStreamChoice(
@@ -408,14 +442,22 @@ class OpenAIServing:
                     stop_reason=out.stop_reason,
                 )
             return ChatCompletionStreamResponse(
-                id=request_id, created=created, model=self.served_model_name, choices=[choice]
+                id=response_id,
+                object="chat.completion.chunk",
+                created=created,
+                model=self.served_model_name,
+                choices=[choice],
             )
 
         usage = ChatCompletionStreamResponse(
-            id=request_id, created=created, model=self.served_model_name, choices=[]
+            id=response_id,
+            object="chat.completion.chunk",
+            created=created,
+            model=self.served_model_name,
+            choices=[],
         )
         roles = [chunk(index) for index in range(request.n)]
-        return _stream(merged, chunk, roles, usage, len(prompt.token_ids), request)
+        return _stream(merged, chunk, roles, usage, [len(prompt.token_ids)], request)
 
 
 async def _collect(
@@ -432,30 +474,60 @@ async def _stream(
     chunk: Callable[[int, CompletionOutput], BaseModel],
     first: Sequence[BaseModel],
     usage: CompletionStreamResponse | ChatCompletionStreamResponse,
-    prompt_tokens: int,
+    prompt_lens: Sequence[int],
     request: SamplingRequestMixin,
 ) -> AsyncIterator[str]:
     """Server-sent events: ``first``, one chunk per output, the usage chunk if asked, ``[DONE]``.
 
     The response has started by now (status 200), so a failure becomes an error event in the
-    stream; leaving early closes ``merged``, which aborts the unfinished requests.
+    stream; leaving early closes ``merged``, which aborts the unfinished requests. With
+    ``stream_options.continuous_usage_stats`` (and ``include_usage``) every chunk also carries
+    its own choice's usage so far (upstream's ``should_include_usage``): the prompt of that
+    choice and the tokens generated for it, not the sum over choices.
     """
-    completion_tokens = 0
+    options = request.stream_options
+    include_usage = bool(options and options.include_usage)
+    continuous = include_usage and bool(options and options.continuous_usage_stats)
+    generated: dict[int, int] = {}  # tokens per choice index
+
+    def event(payload: BaseModel) -> str:
+        if continuous:
+            index = payload.choices[0].index  # type: ignore[attr-defined]
+            prompt_tokens = prompt_lens[index // request.n]
+            payload.usage = _usage(prompt_tokens, generated.get(index, 0))  # type: ignore[attr-defined]
+        return _sse(payload)
+
     try:
-        for event in first:
-            yield _sse(event)
+        for opening in first:
+            yield event(opening)
         async for index, output in merged:
             completion = output.outputs[0]
-            completion_tokens += len(completion.token_ids)
-            yield _sse(chunk(index, completion))
-        if request.stream_options and request.stream_options.include_usage:
-            usage.usage = _usage(prompt_tokens, completion_tokens)
+            generated[index] = generated.get(index, 0) + len(completion.token_ids)
+            yield event(chunk(index, completion))
+        if include_usage:
+            usage.usage = _usage(sum(prompt_lens), sum(generated.values()))
             yield _sse(usage)
     except Exception as exc:
         yield _sse_error(exc)
     finally:
         await merged.aclose()
     yield "data: [DONE]\n\n"
+
+
+def _response_id(prefix: str, client_id: str | None, request_id: str) -> str:
+    """The ``id`` of the response: upstream's ``{prefix}-{X-Request-Id header}`` (or of the
+    body's ``request_id``) when the client gave one, so that it can find its request in the
+    server's answer; the engine's own ids stay ours, unique even if two clients send one id."""
+    return f"{prefix}-{client_id}" if client_id else request_id
+
+
+def chat_request_role(request: ChatCompletionRequest) -> str:
+    """The role of the reply: the assistant's, unless the request asked for no generation
+    prompt, in which case the model continues the last message and the reply is in its role
+    (upstream's ``get_chat_request_role``)."""
+    if request.add_generation_prompt:
+        return "assistant"
+    return request.messages[-1].role
 
 
 def chat_num_logprobs(request: ChatCompletionRequest) -> int | None:
@@ -484,7 +556,8 @@ def completion_logprobs(
     the ``num_logprobs`` best (keyed by text, as OpenAI's), with running character offsets."""
     if logprobs is None or num_logprobs is None:
         return None
-    result = CompletionLogProbs()
+    # Every list passed in, so that a streamed chunk (dumped with exclude_unset) keeps them.
+    result = CompletionLogProbs(text_offset=[], token_logprobs=[], tokens=[], top_logprobs=[])
     offset = initial_text_offset
     for token_id, position in zip(token_ids, logprobs):
         sampled = position[token_id]
@@ -541,7 +614,10 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:
 
 
 def _sse(payload: BaseModel) -> str:
-    return f"data: {payload.model_dump_json()}\n\n"
+    """One event; fields never set are left out, as upstream's chunks
+    (``model_dump_json(exclude_unset=True)``): no ``"usage": null`` on every chunk, no
+    ``"role": null`` in a content delta."""
+    return f"data: {payload.model_dump_json(exclude_unset=True)}\n\n"
 
 
 def _sse_error(exc: BaseException) -> str:

@@ -953,4 +953,26 @@ MUTANTS = [
         "loses a block of its hit",
         caught_by="test_prefix_hits.py::test_hit_is_capped_at_num_tokens_minus_one",
     ),
+    Mutant(
+        name="forward_free_without_caching",
+        file=FILE,
+        find="self.block_pool.free_blocks(list(reversed(req_blocks)))",
+        replace="self.block_pool.free_blocks(\n"
+        "    list(reversed(req_blocks)) if self.enable_caching else req_blocks\n"
+        ")",
+        why="blocks freed tail first only with caching on, as older vLLM V1 did: without "
+        "caching a request's blocks join the free queue head first, so the next allocation "
+        "reuses them in another order than upstream's (only the random workload met the case)",
+        caught_by="test_free.py::test_free_returns_blocks_tail_first",
+    ),
+    Mutant(
+        name="stats_query_is_the_prompt",
+        file=FILE,
+        find="num_tokens=request.num_tokens,",
+        replace="num_tokens=request.num_prompt_tokens,",
+        why="a lookup's query counted as the prompt, as when only prompts were looked up: a "
+        "resumed request looks up its outputs too, so its hits can exceed its counted queries "
+        "(only the random workload met the case)",
+        caught_by="test_prefix_hits.py::test_prefix_cache_stats_count_lookups",
+    ),
 ]

@@ -1288,4 +1288,86 @@ MUTANTS = [
         "requeued a second time and counted twice, where upstream asserts RUNNING first",
         caught_by="test_preemption.py::test_reset_prefix_cache_preempts_every_running_request",
     ),
+    Mutant(
+        name="prefill_chunk_against_the_prompt",
+        file=FILE,
+        find="request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens",
+        replace="request.is_prefill_chunk = request.num_computed_tokens < request.num_prompt_tokens",
+        why="is_prefill_chunk measured against the prompt, as 'prefill' reads in engines that "
+        "fold a preempted request's outputs into its prompt: a resumed request recomputing its "
+        "outputs in chunks looks done after its prompt, so a runner's token for its non-final "
+        "chunk is appended instead of refused (only the priority random workload met the case)",
+        caught_by="test_aborts.py::test_update_from_output_checks_the_runner",
+    ),
+    Mutant(
+        name="fcfs_victim_by_arrival_time",
+        file=FILE,
+        find="preempted_req = self.running.pop()",
+        replace="preempted_req = max(self.running, key=lambda r: r.arrival_time)\n"
+        "self.running.remove(preempted_req)",
+        why="the FCFS victim taken as the latest arrival, as schedulers that kept running sorted "
+        "by arrival time did: a request admitted before another that arrived earlier (it "
+        "reached the scheduler late) is preempted instead of the last admitted one",
+        caught_by="test_preemption.py::test_preempts_the_last_running_request",
+    ),
+    Mutant(
+        name="preempted_requeued_by_arrival_time",
+        file=FILE,
+        find="self.waiting.prepend_request(request)",
+        replace="queued = sorted([*self.waiting, request], key=lambda r: r.arrival_time)\n"
+        "self.waiting.remove_requests(list(self.waiting))\n"
+        "for queued_request in queued:\n"
+        "    self.waiting.add_request(queued_request)",
+        why="the victim put back in arrival order, as schedulers that kept the waiting queue "
+        "sorted by arrival time did: a request waiting since before the preemption that "
+        "reached the scheduler late (an earlier arrival time) is readmitted first",
+        caught_by="test_preemption.py::test_preempted_request_goes_to_the_front",
+    ),
+    Mutant(
+        name="fcfs_waiting_by_arrival_time",
+        file=FILE,
+        find="request = self.waiting.peek_request()",
+        replace="request = (\n"
+        "    min(self.waiting, key=lambda r: r.arrival_time)\n"
+        "    if self.policy == SchedulingPolicy.FCFS\n"
+        "    else self.waiting.peek_request()\n"
+        ")",
+        more=(("request = self.waiting.pop_request()", "self.waiting.remove_request(request)"),),
+        why="FCFS read as 'the earliest arrival_time first', as schedulers that sorted the "
+        "waiting queue by arrival did: a request added later with an earlier arrival_time "
+        "(a caller may pass one) overtakes the queue's front",
+        caught_by="test_schedule.py::test_running_first_then_waiting",
+    ),
+    Mutant(
+        name="update_walks_running",
+        file=FILE,
+        find="for req_id in scheduler_output.num_scheduled_tokens:",
+        replace="for req_id in [\n"
+        "    r.request_id for r in self.running if r.request_id in scheduler_output.num_scheduled_tokens\n"
+        "]:",
+        why="update_from_output walks running, as older vLLM V1 did, instead of the step's "
+        "requests: a request preempted by a schedule() planned while its step ran (async "
+        "scheduling) never gets its in-flight token, nor stops on it",
+        caught_by="test_preemption.py::test_a_request_that_stops_while_preempted_leaves_the_waiting_queue",
+    ),
+    Mutant(
+        name="priority_victim_sorted_last",
+        file=FILE,
+        find="preempted_req = max(self.running, key=lambda r: (r.priority, r.arrival_time))",
+        replace="preempted_req = sorted(self.running, key=lambda r: (r.priority, r.arrival_time))[-1]",
+        why="the priority victim taken as the last of the running requests sorted by "
+        "(priority, arrival_time): on a full tie (one arrival time given to a batch) the last "
+        "tied request is preempted, where upstream's max takes the first",
+        caught_by="test_admission.py::test_priority_preempts_the_lowest_priority",
+    ),
+    Mutant(
+        name="finish_all_newest_first",
+        file=FILE,
+        find="ids = list(self.requests)",
+        replace="ids = list(reversed(self.requests))",
+        why="finish_requests(None) walks the requests newest first, as the given "
+        "reset_prefix_cache pops running: their blocks join the free queue in the other "
+        "order, so a later allocation evicts another request's cached prefix than upstream's",
+        caught_by="test_aborts.py::test_finish_requests_aborts",
+    ),
 ]

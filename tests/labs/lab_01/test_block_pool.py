@@ -159,12 +159,21 @@ def test_get_new_blocks_pops_from_the_front():
 def test_null_block_never_handed_out():
     """Draining the pool never yields block 0."""
     pool = make_pool(5)
-    got = ids(pool.get_new_blocks(4))
+    handed_out = pool.get_new_blocks(4)
+    got = ids(handed_out)
     assert sorted(got) == [1, 2, 3, 4], (
         f"draining a pool of 5 hands out blocks 1..4, never the null block (id 0): got {got}"
     )
     with pytest.raises(ValueError):
         pool.get_new_blocks(1)
+    # Nor does the refusal leave a change for later: the next call frees the four blocks, and
+    # the queue holds them alone, in the order given, the null block still out of it.
+    pool.free_blocks(handed_out)
+    free = check_pool(pool)
+    assert free == got, (
+        f"after the refused get_new_blocks(1), freeing blocks {got} must give the free queue "
+        f"{got}, got {free}: a refused call changes nothing, then or at a later call"
+    )
 
 
 @graded(

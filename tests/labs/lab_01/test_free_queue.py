@@ -184,6 +184,15 @@ def test_popleft_n_too_many_is_an_error():
         "popleft_n(-1) must be refused with ValueError and change nothing (not even "
         "num_free_blocks)"
     )
+    # Nor do the refusals leave a change for later: the next call, which fits, pops the three
+    # blocks and empties the queue (tests/hostile/lower_the_count_after_the_next_success.py).
+    got = block_ids(q.popleft_n(3))
+    left = check_queue(q)
+    assert (got, left) == ([0, 1, 2], []), (
+        f"after the refusals, popleft_n(3) of the 3 free blocks must return [0, 1, 2] and leave "
+        f"the queue [] (num_free_blocks 0), got {got} and {left}: a refused call changes "
+        "nothing, then or at a later call"
+    )
 
 
 @graded(
@@ -215,7 +224,7 @@ def test_remove_from_middle_head_and_tail():
 )
 def test_remove_block_not_in_queue_is_an_error():
     """remove of a popped block raises and leaves the queue intact."""
-    _, q = make_queue(4)
+    blocks, q = make_queue(4)
     popped = q.popleft()
     with pytest.raises(RuntimeError) as excinfo:
         q.remove(popped)
@@ -230,6 +239,15 @@ def test_remove_block_not_in_queue_is_an_error():
             f"remove({sentinel}) must be refused with RuntimeError (a sentinel is not a free "
             "block: one of its links is None) and leave the queue as it was"
         )
+    # Nor do the refusals leave a change for later: the next calls, which succeed, give the
+    # queue [1, 3, 0].
+    q.append(popped)
+    q.remove(blocks[2])
+    left = check_queue(q)
+    assert left == [1, 3, 0], (
+        f"after the refused removes, append(block 0) then remove(block 2) must leave the queue "
+        f"[1, 3, 0], got {left}: a refused call changes nothing, then or at a later call"
+    )
 
 
 @graded(

@@ -47,6 +47,12 @@ def test_contiguous_reserves_max_len_up_front():
     assert "C" not in alloc.ranges, f"a refused request gets no range: ranges {alloc.ranges}"
     with pytest.raises(ValueError):
         alloc.ensure("A", 9, 8)
+    alloc.free("B")  # a later call that succeeds: the refusal's change, if any, shows now
+    assert alloc.ranges == {"A": (0, 8)} and alloc.free_ranges == [(8, 16)], (
+        f"after the refused ensure('A', 9, max_len=8), free('B') must leave A's range (0, 8) "
+        f"and the free range (8, 16): ranges {alloc.ranges}, free ranges {alloc.free_ranges} "
+        "(a refused call changes nothing, then or at a later call)"
+    )
     fresh = frag().ContiguousAllocator(24)
     assert_value_error("ensure('D', 9, max_len=8), D's first call", lambda: fresh.ensure("D", 9, 8))
     assert fresh.ranges == {} and fresh.free_ranges == [(0, 24)], (
@@ -102,6 +108,18 @@ def test_first_fit_and_refusal_despite_enough_free():
     assert alloc.free_ranges == [(4, 4), (12, 4)] and "F" not in alloc.ranges, (
         "a refused ensure changes nothing"
     )
+    # Nor does the refusal leave a change for later: F's next call, 4 slots, fits first at 4
+    # (tests/hostile/drop_the_scanned_ranges_at_the_next_call.py).
+    assert reserve(alloc, "F", max_len=4) is True, (
+        "after the refusal, ensure('F', 1, max_len=4) must fit in the free range (4, 4)"
+    )
+    want = {"B": (8, 4), "D": (16, 8), "E": (0, 4), "F": (4, 4)}
+    assert alloc.ranges == want and alloc.free_ranges == [(12, 4)], (
+        f"after the refused ensure('F', 1, max_len=6), ensure('F', 1, max_len=4) must reserve "
+        f"(4, 4), leaving ranges {want} and free ranges [(12, 4)]; got ranges {alloc.ranges} "
+        f"and free ranges {alloc.free_ranges} (a refused call changes nothing, then or at a "
+        "later call)"
+    )
     # The lowest hole is the smaller one and lies before the last reservation.
     alloc = frag().ContiguousAllocator(16)
     assert reserve(alloc, "A", max_len=4) and reserve(alloc, "B", max_len=4)
@@ -146,6 +164,12 @@ def test_free_coalesces_neighbours():
     assert reserve(alloc, "E", max_len=24), "after coalescing, the whole memory is one range"
     with pytest.raises(ValueError):
         alloc.free("A")
+    alloc.free("E")  # a later call that succeeds: the refusal's change, if any, shows now
+    assert alloc.ranges == {} and alloc.free_ranges == [(0, 24)], (
+        f"after the refused free('A') (A holds nothing), free('E') must leave the whole memory "
+        f"free, [(0, 24)]: ranges {alloc.ranges}, free ranges {alloc.free_ranges} (a refused "
+        "call changes nothing, then or at a later call)"
+    )
 
     # The neighbour before is not always the first free range, nor the last one.
     alloc = frag().ContiguousAllocator(36)
@@ -251,6 +275,16 @@ def test_paged_ensure_is_all_or_nothing():
         f"no block is free: ensure('A', 13) is False and A keeps [0, 1, 2]: block tables "
         f"{alloc.block_tables}"
     )
+    # Nor does a refusal leave a change for later: once B is freed, A grows into its block.
+    alloc.free("B")
+    grown = alloc.ensure("A", 13, 100)
+    tables, free = alloc.block_tables, list(alloc.free_block_ids)
+    assert grown is True and tables == {"A": [0, 1, 2, 3]} and free == [], (
+        f"after the refusals, free('B') then ensure('A', 13) must give A the freed block 3: "
+        f"expected True, block tables {{'A': [0, 1, 2, 3]}} and no free block, got {grown}, "
+        f"{tables} and free_block_ids {free} (a refused call changes nothing, then or at a "
+        "later call)"
+    )
 
 
 @graded(
@@ -276,6 +310,15 @@ def test_paged_free_returns_the_blocks():
     assert free == 16, f"after the free every slot is free again (16): got {free}"
     with pytest.raises(ValueError):
         alloc.free("A")
+    # Nor does the refusal leave a change for later: the next call takes the four free blocks,
+    # in the free list's order.
+    assert alloc.ensure("B", 16, 100) is True, "ensure('B', 16 tokens) on 4 free blocks is True"
+    tables, free = alloc.block_tables, list(alloc.free_block_ids)
+    assert tables == {"B": got} and free == [], (
+        f"after the refused free('A') (A holds nothing), ensure('B', 16) must take the four "
+        f"free blocks in the free list's order, {got}: block tables {tables}, free_block_ids "
+        f"{free} (a refused call changes nothing, then or at a later call)"
+    )
     # A table out of block-id order: C grows into block 3, then into A's freed block 0.
     alloc = frag().PagedAllocator(16, 4)
     for rid in "ACB":

@@ -261,3 +261,12 @@ def test_map_keeps_several_blocks_per_hash():
     )
     assert m.get_one_block(k2) is c, "pop(key, 1) must leave block 3 cached under key"
     assert m.pop(_key("missing"), 1) is None, "popping under a key never inserted returns None"
+    # Nor does a pop that finds nothing leave a change for later (an empty entry, as a
+    # defaultdict makes): after the next insert the map holds two keys, each with its block.
+    m.insert(k, a)
+    size, under_k, under_k2 = len(m), m.get_one_block(k), m.get_one_block(k2)
+    assert size == 2 and under_k is a and under_k2 is c, (
+        f"after the pops that found nothing, insert(key, block 1) must leave the map two keys, "
+        f"block 1 under key and block 3 under the other: got len {size} (a pop of a missing key "
+        "or block must not add an entry, not even an empty one)"
+    )

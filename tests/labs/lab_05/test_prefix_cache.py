@@ -329,7 +329,7 @@ def test_cache_full_blocks_refuses_bad_arguments():
             ) from None
     hashes = pool_snapshot(pool, hashes=True)["hashes"]
     assert hashes == [None] * 6, "a call with nothing to cache must give no block a hash"
-    # The control: the same call with consistent arguments caches both blocks.
+    # The control: the same call with consistent arguments caches both blocks, and only them.
     cache(req.obj, blocks, 0, 2, BS, 0)
     assert (
         hit(pool, req.block_hashes[0]) is blocks[0] and hit(pool, req.block_hashes[1]) is blocks[1]
@@ -337,6 +337,14 @@ def test_cache_full_blocks_refuses_bad_arguments():
         "after the refusals, cache_full_blocks(req, blocks, 0, 2, ...) with consistent arguments "
         "must cache both full blocks: refuse only the inconsistent calls"
     )
+    hashes = pool_snapshot(pool, hashes=True)["hashes"]
+    want = [None, *(key(h) for h in req.block_hashes), None, None, None]
+    assert hashes == want, (
+        "after the refusals, cache_full_blocks(req, blocks, 0, 2, ...) must hash blocks 1 and 2 "
+        "and no other (block 3 got a hash): a refused call changes nothing, then or at a later "
+        "call"
+    )
+    check_pool(pool)
 
 
 @graded(
@@ -655,6 +663,15 @@ def test_reset_prefix_cache():
     assert hit(pool, req.block_hashes[0]) is blocks[0], "a refused reset must change nothing"
     pool.free_blocks(list(reversed(blocks)))
     queue_before = check_pool(pool)
+    # Nor does the refusal leave a change for later: after the free, the next call, both blocks
+    # still hold their prefixes (tests/hostile/reset_the_cache_at_the_next_call.py).
+    hashes = pool_snapshot(pool, hashes=True)["hashes"]
+    want = [None, *(key(h) for h in req.block_hashes), None, None, None]
+    found = [hit(pool, h) for h in req.block_hashes]
+    assert hashes == want and found[0] is blocks[0] and found[1] is blocks[1], (
+        "after the refused reset, free_blocks of the two cached blocks must leave them cached "
+        "(their hashes and map entries): a refused call changes nothing, then or at a later call"
+    )
     assert pool.reset_prefix_cache() is True, "no block is in use: the reset must happen"
     assert hit(pool, req.block_hashes[0]) is None and hit(pool, req.block_hashes[1]) is None, (
         "after a reset no prefix hits"

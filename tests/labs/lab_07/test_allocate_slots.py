@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grading.suite import graded, learner_module
 from tests.labs.common import assert_value_error
+from tests.labs.lab_07.checks import compare_states
 from tests.labs.lab_07.helpers import (
     BS,
     DOC,
@@ -13,6 +14,7 @@ from tests.labs.lab_07.helpers import (
     driver,
     free_queue,
     num_free,
+    oracle,
     table,
     twin,
     unchanged,
@@ -646,6 +648,22 @@ def test_bad_arguments_are_rejected():
         "no blocks cover those tokens, with caching on or off: the hit check does not depend "
         "on enable_caching",
     )
+    # Nor does a refusal change anything, then or at a later call: after an admission that
+    # succeeds, each manager's whole state is the reference's given only the calls that
+    # succeeded (tests/hostile/leave_the_refusals_trace_one_call_later.py).
+    d.admit("b")  # its hit (a's block 1) and one fresh block
+    off.admit("x")
+    ref, ref_off = oracle(10), oracle(10, enable_caching=False)
+    for rid, tokens in (("a", list(range(6))), ("big", list(range(60))), ("b", list(range(6)))):
+        ref.add(rid, tokens)
+    ref.allocate("a", 4)
+    ref.admit("b")
+    ref_off.add("x", list(range(6)))
+    ref_off.admit("x")
+    after = "the refused calls, then the admission of b (of x, caching off)"
+    compare_states(d.state(), ref.state(), after)
+    compare_states(off.state(), ref_off.state(), after)
+    check_state(d.state())
 
 
 @graded(

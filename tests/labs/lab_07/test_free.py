@@ -42,6 +42,17 @@ def test_free_returns_blocks_tail_first():
     _, num_hit = d.lookup("d")
     assert num_hit == 4, "a's first block (block 1) was freed last and must still be cached"
     check_state(d.state())
+    # Without caching too: free still hands the blocks over tail first (older vLLM V1 reversed
+    # them only with caching on).
+    off = driver(6, enable_caching=False)
+    off.add("a", list(range(12)))
+    off.admit("a")
+    off.free("a")
+    assert free_queue(off.state()) == [4, 5, 3, 2, 1], (
+        f"with enable_caching=False, free still returns a's blocks 1 2 3 tail first: expected "
+        f"the free queue [4, 5, 3, 2, 1], got {free_queue(off.state())} (README task 11: "
+        f"reverse order, caching or not)"
+    )
 
 
 @graded(

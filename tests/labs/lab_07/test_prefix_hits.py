@@ -255,13 +255,15 @@ def test_caching_disabled():
     f"{DOC}#usage-and-prefix-cache-statistics",
 )
 def test_prefix_cache_stats_count_lookups():
-    """Two new requests and one resumed one."""
+    """Two new requests and one resumed one, whose 9 tokens are a 7-token prompt and 2
+    outputs: a lookup queries all the tokens, outputs included."""
     d = driver(log_stats=True)
     d.add("a", list(range(9)))
     d.admit("a")
     d.add("b", list(range(9)))
     d.admit("b")
-    resumed = d.add("c", list(range(9)))
+    resumed = d.add("c", list(range(7)))
+    resumed.append_output_token_ids([7, 8])
     resumed.num_preemptions = 1
     d.lookup("c")
     stats = d.stats()
@@ -271,8 +273,9 @@ def test_prefix_cache_stats_count_lookups():
         f"(2, 18, 8), got {tuple(stats[:3])}"
     )
     assert stats[3:] == [1, 9, 8], (
-        f"the resumed request's lookup belongs in the preempted_* counters: expected (1, 9, 8), "
-        f"got {tuple(stats[3:])}"
+        f"the resumed request's lookup belongs in the preempted_* counters, and queries all its "
+        f"9 tokens (7 of prompt, 2 outputs it recomputes: num_tokens, not num_prompt_tokens): "
+        f"expected (1, 9, 8), got {tuple(stats[3:])}"
     )
 
 

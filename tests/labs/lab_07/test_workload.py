@@ -143,6 +143,16 @@ class Trace:
     def query(self, name: str, *args: Any) -> None:
         self._do([name, *args])
 
+    def close(self) -> None:
+        """A new request arrives and asks for all its tokens (fitting or not), then every
+        request is freed: what the trace's last call changed shows at the calls after it,
+        before any of them concerns the request it changed (``Twin.close``)."""
+        self.arrive("closing", [97, 98, 99, 96, 95])
+        self.lookup("closing")
+        self.allocate("closing", self.remaining("closing"), 0)
+        for rid in list(self.ref.requests):
+            self.free(rid, False)
+
     # -- the learner's replay -------------------------------------------------------------
     def verify(self) -> None:
         """Replay the trace on the learner's manager and compare, op by op: one operation a
@@ -494,4 +504,5 @@ def test_capacity_at_the_edge(scenario: dict[str, Any]):
         trace.lookup("probe")
     if most:
         trace.allocate("probe", most, lookahead)  # exactly what fits
+    trace.close()  # the calls after the last one: a refusal's change left for later shows
     trace.verify()

@@ -130,6 +130,24 @@ def test_finish_requests_aborts():
             f"finish_requests([{rid!r}], {status.name}) must finish {rid} with that status, "
             f"got {done}"
         )
+    # None finishes the requests in the order they were added (self.requests', as upstream),
+    # the order their blocks join the free queue: a's block 1, then b's block 2. The blocks a
+    # newcomer gets show it (never-used 3 and 4 first, then 1).
+    engine = Engine(num_blocks=5, budget=16, max_model_len=32)
+    engine.add("a", 4, base=0)
+    engine.add("b", 4, base=50)
+    engine.step()
+    assert engine.table("a") == [1] and engine.table("b") == [2], (
+        f"set-up: a holds [1], b [2]; got {engine.table('a')}, {engine.table('b')}"
+    )
+    engine.abort(None)
+    engine.add("c", 12, base=100)
+    engine.step()
+    assert engine.table("c") == [3, 4, 1], (
+        f"finish_requests(None) frees a, then b (the order they were added in, as upstream "
+        f"walks self.requests), so the free queue is [3, 4, 1, 2] and c's three blocks are "
+        f"[3, 4, 1]; got {engine.table('c')}"
+    )
 
 
 @graded(
@@ -242,6 +260,39 @@ def test_update_from_output_checks_the_runner():
     engine.update(sampled1)
     engine.update(engine.execute(out2))
     engine.abort(None)  # two usable blocks cannot hold a's 16 tokens: stop here
+    # A resumed request recomputes its outputs as well as its prompt: it stays mid-prefill until
+    # num_computed_tokens reaches num_tokens, not the prompt's length (threshold 4, caching off:
+    # b, a 1-token prompt, is preempted with 8 outputs and resumes in chunks of 4).
+    engine = Engine(
+        num_blocks=5, budget=8, max_model_len=32, caching=False, long_prefill_token_threshold=4
+    )
+    engine.add("a", 1, base=0, max_tokens=9)
+    engine.add("b", 1, base=50, max_tokens=12)
+    for _ in range(9):
+        out, _ = engine.step()
+    b_before = engine.info("b")["output_token_ids"]
+    assert out.preempted_req_ids == {"b"} and len(b_before) == 8, (
+        f"set-up: b is preempted in step 9 with 8 outputs; preempted "
+        f"{sorted(out.preempted_req_ids)}, b has {len(b_before)} outputs"
+    )
+    out = engine.schedule()
+    assert batch(out) == [("b", 4)], f"set-up: b resumes with a chunk of 4; got {batch(out)}"
+    b = engine.info("b")
+    assert b["is_prefill_chunk"] is True, (
+        f"after b's resumed chunk, {b['num_computed_tokens']} of its {b['num_tokens']} tokens "
+        f"are computed (its prompt is 1 token): is_prefill_chunk must be True, got "
+        f"{b['is_prefill_chunk']!r}. It compares num_computed_tokens with num_tokens, outputs "
+        f"included: a resumed request samples nothing until it has recomputed them all (README, "
+        f"task 5; phase 03, advancing the computed-token count)"
+    )
+    sampled = engine.execute(out)
+    engine.update({**sampled, "b": [7]}, raises=ValueError)
+    assert engine.info("b")["output_token_ids"] == b_before, (
+        "b is recomputing its outputs (4 of 9 tokens computed): a token for it is a runner bug"
+    )
+    engine.update(sampled)
+    engine.run()
+    engine.check_drained()
 
 
 # -- random traces against the reference -----------------------------------------------------

@@ -188,6 +188,25 @@ def test_priority_preempts_the_lowest_priority():
     engine.run()
     engine.check_drained()
 
+    # A full tie (same priority, same arrival time: a caller may give a batch one time): max
+    # returns the first of the largest keys, so the victim is x, the tied request admitted
+    # first, itself; sorted(...)[-1] would take y.
+    engine = Engine(num_blocks=3, budget=8, policy="priority")
+    engine.add("x", 3, base=0, max_tokens=3, arrival=0.0)
+    engine.step()
+    engine.add("y", 3, base=40, max_tokens=2, arrival=0.0)
+    engine.step()
+    out, _ = engine.step()
+    assert out.preempted_req_ids == {"x"} and batch(out) == [], (
+        "step 3: x needs a block and none is free; x and y tie on (priority, arrival_time) = "
+        "(0, 0.0), and the victim is the first of them in running, x, as "
+        "max(self.running, key=...) returns the first largest key (not the last, as "
+        f"sorted(...)[-1] would); got batch {batch(out)}, preempted "
+        f"{sorted(out.preempted_req_ids)}"
+    )
+    engine.run()
+    engine.check_drained()
+
 
 def _a_b_c_fill_the_pool(c_prompt: int = 4, **options: Any) -> Engine:
     """Priority policy, 4 usable blocks: a (priority 5, admitted first), b (0) and c (1, a prompt
@@ -282,6 +301,13 @@ def test_requests_left_out_of_the_step_keep_their_progress():
         "c is in the middle of its prompt: a token the runner hands back for it is a runner "
         "bug (ValueError) even in a step that did not schedule it, and nothing is applied"
     )
+    # Nor does the refusal leave a change for later: the step's real update, a step, and the
+    # abort of everyone, each state compared with the reference scheduler's (without the gate,
+    # this pool cannot finish a and c both: stop here).
+    engine.update(engine.execute(out))
+    engine.step()
+    engine.abort(None)
+    engine.check_drained()
 
 
 @graded(

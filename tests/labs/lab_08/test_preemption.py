@@ -53,6 +53,28 @@ def test_preempts_the_last_running_request():
     )
     assert engine.running == ["a"] and engine.info("a")["status"] == RequestStatus.RUNNING
 
+    # "Last" is the order of running, not the arrival time: x (arrival 9) reaches the scheduler
+    # before y (arrival 0). In step 3 x needs a second block and none is free: y, admitted
+    # last, is the victim, although x arrived later (older schedulers sorted running by arrival).
+    engine = Engine(num_blocks=3, budget=8)
+    engine.add("x", 3, base=0, max_tokens=3, arrival=9.0)
+    engine.step()
+    engine.add("y", 3, base=40, max_tokens=2, arrival=0.0)
+    engine.step()
+    assert engine.running == ["x", "y"] and engine.num_free() == 0, (
+        f"set-up: x and y run and hold the 2 usable blocks; running {engine.running}, "
+        f"{engine.num_free()} free"
+    )
+    out, _ = engine.step()
+    assert out.preempted_req_ids == {"y"} and batch(out) == [("x", 1)], (
+        "step 3: x needs a block and none is free; under FCFS the victim is the last request of "
+        "running (self.running.pop()), y, whatever the arrival times (x's is 9, y's 0): expected "
+        f"batch [('x', 1)] with y preempted, got batch {batch(out)}, preempted "
+        f"{sorted(out.preempted_req_ids)}"
+    )
+    engine.run()
+    engine.check_drained()
+
 
 @graded(
     1,
@@ -163,16 +185,25 @@ def test_preempts_again_until_it_fits():
 @graded(
     2,
     "Preemption by recompute: the preempted request goes to the FRONT of the waiting "
-    "queue (it arrived before everyone still waiting)",
+    "queue (it was admitted before everyone still waiting), whatever the arrival times",
     f"{DOC}#preemption-by-recompute",
 )
 def test_preempted_request_goes_to_the_front():
-    """c was waiting before b was preempted; b must still be readmitted first."""
+    """c was waiting before b was preempted; b must still be readmitted first. Then again with
+    a c that reached the scheduler late (arrival 0.5, before b's 1)."""
     engine = two_full_requests()
     engine.add("c", 2, base=90)
     engine.step()
     assert engine.waiting[:1] == ["b"], (
         f"b was preempted: it must be first in the waiting queue, got {engine.waiting}"
+    )
+    engine = two_full_requests()
+    engine.add("c", 2, base=90, arrival=0.5)
+    engine.step()
+    assert engine.waiting == ["b", "c"], (
+        f"b was preempted: under FCFS it goes to the front (waiting.prepend_request), before c, "
+        f"although c's arrival time (0.5) is earlier than b's (1): the queue is never sorted "
+        f"by arrival time; got {engine.waiting}"
     )
 
 
@@ -438,3 +469,32 @@ def test_a_request_that_stops_while_preempted_leaves_the_waiting_queue():
         assert batch(out) == [("c", 4)], f"c is admitted with a 4-token chunk, got {batch(out)}"
         engine.run()
         engine.check_drained()
+    # The same in-flight token when it does not end b: it is still b's, applied although b
+    # now waits (update_from_output walks the step's requests, not running); b keeps it when
+    # it is readmitted and recomputes it with its prompt.
+    engine = Engine(
+        num_blocks=3, budget=16, max_model_len=32, long_prefill_token_threshold=4, reference=True
+    )
+    engine.add("a", 8, max_tokens=1, base=0)
+    engine.add("b", 4, max_tokens=3, base=50)  # 7 tokens at most: the 2 blocks hold them
+    out1 = engine.schedule()
+    sampled1 = engine.execute(out1)
+    out2 = engine.schedule(ahead=True)
+    assert out2.preempted_req_ids == {"b"}, (
+        f"set-up: step 2 preempts b, got {sorted(out2.preempted_req_ids)}"
+    )
+    results = engine.update(sampled1)
+    got = [(r.request_id, r.new_token_ids, r.finish_reason) for r in results]
+    token = model_token("b", 4)
+    assert got == [("b", [token], None)], (
+        f"step 1's token for b arrives after step 2 preempted b: it is b's first output all the "
+        f"same (walk the step's num_scheduled_tokens, not running, which b has left); expected "
+        f"[('b', [{token}], None)], got {got}"
+    )
+    assert engine.info("b")["output_token_ids"] == [token] and engine.waiting == ["b"], (
+        f"b keeps its token and waits: outputs {engine.info('b')['output_token_ids']}, "
+        f"waiting {engine.waiting}"
+    )
+    engine.update(engine.execute(out2))
+    engine.run()
+    engine.check_drained()

@@ -9,7 +9,8 @@ from tests.labs.lab_08.helpers import BS, DOC, Engine, batch, model_token
 @graded(
     3,
     "Running first, then waiting FCFS: running requests are served before any waiting "
-    "request is admitted, all from the same budget",
+    "request is admitted, all from the same budget; waiting ones in the order add_request "
+    "was called, whatever their arrival_time",
     f"{DOC}#running-first-then-waiting",
 )
 def test_running_first_then_waiting():
@@ -31,6 +32,18 @@ def test_running_first_then_waiting():
     )
     assert [new.req_id for new in out.scheduled_new_reqs] == ["c"]
     assert out.scheduled_cached_reqs.req_ids == ["a", "b"]
+    # Again with arrival times against the order of add_request (a caller may pass its own):
+    # FCFS is the queue's order; only the priority policy reads arrival_time.
+    engine = Engine(budget=16)
+    for i, rid in enumerate("abc"):
+        engine.add(rid, 10, base=100 * i, arrival=float(2 - i))
+    out, _ = engine.step()
+    assert batch(out) == [("a", 10), ("b", 6)] and engine.waiting == ["c"], (
+        f"a, b, c added in that order with arrival times 2, 1, 0: under FCFS the waiting queue "
+        f"keeps the order of add_request (peek_request, pop_request), it is never sorted by "
+        f"arrival_time; expected batch [('a', 10), ('b', 6)] and c waiting, got {batch(out)}, "
+        f"waiting {engine.waiting}"
+    )
 
 
 @graded(

@@ -233,6 +233,7 @@ def test_aborts():
             ],
             ["abort", ["a"]],
             ["abort", ["b", "b"]],
+            ["step", [["b", TOK.encode("late"), None, None]]],
         ]
     )
     assert recs[2]["returned"] == ["a"], (
@@ -259,6 +260,11 @@ def test_aborts():
     assert recs[5]["returned"] == ["b"] and recs[5]["tracked"] == [], (
         f"abort_requests(['b', 'b']): 'b' was tracked once, so it is returned once (the core "
         f"is asked to abort it once), got {recs[5]['returned']}"
+    )
+    assert recs[6]["outputs"] == {} and recs[6]["tracked"] == [], (
+        f"'b' was aborted: a later step's output for it must be ignored and nothing is tracked "
+        f"(an abort changes nothing later either); got outputs {recs[6]['outputs']}, tracked "
+        f"{recs[6]['tracked']}"
     )
 
 

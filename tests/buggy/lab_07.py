@@ -975,4 +975,22 @@ MUTANTS = [
         "(only the random workload met the case)",
         caught_by="test_prefix_hits.py::test_prefix_cache_stats_count_lookups",
     ),
+    Mutant(
+        name="refused_hits_stay_claimed",
+        file=FILE,
+        find="""
+            if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:
+                raise ValueError(
+        """,
+        replace="""
+            if len(new_computed_block_list[0]) * self.block_size != num_new_computed_tokens:
+                self.block_pool.touch(new_computed_block_list[0])  # claimed, then refused
+                raise ValueError(
+        """,
+        why="hits whose count does not match num_new_computed_tokens are refused, but only after "
+        "they were claimed (touch: ref_cnt + 1, out of the free queue), and nothing gives them "
+        "back: a refusal must change nothing (a red-team helper's sweep: the test read no state "
+        "after its later refusals)",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
 ]

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeGuard, cast
 
 from mini_vllm.engine.llm_engine import EngineArgs, EngineStats, LLMEngine, PromptType
+from mini_vllm.entrypoints.chat_utils import text_content
 from mini_vllm.outputs import RequestOutput
 from mini_vllm.sampling_params import SamplingParams
 
@@ -93,13 +94,15 @@ class LLM:
         self,
         prompts: PromptType | Sequence[PromptType] | Sequence[int] | Sequence[Sequence[int]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-        use_tqdm: bool = True,
+        use_tqdm: bool | Callable[..., Any] = True,
         priority: Sequence[int] | None = None,
     ) -> list[RequestOutput]:
         """Generate a completion for every prompt; outputs come back in input order.
 
         ``prompts``: one prompt or a list, each a string, a ``{"prompt_token_ids": [...]}`` dict
         or a list of token ids. ``sampling_params``: one for all prompts or one per prompt.
+        ``use_tqdm``: a progress bar, or a tqdm-like factory to build it with (as upstream,
+        e.g. ``functools.partial(tqdm, leave=False)``).
         """
         prompt_list = _normalize_prompts(prompts)
         if sampling_params is None:
@@ -118,6 +121,8 @@ class LLM:
                 f"got {len(priority)} priorities for {len(prompt_list)} prompts: "
                 "pass one per prompt"
             )
+        if not prompt_list:
+            return []  # as upstream: an empty batch is no error, it has no outputs
         self._validate_and_add_requests(prompt_list, params_list, priority)
         return self._run_engine(use_tqdm=use_tqdm)
 
@@ -125,14 +130,27 @@ class LLM:
         self,
         messages: list[ChatMessage] | list[list[ChatMessage]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-        use_tqdm: bool = True,
+        use_tqdm: bool | Callable[..., Any] = True,
         add_generation_prompt: bool = True,
+        *,
+        chat_template: str | None = None,
+        continue_final_message: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
         """Generate replies to one conversation (a list of ``{"role", "content"}`` messages) or
-        a list of them, rendered with the tokenizer's chat template."""
+        a list of them, rendered with ``chat_template`` or else the tokenizer's.
+
+        Upstream's keywords, passed to ``apply_chat_template``: ``continue_final_message`` goes
+        on writing the last (assistant) message instead of opening a new turn, so it needs
+        ``add_generation_prompt=False``; ``chat_template_kwargs`` are the template's own
+        variables. A message's content may be OpenAI's list of text parts, joined by newlines
+        as upstream joins them for a template that takes strings. Each output's ``prompt`` is
+        the rendered text, as upstream's."""
         tokenizer = self.get_tokenizer()
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError("this model's tokenizer has no chat template; use generate()")
+        if chat_template is None and getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                "this model's tokenizer has no chat template; pass chat_template= or use generate()"
+            )
         conversations: list[list[ChatMessage]]
         if messages and isinstance(messages[0], dict):
             conversations = [messages]  # one conversation
@@ -141,11 +159,16 @@ class LLM:
         prompts: list[PromptType] = []
         for conversation in conversations:
             text = tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=add_generation_prompt
+                [_with_text_content(message) for message in conversation],
+                chat_template=chat_template,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
+                **(chat_template_kwargs or {}),
             )
             # The template already holds the special tokens (BOS, role markers): do not add more.
             token_ids = tokenizer(text, add_special_tokens=False).input_ids
-            prompts.append({"prompt_token_ids": list(token_ids)})
+            prompts.append({"prompt_token_ids": list(token_ids), "prompt": text})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def _validate_and_add_requests(
@@ -169,18 +192,24 @@ class LLM:
             self.llm_engine.abort_request(added)
             raise
 
-    def _run_engine(self, use_tqdm: bool = True) -> list[RequestOutput]:
+    def _run_engine(self, use_tqdm: bool | Callable[..., Any] = True) -> list[RequestOutput]:
         """Step the engine until every request finished; sort outputs back into input order."""
         engine = self.llm_engine
         outputs: list[RequestOutput] = []
-        progress = _progress_bar(engine.get_num_unfinished_requests()) if use_tqdm else None
-        with progress or contextlib.nullcontext():
+        with _progress(use_tqdm, engine.get_num_unfinished_requests()) as advance:
             while engine.has_unfinished_requests():
                 finished = engine.step()
                 outputs.extend(finished)
-                if progress is not None and finished:
-                    progress.update(progress.task_ids[0], advance=len(finished))
+                if finished:
+                    advance(len(finished))
         return sorted(outputs, key=lambda o: int(o.request_id))
+
+
+def _with_text_content(message: ChatMessage) -> ChatMessage:
+    """The message with its content as one string (:func:`text_content`)."""
+    if not isinstance(message.get("content"), list):
+        return message
+    return {**message, "content": text_content(message["content"])}
 
 
 def _is_prompt(p: object) -> TypeGuard[PromptType]:
@@ -193,9 +222,7 @@ def _normalize_prompts(prompts: Any) -> list[PromptType]:
     if _is_prompt(prompts):
         return [prompts]
     prompts = list(prompts)
-    if not prompts:
-        raise ValueError("no prompts given")
-    if all(isinstance(p, int) for p in prompts):
+    if prompts and all(isinstance(p, int) for p in prompts):
         return [{"prompt_token_ids": prompts}]
     normalized: list[PromptType] = []
     for p in prompts:
@@ -206,6 +233,25 @@ def _normalize_prompts(prompts: Any) -> list[PromptType]:
         else:
             raise TypeError(f"unsupported prompt {p!r}: use str, list[int] or a TokensPrompt")
     return normalized
+
+
+@contextlib.contextmanager
+def _progress(use_tqdm: bool | Callable[..., Any], total: int) -> Iterator[Callable[[int], object]]:
+    """Yield a function that advances the progress bar by n finished requests. ``use_tqdm`` may
+    be a tqdm-like factory, called as upstream's ``_run_engine`` calls ``tqdm``
+    (``total=``, ``desc=``), so that ``functools.partial(tqdm, leave=False)`` works as there."""
+    if callable(use_tqdm):
+        pbar = use_tqdm(total=total, desc="Processed prompts")
+        try:
+            yield pbar.update
+        finally:
+            pbar.close()
+    elif use_tqdm:
+        with _progress_bar(total) as progress:
+            task = progress.task_ids[0]
+            yield lambda n: progress.update(task, advance=n)
+    else:
+        yield lambda n: None
 
 
 def _progress_bar(total: int) -> Any:

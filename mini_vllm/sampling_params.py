@@ -77,6 +77,8 @@ class SamplingParams:
         if self.seed == -1:
             self.seed = None
         self.stop_token_ids = [] if self.stop_token_ids is None else list(self.stop_token_ids)
+        if self.logprobs is True:
+            self.logprobs = 1  # upstream's shorthand (OpenAI's ``logprobs: true``): the top one
         self._verify_args()
         if self.temperature < _SAMPLING_EPS:
             # Greedy ignores the truncation knobs: normalised, greedy requests compare equal.

@@ -46,12 +46,19 @@ from mini_vllm.worker.worker import WorkerConfig
 logger = logging.getLogger(__name__)
 
 
+class _TokenIds(TypedDict):
+    prompt_token_ids: list[int]
+
+
 # Final: no other keys, so that `"prompt_token_ids" in prompt` tells the two apart (for mypy too).
 @final
-class TokensPrompt(TypedDict):
-    """A prompt given as token ids (upstream: ``vllm.inputs.TokensPrompt``)."""
+class TokensPrompt(_TokenIds, total=False):
+    """A prompt given as token ids (upstream: ``vllm.inputs.TokensPrompt``); ``prompt``, the
+    text they were made from when known (``LLM.chat``'s rendered template), becomes
+    ``RequestOutput.prompt`` and is not tokenized again. Optional through ``total=False``:
+    ``NotRequired`` needs Python 3.11."""
 
-    prompt_token_ids: list[int]
+    prompt: str
 
 
 @final
@@ -392,7 +399,7 @@ class LLMEngine:
         text = prompt
         if isinstance(prompt, dict):
             if "prompt_token_ids" in prompt:
-                return None, [int(t) for t in prompt["prompt_token_ids"]]
+                return prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
             text = prompt["prompt"]
         elif isinstance(prompt, list | tuple):
             return None, [int(t) for t in prompt]

@@ -60,6 +60,12 @@ def test_invalid_sampling_params_raise_value_error(kwargs: dict) -> None:
         SamplingParams(**kwargs)
 
 
+def test_logprobs_true_means_one() -> None:
+    """Upstream's shorthand (``SamplingParams.__post_init__``): ``logprobs=True`` asks for the
+    sampled token and the top one, as OpenAI's ``logprobs: true``."""
+    assert SamplingParams(logprobs=True).logprobs == 1
+
+
 def test_top_k_must_be_an_int() -> None:
     with pytest.raises(TypeError):
         SamplingParams(top_k=1.5)  # type: ignore[arg-type]

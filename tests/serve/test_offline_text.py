@@ -13,6 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest, EngineCoreSamplingParams
 from mini_vllm.engine.output_processor import OutputProcessor
 from mini_vllm.sampling_params import SamplingParams
@@ -70,3 +72,98 @@ def test_generation_config_eos_ids_stop(tiny_serve_dir: Path, tmp_path: Path, of
     assert (out.finish_reason, out.stop_reason) == ("stop", extra_eos)
     # ignore_eos ignores the generation config's EOS ids too.
     assert _greedy(llm, max_tokens=8, ignore_eos=True).token_ids == free.token_ids
+
+
+# ---------------------------------------------------------------- the offline API, as vLLM's
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def test_offline_api_is_importable_from_the_package() -> None:
+    import subprocess
+    import sys
+
+    import mini_vllm
+    from mini_vllm import LLM, CompletionOutput, RequestOutput, SamplingParams, TokensPrompt
+    from mini_vllm.llm import LLM as LLMFromModule
+
+    assert LLM is LLMFromModule and SamplingParams is mini_vllm.sampling_params.SamplingParams
+    assert CompletionOutput is mini_vllm.outputs.CompletionOutput
+    assert RequestOutput is mini_vllm.outputs.RequestOutput and TokensPrompt is not None
+    # The labs import the package for numpy-only code: the names must not pull in torch early.
+    probe = "import sys, mini_vllm; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0, (
+        "`import mini_vllm` imported torch: mini_vllm/__init__.py must load LLM lazily"
+    )
+
+
+def test_empty_batches_have_no_outputs(offline_llm) -> None:
+    """Upstream's ``LLM.generate([])`` and ``LLM.chat([])`` return ``[]`` (no error)."""
+    assert offline_llm.generate([], use_tqdm=False) == []
+    assert offline_llm.chat([], use_tqdm=False) == []
+
+
+def test_chat_takes_upstreams_template_options(offline_llm) -> None:
+    """``chat_template``, ``continue_final_message`` and ``chat_template_kwargs`` reach the
+    tokenizer's ``apply_chat_template``; each output's ``prompt`` is the rendered text
+    (upstream's ``LLM.chat``, ``vllm/entrypoints/llm.py``)."""
+    tokenizer = offline_llm.get_tokenizer()
+    params = SamplingParams(temperature=0.0, max_tokens=2)
+    (out,) = offline_llm.chat(MESSAGES, params, use_tqdm=False)
+    rendered = tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    assert out.prompt == rendered, "LLM.chat must report the rendered template as the prompt"
+    assert out.prompt_token_ids == tokenizer(rendered, add_special_tokens=False).input_ids
+
+    template = "{{ greeting }}: {{ messages[0]['content'] }}"
+    (own,) = offline_llm.chat(
+        MESSAGES,
+        params,
+        use_tqdm=False,
+        chat_template=template,
+        chat_template_kwargs={"greeting": "hello"},
+    )
+    assert own.prompt == "hello: hi"
+
+    partial = [*MESSAGES, {"role": "assistant", "content": "Sure, the"}]
+    (cont,) = offline_llm.chat(
+        partial, params, use_tqdm=False, add_generation_prompt=False, continue_final_message=True
+    )
+    assert cont.prompt is not None and cont.prompt.endswith("Sure, the"), cont.prompt
+    with pytest.raises(ValueError):
+        offline_llm.chat(partial, params, use_tqdm=False, continue_final_message=True)
+
+
+def test_use_tqdm_may_be_a_progress_bar_factory(offline_llm) -> None:
+    """As upstream, ``use_tqdm`` may be a callable that builds the bar
+    (``functools.partial(tqdm, leave=False)``); it is advanced once per finished prompt."""
+    bars = []
+
+    class Bar:
+        def __init__(self, **kwargs) -> None:
+            self.kwargs, self.n, self.closed = kwargs, 0, False
+            bars.append(self)
+
+        def update(self, n: int) -> None:
+            self.n += n
+
+        def close(self) -> None:
+            self.closed = True
+
+    outs = offline_llm.generate(["a", "b", "c"], SamplingParams(max_tokens=2), use_tqdm=Bar)
+    assert len(outs) == 3 and len(bars) == 1
+    assert (bars[0].kwargs["total"], bars[0].n, bars[0].closed) == (3, 3, True)
+
+
+def test_chat_joins_text_content_parts(offline_llm) -> None:
+    """OpenAI-style content parts render as their texts joined by newlines (upstream's
+    ``_parse_chat_message_content_parts`` for a string-content template), not as a list repr."""
+    params = SamplingParams(temperature=0.0, max_tokens=1)
+    parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]
+    (listed,) = offline_llm.chat([{"role": "user", "content": parts}], params, use_tqdm=False)
+    (joined,) = offline_llm.chat(
+        [{"role": "user", "content": "Hello\nthere"}], params, use_tqdm=False
+    )
+    assert listed.prompt == joined.prompt, listed.prompt
+    image = [{"type": "image_url", "image_url": {"url": "x"}}]
+    with pytest.raises(ValueError, match="image_url"):
+        offline_llm.chat([{"role": "user", "content": image}], params, use_tqdm=False)

@@ -539,3 +539,20 @@ def test_tpot_histogram_counts_every_finished_request(tiny_server, client):
     tpot = "vllm:request_time_per_output_token_seconds_count"
     assert after[e2e] - before[e2e] == 1
     assert after[tpot] - before[tpot] == 1
+
+
+def test_chat_content_parts_render_as_offline(client, offline_llm):
+    """OpenAI's text parts are joined by newlines, as upstream's
+    ``_parse_chat_message_content_parts`` joins them, and as ``LLM.chat`` does (one helper,
+    ``entrypoints/chat_utils.py``): the same conversation is the same prompt online and offline.
+    Joined with nothing, ``Hello`` and ``there`` made another, shorter prompt."""
+    parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]
+    listed = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": parts}], max_tokens=4, temperature=0
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    (offline,) = offline_llm.chat(
+        [{"role": "user", "content": "Hello\nthere"}], params, use_tqdm=False
+    )
+    assert listed.usage.prompt_tokens == len(offline.prompt_token_ids)
+    assert listed.choices[0].message.content == offline.outputs[0].text

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from mini_vllm.engine.async_llm import AsyncLLM
 from mini_vllm.engine.core import EngineCoreSamplingParams
+from mini_vllm.entrypoints.chat_utils import text_content
 from mini_vllm.entrypoints.openai.protocol import (
     ChatCompletionLogProb,
     ChatCompletionLogProbs,
@@ -229,18 +230,10 @@ class OpenAIServing:
             )
         conversation = []
         for message in request.messages:
-            content = message.content
-            if isinstance(content, list):
-                parts = []
-                for part in content:
-                    if part.get("type") != "text":
-                        raise BadRequestError(
-                            f"content part of type {part.get('type')!r} is not supported "
-                            "(text only)",
-                            param="messages",
-                        )
-                    parts.append(str(part.get("text", "")))
-                content = "".join(parts)
+            try:
+                content = text_content(message.content)
+            except ValueError as exc:
+                raise BadRequestError(str(exc), param="messages") from None
             conversation.append({"role": message.role, "content": content or ""})
         try:
             text = self.tokenizer.apply_chat_template(

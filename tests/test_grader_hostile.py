@@ -59,11 +59,33 @@ def compose(name: str, dest: Path, honest: bool = False) -> Path:
     meta = header(name)
     lab = lab_of(name)
     base_dir = lab.solution_dir if meta.get("base") == "solution" else lab.stub_dir
-    tail = meta["honest"] if honest else (HOSTILE / f"{name}.py").read_text()
+    # A ``# chain:`` case attacks from an earlier lab's file (chained_for): the lab's own file
+    # holds the honest bug in both grades.
+    tail = meta["honest"] if honest or "chain" in meta else (HOSTILE / f"{name}.py").read_text()
     dest.mkdir(parents=True, exist_ok=True)
     base = (base_dir / lab.files[0]).read_text()
     (dest / lab.files[0]).write_text(base + "\n\n" + tail + "\n")
     return dest
+
+
+def chained_for(name: str, dest: Path, honest: bool = False) -> list[tuple[Path, str, dict]]:
+    """The ``--chain`` of a case with a ``# chain: lab-NN`` line: that earlier lab's solution,
+    with the attack appended unless ``honest``, standing in for its reference symbols (as the
+    learner's own finished earlier lab does under ``--chain``). Empty for any other case."""
+    earlier = header(name).get("chain")
+    if not earlier:
+        return []
+    lab = load_lab(earlier)
+    folder = dest / "chain" / lab.dirname
+    folder.mkdir(parents=True, exist_ok=True)
+    chain = []
+    for filename, provides in lab.provides.items():
+        text = (lab.solution_dir / filename).read_text()
+        if not honest and filename == lab.files[0]:
+            text += "\n\n" + (HOSTILE / f"{name}.py").read_text() + "\n"
+        (folder / filename).write_text(text)
+        chain.append((folder, filename, provides))
+    return chain
 
 
 def grade(
@@ -72,11 +94,12 @@ def grade(
     first: int | None = 6,
     lab=LAB,
     only: str | None = None,
+    chain: list[tuple[Path, str, dict]] | None = None,
 ) -> list[TestResult]:
     """Grade ``folder``: its first ``first`` tests, or those whose node id contains one of the
     comma-separated names in ``only`` (a case's ``# tests:`` line: the tests it attacks and one
     it leaves alone, so that a whole suite is not graded twice for one attack)."""
-    runner = SuiteRunner(lab, folder, timeout=timeout, preflight_timeout=10.0)
+    runner = SuiteRunner(lab, folder, chain, timeout=timeout, preflight_timeout=10.0)
     tests = runner.collect()
     if only:
         names = [n.strip() for n in only.split(",")]
@@ -156,7 +179,12 @@ def test_under_scoring_attack_gets_the_honest_score(name, tmp_path):
     """A BaseException or an unprintable exception in one method costs only its tests."""
     lab, only = lab_of(name), header(name).get("tests")
     attacked = grade(
-        compose(name, tmp_path / "attack"), timeout=None, first=None, lab=lab, only=only
+        compose(name, tmp_path / "attack"),
+        timeout=None,
+        first=None,
+        lab=lab,
+        only=only,
+        chain=chained_for(name, tmp_path / "attack"),
     )
     honest = grade(
         compose(name, tmp_path / "honest", honest=True),
@@ -164,6 +192,7 @@ def test_under_scoring_attack_gets_the_honest_score(name, tmp_path):
         first=None,
         lab=lab,
         only=only,
+        chain=chained_for(name, tmp_path / "honest", honest=True),
     )
     assert_sound(attacked, lab)
     got = {r.info.name: r.score for r in attacked}

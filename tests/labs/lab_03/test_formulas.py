@@ -186,7 +186,9 @@ def test_bytes_per_token_of_real_models():
     m = kv()
     for name, (_, dtype, (layers, kv_heads, head_dim), expected) in MODELS.items():
         got = whole(
-            m.bytes_per_token(layers, kv_heads, head_dim, m.dtype_size(dtype)),
+            m.bytes_per_token(
+                layers, kv_heads, head_dim, whole(m.dtype_size(dtype), f"dtype_size({dtype!r})")
+            ),
             f"{name}: bytes_per_token",
         )
         assert got == expected, (
@@ -472,10 +474,10 @@ def test_startup_log_line_of_llama3_8b():
     layers, kv_heads, head_dim = dims_of(
         m.kv_cache_dims(learner_config(config(32, 4096, 32, 8))), "Llama-3-8B"
     )
-    block = whole(
-        m.bytes_per_block(16, layers, kv_heads, head_dim, m.dtype_size("bfloat16")),
-        "bytes_per_block",
-    )
+    # Each size the judge sends on is a number it has read (whole), never a learner object
+    # that the next function could read back as something else.
+    size = whole(m.dtype_size("bfloat16"), "dtype_size('bfloat16')")
+    block = whole(m.bytes_per_block(16, layers, kv_heads, head_dim, size), "bytes_per_block")
     budget = whole(
         m.available_kv_cache_memory(80 * GiB, 0.9, 17 * GiB + 512 * MiB),
         "available_kv_cache_memory",

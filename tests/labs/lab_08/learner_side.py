@@ -16,6 +16,7 @@ scheduler is the learner's ``scheduler`` module.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from mini_vllm.teaching.invariants import pool_snapshot
@@ -30,8 +31,6 @@ def make_manager(num_blocks: int, block_size: int, max_model_len: int, caching: 
         num_blocks, block_size, max_model_len, enable_caching=caching, log_stats=True
     )
     _count_lookups(manager)
-    if getattr(manager, "prefix_cache_stats", None) is None:
-        _WITHOUT_STATISTICS.append(manager)
     return manager
 
 
@@ -49,22 +48,15 @@ def _count_lookups(manager: Any) -> None:
         return lookup(request)
 
     get_computed_blocks.lookups = counts  # type: ignore[attr-defined]
-    # A chained manager with __slots__ refuses: its lookups are then not compared (None).
-    # That is decided here, before the learner's scheduler holds the manager: a manager that
-    # lost the wrapper later (taken off it, or another manager put in its place) is reported
-    # as such by _lookups, never as one that cannot be counted
-    # (tests/hostile/drop_the_lookup_counter.py).
-    try:
+    # A manager that refuses the wrapper is reported by _lookups as uncounted, which the judge
+    # fails, like one that lost the wrapper later (tests/hostile/drop_the_lookup_counter.py):
+    # the course's KVCacheManager (the reference, or lab-07's with its given __init__) takes it,
+    # and a manager's class is in the learner process, where the code under test can make it
+    # refuse (tests/hostile/refuse_the_counter_and_hide_the_statistics.py).
+    with contextlib.suppress(AttributeError, TypeError):
         manager.get_computed_blocks = get_computed_blocks
-    except (AttributeError, TypeError):
-        _UNCOUNTED.append(manager)
 
 
-#: The managers ``_count_lookups`` could not wrap (held, so that their ids stay theirs).
-_UNCOUNTED: list[Any] = []
-#: The managers built without a ``prefix_cache_stats`` to read (a chained manager that keeps
-#: its statistics some other way): their statistics are not compared.
-_WITHOUT_STATISTICS: list[Any] = []
 #: The counters of the manager's ``prefix_cache_stats`` that ``state`` reads.
 STATISTICS = (
     "requests",
@@ -242,24 +234,23 @@ def _request_row(req: Any) -> list[Any]:
 
 
 def _lookups(manager: Any) -> list[list[Any]] | str | None:
-    """``[[request_id, lookups], ...]`` counted by ``_count_lookups``; None if it could not
-    wrap this manager when it was built; ``"uncounted"`` if the manager the scheduler holds
-    has no wrapper but was not one of those (the wrapper was taken off, or the scheduler put
-    another manager in place of the one it was given), which the judge fails."""
+    """``[[request_id, lookups], ...]`` counted by ``_count_lookups``; ``"uncounted"`` if the
+    manager the scheduler holds has no wrapper (it refused it, the wrapper was taken off, or
+    the scheduler put another manager in place of the one it was given), which the judge
+    fails."""
     counts = getattr(manager.get_computed_blocks, "lookups", None)
     if counts is not None:
         return [[rid, n] for rid, n in sorted(counts.items())]
-    return None if any(m is manager for m in _UNCOUNTED) else "uncounted"
+    return "uncounted"
 
 
 def _statistics(manager: Any) -> list[Any] | None:
-    """The counters of the manager's own ``prefix_cache_stats``, as found; None if it had none
-    when it was built. They are what a lookup leaves however it is made: the wrapper of
-    ``_count_lookups`` misses a call made through the class,
-    ``KVCacheManager.get_computed_blocks(manager, request)``, which the statistics record all
-    the same (tests/hostile/look_up_through_the_class.py)."""
-    if any(m is manager for m in _WITHOUT_STATISTICS):
-        return None
+    """The counters of the manager's own ``prefix_cache_stats``, as found (None for each that
+    is missing, which the judge fails: every manager here is built with ``log_stats=True``).
+    They are what a lookup leaves however it is made: the wrapper of ``_count_lookups``
+    misses a call made through the class, ``KVCacheManager.get_computed_blocks(manager,
+    request)``, which the statistics record all the same
+    (tests/hostile/look_up_through_the_class.py)."""
     stats = getattr(manager, "prefix_cache_stats", None)
     return [getattr(stats, name, None) for name in STATISTICS]
 

@@ -65,10 +65,10 @@ def profile_steps(engine: Any, num_steps: int) -> list[dict[str, tuple[int, floa
 
     executor = engine.model_runner
     if isinstance(executor, MultiprocExecutor):
-        executor.collective_rpc("profile", (True,))
+        executor.collective_rpc("profile", args=(True,))
         for _ in range(num_steps):
             engine.step()
-        return executor.collective_rpc("profile", (False,))
+        return executor.collective_rpc("profile", args=(False,))
     profiler = KernelProfiler()
     profiler.start()
     for _ in range(num_steps):

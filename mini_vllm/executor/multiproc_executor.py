@@ -208,14 +208,19 @@ class MultiprocExecutor:
     def collective_rpc(
         self,
         method: str,
+        timeout: float | None = None,
         args: tuple = (),
         kwargs: dict[str, Any] | None = None,
-        unique_reply_rank: int | None = None,
-        timeout: float | None = None,
         non_block: bool = False,
+        unique_reply_rank: int | None = None,
     ) -> Any:
         """Call ``Worker.<method>`` on every rank; return rank ``unique_reply_rank``'s result,
-        or every rank's as a list when it is None (upstream's ``collective_rpc``)."""
+        or every rank's as a list when it is None (upstream's ``collective_rpc``).
+
+        The parameters come in upstream's order (``timeout`` second, before ``args``), so a
+        call written against vLLM's executor means the same here. Unlike upstream, a None
+        ``timeout`` is not "wait forever": it is the step deadline (a hung worker must fail).
+        """
         if self.is_failed:
             raise RuntimeError("the tensor-parallel executor has failed; start a new LLM")
         self._seq += 1

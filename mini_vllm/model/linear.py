@@ -4,8 +4,11 @@ Tensor parallelism splits the first matmul of each pair of a block by output (co
 and the second by input (row-parallel), so that a pair needs one all-reduce; each layer cuts its
 own shard out of a full checkpoint tensor (``weight_loader``). On one rank
 (``tensor_parallel_size=1``) every class here is ``nn.Linear`` with the same weight shape and the
-same ``F.linear`` call, so the single-process engine runs exactly as before. The pairs and the
-loading: docs/upstream-fidelity.md (module notes).
+same ``F.linear`` call, so the single-process engine runs exactly as before. The constructors
+keep upstream's parameter order and defaults (``bias=True``, as ``nn.Linear`` too), so a layer
+declared as in a vLLM model file gets the same parameters here. The pairs, the loading, and what
+differs (``forward`` returns the output alone, not upstream's ``(output, output_bias)``):
+docs/upstream-fidelity.md (module notes).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ class ColumnParallelLinear(nn.Linear):
     """
 
     def __init__(
-        self, input_size: int, output_size: int, bias: bool = False, gather_output: bool = False
+        self, input_size: int, output_size: int, bias: bool = True, gather_output: bool = False
     ) -> None:
         self.tp_rank = get_tensor_model_parallel_rank()
         self.tp_size = get_tensor_model_parallel_world_size()
@@ -75,7 +78,7 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
     every rank.
     """
 
-    def __init__(self, input_size: int, output_sizes: list[int], bias: bool = False) -> None:
+    def __init__(self, input_size: int, output_sizes: list[int], bias: bool = True) -> None:
         self.output_sizes = list(output_sizes)
         super().__init__(input_size, sum(output_sizes), bias=bias)
 
@@ -105,7 +108,7 @@ class QKVParallelLinear(ColumnParallelLinear):
         head_size: int,
         total_num_heads: int,
         total_num_kv_heads: int | None = None,
-        bias: bool = False,
+        bias: bool = True,
     ) -> None:
         tp_size = get_tensor_model_parallel_world_size()
         self.head_size = head_size
@@ -146,11 +149,13 @@ class RowParallelLinear(nn.Linear):
     The input arrives already split (it is a column-parallel layer's output): rank ``r``
     multiplies its slice ``X_r`` by ``W_r^T`` and holds a partial sum; ``all_reduce`` adds them,
     and every rank has the full ``Y``. The bias is added once, by rank 0 before the reduction
-    (as upstream does), not once per rank.
+    (as upstream does), not once per rank. ``reduce_results`` is keyword-only: upstream's fourth
+    parameter is ``input_is_parallel`` (absent here: the input always arrives split), and a
+    positional ``False`` meant for it must not silently turn the all-reduce off.
     """
 
     def __init__(
-        self, input_size: int, output_size: int, bias: bool = False, reduce_results: bool = True
+        self, input_size: int, output_size: int, bias: bool = True, *, reduce_results: bool = True
     ) -> None:
         self.tp_rank = get_tensor_model_parallel_rank()
         self.tp_size = get_tensor_model_parallel_world_size()

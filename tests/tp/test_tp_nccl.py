@@ -99,11 +99,11 @@ def test_profile_sees_the_all_reduces(two_gpus: LLM) -> None:
     engine.add_request("p", {"prompt_token_ids": _prompts()[1]}, GREEDY)
     while engine.scheduler.waiting or engine.scheduler.running[0].num_output_tokens == 0:
         engine.step()
-    executor.collective_rpc("profile", (True,))
+    executor.collective_rpc("profile", args=(True,))
     steps = 4
     for _ in range(steps):
         engine.step()
-    per_rank = executor.collective_rpc("profile", (False,))
+    per_rank = executor.collective_rpc("profile", args=(False,))
     engine.abort_request(["p"])
     while engine.has_unfinished_requests():
         engine.step()

@@ -144,9 +144,9 @@ def test_workers_profile_on_request(tp2: LLM) -> None:
     (``test_tp_nccl.py``) checks that it holds the NCCL kernels.
     """
     executor = tp2.llm_engine.model_runner
-    assert executor.collective_rpc("profile", (True,)) == [None, None]
+    assert executor.collective_rpc("profile", args=(True,)) == [None, None]
     tp2.generate(_prompts()[:1], GREEDY, use_tqdm=False)
-    assert executor.collective_rpc("profile", (False,)) == [{}, {}]
+    assert executor.collective_rpc("profile", args=(False,)) == [{}, {}]
 
 
 def test_kernel_profiler_refuses_misuse() -> None:

@@ -181,6 +181,16 @@ MUTANTS = [
         caught_by="test_decode.py::test_decode_one_sequence",
     ),
     Mutant(
+        name="mask_fill_finite_minus_1e4",
+        file=FILE,
+        find='s = tl.where(n_mask[None, :], s * qk_scale, float("-inf"))',
+        replace="s = tl.where(n_mask[None, :], s * qk_scale, -10000.0)",
+        why="masked_fill(-10000) borrowed from attention-mask code (or fp16's -65504): right "
+        "while real scores are larger, but where every real score is below it the positions "
+        "past seq_len take all the weight",
+        caught_by="test_decode.py::test_decode_masks_past_seq_len",
+    ),
+    Mutant(
         name="table_indexed_by_tile",
         file=FILE,
         find="block = tl.load(table + start // BLOCK_SIZE).to(tl.int64)",
@@ -283,6 +293,40 @@ MUTANTS = [
         caught_by="test_decode.py::test_decode_random_batches",
     ),
     # -- _paged_decode_kernel: split boundaries ----------------------------------------------------
+    Mutant(
+        name="split_share_counted_in_tokens",
+        file=FILE,
+        find="""
+            num_tiles = tl.cdiv(seq_len, BLOCK_N)
+            tiles_per_split = tl.cdiv(num_tiles, num_splits)
+            tile_lo = split * tiles_per_split
+            tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
+        """,
+        replace="""
+            per_split = tl.cdiv(seq_len, num_splits)
+            tok_lo = split * per_split
+            tok_hi = tl.minimum(tok_lo + per_split, seq_len)
+        """,
+        more=(
+            (
+                """
+                for tile in range(tile_lo, tile_hi):
+                    start = tile * BLOCK_N
+                    offs_n = start + offs_t
+                    n_mask = offs_n < seq_len
+                """,
+                """
+                for start in range(tok_lo, tok_hi, BLOCK_N):
+                    offs_n = start + offs_t
+                    n_mask = offs_n < tok_hi
+                """,
+            ),
+        ),
+        why="each split takes cdiv(seq_len, num_splits) tokens, as flash-decoding ports do: "
+        "exact with one table entry per token, but with blocks as large as the tile a split "
+        "starts mid-tile and its tiles run past their block into the next one in memory",
+        caught_by="test_decode.py::test_decode_split_k_is_exact",
+    ),
     Mutant(
         name="split_share_rounded_down",
         file=FILE,

@@ -95,6 +95,23 @@ def test_decode_masks_past_seq_len():
         "lengths [3, 19, 45] in blocks of 16, +-inf in the slots after them (load K AND V "
         "with the token mask, other=0: a V row read past seq_len times p = 0 is still nan)",
     )
+    # A finite stand-in for -inf (-1e4 as in attention-mask code, -65504 as fp16's minimum)
+    # passes while real scores are larger. Here the query is all ones and every key all -2**15:
+    # each real score is exactly -131072 (about -189,000 in base 2) in any summation order, so
+    # the softmax is uniform, exact in float32 on any device.
+    case = make_case(3, [9], 8, 1, 1)
+    case.query[0, 0] = 1.0
+    for p in range(9):
+        case.buffer_k[case.tables[0, p // 8] + 1, p % 8, 0] = -(2.0**15)  # +1: the guard block
+    got, want, tol = run_decode(mod, case, num_splits=1)
+    assert_close(
+        got,
+        want,
+        tol,
+        "9 tokens in blocks of 8 whose every score is about -189,000 (base 2): the 55 "
+        "positions of the 64-token tile past seq_len must score -inf itself, not a large "
+        "negative number such as -1e4 or -65504 (then they outweigh every real token)",
+    )
 
 
 @graded(
@@ -139,12 +156,28 @@ def test_decode_later_tiles_dominate():
     f"{DOC}#split-k-and-the-log-sum-exp-merge",
 )
 def test_decode_split_k_is_exact():
-    """2 and 3 splits of sequences of 1-130 tokens (tiles of 16, uneven shares)."""
+    """2 and 3 splits of sequences of 1-130 tokens (tiles of 16, uneven shares), in blocks of 4
+    and in blocks of 16 (a tile in one block)."""
     mod = load(*DECODE_SPLIT)
     case = make_case(5, [1, 19, 130, 64], 4, 4, 2)
     for num_splits in (2, 3):
         got, want, tol = run_decode(mod, case, num_splits=num_splits, block_n=16)
         assert_close(got, want, tol, f"{num_splits} splits of lengths [1, 19, 130, 64]")
+    # Blocks as large as the tile: a split that starts mid-tile (its share counted in tokens,
+    # cdiv(seq_len, num_splits), as flash-decoding ports do) runs its tiles across a block's end
+    # into whatever block follows it in memory, since a tile takes one table entry here.
+    case = make_case(5, [50, 37, 16], 16, 4, 2)
+    for num_splits in (2, 3):
+        got, want, tol = run_decode(mod, case, num_splits=num_splits, block_n=16)
+        assert_close(
+            got,
+            want,
+            tol,
+            f"{num_splits} splits of lengths [50, 37, 16] in blocks of 16, tiles of 16: each "
+            "split takes whole tiles (per_split = cdiv(num_tiles, num_splits) tiles), so every "
+            "tile starts on a multiple of the tile and stays in one block; a share counted in "
+            "tokens starts mid-tile and reads past its block",
+        )
 
 
 @graded(

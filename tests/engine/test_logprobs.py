@@ -125,8 +125,10 @@ def test_logprobs_beyond_max_logprobs_are_refused(
     assert all(len(p) in (3, 4) for p in out[0].outputs[0].logprobs)
 
 
-@pytest.mark.parametrize("bad", [-2, 1.5, True])
+@pytest.mark.parametrize("bad", [-2, 1.5, False])
 def test_sampling_params_refuse_bad_logprobs(bad: Any) -> None:
+    """``True`` is upstream's shorthand for 1 (tests/reference/test_request.py); ``False`` is
+    refused as any other bool, where upstream would read it as 0 (docs/upstream-fidelity.md)."""
     with pytest.raises((ValueError, TypeError), match="logprobs"):
         SamplingParams(logprobs=bad)
 

@@ -1395,4 +1395,133 @@ from mini_vllm.core.kv_cache_utils import (
         "helper's sweep: the test ended on the pop that finds nothing)",
         caught_by="test_hashing.py::test_map_keeps_several_blocks_per_hash",
     ),
+    # -- cost: O(1) per block, whatever the size of the pool, the map or the request -----------
+    Mutant(
+        name="eviction_searches_the_map_for_the_block",
+        file=FILE,
+        find="""
+            key = block.block_hash
+            if key is None:
+                return False
+            if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+        """,
+        replace="""
+            key = None
+            for k, entry in list(self.cached_block_hash_to_block._cache.items()):
+                ids = (entry.block_id,) if isinstance(entry, KVCacheBlock) else tuple(entry)
+                if block.block_id in ids:
+                    key = k
+            if key is None:
+                return False
+            if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+        """,
+        why="each eviction finds the block's entry by scanning the whole cache map instead of "
+        "popping under its own hash: right, but every allocation from a warm cache costs O(map "
+        "size) (README: O(1) per block; a complexity probe, 2026-11-29)",
+        caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
+    ),
+    Mutant(
+        name="map_pop_walks_the_keys",
+        file=FILE,
+        find="""
+            blocks = self._cache.get(key)
+            if blocks is None:
+                return None
+            if isinstance(blocks, KVCacheBlock):
+                if blocks.block_id != block_id:
+        """,
+        replace="""
+            blocks = None
+            for k in list(self._cache):
+                if k == key:
+                    blocks = self._cache[k]
+            if blocks is None:
+                return None
+            if isinstance(blocks, KVCacheBlock):
+                if blocks.block_id != block_id:
+        """,
+        why="the map's pop compares the key with every key instead of looking it up: every "
+        "eviction is O(map size) (README: O(1) per block)",
+        caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
+    ),
+    Mutant(
+        name="map_insert_walks_the_items",
+        file=FILE,
+        find="""
+            blocks = self._cache.get(key)
+            if blocks is None:
+                self._cache[key] = block
+        """,
+        replace="""
+            blocks = next((v for k, v in self._cache.items() if k == key), None)
+            if blocks is None:
+                self._cache[key] = block
+        """,
+        why="the map's insert looks for the key among all items: publishing a block is O(map "
+        "size) (README: O(1) per block)",
+        caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
+    ),
+    Mutant(
+        name="publishing_walks_the_whole_block_list",
+        file=FILE,
+        find="""
+            selected = [
+                (block, block_hash)
+                for i, (block, block_hash) in enumerate(
+                    zip(new_full_blocks, request.block_hashes[num_cached_blocks:num_full_blocks])
+                )
+                if not block.is_null and (block_mask is None or block_mask[i])
+            ]
+        """,
+        replace="""
+            selected = [
+                (block, block_hash)
+                for j, (block, block_hash) in enumerate(zip(blocks, request.block_hashes))
+                if num_cached_blocks <= j < num_full_blocks
+                and not block.is_null
+                and (block_mask is None or block_mask[j - num_cached_blocks])
+            ]
+        """,
+        why="cache_full_blocks walks the request's whole block list to pick the new blocks: "
+        "right, but a decoding request pays O(its length) each time a block fills, O(n^2) over "
+        "its life (README: only blocks[num_cached_blocks:num_full_blocks])",
+        caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
+    ),
+    Mutant(
+        name="evict_blocks_scans_the_pool",
+        file=FILE,
+        find="""
+            for block_id in block_ids:
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+            for block in self.blocks:
+                if block.block_id in block_ids:
+                    self._maybe_evict_cached_block(block)
+        """,
+        why="evict_blocks walks every block of the pool for the few ids it is given: O(pool) "
+        "per call (README: only the ids it is given)",
+        caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
+    ),
+    Mutant(
+        name="map_lookup_walks_the_items",
+        file=FILE,
+        find="""
+            blocks = self._cache.get(key)
+            if blocks is None:
+                return None
+            if isinstance(blocks, KVCacheBlock):
+                return blocks
+        """,
+        replace="""
+            blocks = next((v for k, v in self._cache.items() if k == key), None)
+            if blocks is None:
+                return None
+            if isinstance(blocks, KVCacheBlock):
+                return blocks
+        """,
+        why="get_one_block compares the key with every key of the map: every prefix-cache "
+        "lookup is O(map size) (README: a lookup reads its one key)",
+        caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
+    ),
 ]

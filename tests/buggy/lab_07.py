@@ -993,4 +993,68 @@ MUTANTS = [
         "after its later refusals)",
         caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
     ),
+    # -- cost: nothing a step does may grow with the request's length (a complexity probe) ------
+    Mutant(
+        name="cache_blocks_counts_the_published_blocks_by_walking",
+        file=FILE,
+        find="""
+            num_cached_blocks = self.num_cached_block.get(request_id, 0)
+            num_full_blocks = num_computed_tokens // self.block_size
+        """,
+        replace="""
+            num_cached_blocks = sum(
+                1 for b in self.req_to_blocks.get(request_id, []) if b.block_hash is not None
+            )
+            num_full_blocks = num_computed_tokens // self.block_size
+        """,
+        why="cache_blocks counts the published blocks by walking the table every step instead "
+        "of reading num_cached_block: the right count, but each decode step of a long request "
+        "costs O(its length), O(n^2) over its life (README: never by walking the table)",
+        caught_by="test_prefix_hits.py::test_decode_steps_cost_the_same_on_a_long_request",
+    ),
+    Mutant(
+        name="cache_blocks_walks_the_table_when_a_block_fills",
+        file=FILE,
+        find="""
+            num_full_blocks = min(num_full_blocks, len(request.block_hashes))
+            if num_cached_blocks >= num_full_blocks:
+                return
+        """,
+        replace="""
+            num_full_blocks = min(num_full_blocks, len(request.block_hashes))
+            num_cached_blocks = sum(
+                1 for b in self.req_to_blocks.get(request_id, []) if b.block_hash is not None
+            )
+            if num_cached_blocks >= num_full_blocks:
+                return
+        """,
+        why="the walk is only done once a block may have filled, so a step that fills none is "
+        "O(1); but each block filled still costs O(the table), O(n^2 / block_size) over a "
+        "request (README: never by walking the table)",
+        caught_by="test_prefix_hits.py::test_decode_steps_cost_the_same_on_a_long_request",
+    ),
+    Mutant(
+        name="hit_search_goes_on_past_the_first_miss",
+        file=FILE,
+        find="""
+            for block_hash in itertools.islice(block_hashes, max_num_blocks):
+                cached = self.block_pool.get_cached_block(block_hash, [_GROUP_ID])
+                if not cached:
+                    break
+                computed.append(cached[0])
+        """,
+        replace="""
+            missed = False
+            for i, block_hash in enumerate(block_hashes):
+                cached = self.block_pool.get_cached_block(block_hash, [_GROUP_ID])
+                if not cached or i >= max_num_blocks:
+                    missed = True
+                if not missed:
+                    computed.append(cached[0])
+        """,
+        why="the search notes the first miss but looks up every hash of the prompt anyway: the "
+        "right hit, at O(prompt) lookups for every waiting request every step (README task 3: "
+        "stop at the first miss)",
+        caught_by="test_prefix_hits.py::test_hit_search_stops_at_the_first_miss",
+    ),
 ]

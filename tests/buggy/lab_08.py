@@ -1370,4 +1370,25 @@ MUTANTS = [
         "order, so a later allocation evicts another request's cached prefix than upstream's",
         caught_by="test_aborts.py::test_finish_requests_aborts",
     ),
+    Mutant(
+        name="after_schedule_walks_every_request",
+        file=FILE,
+        find="""
+            for req_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+                request = self.requests[req_id]
+                request.num_computed_tokens += num_tokens
+        """,
+        replace="""
+            for request in list(self.requests.values()):
+                num_tokens = scheduler_output.num_scheduled_tokens.get(request.request_id)
+                if num_tokens is None:
+                    continue
+                request.num_computed_tokens += num_tokens
+        """,
+        why="_update_after_schedule walks every request the scheduler knows, the waiting ones "
+        "too, and skips those not scheduled: right, but each step costs O(all requests) "
+        "instead of O(scheduled) (README: a step's work grows with the requests it schedules; "
+        "a complexity probe, 2026-11-29)",
+        caught_by="test_schedule.py::test_a_step_costs_what_it_schedules",
+    ),
 ]

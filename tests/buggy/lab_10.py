@@ -990,4 +990,48 @@ MUTANTS = [
         "it completes is missed",
         caught_by="test_stop_strings.py::test_no_stop_string_within_min_tokens",
     ),
+    Mutant(
+        name="stop_search_scans_the_whole_text",
+        file=FILE,
+        find="""
+            start = max(len(output_text) - new_char_count - len(stop_str) + 1, 0)
+            index = output_text.find(stop_str, start)
+        """,
+        replace="""
+            start = max(len(output_text) - new_char_count - len(stop_str) + 1, 0)
+            index = output_text.find(stop_str)
+            while index != -1 and index < start:
+                index = output_text.find(stop_str, index + 1)
+        """,
+        why="each stop string is searched from the start of the text and old matches skipped: "
+        "the right answer, but every step reads the whole output, O(n^2) over a request "
+        "(README task 5: find from len(stop) - 1 characters before the new text; a complexity "
+        "probe, 2026-11-29)",
+        caught_by="test_stop_strings.py::test_stop_search_reads_only_the_tail",
+    ),
+    Mutant(
+        name="outputs_matched_by_walking_the_states",
+        file=FILE,
+        find="state = self.request_states.get(out.request_id)",
+        replace="state = next(\n"
+        "    (s for rid, s in list(self.request_states.items()) if rid == out.request_id), None\n"
+        ")",
+        why="each output's request is found by walking request_states: right, but a step costs "
+        "O(outputs x tracked requests), and a server tracks thousands (README: a step's work "
+        "grows with its outputs; a complexity probe, 2026-11-29)",
+        caught_by="test_processor.py::test_a_step_costs_its_outputs",
+    ),
+    Mutant(
+        name="abort_rebuilds_the_states",
+        file=FILE,
+        find="return [rid for rid in request_ids if self.request_states.pop(rid, None) is not None]",
+        replace="ids = list(request_ids)\n"
+        "found = [rid for rid in ids if rid in self.request_states]\n"
+        "self.request_states = {k: v for k, v in self.request_states.items() if k not in ids}\n"
+        "return [rid for i, rid in enumerate(ids) if rid in found and rid not in ids[:i]]",
+        why="abort_requests rebuilds request_states without the aborted ids: the same answer, "
+        "but each abort costs O(tracked requests) (README task 6: pop each id; a complexity "
+        "probe, 2026-11-29)",
+        caught_by="test_processor.py::test_a_step_costs_its_outputs",
+    ),
 ]

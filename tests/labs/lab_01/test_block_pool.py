@@ -19,13 +19,16 @@ from hypothesis.stateful import (
 from grading.remote import LearnerError
 from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import (
+    CEILING_FACTOR,
     as_int,
     assert_constant_time,
     assert_error_names,
+    best_time,
     block_ids,
     check_pool,
     check_pool_snapshot,
     describe,
+    judge_relink_time,
     pool_snapshot,
     run_machine,
     same_data,
@@ -747,9 +750,10 @@ class PoolBench:
         return seconds
 
     def step_run(self) -> float:
-        """One ``free_blocks`` of a quarter of the pool and one ``get_new_blocks`` as long,
-        timed per 500 blocks: a long call costs O(k) too (no search of what the call has
-        already collected, no count of a block's later entries)."""
+        """One ``free_blocks`` of a quarter of the pool and one ``get_new_blocks`` as long, the
+        seconds of the whole request (:func:`assert_linear_in_one_call` divides by ``k``): a
+        long call costs O(k) too (no search of what the call has already collected, no count
+        of a block's later entries, no copy of it per block)."""
         k = self.n // 4
         held = self.held()
         freed = held[:k]
@@ -763,7 +767,7 @@ class PoolBench:
                 f"{self.n:,} blocks must give the front of the free queue; it gave other blocks"
             )
         self.chunk = popped[:500]
-        return seconds * 500 / k
+        return seconds
 
     def held(self) -> list[int]:
         """The held blocks, in id order (every block but the null block and the free ones)."""
@@ -796,9 +800,34 @@ def test_pool_operations_are_constant_time():
         return benches[n].step
 
     assert_constant_time("BlockPool.free_blocks / get_new_blocks / get_num_free_blocks", run_ops)
-    assert_constant_time(
+    assert_linear_in_one_call(
         "BlockPool.free_blocks / get_new_blocks of a quarter of the pool in one call",
-        lambda n: benches[n].step_run,
+        {n: bench.step_run for n, bench in benches.items()},
     )
     for bench in benches.values():
         bench.verify()
+
+
+def assert_linear_in_one_call(op_name: str, steps: dict, max_ratio: float = 12.0) -> None:
+    """Each step handles a quarter of its pool (``n // 4`` blocks) in one call: the cost per
+    block must be about the same on both pools, and each 500 blocks of the big call stay under
+    :func:`assert_constant_time`'s ceiling.
+
+    The noise floor (a ratio counts once the big call takes over 50 ms) is applied to the whole
+    big call, not to its time per 500 blocks: an O(k^2) call that copies its list per block
+    (``newly_free = newly_free + [block]``) took 3 s for 50,000 blocks, 30 ms per 500, 40x the
+    small call's rate; scaled down to 500 blocks it hid under the floor.
+    """
+    (small, run_small), (big, run_big) = sorted(steps.items())
+    k_small, k_big = small // 4, big // 4
+    t_small, t_big = best_time(run_small), best_time(run_big)
+    ratio = (t_big / k_big) / max(t_small / k_small, 1e-9)
+    per_500 = t_big * 500 / k_big
+    ceiling = max(0.05, CEILING_FACTOR * judge_relink_time())
+    if (ratio > max_ratio and t_big > 0.05) or per_500 > ceiling:
+        raise AssertionError(
+            f"I2 (O(1) per block): {op_name} took {t_big * 1e3:.0f} ms for {k_big:,} blocks vs "
+            f"{t_small * 1e3:.1f} ms for {k_small:,} ({ratio:.0f}x the time per block; at most "
+            f"{max_ratio:g}x, and {ceiling * 1e3:.0f} ms per 500 blocks on this machine): one "
+            "long call must cost O(1) per block, with no search or copy of what it has collected"
+        )

@@ -119,8 +119,13 @@ def run_pool_ops(pool: Any, ops: list[list[Any]], request: Any = None) -> list[A
 
     ``["get_new_blocks", k]``, ``["free_blocks", [i, ...]]``, ``["touch", [i, ...]]``,
     ``["cache_full_blocks", [i, ...], num_cached, num_full, block_size, group_id]`` (for
-    ``request``), ``["get_num_free_blocks"]``. Returns, in order, what the operations that
-    return something returned (``get_new_blocks``: the blocks' ids).
+    ``request``), ``["publish_each", [i, ...], [[num_cached, num_full], ...], block_size,
+    group_id]`` (one list of those blocks, built once, then one ``cache_full_blocks`` call per
+    pair: a long request publishing its blocks as they fill, at the cost of the calls alone),
+    ``["evict_each", [i, ...]]`` (one ``evict_blocks({i})`` per id),
+    ``["lookup_each", [h, ...]]`` (one ``get_cached_block(h, [0])`` per hash: the ids found, or
+    None), ``["get_num_free_blocks"]``. Returns, in order, what the operations that return
+    something returned (``get_new_blocks``: the blocks' ids).
     """
     blocks = pool.blocks
     out: list[Any] = []
@@ -134,6 +139,16 @@ def run_pool_ops(pool: Any, ops: list[list[Any]], request: Any = None) -> list[A
             pool.touch([blocks[i] for i in op[1]])
         elif name == "cache_full_blocks":
             pool.cache_full_blocks(request, [blocks[i] for i in op[1]], *op[2:])
+        elif name == "publish_each":
+            held = [blocks[i] for i in op[1]]
+            for num_cached, num_full in op[2]:
+                pool.cache_full_blocks(request, held, num_cached, num_full, *op[3:])
+        elif name == "evict_each":
+            for i in op[1]:
+                pool.evict_blocks({i})
+        elif name == "lookup_each":
+            found = [pool.get_cached_block(h, [0]) for h in op[1]]
+            out.append([None if f is None else [b.block_id for b in f] for f in found])
         elif name == "get_num_free_blocks":
             out.append(pool.get_num_free_blocks())
         else:

@@ -1122,3 +1122,121 @@ def test_touch_is_constant_time():
     assert_constant_time("BlockPool.touch", run_ops)
     for bench in benches.values():
         bench.verify()
+
+
+class PublishEvictBench:
+    """A pool of ``n`` blocks whose prefix cache holds about half of them, and one long request.
+
+    Request A holds blocks ``1..Q`` (``Q = n // 4``), all but its last ``4 * K`` published;
+    request B's ``Q`` blocks were published and freed, so they sit cached at the front of the
+    free queue. Each step, in one request (timed here): ``get_new_blocks(K)`` reuses the next
+    ``K`` of B's blocks (each an eviction from a map of about ``n / 2`` keys),
+    ``evict_blocks({i})`` names each of them once more (uncached now: nothing to do),
+    ``free_blocks`` puts them back, A publishes its next ``K`` blocks one
+    ``cache_full_blocks`` call at a time, as a decoding request fills them, and
+    ``get_cached_block`` finds each of them. Each of these is
+    O(1) per block in the reference; a scan of the map, of the pool or of the request's whole
+    block list is ~100x slower on the big pool.
+    """
+
+    K = 50
+
+    def __init__(self, n: int) -> None:
+        self.n, q = n, n // 4
+        self.pool = make_pool(n)
+        self.run_ops = side().run_pool_ops
+        self.a_ids = list(range(1, q + 1))
+        self.b_ids = list(range(q + 1, 2 * q + 1))
+        self.a_hashes = chain_hashes(list(range(BS * q)))
+        b_hashes = chain_hashes(list(range(BS * q, 2 * BS * q)))
+        self.request = side().make_request("long", list(range(BS * q)), self.a_hashes)
+        b_request = side().make_request("done", list(range(BS * q, 2 * BS * q)), b_hashes)
+        self.published = q - 4 * self.K
+        (got,) = self.run_ops(
+            self.pool,
+            [["get_new_blocks", n - 1], ["publish_each", self.a_ids, [[0, self.published]], BS, 0]],
+            self.request,
+        )
+        if not same_data(got, list(range(1, n))):
+            raise AssertionError(
+                f"get_new_blocks({n - 1}) on a new pool of {n:,} blocks must give blocks 1..{n - 1}"
+            )
+        rest = list(range(2 * q + 1, n))
+        self.run_ops(
+            self.pool,
+            [
+                ["publish_each", self.b_ids, [[0, q]], BS, 0],
+                ["free_blocks", self.b_ids],
+                ["free_blocks", rest],
+            ],
+            b_request,
+        )
+        self.queue = self.b_ids + rest
+        self.evicted: list[int] = []
+
+    def step(self) -> float:
+        k, start = self.K, self.published
+        taken = self.queue[:k]
+        ops = [
+            ["get_new_blocks", k],
+            ["evict_each", taken],
+            ["free_blocks", taken],
+            ["publish_each", self.a_ids, [[c, c + 1] for c in range(start, start + k)], BS, 0],
+            ["lookup_each", self.a_hashes[start : start + k]],
+            ["get_num_free_blocks"],
+        ]
+        seconds, got = timed_call(self.run_ops, self.pool, ops, self.request)
+        self.queue = self.queue[k:] + taken
+        self.evicted += taken
+        self.published += k
+        hits = [[i] for i in self.a_ids[start : start + k]]
+        want = [taken, hits, self.n - 1 - len(self.a_ids)]
+        if not same_data(got, want):
+            raise AssertionError(
+                f"get_new_blocks({k}) must reuse the {k} cached blocks at the front of the queue, "
+                f"get_cached_block must find the {k} blocks just published, and free_blocks must "
+                f"put the reused ones back: want {want[0][:5]}..., {hits[:3]}... and "
+                f"{want[2]:,} free blocks, got {describe(got)[:300]}"
+            )
+        return seconds
+
+    def verify(self) -> None:
+        snap = pool_snapshot(self.pool, hashes=True)
+        if check_pool_snapshot(snap) != self.queue:
+            raise AssertionError(
+                f"I4: blocks reused from the front of the queue and freed again must join its "
+                f"back, in order (pool of {self.n:,} blocks)"
+            )
+        hashes = snap["hashes"]
+        if any(hashes[i] is not None for i in self.evicted):
+            raise AssertionError("I3: a block reused by get_new_blocks must lose its hash")
+        want = [key(h) for h in self.a_hashes[: self.published]]
+        if [hashes[i] for i in self.a_ids[: self.published]] != want:
+            raise AssertionError(
+                "I3: cache_full_blocks(request, blocks, c, c + 1, ...) must publish block c "
+                "under the request's hash c"
+            )
+
+
+@graded(
+    2,
+    "I3: evicting, publishing, looking up and evict_blocks cost O(1) per block, whatever the "
+    "pool's size",
+    "labs/lab-05-share-and-evict/README.md#your-tasks",
+    timeout=30,
+)
+def test_evict_and_publish_are_constant_time():
+    """Reusing 50 cached blocks, evict_blocks of each, and publishing 50 blocks of a long
+    request one call at a time cost the same on a small and a 100x larger pool."""
+    benches: dict[int, PublishEvictBench] = {}
+
+    def run_ops(n: int):
+        benches[n] = PublishEvictBench(n)
+        return benches[n].step
+
+    assert_constant_time(
+        "get_new_blocks (evicting) / evict_blocks / cache_full_blocks / get_cached_block",
+        run_ops,
+    )
+    for bench in benches.values():
+        bench.verify()

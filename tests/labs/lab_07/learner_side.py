@@ -221,6 +221,29 @@ class Driver:
     def append(self, request_id: str, token: int) -> None:
         self.requests[request_id].append_output_token_ids(token)
 
+    def decode_many(self, request_id: str, tokens: list[int]) -> list[Any]:
+        """One :meth:`decode` per token, in one request (the judge times it): the new block
+        ids of each step."""
+        return [self.decode(request_id, token) for token in tokens]
+
+    def counted_lookup(self, request_id: str) -> list[Any]:
+        """:meth:`lookup`, with the calls of the pool's ``get_cached_block`` it made counted:
+        [hit block ids, hit tokens, calls]."""
+        pool = self.mgr.block_pool
+        calls = [0]
+        original = pool.get_cached_block
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return original(*args, **kwargs)
+
+        pool.get_cached_block = counting
+        try:
+            hit, num_hit = self.lookup(request_id)
+        finally:
+            del pool.get_cached_block
+        return [hit, num_hit, calls[0]]
+
     def decode(self, request_id: str, token: int) -> list[Any] | None:
         """Append a sampled token and give it a slot: one decode step."""
         self.append(request_id, token)

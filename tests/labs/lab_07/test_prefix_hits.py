@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from grading.suite import graded
+from tests.labs.common import (
+    CEILING_FACTOR,
+    best_time,
+    describe,
+    judge_relink_time,
+    timed_call,
+)
 from tests.labs.lab_07.helpers import (
     BS,
     DOC,
@@ -350,3 +357,98 @@ def test_hit_is_block_aligned_and_leaves_a_token():
             f"a {num_tokens}-token prompt, fully cached: expected a hit of {expected} tokens "
             f"(whole blocks within the first {num_tokens - 1}), got {num_hit}"
         )
+
+
+@graded(
+    1,
+    "Prefix-cache hits: the search stops at the first miss (one get_cached_block call past "
+    "the hits), however long the prompt",
+    f"{DOC}#prefix-cache-hits",
+)
+def test_hit_search_stops_at_the_first_miss():
+    """b shares a's first 8 tokens, then runs 300 tokens of its own: the hit is 2 blocks,
+    found in 3 lookups of the pool; a search that goes on through b's 77 hashes looks up
+    every block of every long prompt it is asked about, each step it waits."""
+    d = driver(num_blocks=40, max_model_len=512)
+    d.add("a", list(range(12)))
+    d.admit("a")
+    a_table = table(d.state(), "a")
+    d.add("b", [*range(8), *range(1000, 1300)])
+    hit, num_hit, calls = d.counted_lookup("b")
+    assert num_hit == 8 and hit == a_table[:2], (
+        f"b shares a's first 8 tokens: expected a's blocks {a_table[:2]} and 8 tokens, got "
+        f"{hit} and {num_hit}"
+    )
+    assert calls <= 3, (
+        f"find_longest_cache_hit called block_pool.get_cached_block {calls} times for a hit of "
+        "2 blocks: it must stop at the first miss (README task 3), not look up the rest of the "
+        "prompt's hashes"
+    )
+
+
+class LongDecodeBench:
+    """A request of ``n`` full blocks, all computed and published, then decoding ``K * BS``
+    tokens (one ``decode`` a token: ``allocate_slots(request, 1)``, which publishes each block
+    as it fills) in one request, timed here. Each step costs O(1) in the reference; one that
+    walks the request's table (to count its published blocks, say) costs O(n)."""
+
+    K = 150
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        extra = self.K * BS + BS
+        self.d = driver(num_blocks=n + self.K + 4, max_model_len=n * BS + extra)
+        self.d.add("long", list(range(n * BS)))
+        got = self.d.admit("long")
+        if not (got["tried"] and got["new"] is not None and len(got["new"]) == n):
+            raise AssertionError(
+                f"a {n * BS:,}-token request on a pool of {n + self.K + 4:,} blocks must be "
+                f"admitted with {n:,} blocks, got {describe(got)[:200]}"
+            )
+        self.steps = 0
+
+    def step(self) -> float:
+        tokens = [7] * (self.K * BS // 3)
+        seconds, got = timed_call(self.d.decode_many, "long", tokens)
+        self.steps += len(tokens)
+        if not isinstance(got, list) or len(got) != len(tokens) or None in got:
+            raise AssertionError(
+                f"{len(tokens)} decode steps of a request of {self.n:,} blocks, with free "
+                f"blocks to spare, must each get their slots: got {describe(got)[:200]}"
+            )
+        return seconds
+
+    def verify(self) -> None:
+        snap = self.d.state()
+        want = self.n + -(-self.steps // BS)
+        if len(table(snap, "long")) != want:
+            raise AssertionError(
+                f"after {self.steps} decode steps a request of {self.n:,} full blocks must hold "
+                f"{want:,} blocks"
+            )
+
+
+@graded(
+    2,
+    "Cost: a decode step of a long request is O(1): cache_blocks reads num_cached_block, it "
+    "never walks the request's table",
+    "labs/lab-07-kv-cache-manager/README.md#your-tasks",
+    timeout=30,
+)
+def test_decode_steps_cost_the_same_on_a_long_request():
+    """200 decode steps cost about the same on a request of 500 blocks and on one of 50,000,
+    and stay under a ceiling measured in the judge (CPU time of plain relinks)."""
+    benches = {n: LongDecodeBench(n) for n in (500, 50_000)}
+    t_small = best_time(benches[500].step)
+    t_big = best_time(benches[50_000].step)
+    ratio = t_big / max(t_small, 1e-6)
+    ceiling = max(0.05, CEILING_FACTOR * judge_relink_time())
+    assert (ratio <= 12 or t_big <= 0.05) and t_big <= ceiling, (
+        f"200 decode steps took {t_big * 1e3:.1f} ms on a request of 50,000 blocks vs "
+        f"{t_small * 1e3:.1f} ms on one of 500 ({ratio:.0f}x for 100x more blocks; at most 12x, "
+        f"and {ceiling * 1e3:.0f} ms on this machine): a step must not walk the request's "
+        "table; cache_blocks reads how many blocks are published from num_cached_block "
+        "(README, task 9)"
+    )
+    for bench in benches.values():
+        bench.verify()

@@ -276,3 +276,28 @@ def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
         "statistics": _statistics(manager),
         "reqs": [[req.request_id, *_request_row(req)] for req in requests],
     }
+
+
+# -- cost ---------------------------------------------------------------------------------------
+def crowded_scheduler(num_waiting: int, scheduler_cls: Any = None) -> Any:
+    """A scheduler (``max_num_seqs`` 4, budget 64, 1,024 blocks of 4) with ``4 + num_waiting``
+    requests of 3 tokens (no full block, nothing to hash) added, and one step run: r0..r3 run
+    (their prompts done, each holding its first sampled token), the rest wait behind them."""
+    sched = make_scheduler(1024, 4, 4096, 64, 4, scheduler_cls=scheduler_cls)
+    for i in range(4 + num_waiting):
+        sched.add_request(make_request(f"r{i}", [1 + i % 50, 2, 3], 4, max_tokens=4000))
+    out = sched.schedule()
+    sched.update_from_output(out, {rid: [7] for rid in out.num_scheduled_tokens})
+    return sched
+
+
+def decode_steps(sched: Any, steps: int) -> list[list[Any]]:
+    """``steps`` decode steps (``schedule`` and ``update_from_output``, one token 7 for each
+    scheduled request), in one request the judge times: the ids scheduled at each step."""
+    scheduled = []
+    for _ in range(steps):
+        out = sched.schedule()
+        ids = sorted(out.num_scheduled_tokens)
+        sched.update_from_output(out, {rid: [7] for rid in ids})
+        scheduled.append(ids)
+    return scheduled

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from grading.suite import graded, learner_module
+from tests.labs.common import (
+    CEILING_FACTOR,
+    best_time,
+    judge_relink_time,
+    same_data,
+    timed_call,
+)
 from tests.labs.lab_08.helpers import BS, DOC, Engine, batch, model_token
 
 
@@ -462,4 +469,40 @@ def test_each_output_keeps_its_finished_ids():
     assert got == set(), (
         f"a was reported finished once, in the second output: the third output's "
         f"finished_req_ids must be empty, got {got} (start a new set after each schedule())"
+    )
+
+
+@graded(
+    2,
+    "Cost: a step's work grows with the requests it schedules, not with the waiting queue",
+    "labs/lab-08-scheduler/README.md#your-tasks",
+    timeout=30,
+)
+def test_a_step_costs_what_it_schedules():
+    """40 decode steps of the same four running requests cost about the same with 500 and with
+    50,000 requests waiting behind them (max_num_seqs is reached: the waiting pass stops at
+    once), and stay under a ceiling measured in the judge (CPU time of plain relinks)."""
+    side = learner_module("learner_side")
+    steps, times = 40, {}
+    for waiting in (500, 50_000):
+        sched = side.crowded_scheduler(waiting)
+
+        def one_run(sched=sched, waiting=waiting) -> float:
+            seconds, got = timed_call(side.decode_steps, sched, steps)
+            assert same_data(got, [["r0", "r1", "r2", "r3"]] * steps), (
+                f"with r0..r3 running, max_num_seqs 4 and {waiting:,} requests waiting, each "
+                f"decode step must schedule r0..r3 alone: got {str(got)[:200]}"
+            )
+            return seconds
+
+        times[waiting] = best_time(one_run)
+    t_small, t_big = times[500], times[50_000]
+    ratio = t_big / max(t_small, 1e-6)
+    ceiling = max(0.05, CEILING_FACTOR * judge_relink_time())
+    assert (ratio <= 12 or t_big <= 0.05) and t_big <= ceiling, (
+        f"{steps} decode steps of 4 running requests took {t_big * 1e3:.1f} ms with 50,000 "
+        f"requests waiting vs {t_small * 1e3:.1f} ms with 500 ({ratio:.0f}x; at most 12x, and "
+        f"{ceiling * 1e3:.0f} ms on this machine): a step must walk the requests it schedules "
+        "(num_scheduled_tokens), not every request the scheduler knows, and the waiting pass "
+        "stops at the first request it cannot admit (README, after the task table)"
     )

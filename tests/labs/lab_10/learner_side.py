@@ -265,6 +265,22 @@ def check_stop_strings(
     return None if found is None else list(found)
 
 
+def search_a_long_text(num_chars: int, calls: int) -> list[Any]:
+    """``calls`` calls of the learner's ``check_stop_strings`` on one text of ``num_chars``
+    characters ending in ``"STOP"``, with 1 to 4 new characters: each answer is
+    ``["STOP", num_chars]``. The text is built once, before the calls; the judge times the
+    whole request, so a search of the whole text, O(num_chars) a call, shows against a search
+    of the tail the new characters could have completed."""
+    import output_processor
+
+    text = "a" * num_chars + "STOP"
+    answers = []
+    for i in range(calls):
+        found = output_processor.check_stop_strings(text, 1 + i % 4, ["xyz", "STOP"], False)
+        answers.append(None if found is None else list(found))
+    return answers
+
+
 # -- the output processor -----------------------------------------------------------------------
 class CoreOutput:
     """What ``process_outputs`` reads of an ``EngineCoreOutput`` (that one needs pyzmq)."""
@@ -422,3 +438,38 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
     for index, given, sent in aborts:
         records[index]["input_changed"] = not _holds_exactly(given, sent)
     return records
+
+
+# -- cost ---------------------------------------------------------------------------------------
+_CROWDED: list[tuple[Any, dict[str, Any]]] = []
+
+
+def crowded_processor(num_tracked: int) -> int:
+    """An ``OutputProcessor`` tracking ``num_tracked`` requests ``r0``, ``r1``, … (no prompt, no
+    stop string, streamed), kept here with their queues; its number, for
+    :func:`process_steps` (the judge receives plain data only)."""
+    import output_processor
+
+    processor = output_processor.OutputProcessor(ToyTokenizer())
+    queues: dict[str, Any] = {}
+    _CROWDED.append((processor, queues))
+    for i in range(num_tracked):
+        params = types.SimpleNamespace(logprobs=None, min_tokens=0)
+        request = types.SimpleNamespace(
+            request_id=f"r{i}", prompt_token_ids=[], sampling_params=params
+        )
+        queues[f"r{i}"] = processor.add_request(request, None, arrival_time=0.0)
+    return len(_CROWDED) - 1
+
+
+def process_steps(number: int, steps: int, token: int, first_abort: int) -> list[Any]:
+    """``steps`` steps of processor ``number``, in one request the judge times: each calls
+    ``process_outputs`` with one new ``token`` for ``r0``..``r3``, then ``abort_requests`` of
+    one more request (``r{first_abort}``, the next one at the next step). Returns how many
+    outputs each of the four has queued, and what each abort returned."""
+    processor, queues = _CROWDED[number]
+    aborted = []
+    for step in range(steps):
+        processor.process_outputs([CoreOutput(f"r{i}", [token]) for i in range(4)], now=1.0)
+        aborted.append(list(processor.abort_requests([f"r{first_abort + step}"])))
+    return [[queues[f"r{i}"].qsize() for i in range(4)], aborted]

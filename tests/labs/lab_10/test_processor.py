@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
-from tests.labs.common import GRADED_SETTINGS
+from tests.labs.common import (
+    CEILING_FACTOR,
+    GRADED_SETTINGS,
+    best_time,
+    judge_relink_time,
+    same_data,
+    timed_call,
+)
 from tests.labs.lab_10.support import FINISH, LOGPROBS, STOPS, TOK, side, split, texts
 
 PROMPT = TOK.encode("Question:")
@@ -502,3 +509,44 @@ def test_every_request_finishes_exactly_once(data):
             assert text == want, (
                 f"{rid} (stream={plan['stream']}): the text must be {want!r}, got {text!r}"
             )
+
+
+@graded(
+    1,
+    "Cost: process_outputs and abort_requests find each request by its id: a step's work "
+    "grows with its outputs and aborts, not with the requests tracked",
+    "labs/lab-10-serving/README.md#your-tasks",
+    timeout=30,
+)
+def test_a_step_costs_its_outputs():
+    """100 steps of four outputs and one abort cost about the same with 400 and with 40,000
+    requests tracked, and stay under a ceiling measured in the judge (CPU time of plain
+    relinks)."""
+    token, steps, times = TOK.encode("a")[0], 100, {}
+    for tracked in (400, 40_000):
+        processor = side().crowded_processor(tracked)
+        done = [0]
+
+        def one_run(processor=processor, tracked=tracked, done=done) -> float:
+            first = 4 + done[0]
+            seconds, got = timed_call(side().process_steps, processor, steps, token, first)
+            done[0] += steps
+            want = [[done[0]] * 4, [[f"r{first + i}"] for i in range(steps)]]
+            assert same_data(got, want), (
+                f"{done[0]} steps of one token each for r0..r3 (of {tracked:,} tracked, "
+                f"streamed) must queue {done[0]} outputs each, and each abort_requests of one "
+                f"more tracked id return it: got {str(got)[:300]}"
+            )
+            return seconds
+
+        times[tracked] = best_time(one_run)
+    t_small, t_big = times[400], times[40_000]
+    ratio = t_big / max(t_small, 1e-6)
+    ceiling = max(0.05, CEILING_FACTOR * judge_relink_time())
+    assert (ratio <= 12 or t_big <= 0.05) and t_big <= ceiling, (
+        f"{steps} steps of 4 outputs and one abort took {t_big * 1e3:.1f} ms with 40,000 "
+        f"requests tracked vs {t_small * 1e3:.1f} ms with 400 ({ratio:.0f}x; at most 12x, and "
+        f"{ceiling * 1e3:.0f} ms on this machine): find each output's state by its id in "
+        "request_states, and pop each aborted id; do not walk or rebuild them (README, after "
+        "the task table)"
+    )

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
-from tests.labs.common import GRADED_SETTINGS
+from mini_vllm.engine.detokenizer import check_stop_strings as reference_check
+from tests.labs.common import GRADED_SETTINGS, best_time, judge_seconds, timed_call
 from tests.labs.lab_10.support import (
     STOPS,
     TOK,
@@ -434,4 +435,43 @@ def test_check_stop_strings_looks_only_at_the_tail():
     assert got == ["STOP", -1], (
         f"include_in_output and the stop string ends the text: nothing to cut, expected "
         f"('STOP', -1), got {got}"
+    )
+
+
+@graded(
+    1,
+    "Cost: check_stop_strings searches only the tail the new characters could have completed, "
+    "not the whole text",
+    STOPS,
+    timeout=30,
+)
+def test_stop_search_reads_only_the_tail():
+    """100 searches of a 4,000,000-character text must cost about what 100 searches of a
+    40,000-character one do (a ratio of the learner's own times), and under 25 times what the
+    reference takes for them here, in the judge (CPU time): each call is told that 1 to 4
+    characters are new, so only the last few characters can complete a stop string."""
+    small, big, calls = 40_000, 4_000_000, 100
+    search = side().search_a_long_text
+    for n in (small, big):
+        got = search(n, 4)
+        assert got == [["STOP", n]] * 4, (
+            f"check_stop_strings on {n:,} 'a's then 'STOP', 1 to 4 characters new, stop "
+            f"['xyz', 'STOP']: must answer ('STOP', {n}), got {got!r}"
+        )
+    t_small = best_time(lambda: timed_call(search, small, calls)[0], budget=1.0)
+    t_big = best_time(lambda: timed_call(search, big, calls)[0], budget=1.0)
+    text = "a" * big + "STOP"
+    ceiling = max(
+        0.05,
+        25
+        * judge_seconds(
+            lambda: [reference_check(text, 1 + i % 4, ["xyz", "STOP"], False) for i in range(calls)]
+        ),
+    )
+    assert (t_big <= 12 * max(t_small, 1e-6) or t_big <= 0.05) and t_big <= ceiling, (
+        f"{calls} calls of check_stop_strings with 1 to 4 new characters took "
+        f"{t_big * 1e3:.1f} ms on a text of {big:,} characters vs {t_small * 1e3:.1f} ms on one "
+        f"of {small:,} (at most 12x, and {ceiling * 1e3:.0f} ms on this machine): search each "
+        "stop string from len(stop) - 1 characters before the new text, not the whole text "
+        "(README task 5)"
     )

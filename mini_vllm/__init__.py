@@ -4,24 +4,15 @@ Modules mirror upstream's layout so that the two read side by side. Importing th
 cheap: the core labs need only numpy, so torch is imported lazily by the code that needs it.
 The offline API is importable from the package, as upstream's is from ``vllm``
 (``from mini_vllm import LLM, SamplingParams``); each name loads its module on first use.
+The names are strings here, never ``import`` statements (not even under ``TYPE_CHECKING``):
+the grader stages a lab's import closure, read from the source, and an import of the engine
+here would stage the whole engine, with its twins of the labs' tasks, into every lab.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from mini_vllm.engine.llm_engine import (
-        EngineArgs,
-        LLMEngine,
-        PromptType,
-        TextPrompt,
-        TokensPrompt,
-    )
-    from mini_vllm.llm import LLM
-    from mini_vllm.outputs import CompletionOutput, RequestOutput
-    from mini_vllm.sampling_params import SamplingParams
+from typing import Any
 
 __version__ = "0.1.0"
 UPSTREAM_VERSION = "0.22.1"

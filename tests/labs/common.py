@@ -373,15 +373,33 @@ def assert_constant_time(
     """
     t_small = best_time(run_ops(small))
     t_big = best_time(run_ops(big))
-    ratio = t_big / max(t_small, 1e-6)
-    ceiling = max(0.05, CEILING_FACTOR * judge_relink_time())
-    if (ratio > max_ratio and t_big > 0.05) or t_big > ceiling:
-        raise AssertionError(
+    assert_cost_does_not_grow(
+        t_small,
+        t_big,
+        lambda ratio, ceiling: (
             f"I2 (O(1) operations): {op_name} took {t_big * 1e3:.1f} ms on {big:,} blocks vs "
             f"{t_small * 1e3:.1f} ms on {small:,} blocks ({ratio:.0f}x for 100x more blocks; "
             f"at most {max_ratio:g}x, and {ceiling * 1e3:.0f} ms on this machine): "
             "it walks the list or copies it instead of relinking neighbours"
-        )
+        ),
+        max_ratio,
+    )
+
+
+def assert_cost_does_not_grow(
+    t_small: float,
+    t_big: float,
+    explain: Callable[[float, float], str],
+    max_ratio: float = 12.0,
+) -> None:
+    """The rule of :func:`assert_constant_time` for two times the test measured itself (the
+    same work beside a small and a 100x larger structure, each :func:`best_time`): the big one
+    is at most ``max_ratio`` times the small one (or under 50 ms, where noise dominates), and
+    under the judge's ceiling. ``explain(ratio, ceiling)`` is the failure's message."""
+    ratio = t_big / max(t_small, 1e-6)
+    ceiling = max(0.05, CEILING_FACTOR * judge_relink_time())
+    if (ratio > max_ratio and t_big > 0.05) or t_big > ceiling:
+        raise AssertionError(explain(ratio, ceiling))
 
 
 def assert_error_names(error: BaseException, call: str, *names: object) -> None:

@@ -418,13 +418,26 @@ class LongDecodeBench:
         return seconds
 
     def verify(self) -> None:
+        """The blocks held, and the full ones published: a step that skipped publishing on a
+        long table would cost nothing there (tests/hostile/publish_nothing_on_a_long_table.py)."""
         snap = self.d.state()
         want = self.n + -(-self.steps // BS)
-        if len(table(snap, "long")) != want:
+        held = table(snap, "long")
+        if len(held) != want:
             raise AssertionError(
                 f"after {self.steps} decode steps a request of {self.n:,} full blocks must hold "
                 f"{want:,} blocks"
             )
+        full = (self.n * BS + self.steps) // BS
+        unpublished = [b for b in held[:full] if snap["hash"][b] is None]
+        if unpublished or snap["num_cached_block"].get("long") != full:
+            raise AssertionError(
+                f"after {self.steps} decode steps a request of {self.n:,} full blocks has {full:,} "
+                f"full blocks, each published as it fills (README, task 9): "
+                f"{len(unpublished):,} have no hash (first {unpublished[:5]}), num_cached_block "
+                f"is {snap['num_cached_block'].get('long')}"
+            )
+        check_state(snap)
 
 
 @graded(

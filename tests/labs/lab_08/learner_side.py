@@ -159,15 +159,33 @@ def check_stop(module: Any, request: Any, tokens: list[int], max_model_len: int)
 
 
 # -- reading ------------------------------------------------------------------------------------
+def _plain(values: Any) -> list[Any]:
+    """The elements of a ``dict`` (its keys), ``list`` or ``set``, read by that type's own
+    iteration, whatever subclass holds them; anything else by its own. A subclass answers
+    ``__iter__`` as it likes: a scheduler's ``requests`` that left the finished ones out of its
+    iteration hid a leak from every state read
+    (tests/hostile/hide_the_finished_from_the_schedulers_requests.py)."""
+    for base in (dict, list, set):
+        if isinstance(values, base):
+            return list(base.__iter__(values))
+    return list(values)
+
+
+def _pairs(mapping: Any) -> list[tuple[Any, Any]]:
+    """A ``dict``'s ``(key, value)`` pairs, read by ``dict``'s own ``items`` (as :func:`_plain`);
+    anything else by its own ``items``."""
+    return list(dict.items(mapping) if isinstance(mapping, dict) else mapping.items())
+
+
 def _ids(values: Any) -> list[Any]:
-    return list(values) if values is not None else None
+    return _plain(values) if values is not None else None
 
 
 def output_data(out: Any) -> dict[str, Any]:
     """A ``SchedulerOutput`` as data, as the model runner reads it."""
     cached = out.scheduled_cached_reqs
     return {
-        "batch": [[rid, n] for rid, n in out.num_scheduled_tokens.items()],
+        "batch": [[rid, n] for rid, n in _pairs(out.num_scheduled_tokens)],
         "total": out.total_num_scheduled_tokens,
         "new": [
             [
@@ -262,12 +280,13 @@ def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
     manager = sched.kv_cache_manager
     block_pool = manager.block_pool
     return {
-        "running": [req.request_id for req in sched.running],
+        "running": [req.request_id for req in _plain(sched.running)],
         "waiting": [req.request_id for req in sched.waiting],
-        "requests": list(sched.requests),
-        "pending_finished": list(sched.finished_req_ids),
+        "requests": _plain(sched.requests),
+        "pending_finished": _plain(sched.finished_req_ids),
         "tables": [
-            [rid, [blk.block_id for blk in blocks]] for rid, blocks in manager.req_to_blocks.items()
+            [rid, [blk.block_id for blk in _plain(blocks)]]
+            for rid, blocks in _pairs(manager.req_to_blocks)
         ],
         "free": block_pool.get_num_free_blocks(),
         "pool": pool_snapshot(block_pool) if pool else None,

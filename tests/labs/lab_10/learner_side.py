@@ -267,16 +267,20 @@ def check_stop_strings(
 
 def search_a_long_text(num_chars: int, calls: int) -> list[Any]:
     """``calls`` calls of the learner's ``check_stop_strings`` on one text of ``num_chars``
-    characters ending in ``"STOP"``, with 1 to 4 new characters: each answer is
-    ``["STOP", num_chars]``. The text is built once, before the calls; the judge times the
-    whole request, so a search of the whole text, O(num_chars) a call, shows against a search
-    of the tail the new characters could have completed."""
+    characters ending in ``"STOP"``, with 1 to 4 new characters: call ``i`` looks for
+    ``"xyz"`` and ``"a" * i + "STOP"``, so each call asks something new and each answer,
+    ``["a" * i + "STOP", num_chars - i]``, is its own (an answer remembered from an earlier
+    call of the same text is wrong: tests/hostile/remember_the_long_texts_answer.py). The text
+    is built once, before the calls; the judge times the whole request, so a search of the
+    whole text, O(num_chars) a call, shows against a search of the tail the new characters
+    could have completed."""
     import output_processor
 
     text = "a" * num_chars + "STOP"
     answers = []
     for i in range(calls):
-        found = output_processor.check_stop_strings(text, 1 + i % 4, ["xyz", "STOP"], False)
+        stops = ["xyz", "a" * i + "STOP"]
+        found = output_processor.check_stop_strings(text, 1 + i % 4, stops, False)
         answers.append(None if found is None else list(found))
     return answers
 

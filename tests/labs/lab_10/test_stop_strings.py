@@ -449,23 +449,34 @@ def test_stop_search_reads_only_the_tail():
     """100 searches of a 4,000,000-character text must cost about what 100 searches of a
     40,000-character one do (a ratio of the learner's own times), and under 25 times what the
     reference takes for them here, in the judge (CPU time): each call is told that 1 to 4
-    characters are new, so only the last few characters can complete a stop string."""
+    characters are new, so only the last few characters can complete a stop string. Each call
+    looks for a stop string of its own, and every answer, timed runs' included, is read."""
     small, big, calls = 40_000, 4_000_000, 100
     search = side().search_a_long_text
-    for n in (small, big):
-        got = search(n, 4)
-        assert got == [["STOP", n]] * 4, (
+
+    def answers(n: int) -> list[list[object]]:
+        return [["a" * i + "STOP", n - i] for i in range(calls)]
+
+    def timed(n: int) -> float:
+        seconds, got = timed_call(search, n, calls)
+        assert got == answers(n), (
             f"check_stop_strings on {n:,} 'a's then 'STOP', 1 to 4 characters new, stop "
-            f"['xyz', 'STOP']: must answer ('STOP', {n}), got {got!r}"
+            f"['xyz', 'a' * i + 'STOP'] at call i: must answer ('a' * i + 'STOP', {n} - i), "
+            f"got {str(got)[:300]}"
         )
-    t_small = best_time(lambda: timed_call(search, small, calls)[0], budget=1.0)
-    t_big = best_time(lambda: timed_call(search, big, calls)[0], budget=1.0)
+        return seconds
+
+    t_small = best_time(lambda: timed(small), budget=1.0)
+    t_big = best_time(lambda: timed(big), budget=1.0)
     text = "a" * big + "STOP"
     ceiling = max(
         0.05,
         25
         * judge_seconds(
-            lambda: [reference_check(text, 1 + i % 4, ["xyz", "STOP"], False) for i in range(calls)]
+            lambda: [
+                reference_check(text, 1 + i % 4, ["xyz", "a" * i + "STOP"], False)
+                for i in range(calls)
+            ]
         ),
     )
     assert (t_big <= 12 * max(t_small, 1e-6) or t_big <= 0.05) and t_big <= ceiling, (

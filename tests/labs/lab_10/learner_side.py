@@ -268,7 +268,7 @@ def check_stop_strings(
 def search_a_long_text(num_chars: int, calls: int) -> list[Any]:
     """``calls`` calls of the learner's ``check_stop_strings`` on one text of ``num_chars``
     characters ending in ``"STOP"``, with 1 to 4 new characters: call ``i`` looks for
-    ``"xyz"`` and ``"a" * i + "STOP"``, so each call asks something new and each answer,
+    ``f"{i}a"`` and ``"a" * i + "STOP"``, so each call asks something new and each answer,
     ``["a" * i + "STOP", num_chars - i]``, is its own (an answer remembered from an earlier
     call of the same text is wrong: tests/hostile/remember_the_long_texts_answer.py). The text
     is built once, before the calls; the judge times the whole request, so a search of the
@@ -279,7 +279,10 @@ def search_a_long_text(num_chars: int, calls: int) -> list[Any]:
     text = "a" * num_chars + "STOP"
     answers = []
     for i in range(calls):
-        stops = ["xyz", "a" * i + "STOP"]
+        # f"{i}a" is never found, and ends in the text's own letter: a search of the whole text
+        # cannot skip ahead by the needle's length, as it can for a needle whose last letter
+        # the text lacks, so it costs O(the text) a call whatever the search.
+        stops = [f"{i}a", "a" * i + "STOP"]
         found = output_processor.check_stop_strings(text, 1 + i % 4, stops, False)
         answers.append(None if found is None else list(found))
     return answers

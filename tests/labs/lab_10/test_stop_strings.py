@@ -461,7 +461,7 @@ def test_stop_search_reads_only_the_tail():
         seconds, got = timed_call(search, n, calls)
         assert got == answers(n), (
             f"check_stop_strings on {n:,} 'a's then 'STOP', 1 to 4 characters new, stop "
-            f"['xyz', 'a' * i + 'STOP'] at call i: must answer ('a' * i + 'STOP', {n} - i), "
+            f"[f'{{i}}a', 'a' * i + 'STOP'] at call i: must answer ('a' * i + 'STOP', {n} - i), "
             f"got {str(got)[:300]}"
         )
         return seconds
@@ -474,7 +474,7 @@ def test_stop_search_reads_only_the_tail():
         25
         * judge_seconds(
             lambda: [
-                reference_check(text, 1 + i % 4, ["xyz", "a" * i + "STOP"], False)
+                reference_check(text, 1 + i % 4, [f"{i}a", "a" * i + "STOP"], False)
                 for i in range(calls)
             ]
         ),

@@ -47,6 +47,16 @@ class RepetitionDetectionParams:
             )
 
 
+class VLLMValidationError(ValueError):
+    """A refused parameter that names itself (upstream's ``vllm.exceptions.VLLMValidationError``,
+    raised by its ``SamplingParams`` for the same fields): the server answers it with the field as
+    the error's ``param``, without reading the message."""
+
+    def __init__(self, message: str, *, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
 @dataclass
 class SamplingParams:
     """What to generate for one prompt, and when to stop. Only ``n == 1`` (upstream fans
@@ -92,9 +102,13 @@ class SamplingParams:
         if self.n != 1:
             raise ValueError(f"n must be 1 (one sequence per prompt), got {self.n}")
         if self.temperature < 0.0:
-            raise ValueError(f"temperature must be non-negative, got {self.temperature}")
+            raise VLLMValidationError(
+                f"temperature must be non-negative, got {self.temperature}", parameter="temperature"
+            )
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise VLLMValidationError(
+                f"top_p must be in (0, 1], got {self.top_p}", parameter="top_p"
+            )
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool):
             raise TypeError(f"top_k must be an integer, got {type(self.top_k).__name__}")
         if self.top_k < -1:
@@ -106,9 +120,13 @@ class SamplingParams:
         ):
             raise TypeError(f"logprobs must be an int or None, got {type(self.logprobs).__name__}")
         if self.logprobs is not None and self.logprobs < -1:
-            raise ValueError(f"logprobs must be non-negative or -1, got {self.logprobs}")
+            raise VLLMValidationError(
+                f"logprobs must be non-negative or -1, got {self.logprobs}", parameter="logprobs"
+            )
         if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+            raise VLLMValidationError(
+                f"max_tokens must be at least 1, got {self.max_tokens}", parameter="max_tokens"
+            )
         if self.min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:

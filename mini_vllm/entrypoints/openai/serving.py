@@ -52,18 +52,6 @@ from mini_vllm.sampling_params import SamplingParams, SamplingType
 _MAX_SEED = 2**63 - 1
 
 
-# The fields whose refusal upstream's SamplingParams reports with the field as the error's
-# `param` (it raises VLLMValidationError for them, a plain ValueError with no param otherwise).
-_PARAM_ERRORS = ("temperature", "top_p", "max_tokens", "logprobs")
-
-
-def _engine_error_param(message: str) -> str | None:
-    """The ``param`` of an engine refusal: the field its message starts with, for the fields
-    upstream names (``"temperature must be non-negative, ..."``: ``temperature``)."""
-    field = message.split(" ", 1)[0]
-    return field if field in _PARAM_ERRORS else None
-
-
 class BadRequestError(Exception):
     """The request is wrong; answered with 400 and this message."""
 
@@ -148,7 +136,7 @@ class OpenAIServing:
             # The engine's own validation: the server accepts exactly what LLM.generate does.
             checked = SamplingParams(**values, max_tokens=None)
         except (ValueError, TypeError) as exc:
-            raise BadRequestError(str(exc), param=_engine_error_param(str(exc))) from None
+            raise BadRequestError(str(exc), param=getattr(exc, "parameter", None)) from None
         if request.n > 1 and checked.sampling_type == SamplingType.GREEDY:
             # Upstream's SamplingParams._verify_greedy_sampling: n greedy samples are one sample.
             raise BadRequestError(

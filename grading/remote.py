@@ -360,10 +360,6 @@ def _judge_enum(module: str, qualname: str, name: str) -> Any:
     return target.__members__.get(name, fallback)
 
 
-def _array_like(value: Any) -> bool:
-    return wire.is_array(value)
-
-
 class Writes:
     """An array or tensor argument that a call may write into: an in-place kernel's output
     (``writes(key_cache)``).
@@ -379,7 +375,7 @@ class Writes:
     __slots__ = ("array",)
 
     def __init__(self, array: Any) -> None:
-        if not _array_like(array):
+        if not wire.is_array(array):
             raise TypeError(f"writes() marks a numpy array or a torch tensor, not {array!r:.60}")
         self.array = array
 
@@ -420,7 +416,7 @@ def _check_same_kind(conn: Connection, dest: Any, src: Any) -> None:
     in place (``a.dtype = ...``, ``a.resize(...)``) ends the test as a fault, so that a failed
     copy never raises an ordinary exception in the judge, where a ``pytest.raises`` around the
     call would take it for the learner's."""
-    same = _array_like(src) and type(src).__module__ == type(dest).__module__
+    same = wire.is_array(src) and type(src).__module__ == type(dest).__module__
     if not (same and src.dtype == dest.dtype and tuple(src.shape) == tuple(dest.shape)):
         raise conn._fail(
             LearnerFault(
@@ -441,7 +437,7 @@ def _copy_into(conn: Connection, dest: Any, src: Any) -> None:
 
 
 def _array_text(value: Any) -> str:
-    if not _array_like(value):
+    if not wire.is_array(value):
         return type(value).__name__
     return f"{type(value).__name__} of {value.dtype} {tuple(value.shape)}"
 
@@ -457,16 +453,16 @@ def _call(
     outputs |= {k for k, v in kwargs.items() if isinstance(v, Writes)}
     args = tuple(_unmarked(a) for a in args)
     kwargs = {k: _unmarked(v) for k, v in kwargs.items()}
-    arrays = any(_array_like(a) for a in args) or any(_array_like(v) for v in kwargs.values())
+    arrays = any(wire.is_array(a) for a in args) or any(wire.is_array(v) for v in kwargs.values())
     value, copyback = conn.request_with_copyback(op, *head, list(args), dict(kwargs), arrays)
     if arrays and isinstance(copyback, list):
         for entry in copyback:
             if not (isinstance(entry, list) and len(entry) == 2):
                 continue
             key, new = entry
-            if isinstance(key, int) and 0 <= key < len(args) and _array_like(args[key]):
+            if isinstance(key, int) and 0 <= key < len(args) and wire.is_array(args[key]):
                 dest = args[key]
-            elif isinstance(key, str) and _array_like(kwargs.get(key)):
+            elif isinstance(key, str) and wire.is_array(kwargs.get(key)):
                 dest = kwargs[key]
             else:
                 continue

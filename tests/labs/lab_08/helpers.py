@@ -943,7 +943,7 @@ class Engine:
                     f"after {where}: {what} differs from the reference scheduler's:\n"
                     f"  yours:     {a}\n  reference: {b}"
                 )
-        theirs = dict(raw["lookups"] or ())
+        theirs = dict(raw["lookups"])
         if mine["lookups"] != theirs:
             self.fail(
                 f"after {where}: the prefix-cache lookups (get_computed_blocks calls per "

@@ -251,7 +251,7 @@ def _request_row(req: Any) -> list[Any]:
     ]
 
 
-def _lookups(manager: Any) -> list[list[Any]] | str | None:
+def _lookups(manager: Any) -> list[list[Any]] | str:
     """``[[request_id, lookups], ...]`` counted by ``_count_lookups``; ``"uncounted"`` if the
     manager the scheduler holds has no wrapper (it refused it, the wrapper was taken off, or
     the scheduler put another manager in place of the one it was given), which the judge
@@ -262,7 +262,7 @@ def _lookups(manager: Any) -> list[list[Any]] | str | None:
     return "uncounted"
 
 
-def _statistics(manager: Any) -> list[Any] | None:
+def _statistics(manager: Any) -> list[Any]:
     """The counters of the manager's own ``prefix_cache_stats``, as found (None for each that
     is missing, which the judge fails: every manager here is built with ``log_stats=True``).
     They are what a lookup leaves however it is made: the wrapper of ``_count_lookups``

@@ -245,7 +245,8 @@ def test_hashing_a_block_twice_is_an_error():
     )
     check_pool(pool)
     # Nor does the refusal leave a change for later: caching the third block alone, the next
-    # call, hashes it and nothing else (tests/hostile/undo_the_rollback_at_the_next_success.py).
+    # call, hashes it and nothing else (the attack of lab-01's
+    # tests/hostile/undo_the_rollback_at_the_next_success.py, on this call).
     pool.cache_full_blocks(req.obj, [first, middle, last], 2, 3, BS, 0)
     assert first.block_hash is None and hit(pool, req.block_hashes[2]) is last, (
         "after the refused call, cache_full_blocks(req, [1, 2, 3], num_cached_blocks=2, "

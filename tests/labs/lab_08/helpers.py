@@ -1088,6 +1088,23 @@ class Engine:
         return (row[1], row[3], row[4], row[5])
 
 
+def x_and_y_fill_the_pool(x_arrival: float, **options: Any) -> Engine:
+    """Two usable blocks of 4: x (3 tokens, arriving at ``x_arrival``) is admitted, then y (3
+    tokens, arriving at 0.0), each holding one block, so that x's next token needs a block and
+    none is free: the set-up of the victim tests, which vary the policy (``options``) and x's
+    arrival against y's."""
+    engine = Engine(num_blocks=3, budget=8, **options)
+    engine.add("x", 3, base=0, max_tokens=3, arrival=x_arrival)
+    engine.step()
+    engine.add("y", 3, base=40, max_tokens=2, arrival=0.0)
+    engine.step()
+    assert engine.running == ["x", "y"] and engine.num_free() == 0, (
+        f"set-up: x and y run and hold the 2 usable blocks; running {engine.running}, "
+        f"{engine.num_free()} free"
+    )
+    return engine
+
+
 def _id_order(request_id: str) -> tuple[int, str]:
     digits = "".join(ch for ch in request_id if ch.isdigit())
     return (int(digits) if digits else -1, request_id)

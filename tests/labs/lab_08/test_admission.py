@@ -14,7 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
-from tests.labs.lab_08.helpers import DOC, RANDOM_SETTINGS, Engine, batch, bounded_shrinking
+from tests.labs.lab_08.helpers import (
+    DOC,
+    RANDOM_SETTINGS,
+    Engine,
+    batch,
+    bounded_shrinking,
+    x_and_y_fill_the_pool,
+)
 
 
 @graded(
@@ -169,15 +176,7 @@ def test_priority_preempts_the_lowest_priority():
     # scheduler before y (arrival 0). In step 3 x needs a second block and none is free: the
     # largest (priority, arrival time) is x's own, so x preempts itself; y, the last admitted,
     # is not the victim.
-    engine = Engine(num_blocks=3, budget=8, policy="priority")
-    engine.add("x", 3, base=0, max_tokens=3, arrival=9.0)
-    engine.step()
-    engine.add("y", 3, base=40, max_tokens=2, arrival=0.0)
-    engine.step()
-    assert engine.running == ["x", "y"] and engine.num_free() == 0, (
-        f"set-up: x and y run and hold the 2 usable blocks; running {engine.running}, "
-        f"{engine.num_free()} free"
-    )
+    engine = x_and_y_fill_the_pool(x_arrival=9.0, policy="priority")
     out, _ = engine.step()
     assert out.preempted_req_ids == {"x"} and batch(out) == [], (
         "step 3: x needs a block and none is free; x and y have the same priority, and x "
@@ -191,11 +190,7 @@ def test_priority_preempts_the_lowest_priority():
     # A full tie (same priority, same arrival time: a caller may give a batch one time): max
     # returns the first of the largest keys, so the victim is x, the tied request admitted
     # first, itself; sorted(...)[-1] would take y.
-    engine = Engine(num_blocks=3, budget=8, policy="priority")
-    engine.add("x", 3, base=0, max_tokens=3, arrival=0.0)
-    engine.step()
-    engine.add("y", 3, base=40, max_tokens=2, arrival=0.0)
-    engine.step()
+    engine = x_and_y_fill_the_pool(x_arrival=0.0, policy="priority")
     out, _ = engine.step()
     assert out.preempted_req_ids == {"x"} and batch(out) == [], (
         "step 3: x needs a block and none is free; x and y tie on (priority, arrival_time) = "

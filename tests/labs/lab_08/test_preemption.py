@@ -5,7 +5,7 @@ from __future__ import annotations
 from grading.remote import LearnerError
 from grading.suite import graded
 from mini_vllm.request import FinishReason, RequestStatus
-from tests.labs.lab_08.helpers import DOC, Engine, batch, model_token
+from tests.labs.lab_08.helpers import DOC, Engine, batch, model_token, x_and_y_fill_the_pool
 
 FINISHED = {
     FinishReason.STOP: RequestStatus.FINISHED_STOPPED,
@@ -56,15 +56,7 @@ def test_preempts_the_last_running_request():
     # "Last" is the order of running, not the arrival time: x (arrival 9) reaches the scheduler
     # before y (arrival 0). In step 3 x needs a second block and none is free: y, admitted
     # last, is the victim, although x arrived later (older schedulers sorted running by arrival).
-    engine = Engine(num_blocks=3, budget=8)
-    engine.add("x", 3, base=0, max_tokens=3, arrival=9.0)
-    engine.step()
-    engine.add("y", 3, base=40, max_tokens=2, arrival=0.0)
-    engine.step()
-    assert engine.running == ["x", "y"] and engine.num_free() == 0, (
-        f"set-up: x and y run and hold the 2 usable blocks; running {engine.running}, "
-        f"{engine.num_free()} free"
-    )
+    engine = x_and_y_fill_the_pool(x_arrival=9.0)
     out, _ = engine.step()
     assert out.preempted_req_ids == {"y"} and batch(out) == [("x", 1)], (
         "step 3: x needs a block and none is free; under FCFS the victim is the last request of "

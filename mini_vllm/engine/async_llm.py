@@ -96,6 +96,7 @@ class AsyncLLM:
         skip_special_tokens: bool = True,
         stream: bool = False,
         arrival_time: float | None = None,
+        priority: int = 0,
     ) -> asyncio.Queue[RequestOutput | BaseException]:
         if self.errored:
             raise self.dead_error
@@ -105,6 +106,7 @@ class AsyncLLM:
             sampling_params=params,
             arrival_time=time.time(),
             eos_token_id=self.tokenizer.eos_token_id,
+            priority=priority,
         )
         queue = self.output_processor.add_request(
             request,

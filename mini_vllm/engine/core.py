@@ -64,7 +64,8 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=
     """One request, already tokenized and validated by the front-end.
 
     ``eos_token_id`` is the front-end tokenizer's (the core loads no tokenizer); None leaves the
-    checkpoint config's.
+    checkpoint config's. ``priority`` orders admission under the priority policy (smaller
+    first) and is ignored under FCFS, as upstream's.
     """
 
     request_id: str
@@ -72,6 +73,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=
     sampling_params: EngineCoreSamplingParams
     arrival_time: float = 0.0
     eos_token_id: int | None = None
+    priority: int = 0
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -132,6 +134,7 @@ class EngineCore:
                 {"prompt_token_ids": request.prompt_token_ids},
                 request.sampling_params.to_sampling_params(),
                 arrival_time=request.arrival_time or None,
+                priority=request.priority,
                 eos_token_id=request.eos_token_id,
             )
         except (ValueError, TypeError) as exc:

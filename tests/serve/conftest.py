@@ -155,9 +155,8 @@ class ServerHandle:
 
 def start_server(model: Path | None, log_path: Path, *extra: str) -> ServerHandle:
     port = free_port()
-    cmd = [sys.executable, "-m", "mini_vllm", "serve", "--port", str(port), *extra]
-    if model is not None:
-        cmd += ["--model", str(model)]
+    model_tag = [] if model is None else [str(model)]  # `serve MODEL`, as `vllm serve` takes it
+    cmd = [sys.executable, "-m", "mini_vllm", "serve", *model_tag, "--port", str(port), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MINI_VLLM_SERVER_DEV_MODE="1")
     log = open(log_path, "wb")  # noqa: SIM115 (closed with the process)
     proc = subprocess.Popen(

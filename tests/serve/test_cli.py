@@ -19,7 +19,27 @@ def test_serve_options_parse():
         9000,
         512,
     )
-    assert args.no_enable_prefix_caching and args.model is None
+    assert args.enable_prefix_caching is False and args.model is None
+
+
+def test_serve_takes_upstreams_command_line():
+    """``vllm serve MODEL`` with upstream's on/off flags and policy maps onto EngineArgs."""
+    from mini_vllm.entrypoints.openai.cli_args import engine_args_from_cli
+
+    parse = build_parser().parse_args
+    defaults = engine_args_from_cli(parse(["serve"]))
+    assert (defaults.enable_prefix_caching, defaults.enable_chunked_prefill) == (True, True)
+    assert (defaults.async_scheduling, defaults.scheduling_policy) == (True, "fcfs")
+    flags = ["--no-enable-chunked-prefill", "--no-async-scheduling", "--enable-prefix-caching"]
+    args = engine_args_from_cli(
+        parse(["serve", "/models/x", *flags, "--scheduling-policy", "priority"])
+    )
+    assert args.model == "/models/x", "the positional model is `vllm serve MODEL`'s"
+    assert (args.enable_chunked_prefill, args.async_scheduling) == (False, False)
+    assert (args.enable_prefix_caching, args.scheduling_policy) == (True, "priority")
+    assert engine_args_from_cli(parse(["serve", "a", "--model", "b"])).model == "a"
+    with pytest.raises(SystemExit):
+        parse(["serve", "--scheduling-policy", "lifo"])
 
 
 def test_generate_chat_flag_defaults_to_auto():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from mini_vllm.engine.core import EngineCore, EngineCoreRequest, EngineCoreSamplingParams
@@ -50,3 +51,35 @@ def test_the_core_stops_on_the_eos_the_request_brings(core):
     stopped = _run(core, EngineCoreRequest("eos", PROMPT, greedy, eos_token_id=tokens[0]))
     assert [t for out in stopped for t in out.new_token_ids] == tokens[:1]
     assert stopped[-1].finish_reason == "stop"
+
+
+def test_priority_orders_admission_under_the_priority_policy(tiny_serve_dir):
+    """The request's ``priority`` crosses the wire and the core's scheduler orders by it; one
+    sequence at a time, so the order of first tokens is the order of admission."""
+    core = EngineCore(
+        EngineArgs(
+            model=str(tiny_serve_dir),
+            max_model_len=TINY_MAX_MODEL_LEN,
+            kv_cache_memory_bytes=TINY_KV_BYTES,
+            device="cpu",
+            max_num_seqs=1,
+            scheduling_policy="priority",
+        )
+    )
+    params = EngineCoreSamplingParams(temperature=0.0, max_tokens=2)
+    arrivals = [("late-but-urgent", 0), ("first-but-low", 5)][::-1]
+    for number, (request_id, priority) in enumerate(arrivals):
+        wire = msgspec.msgpack.encode(
+            EngineCoreRequest(request_id, PROMPT, params, arrival_time=1.0 + number,
+                              priority=priority)
+        )  # fmt: skip
+        assert core.add_request(msgspec.msgpack.decode(wire, type=EngineCoreRequest)) is None
+    started: list[str] = []
+    while core.has_unfinished_requests():
+        for out in core.step():
+            if out.new_token_ids and out.request_id not in started:
+                started.append(out.request_id)
+    assert started == ["late-but-urgent", "first-but-low"], (
+        "under --scheduling-policy priority the smaller priority is admitted first, whatever "
+        "arrived earlier (phase 03, the priority policy)"
+    )

@@ -556,3 +556,19 @@ def test_chat_content_parts_render_as_offline(client, offline_llm):
     )
     assert listed.usage.prompt_tokens == len(offline.prompt_token_ids)
     assert listed.choices[0].message.content == offline.outputs[0].text
+
+
+def test_priority_is_taken_and_ignored_under_fcfs(client, offline_llm):
+    """Upstream's ``priority`` field: the shared server runs FCFS, which ignores it (upstream's
+    too); a priority server orders admission by it (``test_engine_core``)."""
+    resp = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=8, temperature=0, extra_body={"priority": 7}
+    )
+    assert resp.choices[0].text == offline_text(offline_llm, PROMPT, 8)[0]
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        extra_body={"priority": -3},
+    )
+    assert chat.choices[0].finish_reason in ("stop", "length")

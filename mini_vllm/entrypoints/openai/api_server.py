@@ -55,7 +55,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     """The FastAPI app; its lifespan starts the engine core and stops it on shutdown."""
     engine_args = engine_args_from_cli(args)
     served_model_name = args.served_model_name or (
-        args.model if args.model else DEFAULT_SERVED_MODEL_NAME
+        engine_args.model if engine_args.model else DEFAULT_SERVED_MODEL_NAME
     )
 
     @contextlib.asynccontextmanager

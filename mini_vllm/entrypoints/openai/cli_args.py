@@ -16,7 +16,11 @@ DEFAULT_SERVED_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``serve``'s options: the server's, then the engine's (as ``generate`` names them)."""
+    """``serve``'s options: the server's, then the engine's, under upstream's flag names (a
+    ``vllm serve`` command line that uses only these runs unchanged)."""
+    parser.add_argument(
+        "model_tag", nargs="?", default=None, help="the model, as `vllm serve MODEL` takes it"
+    )
     parser.add_argument("--model", default=None, help="checkpoint directory or .gguf file")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -33,7 +37,17 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     engine.add_argument("--max-num-batched-tokens", type=int, default=None)
     engine.add_argument("--kv-cache-memory-bytes", type=int, default=None)
     engine.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    engine.add_argument("--no-enable-prefix-caching", action="store_true")
+    on_off = argparse.BooleanOptionalAction
+    engine.add_argument("--enable-prefix-caching", action=on_off, default=True)
+    engine.add_argument("--enable-chunked-prefill", action=on_off, default=True)
+    engine.add_argument(
+        "--async-scheduling", action=on_off, default=True,
+        help="plan step N+1 while step N runs (upstream's default at the pin)",
+    )  # fmt: skip
+    engine.add_argument(
+        "--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
+        help="priority: a request's `priority` field orders admission (smaller first)",
+    )  # fmt: skip
     engine.add_argument("--device", default="auto")
     engine.add_argument("--dtype", default="auto")
     engine.add_argument("--enforce-eager", action="store_true")
@@ -53,14 +67,17 @@ def engine_args_from_cli(args: argparse.Namespace) -> EngineArgs:
     from mini_vllm.engine.llm_engine import EngineArgs
 
     return EngineArgs(
-        model=args.model,
+        model=args.model_tag or args.model,  # the positional one wins, as upstream's
         block_size=args.block_size,
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         gpu_memory_utilization=args.gpu_memory_utilization,
-        enable_prefix_caching=not args.no_enable_prefix_caching,
+        enable_prefix_caching=args.enable_prefix_caching,
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        async_scheduling=args.async_scheduling,
+        scheduling_policy=args.scheduling_policy,
         device=args.device,
         dtype=args.dtype,
         enforce_eager=args.enforce_eager,

@@ -89,9 +89,11 @@ class SamplingRequestMixin(OpenAIBaseModel):
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
-    # Upstream's fields that the server does not honour (priority: not passed to the engine),
-    # declared so that a value other than the neutral one is refused
-    # (``OpenAIServing._check_sampling``) instead of ignored with the unknowns.
+    # Under the priority policy (``--scheduling-policy priority``) smaller runs first; under
+    # FCFS ignored, as upstream's.
+    priority: int = 0
+    # Upstream's fields that the server does not honour, declared so that a value other than the
+    # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
     min_p: float | None = None
     repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
@@ -102,7 +104,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
     truncate_prompt_tokens: int | None = None
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
-    priority: int = 0
     cache_salt: str | None = None  # upstream salts the prefix-cache hashes with it
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
@@ -125,7 +126,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
             "truncate_prompt_tokens": self.truncate_prompt_tokens is not None,
             "response_format": response_type != "text",
             "structured_outputs": self.structured_outputs is not None,
-            "priority": self.priority != 0,
             "cache_salt": self.cache_salt is not None,
             "return_token_ids": bool(self.return_token_ids),
             "return_tokens_as_token_ids": bool(self.return_tokens_as_token_ids),

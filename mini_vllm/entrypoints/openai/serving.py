@@ -273,6 +273,7 @@ class OpenAIServing:
                         include_stop_str_in_output=request.include_stop_str_in_output,
                         skip_special_tokens=request.skip_special_tokens,
                         stream=request.stream,
+                        priority=request.priority,
                     )
                 )
         return merge_async_iterators(generators)

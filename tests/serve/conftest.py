@@ -158,6 +158,7 @@ def start_server(model: Path | None, log_path: Path, *extra: str) -> ServerHandl
     model_tag = [] if model is None else [str(model)]  # `serve MODEL`, as `vllm serve` takes it
     cmd = [sys.executable, "-m", "mini_vllm", "serve", *model_tag, "--port", str(port), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MINI_VLLM_SERVER_DEV_MODE="1")
+    env.pop("VLLM_API_KEY", None)  # a key from the caller's shell would lock the tests out
     log = open(log_path, "wb")  # noqa: SIM115 (closed with the process)
     proc = subprocess.Popen(
         cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

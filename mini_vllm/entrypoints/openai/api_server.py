@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 import uvicorn
@@ -22,6 +24,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import mini_vllm
 from mini_vllm.engine.async_llm import AsyncLLM
@@ -49,6 +53,35 @@ def _validation_message(exc: RequestValidationError) -> str:
         location = ".".join(str(part) for part in error.get("loc", ()))
         lines.append(f"{location}: {error.get('msg')}")
     return "; ".join(lines) or "invalid request"
+
+
+class AuthenticationMiddleware:
+    """``--api-key``: the OpenAI routes (``/v1/...``) answer 401 without ``Authorization:
+    Bearer KEY``, as upstream's middleware; ``/health``, ``/metrics`` and ``/version`` stay
+    open, so that probes and scrapers need no key. Keys are compared as SHA-256 digests with
+    ``secrets.compare_digest`` against every key, so the time taken tells nothing about a key.
+    """
+
+    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
+        self.app = app
+        self.token_digests = [hashlib.sha256(token.encode()).digest() for token in tokens]
+
+    def _authorized(self, headers: Headers) -> bool:
+        scheme, _, key = headers.get("authorization", "").partition(" ")
+        digest = hashlib.sha256(key.encode()).digest()
+        matches = [secrets.compare_digest(digest, known) for known in self.token_digests]
+        return scheme.lower() == "bearer" and any(matches)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guarded = scope["type"] == "http" and scope["method"] != "OPTIONS"
+        if (
+            guarded
+            and scope["path"].startswith("/v1")
+            and not self._authorized(Headers(scope=scope))
+        ):
+            await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def build_app(args: argparse.Namespace) -> FastAPI:
@@ -87,6 +120,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             engine.shutdown()
 
     app = FastAPI(title="mini-vLLM", lifespan=lifespan)
+    # --api-key wins over VLLM_API_KEY, as upstream's.
+    if api_keys := [key for key in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if key]:
+        app.add_middleware(AuthenticationMiddleware, tokens=api_keys)
 
     @app.exception_handler(RequestValidationError)
     async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -29,6 +29,11 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=None,
         help=f"the name clients pass as `model` (default: --model, or {DEFAULT_SERVED_MODEL_NAME})",
     )
+    parser.add_argument(
+        "--api-key", nargs="+", default=None,
+        help="require `Authorization: Bearer KEY` (one of these) on /v1 routes; "
+        "default: $VLLM_API_KEY",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     engine = parser.add_argument_group("engine")
     engine.add_argument("--block-size", type=int, default=16)

@@ -572,3 +572,35 @@ def test_priority_is_taken_and_ignored_under_fcfs(client, offline_llm):
         extra_body={"priority": -3},
     )
     assert chat.choices[0].finish_reason in ("stop", "length")
+
+
+def test_tokenize_and_detokenize_routes(tiny_server, serve_tokenizer):
+    """Upstream's ``/tokenize`` (a prompt, or a chat as the chat route renders it) and
+    ``/detokenize``: the ids the engine would run with, and their text back."""
+
+    def post(route: str, body: dict) -> httpx.Response:
+        return httpx.post(f"{tiny_server.base_url}{route}", json={"model": "tiny", **body})
+
+    plain = post("/tokenize", {"prompt": PROMPT, "return_token_strs": True}).json()
+    ids = serve_tokenizer(PROMPT).input_ids
+    assert plain == {
+        "count": len(ids),
+        "max_model_len": TINY_MAX_MODEL_LEN,
+        "tokens": ids,
+        "token_strs": serve_tokenizer.convert_ids_to_tokens(ids),
+    }
+    messages = [{"role": "user", "content": "hi there"}]
+    chat = post("/tokenize", {"messages": messages}).json()
+    text = serve_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert chat["tokens"] == serve_tokenizer(text, add_special_tokens=False).input_ids
+    assert chat["token_strs"] is None
+    back = post("/detokenize", {"tokens": chat["tokens"]})
+    assert back.json() == {"prompt": text}, "detokenize keeps the special tokens, as upstream's"
+    for route, body, param in [
+        ("/detokenize", {"tokens": [10**9]}, "prompt"),
+        ("/tokenize", {"messages": messages, "chat_template": "{{ 1 }}"}, "chat_template"),
+        ("/tokenize", {"prompt": "x", "model": "other"}, "model"),
+    ]:
+        resp = post(route, body)
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["param"] == param

@@ -34,8 +34,12 @@ from mini_vllm.entrypoints.openai.cli_args import DEFAULT_SERVED_MODEL_NAME, eng
 from mini_vllm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResponse,
     ModelCard,
     ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
 )
 from mini_vllm.entrypoints.openai.serving import BadRequestError, OpenAIServing, error_response
 from mini_vllm.metrics.loggers import PrometheusStatLogger
@@ -212,6 +216,14 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         return await _respond(
             request, serving.create_chat_completion(body, request.headers.get("X-Request-Id"))
         )
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
+        return _serving(request).tokenize(body)
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
+        return _serving(request).detokenize(body)
 
     return app
 

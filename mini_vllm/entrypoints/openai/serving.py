@@ -38,9 +38,14 @@ from mini_vllm.entrypoints.openai.protocol import (
     CompletionResponseStreamChoice,
     CompletionStreamResponse,
     DeltaMessage,
+    DetokenizeRequest,
+    DetokenizeResponse,
     ErrorInfo,
     ErrorResponse,
     SamplingRequestMixin,
+    TokenizeChatRequest,
+    TokenizeRequest,
+    TokenizeResponse,
     UsageInfo,
     random_uuid,
 )
@@ -209,7 +214,7 @@ class OpenAIServing:
                 prompts.append(_Prompt(None, self._check_token_ids(item)))
         return prompts
 
-    def _chat_prompt(self, request: ChatCompletionRequest) -> _Prompt:
+    def _chat_prompt(self, request: ChatCompletionRequest | TokenizeChatRequest) -> _Prompt:
         if not request.messages:
             raise BadRequestError("messages must not be empty", param="messages")
         if getattr(self.tokenizer, "chat_template", None) is None:
@@ -236,6 +241,43 @@ class OpenAIServing:
         ids = self.tokenizer(text, add_special_tokens=request.add_special_tokens).input_ids
         token_ids = list(ids)
         return _Prompt(text, token_ids)
+
+    # ------------------------------------------------- tokenize, detokenize
+
+    def tokenize(self, request: TokenizeRequest) -> TokenizeResponse:
+        """Upstream's ``/tokenize``: the ids a prompt or a chat would run with, counted against
+        ``max_model_len`` by the client (nothing is refused for its length here, as upstream)."""
+        self.check_model(request.model)
+        if isinstance(request, TokenizeChatRequest):
+            refused = {
+                "continue_final_message": request.continue_final_message,
+                "chat_template": request.chat_template is not None
+                or (request.chat_template_kwargs or {}).get("chat_template") is not None,
+                "tools": bool(request.tools),
+            }
+            for field, value in refused.items():
+                if value:
+                    raise BadRequestError(f"`{field}` is not supported by mini-vLLM", param=field)
+            token_ids = self._chat_prompt(request).token_ids
+        else:
+            encoded = self.tokenizer(request.prompt, add_special_tokens=request.add_special_tokens)
+            token_ids = list(encoded.input_ids)
+        return TokenizeResponse(
+            count=len(token_ids),
+            max_model_len=self.engine.max_model_len,
+            tokens=token_ids,
+            token_strs=(
+                self.tokenizer.convert_ids_to_tokens(token_ids)
+                if request.return_token_strs
+                else None
+            ),
+        )
+
+    def detokenize(self, request: DetokenizeRequest) -> DetokenizeResponse:
+        """Upstream's ``/detokenize``: the text of ids, special tokens kept."""
+        self.check_model(request.model)
+        token_ids = self._check_token_ids(request.tokens)
+        return DetokenizeResponse(prompt=self.tokenizer.decode(token_ids))
 
     # --------------------------------------------------------- generation
 

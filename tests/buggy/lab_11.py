@@ -576,4 +576,23 @@ MUTANTS = [
         "the plain ints every other rule returns (and TPShapes' fields are compared as)",
         caught_by="test_shares.py::test_shard_ranges_tile_the_dimension",
     ),
+    # -- probe, 2026-11-29 ------------------------------------------------------------------------
+    Mutant(
+        name="mlp_width_refused_by_divide",
+        file=FILE,
+        find="""
+            if intermediate % tp_size != 0:
+                raise ValueError(
+                    f"the model's MLP width (intermediate_size={intermediate}) is not divisible by "
+                    f"tensor_parallel_size ({tp_size})"
+                )
+        """,
+        replace="""
+            divide(intermediate, tp_size)
+        """,
+        why="leaves the MLP width's refusal to divide, whose message names the two numbers "
+        "('1000 is not divisible by 16') but not the dimension: the suite checked the numbers "
+        "of that refusal only",
+        caught_by="test_check.py::test_refuses_mlp_width_and_vocabulary",
+    ),
 ]

@@ -33,6 +33,8 @@ GPT2_KV_NONE = {**GPT2, "num_key_value_heads": None}
 
 
 EVERY_SIZE = " (a check that refuses every size refuses the right ones too)"
+# Any of these names the MLP width in a refusal (the wording is the learner's).
+MLP_WORDS = ("mlp", "intermediate", "ffn", "feed", "width")
 
 
 def assert_accepted(fields: dict[str, Any], tp: int, name: str, why: str = "") -> None:
@@ -137,6 +139,12 @@ def test_refuses_mlp_width_and_vocabulary():
     message = refusal(model(32, 8, 1000, 128256), 16, "MLP width 1000")
     assert {1000, 16} <= numbers(message), (
         f"intermediate_size 1000 at TP=16: the refusal should name 1000 and 16: {message!r}"
+    )
+    assert any(word in message.lower() for word in MLP_WORDS), (
+        f"intermediate_size 1000 at TP=16: the refusal should name the dimension (the MLP "
+        f"width, intermediate_size), not only its numbers: divide's own message says which "
+        f"numbers, not which of the model's dimensions does not split (README, task 9 and "
+        f"'What the grader checks', the check): {message!r}"
     )
     message = refusal(model(3, 3, 96, 128), 3, "vocabulary 128")
     assert {128, 3} <= numbers(message) and "vocab" in message.lower(), (

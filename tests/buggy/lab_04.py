@@ -623,4 +623,47 @@ MUTANTS = [
         "implementation; on a GPU the flag is only set for fp32 caches, where it is harmless)",
         caught_by="test_decode.py::test_decode_half_precision",
     ),
+    Mutant(
+        name="table_load_not_masked_past_seq_len",
+        file=FILE,
+        find="blocks = tl.load(table + offs_n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)",
+        replace="blocks = tl.load(table + offs_n // BLOCK_SIZE).to(tl.int64)",
+        why="the per-token table load is left unmasked because the K/V loads are masked: the "
+        "last tile reads table entries past the sequence's blocks, past the table's end for the "
+        "last sequence (no number changes; the read is out of bounds)",
+        caught_by="test_decode.py::test_decode_reads_nothing_past_its_inputs",
+    ),
+    Mutant(
+        name="query_rows_past_the_group_loaded",
+        file=FILE,
+        find="""
+                mask=g_mask[:, None] & d_mask[None, :],
+                other=0.0,
+            ).to(k_cache_ptr.dtype.element_ty)
+        """,
+        replace="""
+                mask=d_mask[None, :],
+                other=0.0,
+            ).to(k_cache_ptr.dtype.element_ty)
+        """,
+        why="only the columns are masked in the query load: the padded rows past the group read "
+        "the next group's queries, and past the query's end for the last KV head (their outputs "
+        "are masked, so no number changes)",
+        caught_by="test_decode.py::test_decode_reads_nothing_past_its_inputs",
+    ),
+    Mutant(
+        name="cache_write_loads_not_masked",
+        file=FILE,
+        find="k = tl.load(key_ptr + token * stride_key_tok + head * stride_key_head + dim, mask=mask)",
+        replace="k = tl.load(key_ptr + token * stride_key_tok + head * stride_key_head + dim)",
+        more=[
+            (
+                "v = tl.load(value_ptr + token * stride_value_tok + head * stride_value_head + dim, mask=mask)",
+                "v = tl.load(value_ptr + token * stride_value_tok + head * stride_value_head + dim)",
+            )
+        ],
+        why="only the stores are masked: a tile wider than the token's row (3 heads of 16 in a "
+        "tile of 64) loads past it, past the keys' end for the last token",
+        caught_by="test_cache_write.py::test_cache_write_reads_nothing_past_its_inputs",
+    ),
 ]

@@ -55,9 +55,43 @@ def _course_launchers() -> Any:
     return module
 
 
+#: The fence pages of :func:`_before_a_fence`, mapped for the life of this process.
+_fences: list[Any] = []
+
+
+def _before_a_fence(tensor: Any) -> Any:
+    """A copy of CPU ``tensor`` whose last byte ends a page and whose next page can be neither
+    read nor written: a load past its end stops this process with SIGSEGV, where an ordinary
+    allocation would hand back whatever memory follows (the interpreter checks no pointer)."""
+    import ctypes
+    import mmap
+
+    import torch
+
+    page = mmap.PAGESIZE
+    nbytes = tensor.numel() * tensor.element_size()
+    size = -(-nbytes // page) * page
+    region = mmap.mmap(-1, size + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mprotect(ctypes.c_void_p(start + size), ctypes.c_size_t(page), 0) != 0:
+        raise OSError(ctypes.get_errno(), "mprotect refused the fence page")
+    _fences.append(region)
+    flat = torch.frombuffer(region, dtype=tensor.dtype, count=size // tensor.element_size())
+    placed = flat[flat.numel() - tensor.numel() :].view(tensor.shape)
+    placed.copy_(tensor)
+    return placed
+
+
 # -- the cache write -----------------------------------------------------------------------------
-def write_guarded(key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any) -> None:
-    """``reshape_and_cache`` into ``buf_k[1:-1]`` and ``buf_v[1:-1]`` (views of the buffers)."""
+def write_guarded(
+    key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any, fenced: bool = False
+) -> None:
+    """``reshape_and_cache`` into ``buf_k[1:-1]`` and ``buf_v[1:-1]`` (views of the buffers).
+    ``fenced``: the keys, the values and the slots each before a fence page on the CPU
+    (:func:`_before_a_fence`), so that a load past the last token's row stops this process."""
+    if fenced and not key.is_cuda:
+        key, value, slots = (_before_a_fence(t) for t in (key, value, slots))
     _course_launchers().reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1], slots)
 
 
@@ -136,6 +170,26 @@ def decode_plain(
     options: dict[str, Any],
 ) -> Any:
     """``paged_attention_decode`` as the engine calls it: no ``out=``, the launcher allocates."""
+    return _course_launchers().paged_attention_decode(
+        query, key_cache, value_cache, tables, seq_lens, scale, **options
+    )
+
+
+def decode_fenced(
+    query: Any,
+    key_cache: Any,
+    value_cache: Any,
+    tables: Any,
+    seq_lens: Any,
+    scale: float,
+    options: dict[str, Any],
+) -> Any:
+    """``paged_attention_decode`` with the query, the block tables and the lengths each just
+    before a fence page (:func:`_before_a_fence`) when they are on the CPU, where the kernels
+    run in the interpreter: a kernel that loads a table entry past the last sequence's blocks,
+    or a query row past the last group, dies here instead of reading a neighbour's memory."""
+    if not query.is_cuda:
+        query, tables, seq_lens = (_before_a_fence(t) for t in (query, tables, seq_lens))
     return _course_launchers().paged_attention_decode(
         query, key_cache, value_cache, tables, seq_lens, scale, **options
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grading.remote import writes
+from grading.remote import LearnerCrashed, writes
 from grading.suite import graded
 from tests.labs.lab_04.support import WRITE, device, load, side, torch_module
 
@@ -21,6 +21,7 @@ def write(
     kv_heads: int = 2,
     head_dim: int = 16,
     seed: int = 0,
+    fenced: bool = False,
 ):
     """Run the learner's write into a garbage-filled cache with a guard block on each side.
 
@@ -42,7 +43,12 @@ def write(
             want_k[1 + slot // block_size, slot % block_size] = key[i].double().cpu().numpy()
             want_v[1 + slot // block_size, slot % block_size] = value[i].double().cpu().numpy()
     side().write_guarded(
-        key, value, writes(buf_k), writes(buf_v), torch.tensor(slots, dtype=torch.int64, device=dev)
+        key,
+        value,
+        writes(buf_k),
+        writes(buf_v),
+        torch.tensor(slots, dtype=torch.int64, device=dev),
+        fenced,
     )
     return buf_k.double().cpu().numpy(), buf_v.double().cpu().numpy(), want_k, want_v
 
@@ -72,6 +78,28 @@ def test_cache_write_scatters_rows():
     got_k, got_v, want_k, want_v = write(slots)
     check(got_k, want_k, "key_cache", f"writing slots {slots}")
     check(got_v, want_v, "value_cache", f"writing slots {slots}")
+
+
+@graded(
+    1,
+    "the cache write loads only the token's own NUM_KV_HEADS * HEAD_DIM elements: the K and "
+    "V loads are masked (idx < NUM_KV_HEADS * HEAD_DIM), as the stores are",
+    f"{DOC}#the-cache-write-kernel",
+)
+def test_cache_write_reads_nothing_past_its_inputs():
+    """Three KV heads of 16 values (48: one tile of 64), the keys, the values and the slots each
+    before a page that cannot be read (``learner_side.write_guarded(fenced=True)``): a load past
+    the last token's row kills the learner process (SIGSEGV on the CPU)."""
+    slots = [9, 2, 14]
+    try:
+        got_k, got_v, want_k, want_v = write(slots, kv_heads=3, fenced=True)
+    except LearnerCrashed as exc:
+        raise AssertionError(
+            f"writing slots {slots}, 3 KV heads of 16: {exc}. A load past the keys or the values "
+            "stops the process here: mask the K and V loads as the stores are"
+        ) from None
+    check(got_k, want_k, "key_cache", f"writing slots {slots} (3 KV heads)")
+    check(got_v, want_v, "value_cache", f"writing slots {slots} (3 KV heads)")
 
 
 @graded(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grading.remote import writes
+from grading.remote import LearnerCrashed, writes
 from grading.suite import graded
 from tests.labs.lab_04.learner_side import gpu_case
 from tests.labs.lab_04.support import (
@@ -129,6 +129,63 @@ def test_decode_gqa_groups():
         case.buffer_v += 5.0 * np.arange(num_kv_heads)[None, None, :, None]  # tell KV heads apart
         got, want, tol = run_decode(mod, case, num_splits=1)
         assert_close(got, want, tol, f"{num_heads} query heads over {num_kv_heads} KV heads")
+
+
+@graded(
+    1,
+    "decode loads only what is the sequence's: table entries of tokens < seq_len (the "
+    "per-token table load is masked with the token mask; entries past a sequence's blocks "
+    "are padding and may lie past the table's end) and query rows < QUERIES_PER_KV",
+    f"{DOC}#reading-the-cache",
+)
+def test_decode_reads_nothing_past_its_inputs():
+    """Tables exactly as wide as the longest sequence needs, that sequence last, and the query,
+    the tables and the lengths each before a page that cannot be read (``decode_fenced``): a
+    load past them kills the learner process (SIGSEGV on the CPU). Blocks smaller than a tile
+    (one table entry per token) and larger, groups that leave padded query rows."""
+    load(*DECODE)  # the proof that the kernel is written (NOT STARTED otherwise)
+    torch = torch_module()
+    dev = device()
+    for seq_lens, block_size, num_heads, num_kv_heads in (
+        ([30, 9], 8, 2, 1),
+        ([5, 13], 4, 6, 2),
+        ([7, 40], 16, 3, 3),
+        ([20, 70], 64, 4, 2),
+    ):
+        case = make_case(12, seq_lens, block_size, num_heads, num_kv_heads)
+        query, key_cache, value_cache = (
+            a.astype(np.float32) for a in (case.query, case.buffer_k[1:-1], case.buffer_v[1:-1])
+        )
+        width = max(-(-n // block_size) for n in seq_lens)
+        tables = np.ascontiguousarray(case.tables[:, :width])
+        what = (
+            f"lengths {seq_lens} in blocks of {block_size}, {num_heads} query heads over "
+            f"{num_kv_heads} KV heads, a table {width} entries wide"
+        )
+        try:
+            got = side().decode_fenced(
+                torch.from_numpy(query).to(dev),
+                torch.from_numpy(key_cache).to(dev),
+                torch.from_numpy(value_cache).to(dev),
+                torch.from_numpy(tables).to(dev),
+                torch.from_numpy(case.seq_lens).to(dev),
+                0.25,
+                {"num_splits": 1},
+            )
+        except LearnerCrashed as exc:
+            raise AssertionError(
+                f"{what}: {exc}. A load past the block tables or the query stops the process "
+                "here: mask the per-token table load with the token mask (t < seq_len) and the "
+                "query load with offs_g < QUERIES_PER_KV"
+            ) from None
+        expect_tensor(got, "paged_attention_decode")
+        want = oracle_decode(
+            *(a.astype(np.float64) for a in (query, key_cache, value_cache)),
+            tables,
+            case.seq_lens,
+            0.25,
+        )
+        assert_close(np.asarray(got.cpu()), want, TOLERANCE["float32"][0], what)
 
 
 @graded(

@@ -200,8 +200,8 @@ class LLM:
             while engine.has_unfinished_requests():
                 finished = engine.step()
                 outputs.extend(finished)
-                if finished:
-                    advance(len(finished))
+                if finished:  # one per sample, as the total counts them (upstream's too)
+                    advance(sum(len(output.outputs) for output in finished))
         return sorted(outputs, key=lambda o: int(o.request_id))
 
 
@@ -237,7 +237,7 @@ def _normalize_prompts(prompts: Any) -> list[PromptType]:
 
 @contextlib.contextmanager
 def _progress(use_tqdm: bool | Callable[..., Any], total: int) -> Iterator[Callable[[int], object]]:
-    """Yield a function that advances the progress bar by n finished requests. ``use_tqdm`` may
+    """Yield a function that advances the progress bar by n finished samples. ``use_tqdm`` may
     be a tqdm-like factory, called as upstream's ``_run_engine`` calls ``tqdm``
     (``total=``, ``desc=``), so that ``functools.partial(tqdm, leave=False)`` works as there."""
     if callable(use_tqdm):

@@ -59,16 +59,21 @@ class VLLMValidationError(ValueError):
 
 @dataclass
 class SamplingParams:
-    """What to generate for one prompt, and when to stop. Only ``n == 1`` (upstream fans
-    ``n > 1`` out above the engine core). The EOS token belongs to the model: the engine fills
-    it in (``update_from_generation_config``), or a ``Request`` carries it."""
+    """What to generate for one prompt, and when to stop. ``n > 1`` and the text-level fields
+    (``stop``, ``include_stop_str_in_output``, ``skip_special_tokens``) are read above the
+    scheduler, as upstream's: the engine fans ``n`` out into ``n`` requests and checks stop
+    strings on their text. The EOS token belongs to the model: the engine fills it in
+    (``update_from_generation_config``), or a ``Request`` carries it."""
 
-    n: int = 1  # output sequences per prompt: 1
+    n: int = 1  # output sequences per prompt (sampled; greedy allows 1)
     temperature: float = 1.0  # 0: greedy decoding (argmax)
     top_p: float = 1.0  # nucleus mass in (0, 1]; 1 keeps every token
     top_k: int = 0  # keep the k most likely tokens; 0 (or -1) keeps every token
     seed: int | None = None  # per-request seed; None draws from the engine's generator
+    stop: str | list[str] | None = None  # end generation when the text shows one; cut before it
     stop_token_ids: list[int] | None = None  # end generation; id in token_ids, not its text
+    include_stop_str_in_output: bool = False  # keep the stop string in the text
+    skip_special_tokens: bool = True  # leave special tokens out of the text
     ignore_eos: bool = False  # generate past EOS (benchmarks do)
     max_tokens: int | None = 16  # None: up to the model's length limit
     min_tokens: int = 0  # before EOS or a stop token may end the request
@@ -87,10 +92,18 @@ class SamplingParams:
         if self.seed == -1:
             self.seed = None
         self.stop_token_ids = [] if self.stop_token_ids is None else list(self.stop_token_ids)
+        if self.stop is None:
+            self.stop = []
+        elif isinstance(self.stop, str):
+            self.stop = [self.stop]
+        else:
+            self.stop = list(self.stop)
         if self.logprobs is True:
             self.logprobs = 1  # upstream's shorthand (OpenAI's ``logprobs: true``): the top one
         self._verify_args()
         if self.temperature < _SAMPLING_EPS:
+            if self.n > 1:  # upstream's _verify_greedy_sampling: n greedy samples are one
+                raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}")
             # Greedy ignores the truncation knobs: normalised, greedy requests compare equal.
             self.top_p = 1.0
             self.top_k = 0
@@ -99,8 +112,8 @@ class SamplingParams:
     def _verify_args(self) -> None:
         if not isinstance(self.n, int) or isinstance(self.n, bool):
             raise ValueError(f"n must be an int, got {type(self.n).__name__}")
-        if self.n != 1:
-            raise ValueError(f"n must be 1 (one sequence per prompt), got {self.n}")
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
         if self.temperature < 0.0:
             raise VLLMValidationError(
                 f"temperature must be non-negative, got {self.temperature}", parameter="temperature"
@@ -136,6 +149,9 @@ class SamplingParams:
             isinstance(tok, int) and not isinstance(tok, bool) for tok in self.stop_token_ids
         ):
             raise ValueError(f"stop_token_ids must contain only ints, got {self.stop_token_ids}")
+        assert isinstance(self.stop, list)
+        if not all(isinstance(stop_str, str) and stop_str for stop_str in self.stop):
+            raise ValueError(f"stop must hold non-empty strings, got {self.stop}")
 
     def verify_logprobs(self, max_logprobs: int, vocab_size: int) -> None:
         """Refuse more logprobs than the engine's ``max_logprobs`` (-1, on either side, counts as
@@ -174,7 +190,10 @@ class SamplingParams:
         """A deep-enough copy that the engine may update per request."""
         # Built afresh (validated, normalised); the stop-id set is then the original's, copied.
         new = replace(
-            self, stop_token_ids=list(self.stop_token_ids or []), _all_stop_token_ids=set()
+            self,
+            stop=list(self.stop or []),
+            stop_token_ids=list(self.stop_token_ids or []),
+            _all_stop_token_ids=set(),
         )
         new._all_stop_token_ids = set(self._all_stop_token_ids)
         return new

@@ -22,7 +22,10 @@ from mini_vllm.core.sched.async_scheduler import AsyncScheduler
 from mini_vllm.core.sched.output import EngineCoreOutput, SchedulerOutput
 from mini_vllm.core.sched.scheduler import Scheduler
 from mini_vllm.distributed.sharding import check_tensor_parallel_size
-from mini_vllm.engine.detokenizer import INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET
+from mini_vllm.engine.detokenizer import (
+    INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET,
+    IncrementalDetokenizer,
+)
 from mini_vllm.engine.logprobs import LogprobsProcessor
 from mini_vllm.executor.abstract import Executor
 from mini_vllm.executor.multiproc_executor import MultiprocExecutor, get_open_port
@@ -37,7 +40,7 @@ from mini_vllm.model.loader import (
     resolve_model,
 )
 from mini_vllm.outputs import CompletionOutput, RequestOutput
-from mini_vllm.request import Request, RequestStatus
+from mini_vllm.request import FinishReason, Request, RequestStatus
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.worker import kv_sizing
 from mini_vllm.worker.model_runner import ModelRunner, ModelRunnerOutput
@@ -140,8 +143,23 @@ class _RequestRecord:
     request: Request
     prompt: str | None
     num_cached_tokens: int | None = None
-    # The logprob rows of each step, kept raw: decoded into dicts once, by _make_request_output.
+    # The logprob rows of each step, kept raw: decoded into dicts once, by _make_completion.
     logprob_rows: list[LogprobsLists] = field(default_factory=list)
+    # Only for requests with stop strings: their text must be read as it grows.
+    detokenizer: IncrementalDetokenizer | None = None
+    # A sample of an n > 1 request: its parent's id and its index among the n.
+    parent_id: str | None = None
+    index: int = 0
+
+
+@dataclass
+class _ParentRecord:
+    """An ``n > 1`` request (upstream's ``ParentRequest``): ``n`` samples run as requests
+    ``"{index}_{request_id}"``, and one ``RequestOutput`` holds them all when the last ends."""
+
+    child_ids: list[str]
+    completions: dict[int, CompletionOutput] = field(default_factory=dict)
+    num_cached_tokens: int | None = None
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -251,6 +269,7 @@ class LLMEngine:
         )
         self.stats = EngineStats(num_gpu_blocks=self.num_gpu_blocks, block_size=args.block_size)
         self._records: dict[str, _RequestRecord] = {}
+        self._parents: dict[str, _ParentRecord] = {}
         # Async scheduling: the step launched and not yet collected, with the runner's handle.
         self._in_flight: tuple[SchedulerOutput, Any] | None = None
         # The scheduler's per-request outputs of the last step (see _update_from_output).
@@ -425,14 +444,15 @@ class LLMEngine:
         eos_token_id: int | None = None,
     ) -> str:
         """Validate, tokenize and queue one prompt (under the priority policy, smaller
-        ``priority`` runs first); nothing runs until ``step``.
+        ``priority`` runs first); nothing runs until ``step``. ``n > 1`` queues ``n`` samples
+        of it (``_ParentRecord``), each with ``seed + index`` when seeded, as upstream.
 
         ``eos_token_id`` overrides the engine's: the engine core has no tokenizer, so the
         front-end sends its tokenizer's with each request (upstream's
         ``EngineCoreRequest.eos_token_id``)."""
         if not isinstance(request_id, str):
             raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        if request_id in self._records:
+        if request_id in self._records or request_id in self._parents:
             raise ValueError(f"duplicate request id {request_id!r}")
         text, token_ids = self._tokenize(prompt)
         if not token_ids:
@@ -454,8 +474,41 @@ class LLMEngine:
             params.verify_logprobs(self.max_logprobs, self.vocab_size)
         except ValueError as exc:
             raise ValueError(f"request {request_id!r}: {exc}") from None
+        if params.stop and self.tokenizer is None:
+            raise ValueError(
+                f"request {request_id!r}: stop strings are matched on the text, which needs a "
+                "tokenizer, but skip_tokenizer_init=True; use stop_token_ids"
+            )
         eos = self.eos_token_id if eos_token_id is None else eos_token_id
         params.update_from_generation_config(self._generation_config, eos)
+        if params.n == 1:
+            self._queue(request_id, text, token_ids, params, eos, arrival_time, priority)
+            return request_id
+        child_ids = [f"{index}_{request_id}" for index in range(params.n)]
+        taken = [child_id for child_id in child_ids if child_id in self._records]
+        if taken:
+            raise ValueError(f"request {request_id!r}: its samples' ids {taken} are in use")
+        self._parents[request_id] = _ParentRecord(child_ids)
+        for index, child_id in enumerate(child_ids):
+            child = params.clone()
+            child.n = 1
+            if params.seed is not None:
+                child.seed = params.seed + index
+            self._queue(child_id, text, token_ids, child, eos, arrival_time, priority)
+            self._records[child_id].parent_id = request_id
+            self._records[child_id].index = index
+        return request_id
+
+    def _queue(
+        self,
+        request_id: str,
+        text: str | None,
+        token_ids: list[int],
+        params: SamplingParams,
+        eos: int | None,
+        arrival_time: float | None,
+        priority: int,
+    ) -> None:
         request = Request(
             request_id,
             token_ids,
@@ -466,14 +519,28 @@ class LLMEngine:
             priority=priority,
         )
         self.scheduler.add_request(request)
-        self._records[request_id] = _RequestRecord(request, text)
+        detokenizer = None
+        if params.stop:
+            detokenizer = IncrementalDetokenizer(
+                self.tokenizer,
+                token_ids,
+                skip_special_tokens=params.skip_special_tokens,
+                stop=params.stop,
+                include_stop_str_in_output=params.include_stop_str_in_output,
+                min_tokens=params.min_tokens,
+            )
+        self._records[request_id] = _RequestRecord(request, text, detokenizer=detokenizer)
         self.stats.num_prompt_tokens += len(token_ids)
-        return request_id
 
     def abort_request(self, request_ids: list[str]) -> None:
-        """Drop requests wherever they are (queued or running); their blocks are freed."""
-        self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
+        """Drop requests wherever they are (queued or running); their blocks are freed. An
+        ``n > 1`` request's id drops all its samples."""
+        ids: list[str] = []
         for request_id in request_ids:
+            parent = self._parents.pop(request_id, None)
+            ids.extend(parent.child_ids if parent is not None else [request_id])
+        self.scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+        for request_id in ids:
             self._records.pop(request_id, None)
 
     def has_unfinished_requests(self) -> bool:
@@ -542,10 +609,28 @@ class LLMEngine:
         outputs: list[RequestOutput] = []
         for core_output in core_outputs:
             self.stats.num_generation_tokens += len(core_output.new_token_ids)
-            if not core_output.finished:
+            request_id = core_output.request_id
+            record = self._records.get(request_id)
+            if record is None:
                 continue
-            record = self._records.pop(core_output.request_id)
-            outputs.append(self._make_request_output(record, core_output.finish_reason))
+            finish_reason = core_output.finish_reason
+            stop_reason = record.request.stop_reason
+            if record.detokenizer is not None:
+                stop_str = record.detokenizer.update(
+                    core_output.new_token_ids,
+                    finished=core_output.finished,
+                    stop_terminated=finish_reason == FinishReason.STOP,
+                )
+                if stop_str is not None:  # the text shows a stop string: the request ends here
+                    if not core_output.finished:
+                        self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_STOPPED)
+                    finish_reason, stop_reason = FinishReason.STOP, stop_str
+            if finish_reason is None:
+                continue
+            del self._records[request_id]
+            output = self._finish(record, self._make_completion(record, finish_reason, stop_reason))
+            if output is not None:
+                outputs.append(output)
         self.stats.num_steps += 1
         return outputs
 
@@ -578,36 +663,61 @@ class LLMEngine:
         self.stats.kv_blocks_used = used
         self.stats.kv_blocks_used_peak = max(self.stats.kv_blocks_used_peak, used)
 
-    def _make_request_output(self, record: _RequestRecord, finish_reason: Any) -> RequestOutput:
+    def _make_completion(
+        self, record: _RequestRecord, finish_reason: FinishReason, stop_reason: int | str | None
+    ) -> CompletionOutput:
         request = record.request
-        token_ids = list(request.output_token_ids)
-        text = ""
-        if self.tokenizer is not None:
-            text = decode_final_output(
-                self.tokenizer,
-                request.prompt_token_ids,
-                token_ids,
-                stop_terminated=request.status == RequestStatus.FINISHED_STOPPED,
-            )
-        logprobs = LogprobsProcessor(self.tokenizer, request.sampling_params.logprobs)
+        params = request.sampling_params
+        if record.detokenizer is not None:
+            token_ids = list(record.detokenizer.output_token_ids)
+            text = record.detokenizer.get_next_output_text(finished=True, delta=False)
+        else:
+            token_ids = list(request.output_token_ids)
+            text = ""
+            if self.tokenizer is not None:
+                text = decode_final_output(
+                    self.tokenizer,
+                    request.prompt_token_ids,
+                    token_ids,
+                    stop_terminated=request.status == RequestStatus.FINISHED_STOPPED,
+                    skip_special_tokens=params.skip_special_tokens,
+                    include_stop_token=params.include_stop_str_in_output,
+                )
+        logprobs = LogprobsProcessor(self.tokenizer, params.logprobs)
         for rows in record.logprob_rows:
             logprobs.update_from_output(rows)
-        completion = CompletionOutput(
-            index=0,
+        return CompletionOutput(
+            index=record.index,
             text=text,
             token_ids=token_ids,
             cumulative_logprob=logprobs.cumulative_logprob,
             logprobs=logprobs.logprobs,
-            finish_reason=str(finish_reason) if finish_reason is not None else None,
-            stop_reason=request.stop_reason,
+            finish_reason=str(finish_reason),
+            stop_reason=stop_reason,
         )
+
+    def _finish(self, record: _RequestRecord, completion: CompletionOutput) -> RequestOutput | None:
+        """The request's output; for a sample of ``n``, None until the last sample ends."""
+        request = record.request
+        request_id, completions = request.request_id, [completion]
+        num_cached_tokens = record.num_cached_tokens
+        if record.parent_id is not None:
+            parent = self._parents[record.parent_id]
+            parent.completions[record.index] = completion
+            if record.index == 0:
+                parent.num_cached_tokens = record.num_cached_tokens
+            if len(parent.completions) < len(parent.child_ids):
+                return None
+            del self._parents[record.parent_id]
+            request_id, num_cached_tokens = record.parent_id, parent.num_cached_tokens
+            completions = [parent.completions[i] for i in range(len(parent.child_ids))]
         return RequestOutput(
-            request_id=request.request_id,
+            request_id=request_id,
             prompt=record.prompt,
             prompt_token_ids=list(request.prompt_token_ids),
-            outputs=[completion],
+            outputs=completions,
             finished=True,
-            num_cached_tokens=record.num_cached_tokens,
+            num_cached_tokens=num_cached_tokens,
         )
 
 
@@ -617,16 +727,21 @@ def decode_final_output(
     output_token_ids: list[int],
     *,
     stop_terminated: bool,
+    skip_special_tokens: bool = True,
+    include_stop_token: bool = False,
 ) -> str:
     """The text of a finished request, as upstream's detokenizer leaves it: the output decoded
     after the prompt's last tokens (a SentencePiece token's leading space depends on what
-    precedes it), without the EOS or stop token id that ended it (``stop_terminated``). Two
-    decodes in all, the incremental detokenizer's window opened once over the whole output."""
-    if stop_terminated:
+    precedes it), without the EOS or stop token id that ended it (``stop_terminated``) unless
+    ``include_stop_token`` (upstream's ``include_stop_str_in_output``). Two decodes in all, the
+    incremental detokenizer's window opened once over the whole output."""
+    if stop_terminated and not include_stop_token:
         output_token_ids = output_token_ids[:-1]
     if not output_token_ids:
         return ""
     context = list(prompt_token_ids[-INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET:])
-    prefix_text = tokenizer.decode(context, skip_special_tokens=True)
-    full_text = tokenizer.decode(context + list(output_token_ids), skip_special_tokens=True)
+    prefix_text = tokenizer.decode(context, skip_special_tokens=skip_special_tokens)
+    full_text = tokenizer.decode(
+        context + list(output_token_ids), skip_special_tokens=skip_special_tokens
+    )
     return full_text[len(prefix_text) :]

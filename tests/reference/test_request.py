@@ -43,8 +43,10 @@ def test_tiny_positive_temperature_is_raised() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"n": 2},
+        {"n": 2, "temperature": 0.0},  # n greedy samples are one sample
         {"n": 0},
+        {"stop": ""},
+        {"stop": ["ok", ""]},
         {"temperature": -0.1},
         {"top_p": 0.0},
         {"top_p": 1.5},

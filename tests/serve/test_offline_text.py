@@ -167,3 +167,78 @@ def test_chat_joins_text_content_parts(offline_llm) -> None:
     image = [{"type": "image_url", "image_url": {"url": "x"}}]
     with pytest.raises(ValueError, match="image_url"):
         offline_llm.chat([{"role": "user", "content": image}], params, use_tqdm=False)
+
+
+def test_stop_strings_end_offline_requests_as_the_servers(offline_llm) -> None:
+    """``SamplingParams(stop=...)`` offline: the text is cut before the first stop string (kept
+    with ``include_stop_str_in_output``), ``stop_reason`` is the string, and the request ends at
+    the token that completed it, its blocks freed (under async scheduling, the default, that
+    request is already in the next step when its text is read)."""
+    tokenizer = offline_llm.get_tokenizer()
+    free = _greedy(offline_llm, max_tokens=16, ignore_eos=True)
+    text = free.text
+    stop = next(text[i : i + 3] for i in range(4, len(text) - 3) if text[i : i + 3].strip())
+    cut = text.index(stop)
+    stats = offline_llm.llm_engine.stats
+    generated_before = stats.num_generation_tokens
+    out = _greedy(offline_llm, max_tokens=16, ignore_eos=True, stop=stop)
+    generated = stats.num_generation_tokens - generated_before
+    assert (out.text, out.finish_reason, out.stop_reason) == (text[:cut], "stop", stop)
+    # The request stopped at the first token whose text completes the stop string.
+    prompt_ids = tokenizer(PROMPT).input_ids
+    ends = [
+        n
+        for n in range(1, len(free.token_ids) + 1)
+        if stop in _server_text(tokenizer, prompt_ids, free.token_ids[:n], "length")
+    ]
+    assert ends[0] < len(free.token_ids), "the stop string should end the request early"
+    assert out.token_ids == free.token_ids[: ends[0]]
+    assert generated == ends[0], (
+        f"the request generated {generated} tokens: it must stop in the scheduler at the stop "
+        f"string's token ({ends[0]}), not run on to max_tokens"
+    )
+    kept = _greedy(offline_llm, max_tokens=16, ignore_eos=True, stop=[stop, "\x00"],
+                   include_stop_str_in_output=True)  # fmt: skip
+    assert kept.text == text[: cut + len(stop)] and kept.stop_reason == stop
+    engine = offline_llm.llm_engine
+    assert not engine.has_unfinished_requests()
+    pool = engine.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == engine.num_gpu_blocks - 1, "a stopped request's blocks"
+
+
+def test_n_samples_share_one_output(offline_llm) -> None:
+    """``n > 1`` offline: one ``RequestOutput`` per prompt holding ``n`` samples in index order;
+    sample ``i`` of a seeded request is the request with ``seed + i`` (upstream's
+    ``ParentRequest``), and greedy ``n > 1`` is refused as upstream refuses it."""
+    params = SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=6, ignore_eos=True)
+    outputs = offline_llm.generate([PROMPT, "Hello"], params, use_tqdm=False)
+    assert [o.request_id for o in outputs] == sorted(o.request_id for o in outputs)
+    for output, prompt in zip(outputs, [PROMPT, "Hello"]):
+        assert [c.index for c in output.outputs] == [0, 1, 2]
+        for index, completion in enumerate(output.outputs):
+            alone = SamplingParams(temperature=1.0, seed=5 + index, max_tokens=6, ignore_eos=True)
+            single = offline_llm.generate(prompt, alone, use_tqdm=False)[0].outputs[0]
+            assert completion.token_ids == single.token_ids, f"sample {index} of {prompt!r}"
+    assert len({tuple(c.token_ids) for c in outputs[0].outputs}) > 1, "samples should differ"
+    with pytest.raises(ValueError, match="greedy"):
+        SamplingParams(n=2, temperature=0.0)
+
+
+def test_special_tokens_kept_when_asked(offline_llm) -> None:
+    """``skip_special_tokens=False`` with ``include_stop_str_in_output``: an EOS that ended the
+    request shows in the text, as upstream's detokenizer leaves it."""
+    from mini_vllm.engine.llm_engine import decode_final_output
+
+    tokenizer = offline_llm.get_tokenizer()
+    prompt_ids = tokenizer(PROMPT).input_ids
+    ids = [*tokenizer(" over", add_special_tokens=False).input_ids, tokenizer.eos_token_id]
+    default = decode_final_output(tokenizer, prompt_ids, ids, stop_terminated=True)
+    kept = decode_final_output(
+        tokenizer,
+        prompt_ids,
+        ids,
+        stop_terminated=True,
+        skip_special_tokens=False,
+        include_stop_token=True,
+    )
+    assert (default, kept) == (" over", " over" + tokenizer.eos_token)

@@ -840,4 +840,39 @@ MUTANTS = [
         "multiplies exactly; it is 0.35 now",
         caught_by="test_split_k.py::test_split_k_decode_float32",
     ),
+    # -- helper probe, 2026-11-29 (s47) -----------------------------------------------------------
+    Mutant(
+        name="decode_reads_one_entry_past_a_full_block",
+        file=FILE,
+        find="""
+            for i in range(num_seqs):
+                k, v = _gather_sequence(key_cache, value_cache, block_tables[i], int(seq_lens[i]))
+        """,
+        replace="""
+            for i in range(num_seqs):
+                n, size = int(seq_lens[i]), key_cache.shape[1]
+                ids = block_tables[i, : min(n // size + 1, block_tables.shape[1])].astype(np.int64)
+                k = key_cache[ids].reshape(-1, num_kv_heads, head_dim)[:n]
+                v = value_cache[ids].reshape(-1, num_kv_heads, head_dim)[:n]
+        """,
+        why="decode's own gather counts seq_len // block_size + 1 blocks, clamped to the table's "
+        "width (so an exact-width table works): a sequence that fills its last block reads the "
+        "next entry, padding, and an id far outside the cache raises",
+        caught_by="test_paged_attention.py::test_decode_ignores_table_padding",
+    ),
+    Mutant(
+        name="split_k_reads_one_entry_past_a_full_block",
+        file=FILE,
+        find="        k, v = _gather_sequence(key_cache, value_cache, block_tables[i], seq_len)",
+        replace="""
+            size = key_cache.shape[1]
+            ids = block_tables[i, : min(seq_len // size + 1, block_tables.shape[1])].astype(np.int64)
+            k = key_cache[ids].reshape(-1, num_kv_heads, head_dim)[:seq_len]
+            v = value_cache[ids].reshape(-1, num_kv_heads, head_dim)[:seq_len]
+        """,
+        why="split-K decode's own gather, seq_len // block_size + 1 entries clamped to the "
+        "width: the padding test's sequences (6 and 3 tokens) never filled a block, so the "
+        "entry after a full last block was never an id outside the cache",
+        caught_by="test_paged_attention.py::test_decode_ignores_table_padding",
+    ),
 ]

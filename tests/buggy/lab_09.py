@@ -657,4 +657,126 @@ MUTANTS = [
         "accident.)",
         caught_by="test_prepare_inputs.py::test_inconsistent_steps_are_refused",
     ),
+    # -- helper probe, 2026-11-29 (s47) -----------------------------------------------------------
+    Mutant(
+        name="positions_built_token_by_token",
+        file=FILE,
+        find="""
+            cu_num_tokens, query_pos = _get_cumsum_and_arange(scheduled)
+            req_indices = np.repeat(np.arange(num_reqs), scheduled)
+        """,
+        replace="""
+            cu_num_tokens = np.cumsum(scheduled)
+            req_list, pos_list = [], []
+            for i in range(num_reqs):
+                for p in range(int(computed[i]), int(seq_lens[i])):
+                    req_list.append(i)
+                    pos_list.append(p)
+            req_indices = np.array(req_list, dtype=np.int64)
+        """,
+        more=(
+            (
+                "positions = computed[req_indices] + query_pos",
+                "positions = np.array(pos_list, dtype=np.int64)",
+            ),
+        ),
+        why="each token's request and position appended in a Python loop over the tokens: "
+        "right values, and a step of 12,800 tokens costs 100x the Python of one of 128 (about "
+        "2x the reference's time only, which a timing alone cannot tell from load)",
+        caught_by="test_prepare_inputs.py::test_no_python_work_per_token",
+    ),
+    Mutant(
+        name="slots_computed_token_by_token",
+        file=FILE,
+        find="slot_mapping = compute_slot_mapping(block_tables, req_indices, positions, block_size)",
+        replace="""
+            slot_mapping = np.array(
+                [
+                    int(block_tables[r, p // block_size]) * block_size + p % block_size
+                    for r, p in zip(req_indices.tolist(), positions.tolist())
+                ],
+                dtype=np.int64,
+            )
+        """,
+        why="the slot mapping as a comprehension over the tokens, by the README's formula: "
+        "right values, Python work per token at every step",
+        caught_by="test_prepare_inputs.py::test_no_python_work_per_token",
+    ),
+    Mutant(
+        name="decode_shortcut_ignores_the_fixed_width",
+        file=FILE,
+        find="""
+            # [2, 5, 3] -> cu_num_tokens [2, 7, 10], query_pos [0 1 0 1 2 3 4 0 1 2],
+        """,
+        replace="""
+            if (scheduled == 1).all():  # a decode-only step: one token per request
+                tables = make_block_tables(block_ids, int(num_blocks.max()))
+                rows = np.arange(num_reqs)
+                return ModelInputs(
+                    input_ids=torch.tensor(
+                        [t[c] for t, c in zip(token_ids, computed.tolist())], dtype=torch.int64
+                    ),
+                    positions=torch.from_numpy(computed.copy()),
+                    slot_mapping=torch.from_numpy(
+                        compute_slot_mapping(tables, rows, computed, block_size)
+                    ),
+                    block_tables=torch.from_numpy(tables),
+                    query_start_loc=torch.from_numpy(np.arange(num_reqs + 1, dtype=np.int32)),
+                    seq_lens=torch.from_numpy(seq_lens.astype(np.int32)),
+                    logits_indices=torch.from_numpy(rows.astype(np.int64)),
+                    max_query_len=1,
+                    max_seq_len=int(seq_lens.max()),
+                )
+            # [2, 5, 3] -> cu_num_tokens [2, 7, 10], query_pos [0 1 0 1 2 3 4 0 1 2],
+        """,
+        why="a decode-only shortcut, right in values and dtypes, whose table is as wide as the "
+        "widest row: max_num_blocks_per_req (the CUDA-graph width) is ignored in the most "
+        "common step; only the mixed batch was given a fixed width",
+        caught_by="test_prepare_inputs.py::test_block_tables_of_the_mixed_batch",
+    ),
+    Mutant(
+        name="single_row_not_padded",
+        file=FILE,
+        find="""
+            flat = np.fromiter(itertools.chain.from_iterable(block_ids), np.int32, count=int(lens.sum()))
+        """,
+        replace="""
+            if len(block_ids) == 1:  # one request: no other row to pad against
+                return np.asarray(block_ids, dtype=np.int32)
+            flat = np.fromiter(itertools.chain.from_iterable(block_ids), np.int32, count=int(lens.sum()))
+        """,
+        why="a table of one row returned as it is, ignoring the width: a step of one request "
+        "gets a table narrower than max_num_blocks_per_req",
+        caught_by="test_prepare_inputs.py::test_make_block_tables_pads_with_the_null_block",
+    ),
+    Mutant(
+        name="block_tables_memoized_by_contents",
+        file=FILE,
+        find="    lens = np.fromiter(map(len, block_ids), np.int64, count=len(block_ids))\n",
+        replace="""
+                key = (tuple(map(tuple, block_ids)), width)
+                if key in _TABLES:  # decode steps mostly keep their tables: build each once
+                    return _TABLES[key]
+                lens = np.fromiter(map(len, block_ids), np.int64, count=len(block_ids))
+        """,
+        more=(
+            (
+                "    return block_tables\n",
+                "    _TABLES[key] = block_tables\n    return block_tables\n",
+            ),
+            (
+                "def make_block_tables(",
+                """
+                _TABLES: dict = {}
+
+
+                def make_block_tables(
+                """,
+            ),
+        ),
+        why="tables memoized by their contents and returned again: never refilled, so no later "
+        "step changes them, but two calls share one array, and a caller's write into one "
+        "step's table shows in every later step of the same tables",
+        caught_by="test_prepare_inputs.py::test_arguments_are_left_unchanged",
+    ),
 ]

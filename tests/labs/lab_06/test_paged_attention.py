@@ -187,13 +187,24 @@ def test_decode_gqa_head_mapping():
 )
 def test_decode_ignores_table_padding():
     """A table padded with -1 and with ids far outside the cache still decodes; the same
-    tables serve a prefill chunk and a split-K decode."""
+    tables serve a prefill chunk and a split-K decode. The third sequence fills its two blocks
+    exactly, so the entry right after them (an id far outside the cache) is the one that a
+    count of ``seq_len // block_size + 1`` blocks, clamped to the table's width, would read."""
     rng = np.random.default_rng(4)
-    paged = write_paged(rng, [6, 3], block_size=4, num_kv_heads=1, head_dim=4, extra_columns=3)
+    paged = write_paged(rng, [6, 3, 8], block_size=4, num_kv_heads=1, head_dim=4, extra_columns=3)
     paged.tables[0, 2:] = [-1, 10**6, -1][: paged.tables.shape[1] - 2]
     paged.tables[1, 1:] = 10**6
-    query = rng.standard_normal((2, 2, 4))
-    got = run_decode(paged, query, 0.5)
+    paged.tables[2, 2:] = 10**6
+    query = rng.standard_normal((3, 2, 4))
+    try:
+        got = run_decode(paged, query, 0.5)
+    except (IndexError, ValueError) as exc:
+        raise AssertionError(
+            f"decode of lengths [6, 3, 8] (blocks of 4) through tables {paged.tables.tolist()} "
+            f"raised {type(exc).__name__} ({exc}); read only the first cdiv(seq_len, "
+            "block_size) entries of a table, never all of it nor one more (the 8-token "
+            "sequence fills its 2 blocks: entry 2 is padding)"
+        ) from None
     assert_close(
         got,
         decode_oracle(query, paged, 0.5),

@@ -23,7 +23,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded, learner_module
-from tests.labs.common import GRADED_SETTINGS, assert_value_error, describe, exception_name
+from tests.labs.common import (
+    GRADED_SETTINGS,
+    assert_cost_does_not_grow,
+    assert_value_error,
+    best_time,
+    describe,
+    exception_name,
+    judge_seconds,
+    timed_call,
+)
 from tests.labs.lab_09.support import runner
 
 DOC = "phases/05-end-to-end/README.md"
@@ -137,6 +146,11 @@ def test_make_block_tables_pads_with_the_null_block():
     assert equal == [[7, 3, 0, 0], [5, 9, 0, 0]], (
         "rows of one length are padded to the width too: make_block_tables([[7, 3], [5, 9]], 4) "
         f"should be [[7, 3, 0, 0], [5, 9, 0, 0]], got {equal}"
+    )
+    single = np.asarray(m.make_block_tables([[7, 3]], 4)).tolist()
+    assert single == [[7, 3, 0, 0]], (
+        "a single row is padded to the width too (a step of one request): "
+        f"make_block_tables([[7, 3]], 4) should be [[7, 3, 0, 0]], got {single}"
     )
     try:
         full = np.asarray(m.make_block_tables([[7, 3], [5]], 2)).tolist()
@@ -280,6 +294,12 @@ def test_block_tables_of_the_mixed_batch():
     assert got == expected, (
         f"with max_num_blocks_per_req=5, block_tables should be {expected}, got {got}"
     )
+    # The fixed width holds in every step: a shortcut for a decode-only step pads to it too.
+    setting = "a decode-only step (3 and 17 known tokens, blocks of 16), max_num_blocks_per_req=4"
+    inputs = runner("prepare_inputs").prepare_inputs(
+        [[5, 6, 7], [*range(16), 99]], [2, 16], [1, 1], [[3], [8, 2]], 16, max_num_blocks_per_req=4
+    )
+    expect(inputs, "block_tables", [[3, 0, 0, 0], [8, 2, 0, 0]], setting)
     # A table may hold more blocks than this step's tokens need (allocated ahead): the width is
     # the widest TABLE, and the extra block is kept, not refused.
     setting = "decodes at positions 4 and 1 (4-token blocks) with tables [7, 8, 9] and [5]"
@@ -442,6 +462,20 @@ def test_arguments_are_left_unchanged():
                 "step's inputs while it prepares the next, so build each call's arrays anew "
                 "instead of reusing a module-level buffer (one per size or shape included)"
             )
+    # A caller may write into the tensors it was given (on a CPU device the runner writes a late
+    # decode's sampled token into input_ids itself: _forward_late_tokens): the same step prepared
+    # again must not come back with those writes (an array memoized by its contents).
+    rewritten = learner_module("learner_side").prepare_after_writing(
+        TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE
+    )
+    for name in TENSOR_FIELDS:
+        now = as_list(getattr(rewritten, name))
+        assert now == seen[name], (
+            f"the caller overwrote every tensor of a step's inputs with -7, then prepared the "
+            f"same step again: its {name} should be {seen[name][:8]} and is {now[:8]}; the "
+            "second call returned an array of the first (memoized by the step's contents): "
+            "every call builds arrays of its own, since a caller may write into the ones it got"
+        )
 
 
 # -- other batches -----------------------------------------------------------------------------
@@ -663,4 +697,94 @@ def _random_batches_follow_the_rules(mod: Any, step: Any) -> None:
     assert as_list(inputs.seq_lens) == lens, "seq_lens differ from the rule"
     assert as_list(inputs.logits_indices) == [q - 1 for q in qsl[1:]], (
         "logits_indices should be query_start_loc[1:] - 1"
+    )
+
+
+# -- cost ----------------------------------------------------------------------------------------
+
+COST_REQS, COST_SMALL, COST_BIG, COST_CALLS = 8, 16, 1_600, 20
+
+
+def _cost_summary(tokens_per_req: int) -> list[int]:
+    """The cost step's token count, last position and last slot, from the rules: the last
+    request's last token sits at 5 + tokens_per_req - 1, in its own blocks (16 tokens each)."""
+    num_blocks = -(-(5 + tokens_per_req) // 16)
+    pos = 5 + tokens_per_req - 1
+    block = 1 + (COST_REQS - 1) * num_blocks + pos // 16
+    return [COST_REQS * tokens_per_req, pos, block * 16 + pos % 16]
+
+
+@graded(
+    2,
+    "Cost: preparing a step runs no Python per token: the lines of your file that run grow "
+    "with the requests (a loop per request is fine), not with their tokens; numpy does the "
+    "per-token work (np.repeat, np.cumsum, fancy indexing, np.fromiter of itertools.chain: a "
+    "generator expression over the tokens is Python per token too)",
+    "labs/lab-09-engine/README.md#how-you-are-graded",
+    timeout=30,
+)
+def test_no_python_work_per_token():
+    """8 requests of 16 and of 1,600 scheduled tokens (128 and 12,800 in the step). The lines
+    of the learner's file that run (a line trace, in the learner process) may grow by at most
+    one for every 4 more tokens, which a loop per token or a comprehension over tokens exceeds
+    and a loop per request or per block does not. Then, the trace off, 20 calls on each step
+    are timed here: the big step at most 60x the small one (the reference: about 12x of CPU),
+    and under 10x what the reference takes in the judge for the same calls (CPU time, which
+    nothing in the learner process can slow down)."""
+    runner("prepare_inputs")  # a stub stops here, NOT STARTED
+    side = learner_module("learner_side")
+    small, big = side.StepArgs(COST_REQS, COST_SMALL), side.StepArgs(COST_REQS, COST_BIG)
+    lines = {}
+    for step, n in ((small, COST_SMALL), (big, COST_BIG)):
+        got = side.lines_run(step)
+        want = _cost_summary(n)
+        assert type(got) is list and len(got) == 4 and got[1:] == want, (
+            f"a step of {COST_REQS} requests of {n} scheduled tokens after 5 cached ones (blocks "
+            f"of 16): [tokens, last position, last slot] should be {want}, got {str(got)[:200]}"
+        )
+        lines[n] = got[0]
+    more_tokens = COST_REQS * (COST_BIG - COST_SMALL)
+    per_token = (lines[COST_BIG] - lines[COST_SMALL]) / more_tokens
+    assert per_token <= 0.25, (
+        f"prepare_inputs ran {lines[COST_BIG]:,} lines of your file for a step of "
+        f"{COST_REQS * COST_BIG:,} tokens and {lines[COST_SMALL]:,} for "
+        f"{COST_REQS * COST_SMALL:,} tokens (the same {COST_REQS} requests): {per_token:.2f} more "
+        "for each more token. A Python loop per token (positions, slots or input ids built "
+        "token by token, or a comprehension over the tokens) costs the engine at every step; "
+        "build the per-token arrays with numpy (np.repeat, np.cumsum, fancy indexing, "
+        "np.fromiter of itertools.chain, not of a generator expression over the tokens), as "
+        "the README's 'How you are graded' says; a loop per request is fine"
+    )
+
+    from mini_vllm.worker import model_inputs as reference
+    from tests.labs.lab_09.learner_side import cost_step
+
+    args = cost_step(COST_REQS, COST_BIG)
+    yardstick = judge_seconds(lambda: [reference.prepare_inputs(*args) for _ in range(COST_CALLS)])
+    times = {}
+    for step, n in ((small, COST_SMALL), (big, COST_BIG)):
+
+        def one_run(step=step, n=n) -> float:
+            seconds, got = timed_call(side.run_steps, step, COST_CALLS)
+            assert got == _cost_summary(n), (
+                f"{COST_CALLS} calls on a step of {COST_REQS} requests of {n} tokens: the last "
+                f"one's [tokens, last position, last slot] should be {_cost_summary(n)}, got "
+                f"{str(got)[:200]}"
+            )
+            return seconds
+
+        times[n] = best_time(one_run, repeat=5)
+    t_small, t_big = times[COST_SMALL], times[COST_BIG]
+    assert_cost_does_not_grow(
+        t_small,
+        t_big,
+        lambda ratio, ceiling: (
+            f"{COST_CALLS} calls of prepare_inputs took {t_big * 1e3:.1f} ms on a step of "
+            f"{COST_REQS * COST_BIG:,} tokens vs {t_small * 1e3:.1f} ms on "
+            f"{COST_REQS * COST_SMALL:,} tokens ({ratio:.0f}x; at most 60x, and "
+            f"{ceiling * 1e3:.0f} ms on this machine, 10x the reference's time): Python work "
+            "per token; build the per-token arrays with numpy (README, 'How you are graded')"
+        ),
+        max_ratio=60.0,
+        ceiling=max(0.05, 10 * yardstick),
     )

@@ -630,7 +630,8 @@ MUTANTS = [
         replace="blocks = tl.load(table + offs_n // BLOCK_SIZE).to(tl.int64)",
         why="the per-token table load is left unmasked because the K/V loads are masked: the "
         "last tile reads table entries past the sequence's blocks, past the table's end for the "
-        "last sequence (no number changes; the read is out of bounds)",
+        "last sequence (no number changes; the read is out of bounds: caught in the interpreter, "
+        "as a GPU does not trap a read just past an allocation)",
         caught_by="test_decode.py::test_decode_reads_nothing_past_its_inputs",
     ),
     Mutant(
@@ -648,7 +649,7 @@ MUTANTS = [
         """,
         why="only the columns are masked in the query load: the padded rows past the group read "
         "the next group's queries, and past the query's end for the last KV head (their outputs "
-        "are masked, so no number changes)",
+        "are masked, so no number changes; caught in the interpreter, not on a GPU)",
         caught_by="test_decode.py::test_decode_reads_nothing_past_its_inputs",
     ),
     Mutant(
@@ -663,7 +664,8 @@ MUTANTS = [
             )
         ],
         why="only the stores are masked: a tile wider than the token's row (3 heads of 16 in a "
-        "tile of 64) loads past it, past the keys' end for the last token",
+        "tile of 64) loads past it, past the keys' end for the last token (caught in the "
+        "interpreter, not on a GPU)",
         caught_by="test_cache_write.py::test_cache_write_reads_nothing_past_its_inputs",
     ),
 ]

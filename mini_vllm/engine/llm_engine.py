@@ -494,9 +494,8 @@ class LLMEngine:
             child.n = 1
             if params.seed is not None:
                 child.seed = params.seed + index
-            self._queue(child_id, text, token_ids, child, eos, arrival_time, priority)
-            self._records[child_id].parent_id = request_id
-            self._records[child_id].index = index
+            record = self._queue(child_id, text, token_ids, child, eos, arrival_time, priority)
+            record.parent_id, record.index = request_id, index
         return request_id
 
     def _queue(
@@ -508,7 +507,7 @@ class LLMEngine:
         eos: int | None,
         arrival_time: float | None,
         priority: int,
-    ) -> None:
+    ) -> _RequestRecord:
         request = Request(
             request_id,
             token_ids,
@@ -529,8 +528,9 @@ class LLMEngine:
                 include_stop_str_in_output=params.include_stop_str_in_output,
                 min_tokens=params.min_tokens,
             )
-        self._records[request_id] = _RequestRecord(request, text, detokenizer=detokenizer)
+        record = self._records[request_id] = _RequestRecord(request, text, detokenizer=detokenizer)
         self.stats.num_prompt_tokens += len(token_ids)
+        return record
 
     def abort_request(self, request_ids: list[str]) -> None:
         """Drop requests wherever they are (queued or running); their blocks are freed. An

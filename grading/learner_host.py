@@ -409,6 +409,45 @@ def serve(host: Host, fd_in: int, fd_out: int) -> None:
         _write_all(fd_out, frame)
 
 
+class _RecordingLoader:
+    """A module loader that, after its module has run, records the enums it defined
+    (``wire.record_enums``); everything else is the wrapped loader's."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        wire.record_enums(module)
+
+
+class _EnumRecorder:
+    """A meta-path finder in front of the others: each ``mini_vllm`` module is found as usual
+    and loaded through a :class:`_RecordingLoader`, so that the wire names an enum member as the
+    course's only if it is one of the members the course's module made (``wire.GENUINE_ENUMS``),
+    recorded before the importer (the submission, say) gets the module and could rebind them."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.split(".")[0] != "mini_vllm":
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _RecordingLoader(spec.loader)
+                return spec
+        return None
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -423,6 +462,8 @@ def main() -> None:
     except BaseException as exc:
         _write_all(fd_out, wire.pack(["sandbox-failed", f"{type(exc).__name__}: {exc}"]))
         os._exit(70)
+    wire.GENUINE_ENUMS = {}
+    sys.meta_path.insert(0, _EnumRecorder())
     for module in config.get("preload", []):
         with contextlib.suppress(Exception):  # a missing optional package shows up when used
             importlib.import_module(module)

@@ -96,6 +96,42 @@ def _ext(code: int, payload: Any) -> msgspec.msgpack.Ext:
     return msgspec.msgpack.Ext(code, _packer.encode(payload))
 
 
+#: In the learner process, the enums of the course's own modules as their import made them
+#: (``learner_host`` records each ``mini_vllm`` module's enums right after the module runs,
+#: before the submission can rebind or add to them): ``id(class)`` -> (the class, its
+#: ``[module, qualname]``, its members by name). None in the judge, whose enums are its own.
+GENUINE_ENUMS: dict[int, tuple[type, list[str], dict[str, Any]]] | None = None
+
+
+def record_enums(module: Any) -> None:
+    """Record the enum classes ``module`` defines (see :data:`GENUINE_ENUMS`)."""
+    if GENUINE_ENUMS is None:
+        return
+    name = module.__name__
+    for value in list(vars(module).values()):
+        if isinstance(value, type) and issubclass(value, enum.Enum) and value.__module__ == name:
+            GENUINE_ENUMS[id(value)] = (value, [name, value.__qualname__], dict(value.__members__))
+
+
+def _enum_names(value: Any, kind: type) -> list[Any]:
+    """``[module, qualname, name]`` of an enum member, which the judge turns into its own member
+    of that name. In the learner process only a member the course's module made names its
+    class: a class's ``__module__`` and ``__qualname__`` are what it says of itself, and an
+    ``IntEnum`` of the submission's that called itself ``mini_vllm.request.RequestStatus``, its
+    ``FINISHED_LENGTH_CAPPED`` holding FINISHED_STOPPED's value, was judged a length cap while
+    every lookup the engine makes took it for a stop
+    (tests/hostile/lab_08_name_a_status_it_is_not.py). Any other member goes without a module,
+    and the judge keeps it as the string ``qualname.name``."""
+    if GENUINE_ENUMS is None:
+        return [kind.__module__, kind.__qualname__, value.name]
+    entry = GENUINE_ENUMS.get(id(kind))
+    if entry is not None and entry[0] is kind:
+        for name, member in entry[2].items():
+            if member is value:
+                return [*entry[1], name]
+    return ["", str(getattr(kind, "__qualname__", "?")), str(getattr(value, "_name_", "?"))]
+
+
 def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None, depth: int = 0) -> Any:
     """``value`` as msgpack-ready data; other objects become handles through ``to_handle``."""
     if depth > MAX_DEPTH:
@@ -106,7 +142,7 @@ def encode_value(value: Any, to_handle: Callable[[Any], list[Any]] | None, depth
     if kind is int:
         return value if -(2**63) <= value < 2**64 else _ext(BIGINT, str(value))
     if issubclass(kind, enum.Enum):  # its real type: isinstance would take a __class__ claimed
-        return _ext(ENUM, [kind.__module__, kind.__qualname__, value.name])
+        return _ext(ENUM, _enum_names(value, kind))
     if kind is list:
         return [encode_value(v, to_handle, depth + 1) for v in value]
     if kind is tuple:

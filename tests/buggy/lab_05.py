@@ -1524,4 +1524,26 @@ from mini_vllm.core.kv_cache_utils import (
         "lookup is O(map size) (README: a lookup reads its one key)",
         caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
     ),
+    Mutant(
+        name="evict_blocks_scans_the_map_for_cached_ids",
+        file=FILE,
+        find="""
+            for block_id in block_ids:
+                self._maybe_evict_cached_block(self.blocks[block_id])
+        """,
+        replace="""
+            for block_id in block_ids:
+                block = self.blocks[block_id]
+                if block.block_hash is not None:
+                    for entry in list(self.cached_block_hash_to_block._cache.values()):
+                        ids = [entry] if isinstance(entry, KVCacheBlock) else list(entry.values())
+                        if block in ids:
+                            break
+                self._maybe_evict_cached_block(block)
+        """,
+        why="evict_blocks looks for each cached block's entry by walking the whole map (an "
+        "uncached id skips at once): O(map size) per evicted block; the bench evicted only "
+        "uncached blocks until a red-team round (README: only the ids it is given)",
+        caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
+    ),
 ]

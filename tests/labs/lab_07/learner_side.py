@@ -247,7 +247,12 @@ class Driver:
         calls]. Counted on the classes, of the pool (``get_cached_block``) and of its hash map
         (``get_one_block``, which each ``get_cached_block`` of one group calls once), the larger
         count: a wrapper on the pool object is skipped by a call through its class
-        (tests/hostile/look_the_hashes_up_through_the_pools_class.py)."""
+        (tests/hostile/look_the_hashes_up_through_the_pools_class.py). Every class of the
+        object's method resolution order that defines the method gets the wrapper, the type's
+        bases too: on the type alone, a pool or map of an empty subclass whose search called
+        the base class's function went uncounted
+        (tests/hostile/lab_07_look_up_through_the_base_class.py). A call made inside a counted
+        one (a subclass's method calling its base's) counts once."""
         pool = self.mgr.block_pool
         counts: list[int] = []
         patched: list[tuple[type, str, Any]] = []
@@ -255,27 +260,38 @@ class Driver:
             (pool, "get_cached_block"),
             (getattr(pool, "cached_block_hash_to_block", None), "get_one_block"),
         ):
-            cls = type(owner)
-            original = getattr(cls, name, None)
-            if owner is None or not callable(original):
+            if owner is None:
                 continue
             counts.append(0)
             index = len(counts) - 1
+            depth = [0]
+            for cls in type(owner).__mro__:
+                original = cls.__dict__.get(name)
+                if cls is object or not callable(original):
+                    continue
 
-            def counting(*args: Any, _f: Any = original, _i: int = index, **kwargs: Any) -> Any:
-                counts[_i] += 1
-                return _f(*args, **kwargs)
+                def counting(
+                    *args: Any,
+                    _f: Any = original,
+                    _i: int = index,
+                    _d: list[int] = depth,
+                    **kwargs: Any,
+                ) -> Any:
+                    if _d[0] == 0:
+                        counts[_i] += 1
+                    _d[0] += 1
+                    try:
+                        return _f(*args, **kwargs)
+                    finally:
+                        _d[0] -= 1
 
-            patched.append((cls, name, cls.__dict__.get(name)))
-            setattr(cls, name, counting)
+                patched.append((cls, name, original))
+                setattr(cls, name, counting)
         try:
             hit, num_hit = self.lookup(request_id)
         finally:
             for cls, name, own in reversed(patched):
-                if own is None:
-                    delattr(cls, name)
-                else:
-                    setattr(cls, name, own)
+                setattr(cls, name, own)
         return [hit, num_hit, max(counts, default=0)]
 
     def decode(self, request_id: str, token: int) -> list[Any] | None:

@@ -16,9 +16,11 @@ scheduler is the learner's ``scheduler`` module.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from typing import Any
 
+from mini_vllm.core.sched.request_queue import PriorityRequestQueue as _PriorityQueue
 from mini_vllm.teaching.invariants import pool_snapshot
 
 
@@ -160,14 +162,19 @@ def check_stop(module: Any, request: Any, tokens: list[int], max_model_len: int)
 
 # -- reading ------------------------------------------------------------------------------------
 def _plain(values: Any) -> list[Any]:
-    """The elements of a ``dict`` (its keys), ``list`` or ``set``, read by that type's own
-    iteration, whatever subclass holds them; anything else by its own. A subclass answers
+    """The elements of a ``dict`` (its keys), ``list``, ``set`` or ``deque`` (the FCFS waiting
+    queue), read by that type's own iteration, whatever subclass holds them; a priority queue
+    by ``PriorityRequestQueue``'s own ``__iter__``; anything else by its own. A subclass answers
     ``__iter__`` as it likes: a scheduler's ``requests`` that left the finished ones out of its
     iteration hid a leak from every state read
-    (tests/hostile/hide_the_finished_from_the_schedulers_requests.py)."""
-    for base in (dict, list, set):
+    (tests/hostile/hide_the_finished_from_the_schedulers_requests.py), and a waiting queue that
+    did the same hid an aborted request that ``len`` still counted
+    (tests/hostile/lab_08_hide_the_aborted_from_the_waiting_walk.py)."""
+    for base in (dict, list, set, collections.deque):
         if isinstance(values, base):
             return list(base.__iter__(values))
+    if isinstance(values, _PriorityQueue):
+        return list(_PriorityQueue.__iter__(values))
     return list(values)
 
 
@@ -281,7 +288,7 @@ def state(sched: Any, requests: list[Any], pool: bool = True) -> dict[str, Any]:
     block_pool = manager.block_pool
     return {
         "running": [req.request_id for req in _plain(sched.running)],
-        "waiting": [req.request_id for req in sched.waiting],
+        "waiting": [req.request_id for req in _plain(sched.waiting)],
         "requests": _plain(sched.requests),
         "pending_finished": _plain(sched.finished_req_ids),
         "tables": [

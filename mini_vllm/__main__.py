@@ -2,7 +2,7 @@
 
 Prints the completion, the KV cache blocks held at peak and the prefix-cache hit rate. A model
 with a chat template gets the prompt as one user message in it (``--no-chat``: the raw text).
-``python -m mini_vllm serve`` starts the OpenAI-compatible server (phase 06).
+``python -m mini_vllm serve [MODEL]`` starts the OpenAI-compatible server (phase 06).
 """
 
 from __future__ import annotations

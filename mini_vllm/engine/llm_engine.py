@@ -552,8 +552,9 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one scheduler step; return the requests that finished in it.
 
-        Only finished requests are reported (upstream's ``FINAL_ONLY``): detokenizing every
-        request at every step would cost more than the step on a small model. With async
+        Only finished requests are reported (upstream's ``FINAL_ONLY``; an ``n > 1`` request
+        once its last sample has finished): detokenizing every request at every step would cost
+        more than the step on a small model, so only a request with stop strings is. With async
         scheduling a call launches the next step before it collects the previous one, so the
         host's Python overlaps the GPU's work; a request that stops on the token collected has
         been launched once more, and that extra token is discarded, as upstream does.

@@ -61,8 +61,9 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 class AuthenticationMiddleware:
     """``--api-key``: the OpenAI routes (``/v1/...``) answer 401 without ``Authorization:
-    Bearer KEY``, as upstream's middleware; ``/health``, ``/metrics`` and ``/version`` stay
-    open, so that probes and scrapers need no key. Keys are compared as SHA-256 digests with
+    Bearer KEY``, as upstream's middleware; ``/health``, ``/metrics``, ``/version``,
+    ``/tokenize`` and ``/detokenize`` (not under ``/v1``) stay open, so that probes and
+    scrapers need no key. Keys are compared as SHA-256 digests with
     ``secrets.compare_digest`` against every key, so the time taken tells nothing about a key.
     """
 

@@ -27,7 +27,7 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--served-model-name",
         default=None,
-        help=f"the name clients pass as `model` (default: --model, or {DEFAULT_SERVED_MODEL_NAME})",
+        help=f"the name clients pass as `model` (default: MODEL, or {DEFAULT_SERVED_MODEL_NAME})",
     )
     parser.add_argument(
         "--api-key", nargs="+", default=None,

@@ -2,10 +2,11 @@
 
 Mirrors ``vllm/entrypoints/openai/completion/protocol.py``, ``chat_completion/protocol.py`` and
 ``engine/protocol.py`` (``ErrorResponse``, ``UsageInfo``) at the pin, reduced to the fields
-mini-vLLM implements. Requests accept vLLM's extensions that the engine has (``top_k``,
-``min_tokens``, ``ignore_eos``, ``stop_token_ids``, ``include_stop_str_in_output``,
-``skip_special_tokens``); a field of upstream's that the engine cannot honour (``echo``,
-``suffix``, penalties, ``min_p``, ``logit_bias``, ``prompt_logprobs``, structured outputs, tools:
+mini-vLLM implements, and the bodies of ``/tokenize`` and ``/detokenize``. Requests accept
+vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``,
+``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``); a
+field of upstream's that the engine cannot honour (``echo``, ``suffix``, penalties, ``min_p``,
+``logit_bias``, ``prompt_logprobs``, structured outputs, tools:
 ``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it holds its neutral
 value, rather than silently ignored. Other unknown fields are ignored, as upstream does, so that
 clients sending newer fields still work.

@@ -1,4 +1,5 @@
-"""The logic behind ``/v1/completions`` and ``/v1/chat/completions``.
+"""The logic behind ``/v1/completions`` and ``/v1/chat/completions`` (and ``/tokenize``,
+``/detokenize``).
 
 Mirrors ``vllm/entrypoints/openai/completion/serving.py`` and ``chat_completion/serving.py`` (and
 the checks of ``engine/serving.py``), in one module because here the two differ only in how the

@@ -1391,4 +1391,25 @@ MUTANTS = [
         "a complexity probe, 2026-11-29)",
         caught_by="test_schedule.py::test_a_step_costs_what_it_schedules",
     ),
+    Mutant(
+        name="finish_requests_removes_one_at_a_time",
+        file=FILE,
+        find="""
+            if running_to_remove:
+                self.running = [req for req in self.running if req not in running_to_remove]
+            if waiting_to_remove:
+                self.waiting.remove_requests(waiting_to_remove)
+        """,
+        replace="""
+            for req in running_to_remove:
+                self.running.remove(req)
+            for req in waiting_to_remove:
+                self.waiting.remove_request(req)
+        """,
+        why="finish_requests takes each request out of its queue with list.remove or "
+        "waiting.remove_request, a search from the front per id: right, but aborting k of n "
+        "waiting requests costs O(n x k) where upstream's one pass costs O(n) (README, after "
+        "the task table; a learner's-mistakes probe, 2026-11-29 (8))",
+        caught_by="test_aborts.py::test_aborting_many_costs_each_the_same",
+    ),
 ]

@@ -327,3 +327,14 @@ def decode_steps(sched: Any, steps: int) -> list[list[Any]]:
         sched.update_from_output(out, {rid: [7] for rid in ids})
         scheduled.append(ids)
     return scheduled
+
+
+def abort_every_other_waiting(sched: Any) -> list[Any]:
+    """``finish_requests`` (abort) of every other waiting request of a ``crowded_scheduler``,
+    the last first, in one request the judge times: [how many ids it returned, then the running
+    and waiting counts after]."""
+    from mini_vllm.request import RequestStatus
+
+    waiting = [request.request_id for request in sched.waiting]
+    done = sched.finish_requests(waiting[::-2], RequestStatus.FINISHED_ABORTED)
+    return [len(done), len(sched.running), len(sched.waiting)]

@@ -19,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grading.remote import LearnerError
-from grading.suite import graded
+from grading.suite import graded, learner_module
 from mini_vllm.request import RequestStatus
+from tests.labs.common import assert_cost_does_not_grow, best_time, same_data, timed_call
 from tests.labs.lab_08.helpers import DOC, RANDOM_SETTINGS, Engine, batch, bounded_shrinking
 
 ABORTED = RequestStatus.FINISHED_ABORTED
@@ -501,3 +502,46 @@ def test_random_traces_with_aborts_match_the_reference():
     """Hypothesis prints the smallest failing trace it found; the message shows its last calls."""
     with bounded_shrinking():
         _random_traces()
+
+
+@graded(
+    1,
+    "Cost: finish_requests takes the requests out of their queues in one pass, not one search "
+    "of the queue per id",
+    f"{DOC}#finishing-and-freeing",
+    timeout=30,
+)
+def test_aborting_many_costs_each_the_same():
+    """Aborting every other waiting request, the last first, costs about the same per request
+    with 200 and with 8,000 waiting. A client may drop thousands of requests at once (a
+    disconnecting load balancer, a shutdown); removing each with ``waiting.remove_request``
+    (``deque.remove``, a search from the front) makes that O(waiting x aborted)."""
+    side = learner_module("learner_side")
+    per_request = {}
+    for waiting in (200, 8_000):
+        aborted = waiting // 2
+
+        def one_run(waiting=waiting, aborted=aborted) -> float:
+            sched = side.crowded_scheduler(waiting)
+            seconds, got = timed_call(side.abort_every_other_waiting, sched)
+            assert same_data(got, [aborted, 4, waiting - aborted]), (
+                f"with r0..r3 running and {waiting:,} waiting, finish_requests of every other "
+                f"waiting id must finish {aborted:,} and leave 4 running and "
+                f"{waiting - aborted:,} waiting: got [finished, running, waiting] = {got}"
+            )
+            return seconds
+
+        per_request[waiting] = best_time(one_run) / aborted
+    small, big = per_request[200], per_request[8_000]
+    assert_cost_does_not_grow(
+        small * 4_000,
+        big * 4_000,
+        lambda ratio, ceiling: (
+            f"aborting 4,000 of 8,000 waiting requests took {big * 4e6:.1f} ms, "
+            f"{big * 1e6:.1f} us per request, against {small * 1e6:.1f} us per request for 100 "
+            f"of 200 ({ratio:.0f}x; at most 12x, and {ceiling * 1e3:.0f} ms on this machine): "
+            "finish_requests must collect the requests to remove and take them out of running "
+            "and waiting in one pass each (waiting.remove_requests), not search the queue once "
+            "per id (README, after the task table)"
+        ),
+    )

@@ -99,35 +99,66 @@ class StepArgs:
         self.args = cost_step(num_reqs, tokens_per_req)
 
 
-def _summary(inputs: Any) -> list[int]:
-    """What the cost test checks of a step: its token count, and its last position and slot."""
-    return [
-        int(inputs.input_ids.shape[0]),
-        int(inputs.positions[-1]),
-        int(inputs.slot_mapping[-1]),
-    ]
+#: The fields of a step that the cost test reads.
+COST_FIELDS = ("input_ids", "positions", "slot_mapping")
 
 
-def run_steps(step: StepArgs, calls: int) -> list[int]:
+def _fields(inputs: Any) -> list[Any]:
+    """The cost test's fields of ``inputs``, each an exact ``torch.Tensor``, or the name of the
+    type of the first that is not (which no test takes for a right answer). Read where the
+    caller reads it: in the trace, or inside the timed calls, so that an object that prepares
+    the step only when its fields are read does that work where it is counted
+    (tests/hostile/lab_09_compute_the_step_when_it_is_read.py)."""
+    import torch
+
+    fields = [getattr(inputs, name) for name in COST_FIELDS]
+    for name, tensor in zip(COST_FIELDS, fields):
+        if type(tensor) is not torch.Tensor:
+            return [f"{name} is a {type(tensor).__name__}, not a torch.Tensor"]
+    return fields
+
+
+def _summary(inputs: Any) -> list[Any]:
+    """What the cost test checks of each timed call: its token count, and its last position and
+    slot, read through torch's own methods (exact tensors, torch functions disabled)."""
+    import torch
+
+    fields = _fields(inputs)
+    if len(fields) != len(COST_FIELDS):
+        return fields
+    ids, positions, slots = fields
+    with torch._C.DisableTorchFunction():
+        return [int(ids.shape[0]), int(positions[-1]), int(slots[-1])]
+
+
+def run_steps(step: StepArgs, calls: int) -> list[Any]:
     """``calls`` calls of the learner's ``prepare_inputs`` on ``step``, in the one request the
-    judge times; the summary of the last one."""
+    judge times, each call's result read as it returns (a result read only at the end would
+    leave the work of an object that prepares itself when read to the last call); the summary
+    of the last one."""
     import model_inputs as yours
 
-    inputs = None
+    summary: list[Any] = []
     for _ in range(calls):
-        inputs = yours.prepare_inputs(*step.args)
-    return _summary(inputs)
+        summary = _summary(yours.prepare_inputs(*step.args))
+    return summary
 
 
-def lines_run(step: StepArgs) -> list[int]:
+def lines_run(step: StepArgs) -> list[Any]:
     """One call of the learner's ``prepare_inputs`` on ``step``, with a line trace on: how many
-    lines of the learner's own file ran (each pass of a loop or comprehension over a line
-    counts), and the call's summary. numpy, torch and the standard library are not counted."""
+    lines of Python ran in this thread during the call (each pass of a loop or comprehension
+    over a line counts), reading the result's fields included, and those fields
+    (``COST_FIELDS``, whole, compared in the judge with the reference's).
+
+    Every line counts, whatever file or namespace its code claims: code compiled under another
+    file name, or run in another module's globals, is Python of the call too
+    (tests/hostile/lab_09_per_token_code_named_another_file.py). What numpy and torch run in
+    C is not Python; the few Python lines of their wrappers, and of this helper, are the same
+    for a small step and a big one, so the judge, comparing two steps, sees only growth."""
     import sys
 
     import model_inputs as yours
 
-    mine = yours.__file__
     count = [0]
 
     def local(frame: Any, event: str, arg: Any) -> Any:
@@ -136,21 +167,48 @@ def lines_run(step: StepArgs) -> list[int]:
         return local
 
     def calls(frame: Any, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename == mine else None
+        return local
 
     previous = sys.gettrace()
     sys.settrace(calls)
     try:
-        inputs = yours.prepare_inputs(*step.args)
+        # The fields are read inside the trace: what reading them runs is the call's work too.
+        fields = _fields(yours.prepare_inputs(*step.args))
     finally:
         sys.settrace(previous)
-    return [count[0], *_summary(inputs)]
+    return [count[0], *fields]
+
+
+def _overwrite(tensor: Any, value: int) -> None:
+    """Write ``value`` into every element of the memory ``tensor`` shows, as a caller's write
+    would land: through a plain tensor over the same storage, offset, size and stride, read
+    with torch's C methods (torch functions disabled), under ``inference_mode`` (where the
+    runner writes), so that nothing the learner's tensor class says of itself, a ``fill_`` that
+    refuses included, decides whether its memory is written
+    (tests/hostile/lab_09_tables_that_refuse_fill.py). Only torch's own refusal to write the
+    plain tensor is passed over: memory torch will not write is no buffer a caller writes
+    into."""
+    import torch
+
+    base = torch._C.TensorBase
+    with torch._C.DisableTorchFunction():
+        plain = torch.empty(0, dtype=base.dtype.__get__(tensor))
+        plain.set_(
+            base.untyped_storage(tensor),
+            base.storage_offset(tensor),
+            base.size(tensor),
+            base.stride(tensor),
+        )
+        with torch.inference_mode(), contextlib.suppress(RuntimeError):
+            plain.fill_(value)
 
 
 def prepare_after_writing(*args: Any) -> Any:
     """The step prepared, every tensor of the result overwritten with -7 (as a caller may: the
     runner, on a CPU device, writes a late decode's sampled token into ``input_ids``), then the
     same step prepared again: the second call's inputs."""
+    import torch
+
     first = prepare_inputs(*args)[0]
     for name in (
         "input_ids",
@@ -161,7 +219,7 @@ def prepare_after_writing(*args: Any) -> Any:
         "seq_lens",
         "logits_indices",
     ):
-        # A tensor the caller cannot write is no shared buffer either.
-        with contextlib.suppress(Exception):
-            getattr(first, name).fill_(-7)
+        tensor = getattr(first, name)
+        if issubclass(type(tensor), torch._C.TensorBase):  # else the tests that read it fail
+            _overwrite(tensor, -7)
     return prepare_inputs(*args)[0]

@@ -703,6 +703,11 @@ def _random_batches_follow_the_rules(mod: Any, step: Any) -> None:
 # -- cost ----------------------------------------------------------------------------------------
 
 COST_REQS, COST_SMALL, COST_BIG, COST_CALLS = 8, 16, 1_600, 20
+#: The most lines of Python the small cost step (8 requests of 16 tokens, 2 blocks each) may
+#: run: the reference runs about 140; a loop per request or per block fits many times over.
+#: Without a bound, lines run on the small step alone (an empty loop up to a fixed count) hid
+#: the growth that the test measures (tests/hostile/lab_09_pad_the_small_steps_lines.py).
+COST_SMALL_LINES = 2_000
 
 
 def _cost_summary(tokens_per_req: int) -> list[int]:
@@ -716,7 +721,7 @@ def _cost_summary(tokens_per_req: int) -> list[int]:
 
 @graded(
     2,
-    "Cost: preparing a step runs no Python per token: the lines of your file that run grow "
+    "Cost: preparing a step runs no Python per token: the lines of Python that run grow "
     "with the requests (a loop per request is fine), not with their tokens; numpy does the "
     "per-token work (np.repeat, np.cumsum, fancy indexing, np.fromiter of itertools.chain: a "
     "generator expression over the tokens is Python per token too)",
@@ -724,30 +729,54 @@ def _cost_summary(tokens_per_req: int) -> list[int]:
     timeout=30,
 )
 def test_no_python_work_per_token():
-    """8 requests of 16 and of 1,600 scheduled tokens (128 and 12,800 in the step). The lines
-    of the learner's file that run (a line trace, in the learner process) may grow by at most
-    one for every 4 more tokens, which a loop per token or a comprehension over tokens exceeds
-    and a loop per request or per block does not. Then, the trace off, 20 calls on each step
-    are timed here: the big step at most 60x the small one (the reference: about 12x of CPU),
-    and under 10x what the reference takes in the judge for the same calls (CPU time, which
-    nothing in the learner process can slow down)."""
+    """8 requests of 16 and of 1,600 scheduled tokens (128 and 12,800 in the step). The lines of
+    Python that run in the call (a line trace of the calling thread, in the learner process,
+    whatever file a line's code names: learner_side.lines_run) may grow by at most one for
+    every 4 more tokens, which a loop per token or a comprehension over tokens exceeds and a
+    loop per request or per block does not, from a small step of at most ``COST_SMALL_LINES``
+    (lines spent on a small step alone cannot hide the growth); the traced call's fields are
+    read inside the trace and compared whole with the reference's. Then, the trace off, 20
+    calls on each step are timed here, each call's fields read as it returns (exact tensors):
+    the big step at most 60x the small one (the reference: about 12x of CPU), and under 10x
+    what the reference takes in the judge for the same calls (CPU time, which nothing in the
+    learner process can slow down)."""
+    from mini_vllm.worker import model_inputs as reference
+    from tests.labs.lab_09.learner_side import COST_FIELDS, cost_step
+
     runner("prepare_inputs")  # a stub stops here, NOT STARTED
     side = learner_module("learner_side")
     small, big = side.StepArgs(COST_REQS, COST_SMALL), side.StepArgs(COST_REQS, COST_BIG)
     lines = {}
     for step, n in ((small, COST_SMALL), (big, COST_BIG)):
+        # The traced call's fields, whole (read inside the trace: learner_side._fields).
         got = side.lines_run(step)
-        want = _cost_summary(n)
-        assert type(got) is list and len(got) == 4 and got[1:] == want, (
+        ref = reference.prepare_inputs(*cost_step(COST_REQS, n))
+        setting = (
             f"a step of {COST_REQS} requests of {n} scheduled tokens after 5 cached ones (blocks "
-            f"of 16): [tokens, last position, last slot] should be {want}, got {str(got)[:200]}"
+            "of 16)"
         )
+        assert type(got) is list and len(got) == 1 + len(COST_FIELDS), (
+            f"{setting}: {', '.join(COST_FIELDS)} should be torch tensors, got {str(got)[:200]}"
+        )
+        for name, value in zip(COST_FIELDS, got[1:]):
+            want = getattr(ref, name).tolist()
+            assert as_list(value) == want, (
+                f"{setting}: {name} should be {want[:4]} ... {want[-4:]}, got "
+                f"{str(as_list(value))[:200]}"
+            )
         lines[n] = got[0]
+    assert lines[COST_SMALL] <= COST_SMALL_LINES, (
+        f"prepare_inputs ran {lines[COST_SMALL]:,} lines of Python (your file's and any it "
+        f"calls) for a step of {COST_REQS} requests of {COST_SMALL} tokens: at most "
+        f"{COST_SMALL_LINES:,} (the reference runs about 140). The test compares this count "
+        "with a big step's, so lines a small step runs for nothing would hide a cost per "
+        "token; a loop per request is fine (README, 'How you are graded')"
+    )
     more_tokens = COST_REQS * (COST_BIG - COST_SMALL)
     per_token = (lines[COST_BIG] - lines[COST_SMALL]) / more_tokens
     assert per_token <= 0.25, (
-        f"prepare_inputs ran {lines[COST_BIG]:,} lines of your file for a step of "
-        f"{COST_REQS * COST_BIG:,} tokens and {lines[COST_SMALL]:,} for "
+        f"prepare_inputs ran {lines[COST_BIG]:,} lines of Python (your file's and any it "
+        f"calls) for a step of {COST_REQS * COST_BIG:,} tokens and {lines[COST_SMALL]:,} for "
         f"{COST_REQS * COST_SMALL:,} tokens (the same {COST_REQS} requests): {per_token:.2f} more "
         "for each more token. A Python loop per token (positions, slots or input ids built "
         "token by token, or a comprehension over the tokens) costs the engine at every step; "
@@ -756,15 +785,13 @@ def test_no_python_work_per_token():
         "the README's 'How you are graded' says; a loop per request is fine"
     )
 
-    from mini_vllm.worker import model_inputs as reference
-    from tests.labs.lab_09.learner_side import cost_step
-
     args = cost_step(COST_REQS, COST_BIG)
     yardstick = judge_seconds(lambda: [reference.prepare_inputs(*args) for _ in range(COST_CALLS)])
     times = {}
     for step, n in ((small, COST_SMALL), (big, COST_BIG)):
 
         def one_run(step=step, n=n) -> float:
+            # Each call's fields are read as it returns (learner_side.run_steps).
             seconds, got = timed_call(side.run_steps, step, COST_CALLS)
             assert got == _cost_summary(n), (
                 f"{COST_CALLS} calls on a step of {COST_REQS} requests of {n} tokens: the last "

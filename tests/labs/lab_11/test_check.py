@@ -135,20 +135,34 @@ def test_refuses_kv_heads_that_do_not_split():
     KV_HEADS,
 )
 def test_refuses_mlp_width_and_vocabulary():
-    """An MLP 1000 wide at TP=16; a vocabulary of 128 (already padded) at TP=3."""
-    message = refusal(model(32, 8, 1000, 128256), 16, "MLP width 1000")
-    assert {1000, 16} <= numbers(message), (
-        f"intermediate_size 1000 at TP=16: the refusal should name 1000 and 16: {message!r}"
+    """An MLP 1000 wide at TP=16; a vocabulary of 128 (already padded) at TP=3. A word names a
+    dimension only where nothing else says it: not the other dimension's refusal, nor divide's
+    own refusal of the same numbers (a message the same for every dimension, "the width does
+    not split", names none: tests/hostile/lab_11_a_width_in_every_division.py)."""
+    mlp = refusal(model(32, 8, 1000, 128256), 16, "MLP width 1000")
+    vocab = refusal(model(3, 3, 96, 128), 3, "vocabulary 128")
+    generic = [
+        str(got[2]) if got[0] == "error" else ""
+        for got in side().outcomes("divide", [[1000, 16], [128, 3]])
+    ]
+    assert {1000, 16} <= numbers(mlp), (
+        f"intermediate_size 1000 at TP=16: the refusal should name 1000 and 16: {mlp!r}"
     )
-    assert any(word in message.lower() for word in MLP_WORDS), (
+    elsewhere = f"{generic[0]} {vocab}".lower()
+    assert any(word in mlp.lower() and word not in elsewhere for word in MLP_WORDS), (
         f"intermediate_size 1000 at TP=16: the refusal should name the dimension (the MLP "
         f"width, intermediate_size), not only its numbers: divide's own message says which "
         f"numbers, not which of the model's dimensions does not split (README, task 9 and "
-        f"'What the grader checks', the check): {message!r}"
+        f"'What the grader checks', the check): {mlp!r}; the words that name it must not "
+        f"be in divide(1000, 16)'s refusal ({generic[0]!r}) nor the vocabulary's ({vocab!r})"
     )
-    message = refusal(model(3, 3, 96, 128), 3, "vocabulary 128")
-    assert {128, 3} <= numbers(message) and "vocab" in message.lower(), (
-        f"a vocabulary of 128 at TP=3: the refusal should name the vocabulary: {message!r}"
+    assert {128, 3} <= numbers(vocab) and "vocab" in vocab.lower(), (
+        f"a vocabulary of 128 at TP=3: the refusal should name the vocabulary: {vocab!r}"
+    )
+    assert "vocab" not in f"{generic[1]} {mlp}".lower(), (
+        f"a vocabulary of 128 at TP=3: the refusal names the vocabulary, but so do "
+        f"divide(128, 3)'s ({generic[1]!r}) or the MLP width's ({mlp!r}): the word must name "
+        "the dimension at fault, not every one"
     )
     assert_accepted(model(32, 8, 1000, 128256), 8, "MLP width 1000", EVERY_SIZE)
     assert_accepted(model(4, 4, 96, 128), 4, "vocabulary 128", EVERY_SIZE)

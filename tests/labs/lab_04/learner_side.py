@@ -168,27 +168,14 @@ def decode_plain(
     seq_lens: Any,
     scale: float,
     options: dict[str, Any],
+    fenced: bool = False,
 ) -> Any:
-    """``paged_attention_decode`` as the engine calls it: no ``out=``, the launcher allocates."""
-    return _course_launchers().paged_attention_decode(
-        query, key_cache, value_cache, tables, seq_lens, scale, **options
-    )
-
-
-def decode_fenced(
-    query: Any,
-    key_cache: Any,
-    value_cache: Any,
-    tables: Any,
-    seq_lens: Any,
-    scale: float,
-    options: dict[str, Any],
-) -> Any:
-    """``paged_attention_decode`` with the query, the block tables and the lengths each just
-    before a fence page (:func:`_before_a_fence`) when they are on the CPU, where the kernels
-    run in the interpreter: a kernel that loads a table entry past the last sequence's blocks,
-    or a query row past the last group, dies here instead of reading a neighbour's memory."""
-    if not query.is_cuda:
+    """``paged_attention_decode`` as the engine calls it: no ``out=``, the launcher allocates.
+    ``fenced``: the query, the block tables and the lengths each just before a fence page
+    (:func:`_before_a_fence`) when they are on the CPU, where the kernels run in the
+    interpreter: a kernel that loads a table entry past the last sequence's blocks, or a query
+    row past the last group, dies here instead of reading a neighbour's memory."""
+    if fenced and not query.is_cuda:
         query, tables, seq_lens = (_before_a_fence(t) for t in (query, tables, seq_lens))
     return _course_launchers().paged_attention_decode(
         query, key_cache, value_cache, tables, seq_lens, scale, **options

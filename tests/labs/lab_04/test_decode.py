@@ -140,9 +140,9 @@ def test_decode_gqa_groups():
 )
 def test_decode_reads_nothing_past_its_inputs():
     """Tables exactly as wide as the longest sequence needs, that sequence last, and the query,
-    the tables and the lengths each before a page that cannot be read (``decode_fenced``): a
-    load past them kills the learner process (SIGSEGV on the CPU). Blocks smaller than a tile
-    (one table entry per token) and larger, groups that leave padded query rows."""
+    the tables and the lengths each before a page that cannot be read (``decode_plain`` with
+    ``fenced``): a load past them kills the learner process (SIGSEGV on the CPU). Blocks smaller
+    than a tile (one table entry per token) and larger, groups that leave padded query rows."""
     load(*DECODE)  # the proof that the kernel is written (NOT STARTED otherwise)
     torch = torch_module()
     dev = device()
@@ -163,7 +163,7 @@ def test_decode_reads_nothing_past_its_inputs():
             f"{num_kv_heads} KV heads, a table {width} entries wide"
         )
         try:
-            got = side().decode_fenced(
+            got = side().decode_plain(
                 torch.from_numpy(query).to(dev),
                 torch.from_numpy(key_cache).to(dev),
                 torch.from_numpy(value_cache).to(dev),
@@ -171,6 +171,7 @@ def test_decode_reads_nothing_past_its_inputs():
                 torch.from_numpy(case.seq_lens).to(dev),
                 0.25,
                 {"num_splits": 1},
+                True,
             )
         except LearnerCrashed as exc:
             raise AssertionError(

@@ -99,6 +99,17 @@ class StepArgs:
         self.args = cost_step(num_reqs, tokens_per_req)
 
 
+#: Every tensor field of a step's inputs (the purity tests read and overwrite them all).
+TENSOR_FIELDS = (
+    "input_ids",
+    "positions",
+    "slot_mapping",
+    "block_tables",
+    "query_start_loc",
+    "seq_lens",
+    "logits_indices",
+)
+
 #: The fields of a step that the cost test reads.
 COST_FIELDS = ("input_ids", "positions", "slot_mapping")
 
@@ -210,15 +221,7 @@ def prepare_after_writing(*args: Any) -> Any:
     import torch
 
     first = prepare_inputs(*args)[0]
-    for name in (
-        "input_ids",
-        "positions",
-        "slot_mapping",
-        "block_tables",
-        "query_start_loc",
-        "seq_lens",
-        "logits_indices",
-    ):
+    for name in TENSOR_FIELDS:
         tensor = getattr(first, name)
         if issubclass(type(tensor), torch._C.TensorBase):  # else the tests that read it fail
             _overwrite(tensor, -7)

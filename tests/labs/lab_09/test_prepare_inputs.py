@@ -33,6 +33,7 @@ from tests.labs.common import (
     judge_seconds,
     timed_call,
 )
+from tests.labs.lab_09.learner_side import TENSOR_FIELDS
 from tests.labs.lab_09.support import runner
 
 DOC = "phases/05-end-to-end/README.md"
@@ -54,17 +55,6 @@ def mixed_batch(**kwargs: Any) -> Any:
     return runner("prepare_inputs").prepare_inputs(
         TOKENS, COMPUTED, SCHEDULED, BLOCK_IDS, BLOCK_SIZE, **kwargs
     )
-
-
-TENSOR_FIELDS = (
-    "input_ids",
-    "positions",
-    "slot_mapping",
-    "block_tables",
-    "query_start_loc",
-    "seq_lens",
-    "logits_indices",
-)
 
 
 def as_list(tensor: Any) -> list:

@@ -232,7 +232,7 @@ MUTANTS = [
         why="counts the blocks a running request already holds as blocks to allocate: a decode "
         "step that needs one block (or none) is refused when fewer blocks than its whole "
         "table are free",
-        caught_by="test_workload.py::test_random_workload",
+        caught_by="test_allocate_slots.py::test_lookahead_slots_count_against_capacity",
     ),
     Mutant(
         name="capacity_check_off_by_one",
@@ -250,7 +250,7 @@ MUTANTS = [
         replace="num_tokens=min(total_computed_tokens + num_new_tokens, self.max_model_len),",
         why="the capacity check leaves out the lookahead slots the allocation then takes: the "
         "check passes, and the allocation runs out of blocks half-way with the hits claimed",
-        caught_by="test_workload.py::test_random_workload",
+        caught_by="test_allocate_slots.py::test_lookahead_slots_count_against_capacity",
     ),
     Mutant(
         name="hits_touched_twice",
@@ -1056,5 +1056,34 @@ MUTANTS = [
         "right hit, at O(prompt) lookups for every waiting request every step (README task 3: "
         "stop at the first miss)",
         caught_by="test_prefix_hits.py::test_hit_search_stops_at_the_first_miss",
+    ),
+    # -- helper probe, 2026-11-29 (9): caught by the random workloads only -----------------------
+    Mutant(
+        name="lookahead_left_out_with_hits",
+        file=FILE,
+        find="total_computed_tokens + num_new_tokens + num_lookahead_tokens, self.max_model_len",
+        replace="total_computed_tokens + num_new_tokens "
+        "+ (0 if num_new_computed_tokens else num_lookahead_tokens), self.max_model_len",
+        why="adds the lookahead slots only to a request without prefix hits: an admission with "
+        "hits and lookahead gets, and counts, too few slots (README: n = computed + new "
+        "computed + new + lookahead)",
+        caught_by="test_allocate_slots.py::test_lookahead_slots_count_against_capacity",
+    ),
+    Mutant(
+        name="capacity_counted_past_max_model_len",
+        file=FILE,
+        find="""
+            num_blocks_to_allocate = self.get_num_blocks_to_allocate(
+                request_id=request.request_id,
+                num_tokens=num_tokens_need_slot,
+        """,
+        replace="""
+            num_blocks_to_allocate = self.get_num_blocks_to_allocate(
+                request_id=request.request_id,
+                num_tokens=total_computed_tokens + num_new_tokens + num_lookahead_tokens,
+        """,
+        why="caps the slots at max_model_len when allocating but not when counting: near "
+        "max_model_len with lookahead, an allocation that fits is refused on a tight pool",
+        caught_by="test_allocate_slots.py::test_slots_capped_at_max_model_len",
     ),
 ]

@@ -1034,4 +1034,33 @@ MUTANTS = [
         "probe, 2026-11-29)",
         caught_by="test_processor.py::test_a_step_costs_its_outputs",
     ),
+    # -- helper probe, 2026-11-29 (9): caught by the random workloads only -----------------------
+    Mutant(
+        name="stop_found_with_rfind",
+        file=FILE,
+        find="index = output_text.find(stop_str, start)",
+        replace="index = output_text.rfind(stop_str, start)",
+        why="looks for each stop string with rfind: when the new text holds the same stop "
+        "string twice, the text is cut at the second one and the first is handed out (README "
+        "task 5: find it from len(stop) - 1 characters before the new text)",
+        caught_by="test_stop_strings.py::test_first_occurrence_wins",
+    ),
+    Mutant(
+        name="stop_string_ends_the_step",
+        file=FILE,
+        find="""
+            if iteration_stats is not None:
+                self._record_finished(state, finish_reason, now, iteration_stats)
+        """,
+        replace="""
+            if iteration_stats is not None:
+                self._record_finished(state, finish_reason, now, iteration_stats)
+            if stop_str is not None:
+                break
+        """,
+        why="leaves the loop once a stop string has finished a request: the step's later "
+        "outputs are never applied, their text and finishes lost (README task 7: for each "
+        "output)",
+        caught_by="test_processor.py::test_stop_string_finishes_and_asks_the_core_to_abort",
+    ),
 ]

@@ -372,6 +372,82 @@ def test_lookahead_slots_are_not_published():
 
 
 @graded(
+    1,
+    "Capacity: the count covers the lookahead slots too (n = computed + new + lookahead): "
+    "a step whose new tokens fit but whose lookahead slots need a block more than is free "
+    "returns None and changes nothing",
+    f"{DOC}#allocating-slots",
+)
+def test_lookahead_slots_count_against_capacity():
+    """3 usable blocks: 8 new tokens and 5 lookahead slots need 4 blocks (None); with 4
+    lookahead slots, 3 (it fits). A count that leaves the lookahead out sees 2 blocks, passes,
+    and runs out of blocks half-way."""
+    d = twin(4)
+    d.add("a", list(range(8)))
+    before = d.state()
+    try:
+        result = d.allocate("a", 8, 5)
+    except (ValueError, RuntimeError) as exc:
+        raise AssertionError(
+            f"allocate_slots(a, 8 new tokens, 5 lookahead slots) ran out of blocks half-way "
+            f"({type(exc).__name__}: {exc}): the capacity count must size the table for "
+            "min(computed + new computed + new + lookahead, max_model_len) slots, 13 here, "
+            "so 4 blocks > 3 free: None (README: allocating slots)"
+        ) from exc
+    assert result is None, (
+        "8 new tokens + 5 lookahead slots = 13 slots = 4 blocks, 3 are free: expected None "
+        "(the lookahead slots are allocated, so they count; README: allocating slots)"
+    )
+    after = d.state()
+    assert unchanged(before, after), (
+        f"a refused allocation changed {describe_change(before, after)}"
+    )
+    assert d.allocate("a", 8, 4) is not None, (
+        "8 new tokens + 4 lookahead slots = 12 slots = 3 blocks, and 3 are free: it fits"
+    )
+    d.append("a", 50)
+    assert d.allocate("a", 1) == [], (
+        "a holds 3 blocks (12 slots) and its decode step needs 9 slots: no block beyond the "
+        "table, so it fits with none free (count only the blocks beyond the table and the "
+        "hits; README: hits on free blocks cost capacity)"
+    )
+    check_state(d.state())
+    d.close()
+    # With prefix hits too: b hits a's 2 freed blocks (free, so each costs a free block).
+    d = twin(6)
+    d.add("a", list(range(8)))
+    d.admit("a")
+    d.free("a")
+    d.add("b", [*range(8), 90, 91, 92, 93])
+    _, num_hit = d.lookup("b")
+    assert num_hit == 8
+    before = d.state()
+    try:
+        result = d.allocate("b", 4, 9)
+    except (ValueError, RuntimeError) as exc:
+        raise AssertionError(
+            f"allocate_slots(b, 8 hit tokens, 4 new, 9 lookahead slots) ran out of blocks "
+            f"half-way ({type(exc).__name__}: {exc}): with hits the lookahead slots count too, "
+            "n = 8 + 4 + 9 = 21 slots = 6 blocks (2 free hits + 4 fresh) > 5 free: None "
+            "(README: allocating slots)"
+        ) from exc
+    assert result is None, (
+        "b: 8 hit tokens + 4 new + 9 lookahead = 21 slots = 6 blocks (2 free hits + 4 fresh), "
+        "5 are free: expected None (README: allocating slots)"
+    )
+    after = d.state()
+    assert unchanged(before, after), (
+        f"a refused allocation changed {describe_change(before, after)}"
+    )
+    d.lookup("b")
+    assert d.allocate("b", 4, 8) is not None, (
+        "b: 8 + 4 + 8 lookahead = 20 slots = 5 blocks (2 free hits + 3 fresh), 5 are free: fits"
+    )
+    check_state(d.state())
+    d.close()
+
+
+@graded(
     2,
     "Allocating slots: a step may reach past the request's known tokens (the async scheduler "
     "schedules the next position before the token in flight arrives): the slots are given, "
@@ -532,6 +608,16 @@ def test_slots_capped_at_max_model_len():
             f"blocks; got {None if new is None else len(new)} (the cap is max_model_len tokens, "
             f"not max_model_len // block_size blocks, nor max_model_len - 1 tokens)"
         )
+    # The capacity count sizes the same capped table: 2 usable blocks are enough.
+    d = driver(3, max_model_len=8)
+    d.add("a", list(range(6)))
+    new = d.allocate("a", 6, 10)
+    assert new is not None and len(new) == 2, (
+        "2 usable blocks, max_model_len=8: 6 tokens + 10 lookahead are capped at 8 slots = 2 "
+        f"blocks, which fit; got {None if new is None else f'{len(new)} blocks'} (the capacity "
+        "count must size the capped table, min(..., max_model_len), not 16 slots; README: "
+        "allocating slots)"
+    )
 
 
 @graded(

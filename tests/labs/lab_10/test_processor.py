@@ -179,6 +179,34 @@ def test_stop_string_finishes_and_asks_the_core_to_abort():
         f"{step2['tracked']}, then reqs_to_abort {recs[3]['returned']}, outputs "
         f"{recs[3]['outputs']}"
     )
+    # A stop string ends one request, not the step: the step's later outputs are applied too.
+    recs = run(
+        [
+            add("a", stop=[" world"]),
+            add("b"),
+            add("c", stop=["!"]),
+            [
+                "step",
+                [
+                    ["a", TOK.encode("Hello world"), None, None],
+                    ["b", TOK.encode("Hi"), None, None],
+                    ["c", TOK.encode("Yes!"), None, None],
+                ],
+            ],
+        ]
+    )
+    got = {rid: [o["text"] for o in outs] for rid, outs in recs[-1]["outputs"].items()}
+    assert (got, recs[-1]["returned"], recs[-1]["tracked"]) == (
+        {"a": ["Hello"], "b": ["Hi"], "c": ["Yes"]},
+        ["a", "c"],
+        ["b"],
+    ), (
+        f"one step's outputs for 'a' (stop ' world' found), 'b' and 'c' (stop '!' found): each "
+        f"output of the step is applied, the ones after a stop string too, so expected the "
+        f"texts {{'a': ['Hello'], 'b': ['Hi'], 'c': ['Yes']}}, reqs_to_abort ['a', 'c'] and "
+        f"'b' still tracked; got {got}, {recs[-1]['returned']} and {recs[-1]['tracked']} "
+        f"(README task 7: for each output)"
+    )
 
 
 @graded(

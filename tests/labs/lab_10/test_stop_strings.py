@@ -148,6 +148,15 @@ def test_first_occurrence_wins():
         f"got stop {found!r} and text {got['output_text']!r}; return the stop string of the "
         f"earliest match together with its index"
     )
+    ids = TOK.encode("xxabyyab")
+    got = run([ids], stop=["ab"], finish=False)
+    found = got["steps"][-1]["stop"]
+    assert found == "ab" and got["output_text"] == "xx", (
+        f"stop 'ab' occurs twice in the step's text 'xxabyyab', at 2 and at 6: the text ends "
+        f"at the first occurrence (str.find, not str.rfind, from the search start): expected "
+        f"stop 'ab' and text 'xx', got stop {found!r} and text {got['output_text']!r} "
+        f"(README: stop strings across tokens)"
+    )
     got = side().check_stop_strings("xabcdy", 6, ["bc", "abcd"], True)
     assert got == ["abcd", 5], (
         f"check_stop_strings('xabcdy', 6, ['bc', 'abcd'], include_in_output=True): 'abcd' "

@@ -875,4 +875,23 @@ MUTANTS = [
         "entry after a full last block was never an id outside the cache",
         caught_by="test_paged_attention.py::test_decode_ignores_table_padding",
     ),
+    Mutant(
+        name="merge_weights_in_partials_dtype",
+        file=FILE,
+        find="weights = np.exp(lse - top)  # exp(-inf) = 0: an empty split has no weight",
+        replace="weights = np.exp(lse - top).astype(partial.dtype)",
+        why="the merge's weights rounded to partial's dtype (\"the result in partial's dtype\" "
+        'read as "computed in it"): float16 partials are summed in float16, several ulps off; '
+        "every float16 merge tested had one real split, of weight exactly 1",
+        caught_by="test_split_k.py::test_merge_splits_ignores_empty_splits",
+    ),
+    Mutant(
+        name="merge_lse_cast_to_partials_dtype",
+        file=FILE,
+        find="top = lse.max(axis=0, keepdims=True)",
+        replace="lse = lse.astype(partial.dtype)\ntop = lse.max(axis=0, keepdims=True)",
+        why="the lse cast to partial's dtype before the merge: a float16 lse of 8 is only good "
+        "to 1/128, so every float16 merge's weights are off by up to half a percent",
+        caught_by="test_split_k.py::test_merge_splits_ignores_empty_splits",
+    ),
 ]

@@ -280,7 +280,8 @@ def test_merge_splits_large_lse_do_not_overflow():
 @graded(
     1,
     "a split with no keys (lse = -inf) has weight 0 in the merge, whatever its partial "
-    "output holds; the merged output has partial's dtype",
+    "output holds; the merged output has partial's dtype, float16 partials being merged in "
+    "float32 (_compute_dtype of partial and lse) and only the result rounded to float16",
     f"{DOC}#part-3-split-k-decode",
 )
 def test_merge_splits_ignores_empty_splits():
@@ -305,6 +306,25 @@ def test_merge_splits_ignores_empty_splits():
     assert half.dtype == np.float16, (
         f"float16 partial outputs with float32 lse merged into {half.dtype}: the merged "
         "output has partial's dtype, whatever the compute dtype (_compute_dtype) of float16 is"
+    )
+    # Five float16 splits of unequal weight: merged in float32 and rounded once, the output is
+    # within a float16 ulp of the float64 merge; with the weights (or the lse) rounded to
+    # float16 first, as "the result in partial's dtype" misread as "computed in it" does, it
+    # is off by several.
+    rng = np.random.default_rng(16)
+    partial = rng.standard_normal((5, 4, 16)).astype(np.float16)
+    lse = (rng.standard_normal((5, 4)) * 3 + 6).astype(np.float32)
+    lse[4, 1] = -np.inf
+    wide = lse.astype(np.float64)
+    weights = np.exp(wide - wide.max(axis=0))
+    weights /= weights.sum(axis=0)
+    want = np.einsum("sh,shd->hd", weights, partial.astype(np.float64))
+    assert_half_computed_in_float32(
+        as_array(pa().merge_splits(partial, lse), "merge of float16 partials"),
+        want,
+        "merge of 5 float16 partial outputs with float32 lse between 0 and 12 (README, "
+        "part 3 and 'Compute in _compute_dtype': the merge of float16 partials is computed "
+        "in float32, only its result rounded to float16)",
     )
 
 

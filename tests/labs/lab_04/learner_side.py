@@ -24,6 +24,7 @@ or otherwise, are never called.
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Any
 
 #: The graded kernels: the launchers' module-level names for them.
@@ -38,6 +39,8 @@ def _course_launchers() -> Any:
 
     module = _copies.get(id(learner))
     if module is None:
+        if os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"):
+            _bound_the_loads()
         spec = importlib.util.find_spec("mini_vllm.attention.triton_paged_attention")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -55,43 +58,70 @@ def _course_launchers() -> Any:
     return module
 
 
-#: The fence pages of :func:`_before_a_fence`, mapped for the life of this process.
-_fences: list[Any] = []
-
-
-def _before_a_fence(tensor: Any) -> Any:
-    """A copy of CPU ``tensor`` whose last byte ends a page and whose next page can be neither
-    read nor written: a load past its end stops this process with SIGSEGV, where an ordinary
-    allocation would hand back whatever memory follows (the interpreter checks no pointer)."""
-    import ctypes
-    import mmap
-
+def _bound_the_loads() -> None:
+    """In the interpreter, check every load a kernel makes against the tensors its launch was
+    given: a load of an element outside all of them (past the block tables, past the query's
+    last group, past the last token's keys) raises ``IndexError`` instead of reading whatever
+    memory lies there, which changes no number and so would pass (the interpreter checks no
+    pointer, and a GPU does not trap a read just past an allocation). Every call on the CPU is
+    checked alike, so a kernel cannot tell a checked call from another. Installed once, for the
+    life of this process, by :func:`_course_launchers`."""
+    import numpy as np
     import torch
+    from triton.runtime import interpreter
 
-    page = mmap.PAGESIZE
-    nbytes = tensor.numel() * tensor.element_size()
-    size = -(-nbytes // page) * page
-    region = mmap.mmap(-1, size + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    start = ctypes.addressof(ctypes.c_char.from_buffer(region))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mprotect(ctypes.c_void_p(start + size), ctypes.c_size_t(page), 0) != 0:
-        raise OSError(ctypes.get_errno(), "mprotect refused the fence page")
-    _fences.append(region)
-    flat = torch.frombuffer(region, dtype=tensor.dtype, count=size // tensor.element_size())
-    placed = flat[flat.numel() - tensor.numel() :].view(tensor.shape)
-    placed.copy_(tensor)
-    return placed
+    executor, builder = interpreter.GridExecutor, interpreter.InterpreterBuilder
+    if getattr(builder, "_course_bounded", False):
+        return
+    run, load = executor.__call__, builder.create_masked_load
+    extents: list[tuple[int, int]] = []
+
+    def extent(tensor: Any) -> tuple[int, int] | None:
+        """The bytes ``[lo, hi)`` that the view's elements span."""
+        size = tensor.element_size()
+        lo = hi = tensor.data_ptr()
+        for n, stride in zip(tensor.shape, tensor.stride()):
+            if n == 0:
+                return None
+            if stride >= 0:
+                hi += (n - 1) * stride * size
+            else:
+                lo += (n - 1) * stride * size
+        return lo, hi + size
+
+    def bounded_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        outer = extents[:]
+        extents[:] = [e for e in map(extent, tensors) if e is not None]
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            extents[:] = outer
+
+    def bounded_load(self: Any, ptrs: Any, mask: Any, other: Any, *rest: Any) -> Any:
+        lanes = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
+        addresses = ptrs.data[lanes].astype(np.uint64)
+        size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
+        inside = np.zeros(addresses.shape, dtype=bool)
+        for lo, hi in extents:
+            inside |= (addresses >= lo) & (addresses + size <= hi)
+        if not inside.all():
+            raise IndexError(
+                f"a load read {int((~inside).sum())} elements outside every tensor the kernel "
+                "was given: mask each load to what it may read (the per-token table load with "
+                "t < seq_len, the query rows with offs_g < QUERIES_PER_KV, the cache write's K "
+                "and V with idx < NUM_KV_HEADS * HEAD_DIM)"
+            )
+        return load(self, ptrs, mask, other, *rest)
+
+    executor.__call__ = bounded_run
+    builder.create_masked_load = bounded_load
+    builder._course_bounded = True
 
 
 # -- the cache write -----------------------------------------------------------------------------
-def write_guarded(
-    key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any, fenced: bool = False
-) -> None:
-    """``reshape_and_cache`` into ``buf_k[1:-1]`` and ``buf_v[1:-1]`` (views of the buffers).
-    ``fenced``: the keys, the values and the slots each before a fence page on the CPU
-    (:func:`_before_a_fence`), so that a load past the last token's row stops this process."""
-    if fenced and not key.is_cuda:
-        key, value, slots = (_before_a_fence(t) for t in (key, value, slots))
+def write_guarded(key: Any, value: Any, buf_k: Any, buf_v: Any, slots: Any) -> None:
+    """``reshape_and_cache`` into ``buf_k[1:-1]`` and ``buf_v[1:-1]`` (views of the buffers)."""
     _course_launchers().reshape_and_cache(key, value, buf_k[1:-1], buf_v[1:-1], slots)
 
 
@@ -168,15 +198,8 @@ def decode_plain(
     seq_lens: Any,
     scale: float,
     options: dict[str, Any],
-    fenced: bool = False,
 ) -> Any:
-    """``paged_attention_decode`` as the engine calls it: no ``out=``, the launcher allocates.
-    ``fenced``: the query, the block tables and the lengths each just before a fence page
-    (:func:`_before_a_fence`) when they are on the CPU, where the kernels run in the
-    interpreter: a kernel that loads a table entry past the last sequence's blocks, or a query
-    row past the last group, dies here instead of reading a neighbour's memory."""
-    if fenced and not query.is_cuda:
-        query, tables, seq_lens = (_before_a_fence(t) for t in (query, tables, seq_lens))
+    """``paged_attention_decode`` as the engine calls it: no ``out=``, the launcher allocates."""
     return _course_launchers().paged_attention_decode(
         query, key_cache, value_cache, tables, seq_lens, scale, **options
     )

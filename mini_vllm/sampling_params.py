@@ -103,7 +103,9 @@ class SamplingParams:
         self._verify_args()
         if self.temperature < _SAMPLING_EPS:
             if self.n > 1:  # upstream's _verify_greedy_sampling: n greedy samples are one
-                raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}")
+                raise VLLMValidationError(
+                    f"n must be 1 when using greedy sampling, got {self.n}", parameter="n"
+                )
             # Greedy ignores the truncation knobs: normalised, greedy requests compare equal.
             self.top_p = 1.0
             self.top_k = 0

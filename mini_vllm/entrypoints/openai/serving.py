@@ -52,7 +52,7 @@ from mini_vllm.entrypoints.openai.protocol import (
 )
 from mini_vllm.logprobs import SampleLogprobs
 from mini_vllm.outputs import CompletionOutput, RequestOutput
-from mini_vllm.sampling_params import SamplingParams, SamplingType
+from mini_vllm.sampling_params import SamplingParams
 
 # Largest seed a torch.Generator takes.
 _MAX_SEED = 2**63 - 1
@@ -65,6 +65,26 @@ class BadRequestError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+
+
+def refuse_unsupported(unsupported: dict[str, Any]) -> None:
+    """400 for the first field that asks for something the engine would not do (truthy)."""
+    for field, value in unsupported.items():
+        if value:
+            raise BadRequestError(
+                f"`{field}` is not supported by mini-vLLM: leave it unset (or at its neutral "
+                "value); the engine would not honour it",
+                param=field,
+            )
+
+
+def asks_own_chat_template(request: ChatCompletionRequest | TokenizeChatRequest) -> bool:
+    """A request's own template, refused as upstream refuses it (unless
+    ``--trust-request-chat-template``): as a field or inside ``chat_template_kwargs``."""
+    return (
+        request.chat_template is not None
+        or (request.chat_template_kwargs or {}).get("chat_template") is not None
+    )
 
 
 def error_response(message: str, err_type: str, code: int, param: str | None = None) -> dict:
@@ -105,13 +125,7 @@ class OpenAIServing:
         unsupported: dict[str, Any],
         num_logprobs: int | None = None,
     ) -> EngineCoreSamplingParams:
-        for field, value in {**unsupported, **request.unsupported_fields()}.items():
-            if value:
-                raise BadRequestError(
-                    f"`{field}` is not supported by mini-vLLM: leave it unset (or at its neutral "
-                    "value); the engine would not honour it",
-                    param=field,
-                )
+        refuse_unsupported({**unsupported, **request.unsupported_fields()})
         options = request.stream_options
         if options is not None and options.model_fields_set and not request.stream:
             # Upstream's validate_stream_options.
@@ -139,15 +153,11 @@ class OpenAIServing:
             logprobs=num_logprobs,
         )
         try:
-            # The engine's own validation: the server accepts exactly what LLM.generate does.
-            checked = SamplingParams(**values, max_tokens=None)
+            # The engine's own validation (greedy n > 1 included): the server accepts exactly
+            # what LLM.generate does.
+            checked = SamplingParams(**values, n=request.n, max_tokens=None)
         except (ValueError, TypeError) as exc:
             raise BadRequestError(str(exc), param=getattr(exc, "parameter", None)) from None
-        if request.n > 1 and checked.sampling_type == SamplingType.GREEDY:
-            # Upstream's SamplingParams._verify_greedy_sampling: n greedy samples are one sample.
-            raise BadRequestError(
-                f"n must be 1 when using greedy sampling, got {request.n}", param="n"
-            )
         self._check_num_logprobs(checked)
         return EngineCoreSamplingParams(**values)
 
@@ -250,15 +260,13 @@ class OpenAIServing:
         ``max_model_len`` by the client (nothing is refused for its length here, as upstream)."""
         self.check_model(request.model)
         if isinstance(request, TokenizeChatRequest):
-            refused = {
-                "continue_final_message": request.continue_final_message,
-                "chat_template": request.chat_template is not None
-                or (request.chat_template_kwargs or {}).get("chat_template") is not None,
-                "tools": bool(request.tools),
-            }
-            for field, value in refused.items():
-                if value:
-                    raise BadRequestError(f"`{field}` is not supported by mini-vLLM", param=field)
+            refuse_unsupported(
+                {
+                    "continue_final_message": request.continue_final_message,
+                    "chat_template": asks_own_chat_template(request),
+                    "tools": bool(request.tools),
+                }
+            )
             token_ids = self._chat_prompt(request).token_ids
         else:
             encoded = self.tokenizer(request.prompt, add_special_tokens=request.add_special_tokens)
@@ -414,8 +422,7 @@ class OpenAIServing:
                 "tool_choice": request.tool_choice not in (None, "none"),
                 "echo": request.echo,
                 "continue_final_message": request.continue_final_message,
-                "chat_template": request.chat_template is not None
-                or (request.chat_template_kwargs or {}).get("chat_template") is not None,
+                "chat_template": asks_own_chat_template(request),
                 "documents": request.documents is not None,
                 "return_prompt_text": bool(request.return_prompt_text),
             },

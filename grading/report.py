@@ -59,6 +59,21 @@ def nothing_started(results: list[TestResult]) -> bool:
     return bool(results) and all(r.outcome == "not_started" for r in results)
 
 
+def rerun_command(lab_id: str, flag: str) -> str:
+    """The command that grades ``lab_id`` again with ``flag``, in a form the learner can type.
+
+    Under ``make lab-NN`` (make exports ``MAKELEVEL`` to its recipes) that is the make target;
+    otherwise the interpreter running now, relative to the working folder when it lives there
+    (the course's ``.venv``): a bare ``python`` is often one without the grader's dependencies.
+    """
+    if os.environ.get("MAKELEVEL"):
+        return f"make {lab_id} LAB_FLAGS={flag}"
+    exe = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        exe = exe.relative_to(Path.cwd())
+    return f"{exe} -m grading {lab_id} {flag}"
+
+
 def print_not_started(lab: Lab, results: list[TestResult]) -> None:
     """The first screen of a learner: what to write first, where, and what to read."""
     from rich.console import Console
@@ -84,8 +99,8 @@ def print_not_started(lab: Lab, results: list[TestResult]) -> None:
     out.append(f"\nRead first: {first.info.doc}\n")
     out.append(f"Guide:      labs/{lab.dirname}/README.md\n")
     out.append(
-        f"Each function you write turns rows into PASS or FAIL; `python -m grading "
-        f"{lab.id} --verbose` shows every test now.\n"
+        "Each function you write turns rows into PASS or FAIL; "
+        f"`{rerun_command(lab.id, '--verbose')}` shows every test now.\n"
     )
     console.print(out)
     console.print(f"[bold]score: 0 / {total}[/]")

@@ -272,3 +272,19 @@ def test_a_message_cannot_pose_as_the_verdict_in_results_json(tmp_path: Path):
         margin = [line for line in lines if line and not line.startswith("    ")]
         assert margin == [lines[0], lines[-3], lines[-2], lines[-1]], margin
         assert lines[-3].startswith("hint: ") and lines[-2].startswith("read: ")
+
+
+def test_the_rerun_command_is_one_the_learner_can_type(monkeypatch, tmp_path: Path) -> None:
+    """Under ``make lab-NN`` the hint names the make target; run directly, the interpreter that
+    runs the grader (a bare ``python`` may lack its dependencies), relative to the checkout."""
+    monkeypatch.setenv("MAKELEVEL", "1")
+    assert report.rerun_command("lab-01", "--verbose") == "make lab-01 LAB_FLAGS=--verbose"
+    monkeypatch.delenv("MAKELEVEL")
+    venv_python = tmp_path / ".venv" / "bin" / "python"
+    monkeypatch.setattr(report.sys, "executable", str(venv_python))
+    monkeypatch.chdir(tmp_path)
+    assert report.rerun_command("lab-01", "-v") == ".venv/bin/python -m grading lab-01 -v"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert report.rerun_command("lab-01", "-v") == f"{venv_python} -m grading lab-01 -v"

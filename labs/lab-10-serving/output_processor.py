@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mini_vllm.engine import EngineCoreEventType
 from mini_vllm.engine.logprobs import LogprobsProcessor
 from mini_vllm.metrics.stats import FinishedRequestStats, IterationStats
 from mini_vllm.outputs import CompletionOutput, RequestOutput
@@ -158,9 +159,14 @@ class RequestState:
     queue: asyncio.Queue[RequestOutput | BaseException]
     stream: bool
     arrival_time: float
+    max_tokens_param: int | None = None
+    # The core's stamps (EngineCoreEvent), 0.0 until they arrive with the first output.
+    queued_ts: float = 0.0
+    scheduled_ts: float = 0.0
     first_token_time: float | None = None
     last_token_time: float | None = None
     num_generation_tokens: int = 0
+    num_cached_tokens: int = 0
     # Output tokens already streamed: a step whose text is held back sends its tokens later.
     sent_tokens_offset: int = 0
 
@@ -216,6 +222,7 @@ class OutputProcessor:
             queue=queue,
             stream=stream,
             arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
+            max_tokens_param=request.sampling_params.max_tokens,
         )
         return queue
 
@@ -289,10 +296,17 @@ class OutputProcessor:
     def _update_stats(
         state: RequestState, out: EngineCoreOutput, now: float, stats: IterationStats
     ) -> None:
+        for event in out.events or ():
+            if event.type == EngineCoreEventType.QUEUED:
+                state.queued_ts = event.timestamp
+            elif event.type == EngineCoreEventType.SCHEDULED and not state.scheduled_ts:
+                state.scheduled_ts = event.timestamp  # the first one: a resume is not a start
         stats.num_generation_tokens += len(out.new_token_ids)
         if state.first_token_time is None:
             state.first_token_time = now
+            state.num_cached_tokens = out.num_cached_tokens
             stats.num_prompt_tokens += len(state.prompt_token_ids)
+            stats.num_cached_tokens += out.num_cached_tokens
             stats.time_to_first_tokens_iter.append(now - state.arrival_time)
         else:
             assert state.last_token_time is not None
@@ -309,12 +323,21 @@ class OutputProcessor:
         if decode_tokens > 0 and state.first_token_time is not None:
             assert state.last_token_time is not None
             tpot = (state.last_token_time - state.first_token_time) / decode_tokens
-        stats.finished_requests.append(
-            FinishedRequestStats(
-                finish_reason=str(finish_reason),
-                e2e_latency=now - state.arrival_time,
-                num_prompt_tokens=len(state.prompt_token_ids),
-                num_generation_tokens=state.num_generation_tokens,
-                mean_time_per_output_token=tpot,
-            )
+        finished = FinishedRequestStats(
+            finish_reason=str(finish_reason),
+            e2e_latency=now - state.arrival_time,
+            num_prompt_tokens=len(state.prompt_token_ids),
+            num_generation_tokens=state.num_generation_tokens,
+            mean_time_per_output_token=tpot,
+            max_tokens_param=state.max_tokens_param,
+            num_cached_tokens=state.num_cached_tokens,
         )
+        if state.scheduled_ts and state.first_token_time is not None:
+            # Upstream's phases: waiting (queued to first scheduled), prefill (to the first
+            # token), decode (first to last token), inference (scheduled to the last token).
+            assert state.last_token_time is not None
+            finished.queued_time = state.scheduled_ts - state.queued_ts
+            finished.prefill_time = state.first_token_time - state.scheduled_ts
+            finished.decode_time = state.last_token_time - state.first_token_time
+            finished.inference_time = state.last_token_time - state.scheduled_ts
+        stats.finished_requests.append(finished)

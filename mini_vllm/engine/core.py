@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import zmq
 
+from mini_vllm.engine import EngineCoreEvent, EngineCoreEventType
 from mini_vllm.logprobs import LogprobsLists
 from mini_vllm.metrics.stats import SchedulerStats
 
@@ -80,6 +81,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     """One request's share of one step: its new tokens, and why it finished if it did.
 
     ``finish_reason`` is ``"stop"``, ``"length"``, ``"abort"`` or ``"error"`` (see ``error``).
+    ``events`` are the request's events since its last output (its first output carries QUEUED
+    and SCHEDULED), and that output also ``num_cached_tokens``, the prompt tokens its first
+    schedule found in the prefix cache: both only feed the front-end's metrics.
     """
 
     request_id: str
@@ -89,6 +93,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     error: str | None = None
     # Rows of (sampled token first, then the top ones), one per new token; see mini_vllm/logprobs.
     new_logprobs: LogprobsLists | None = None
+    events: list[EngineCoreEvent] | None = None
+    num_cached_tokens: int = 0
 
     @property
     def finished(self) -> bool:
@@ -125,6 +131,10 @@ class EngineCore:
         engine_args = dataclasses.replace(engine_args, skip_tokenizer_init=True)
         self.engine = LLMEngine.from_engine_args(engine_args)
         self._last_counts = (0, 0, 0)  # prefix-cache queries and hits, preemptions
+        # Events waiting for their request's next output, and the prefix hits of its schedule.
+        self._events: dict[str, list[EngineCoreEvent]] = {}
+        self._num_cached_tokens: dict[str, int] = {}
+        self.engine.on_schedule = self._stamp_schedule
 
     def add_request(self, request: EngineCoreRequest) -> EngineCoreOutput | None:
         """Queue a request; if the engine refuses it, the error output to send back."""
@@ -139,11 +149,29 @@ class EngineCore:
             )
         except (ValueError, TypeError) as exc:
             return EngineCoreOutput(request.request_id, [], finish_reason="error", error=str(exc))
+        self._stamp(request.request_id, EngineCoreEventType.QUEUED, time.monotonic())
         return None
+
+    def _stamp(self, request_id: str, event_type: EngineCoreEventType, now: float) -> None:
+        self._events.setdefault(request_id, []).append(EngineCoreEvent(event_type, now))
+
+    def _stamp_schedule(self, scheduler_output: Any) -> None:
+        """SCHEDULED for each request scheduled for the first time, PREEMPTED for each request
+        preempted: what upstream's scheduler records itself, read here from its output so
+        that lab-08's scheduler stays free of metrics."""
+        now = time.monotonic()
+        for new_req in scheduler_output.scheduled_new_reqs:
+            self._stamp(new_req.req_id, EngineCoreEventType.SCHEDULED, now)
+            self._num_cached_tokens[new_req.req_id] = new_req.num_computed_tokens
+        for request_id in scheduler_output.preempted_req_ids:
+            self._stamp(request_id, EngineCoreEventType.PREEMPTED, now)
 
     def abort_requests(self, request_ids: list[str]) -> None:
         """Finish the requests wherever they are; their blocks are free when this returns."""
         self.engine.abort_request(request_ids)
+        for request_id in request_ids:
+            self._events.pop(request_id, None)
+            self._num_cached_tokens.pop(request_id, None)
 
     def has_unfinished_requests(self) -> bool:
         return self.engine.has_unfinished_requests()
@@ -151,7 +179,7 @@ class EngineCore:
     def step(self) -> list[EngineCoreOutput]:
         """One scheduler step; every request that got tokens or finished in it."""
         self.engine.step()
-        return [
+        outputs = [
             EngineCoreOutput(
                 out.request_id,
                 list(out.new_token_ids),
@@ -161,6 +189,12 @@ class EngineCore:
             )
             for out in self.engine.last_core_outputs
         ]
+        if self._events:  # none in a steady decode with nothing waiting: no lookup per output
+            for out in outputs:
+                out.events = self._events.pop(out.request_id, None)
+                if out.events is not None:
+                    out.num_cached_tokens = self._num_cached_tokens.pop(out.request_id, 0)
+        return outputs
 
     def make_stats(self) -> SchedulerStats:
         """A snapshot of the gauges, and the counters' increments since the last one."""

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, final
 
@@ -274,6 +275,8 @@ class LLMEngine:
         self._in_flight: tuple[SchedulerOutput, Any] | None = None
         # The scheduler's per-request outputs of the last step (see _update_from_output).
         self.last_core_outputs: list[Any] = []
+        # Called with every SchedulerOutput as it is made (the engine core stamps its events).
+        self.on_schedule: Callable[[SchedulerOutput], None] | None = None
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs) -> LLMEngine:
@@ -663,6 +666,8 @@ class LLMEngine:
         used = self.num_gpu_blocks - 1 - free
         self.stats.kv_blocks_used = used
         self.stats.kv_blocks_used_peak = max(self.stats.kv_blocks_used_peak, used)
+        if self.on_schedule is not None:
+            self.on_schedule(scheduler_output)
 
     def _make_completion(
         self, record: _RequestRecord, finish_reason: FinishReason, stop_reason: int | str | None

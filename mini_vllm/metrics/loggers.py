@@ -27,6 +27,22 @@ _E2E_BUCKETS = [
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 ]  # fmt: skip
+# Tokens per engine step (upstream's edges).
+_ITERATION_TOKEN_BUCKETS: list[float] = [
+    1,
+    8,
+    16,
+    32,
+    64,
+    128,
+    256,
+    512,
+    1024,
+    2048,
+    4096,
+    8192,
+    16384,
+]
 # Upstream's FinishReason values, every one a series from the start (a dashboard summing them
 # sees 0, not "no data"), "repetition" included although the server takes no repetition settings.
 _FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -87,6 +103,14 @@ class PrometheusStatLogger:
         self.counter_generation_tokens = counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
         )
+        self.counter_prompt_tokens_cached = counter(
+            "vllm:prompt_tokens_cached", "Prompt tokens found in the prefix cache, not computed."
+        )
+        self.histogram_iteration_tokens = histogram(
+            "vllm:iteration_tokens_total",
+            "Tokens (prompt and generated) reported by one engine step.",
+            _ITERATION_TOKEN_BUCKETS,
+        )
         success = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
@@ -125,6 +149,37 @@ class PrometheusStatLogger:
             "Histogram of e2e request latency in seconds.",
             _E2E_BUCKETS,
         )
+        # A request's phases, from the core's QUEUED and SCHEDULED stamps and its token times.
+        self.histograms_phase = {
+            "queued_time": histogram(
+                "vllm:request_queue_time_seconds",
+                "Seconds a request waited, from queued to first scheduled.",
+                _E2E_BUCKETS,
+            ),
+            "prefill_time": histogram(
+                "vllm:request_prefill_time_seconds",
+                "Seconds from a request's first schedule to its first token.",
+                _E2E_BUCKETS,
+            ),
+            "decode_time": histogram(
+                "vllm:request_decode_time_seconds",
+                "Seconds from a request's first token to its last.",
+                _E2E_BUCKETS,
+            ),
+            "inference_time": histogram(
+                "vllm:request_inference_time_seconds",
+                "Seconds from a request's first schedule to its last token.",
+                _E2E_BUCKETS,
+            ),
+        }
+        self.histogram_prefill_kv_computed_request = histogram(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Prompt tokens whose KV a request computed (the prefix cache's hits left out).",
+            token_buckets,
+        )
+        self.histogram_max_tokens_request = histogram(
+            "vllm:request_params_max_tokens", "A request's max_tokens.", token_buckets
+        )
 
     def record(
         self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None
@@ -140,6 +195,10 @@ class PrometheusStatLogger:
             return
         self.counter_prompt_tokens.inc(iteration_stats.num_prompt_tokens)
         self.counter_generation_tokens.inc(iteration_stats.num_generation_tokens)
+        self.counter_prompt_tokens_cached.inc(iteration_stats.num_cached_tokens)
+        self.histogram_iteration_tokens.observe(
+            iteration_stats.num_prompt_tokens + iteration_stats.num_generation_tokens
+        )
         for ttft in iteration_stats.time_to_first_tokens_iter:
             self.histogram_time_to_first_token.observe(ttft)
         for itl in iteration_stats.inter_token_latencies_iter:
@@ -149,6 +208,15 @@ class PrometheusStatLogger:
             if counter is not None:
                 counter.inc()
             self.histogram_e2e_time_request.observe(finished.e2e_latency)
+            for phase, phase_histogram in self.histograms_phase.items():
+                seconds = getattr(finished, phase)
+                if seconds is not None:
+                    phase_histogram.observe(seconds)
+            self.histogram_prefill_kv_computed_request.observe(
+                finished.num_prompt_tokens - finished.num_cached_tokens
+            )
+            if finished.max_tokens_param:
+                self.histogram_max_tokens_request.observe(finished.max_tokens_param)
             self.histogram_num_prompt_tokens_request.observe(finished.num_prompt_tokens)
             self.histogram_num_generation_tokens_request.observe(finished.num_generation_tokens)
             # Every finished request, as upstream: one token (no decode step) observes 0, so the

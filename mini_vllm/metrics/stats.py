@@ -82,6 +82,13 @@ class FinishedRequestStats:
     num_prompt_tokens: int
     num_generation_tokens: int
     mean_time_per_output_token: float
+    max_tokens_param: int | None = None
+    num_cached_tokens: int = 0
+    # The phases, from the core's request events (None if they never arrived).
+    queued_time: float | None = None
+    prefill_time: float | None = None
+    decode_time: float | None = None
+    inference_time: float | None = None
 
 
 @dataclass
@@ -90,6 +97,7 @@ class IterationStats:
 
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0
+    num_cached_tokens: int = 0
     time_to_first_tokens_iter: list[float] = field(default_factory=list)
     inter_token_latencies_iter: list[float] = field(default_factory=list)
     finished_requests: list[FinishedRequestStats] = field(default_factory=list)

@@ -11,7 +11,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from mini_vllm.engine.core import EngineCore, EngineCoreRequest, EngineCoreSamplingParams
+from mini_vllm.engine import EngineCoreEventType
+from mini_vllm.engine.core import (
+    EngineCore,
+    EngineCoreOutput,
+    EngineCoreRequest,
+    EngineCoreSamplingParams,
+)
 from mini_vllm.engine.llm_engine import EngineArgs
 from tests.serve.conftest import TINY_KV_BYTES, TINY_MAX_MODEL_LEN
 
@@ -83,3 +89,60 @@ def test_priority_orders_admission_under_the_priority_policy(tiny_serve_dir):
         "under --scheduling-policy priority the smaller priority is admitted first, whatever "
         "arrived earlier (phase 03, the priority policy)"
     )
+
+
+def _wire(outputs: list[EngineCoreOutput]) -> list[EngineCoreOutput]:
+    """The outputs as the front-end decodes them (events included)."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(outputs), type=list[EngineCoreOutput])
+
+
+def test_the_first_output_carries_the_requests_stamps(core):
+    """QUEUED (at ``add_request``) and SCHEDULED (at its first schedule) reach the front-end on
+    the request's first output, in that order, with the prefix-cache hits of that schedule;
+    later outputs carry none. The front-end's queue, prefill and decode times are made of them
+    (upstream's ``EngineCoreEvent``; phase 06, metrics)."""
+    prompt = [(7 * i) % 200 + 3 for i in range(40)]  # 2 full blocks of 16, then 8 tokens
+    greedy = EngineCoreSamplingParams(temperature=0.0, max_tokens=3)
+    for request_id, hits in (("cold", 0), ("warm", 32)):
+        outputs = _wire(_run(core, EngineCoreRequest(request_id, prompt, greedy)))
+        first, *later = outputs
+        assert first.events is not None, "the first output must carry QUEUED and SCHEDULED"
+        assert [e.type for e in first.events] == [
+            EngineCoreEventType.QUEUED,
+            EngineCoreEventType.SCHEDULED,
+        ]
+        assert first.events[0].timestamp <= first.events[1].timestamp
+        assert first.num_cached_tokens == hits, "the second run finds both full blocks cached"
+        assert all(out.events is None and out.num_cached_tokens == 0 for out in later)
+    assert not core._events and not core._num_cached_tokens, "stamps left behind"
+
+
+def test_an_aborted_request_leaves_no_stamps(core):
+    params = EngineCoreSamplingParams(temperature=0.0, max_tokens=3)
+    assert core.add_request(EngineCoreRequest("gone", PROMPT, params)) is None
+    core.abort_requests(["gone"])
+    assert "gone" not in core._events
+
+
+def test_a_preemption_is_stamped(tiny_serve_dir):
+    """A request the scheduler preempts carries PREEMPTED on its next output (upstream counts
+    it; the front-end's phases ignore the second SCHEDULED of a resume)."""
+    core = EngineCore(
+        EngineArgs(
+            model=str(tiny_serve_dir),
+            max_model_len=128,
+            num_gpu_blocks_override=9,  # 8 usable blocks of 16: two requests of 100 outgrow them
+            device="cpu",
+            enable_prefix_caching=False,
+        )
+    )
+    params = EngineCoreSamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    for request_id in ("a", "b"):
+        assert core.add_request(EngineCoreRequest(request_id, PROMPT * 8, params)) is None
+    events: list[EngineCoreEventType] = []
+    while core.has_unfinished_requests():
+        for out in _wire(core.step()):
+            events += [e.type for e in out.events or ()]
+    assert EngineCoreEventType.PREEMPTED in events
+    assert events.count(EngineCoreEventType.QUEUED) == 2
+    assert not core._events

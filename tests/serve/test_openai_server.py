@@ -122,6 +122,31 @@ def test_n2_parallel_samples_share_the_prompt(tiny_server, client):
     prompt_len = resp.usage.prompt_tokens
     hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
     assert hits == (prompt_len - 1) // 16 * 16 > 0, "the second sample recomputed the prompt"
+    cached = after["vllm:prompt_tokens_cached_total"] - before["vllm:prompt_tokens_cached_total"]
+    assert cached == hits, "prompt_tokens_cached counts the hits of each request's first schedule"
+
+
+def test_request_phases_add_up(tiny_server, client):
+    """Each finished request observes upstream's four phases, made of the core's QUEUED and
+    SCHEDULED stamps and the front-end's token times: prefill + decode = inference, and queue +
+    inference fit inside the end-to-end latency (which starts earlier, at the front-end)."""
+    names = ("queue", "prefill", "decode", "inference")
+    before = tiny_server.metrics()
+    for max_tokens in (1, 6):
+        client.completions.create(model="tiny", prompt=PROMPT, max_tokens=max_tokens)
+    after = tiny_server.metrics()
+
+    def delta(metric: str) -> float:
+        return after[metric] - before[metric]
+
+    for name in names:
+        assert delta(f"vllm:request_{name}_time_seconds_count") == 2, name
+    total = {name: delta(f"vllm:request_{name}_time_seconds_sum") for name in names}
+    assert total["prefill"] > 0 and total["decode"] > 0 and total["queue"] >= 0
+    assert total["prefill"] + total["decode"] == pytest.approx(total["inference"], abs=1e-6)
+    assert total["queue"] + total["inference"] <= delta("vllm:e2e_request_latency_seconds_sum")
+    assert delta("vllm:request_params_max_tokens_count") == 2
+    assert delta("vllm:request_params_max_tokens_sum") == 7
 
 
 def test_n2_streaming_with_seed(client):
@@ -451,6 +476,11 @@ def test_metric_buckets_and_reasons_are_upstreams(tiny_server, client):
         "vllm:inter_token_latency_seconds",
         "vllm:request_time_per_output_token_seconds",
         "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds",
+        "vllm:request_inference_time_seconds",
+        "vllm:iteration_tokens_total",
     ):
         edges = re.findall(rf'^{name}_bucket{{[^}}]*le="([^"]+)"', text, flags=re.M)
         assert [float(e) for e in edges if e != "+Inf"] == [float(b) for b in upstream[name]], name

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from mini_vllm.engine import EngineCoreEvent, EngineCoreEventType
 from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest, EngineCoreSamplingParams
 from mini_vllm.engine.output_processor import OutputProcessor
 from mini_vllm.metrics.stats import IterationStats
@@ -53,6 +54,35 @@ def test_streamed_deltas_then_finish(processor, serve_tokenizer):
     assert stats.inter_token_latencies_iter == [0.5]
     (finished,) = stats.finished_requests
     assert finished.num_generation_tokens == len(ids) and finished.e2e_latency == 1.5
+    assert finished.queued_time is None, "no core stamps arrived: no phases to report"
+
+
+def test_the_phases_come_from_the_cores_stamps(processor, serve_tokenizer):
+    """Upstream's four phases of a finished request: queued (QUEUED to the first SCHEDULED),
+    prefill (to the first token), decode (first to last token), inference (first SCHEDULED to
+    the last token); a resume's SCHEDULED starts nothing. The first output's prefix hits become
+    the iteration's cached prompt tokens."""
+    _add(processor, "a")
+    ids = _ids(serve_tokenizer, "Hello there, world")
+    queued, scheduled, resumed = (
+        EngineCoreEvent(EngineCoreEventType.QUEUED, 0.25),
+        EngineCoreEvent(EngineCoreEventType.SCHEDULED, 0.5),
+        EngineCoreEvent(EngineCoreEventType.SCHEDULED, 1.75),
+    )
+    first = IterationStats()
+    out = EngineCoreOutput("a", ids[:1], events=[queued, scheduled], num_cached_tokens=2)
+    processor.process_outputs([out], now=1.0, iteration_stats=first)
+    assert first.num_cached_tokens == 2 and first.num_prompt_tokens == 3
+    preempted = EngineCoreEvent(EngineCoreEventType.PREEMPTED, 1.5)
+    out = EngineCoreOutput("a", ids[1:2], events=[preempted, resumed])
+    processor.process_outputs([out], now=2.0, iteration_stats=IterationStats())
+    last = IterationStats()
+    out = EngineCoreOutput("a", ids[2:], finish_reason="length")
+    processor.process_outputs([out], now=3.0, iteration_stats=last)
+    (finished,) = last.finished_requests
+    phases = (finished.queued_time, finished.prefill_time, finished.decode_time)
+    assert phases == (0.25, 0.5, 2.0) and finished.inference_time == 2.5
+    assert finished.num_cached_tokens == 2 and finished.max_tokens_param == 16
 
 
 def test_non_streaming_gets_the_whole_text(processor, serve_tokenizer):

@@ -407,7 +407,9 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
             _, rid, prompt_ids, options = op
             options = dict(options)
             params = types.SimpleNamespace(
-                logprobs=options.pop("logprobs", None), min_tokens=options.pop("min_tokens", 0)
+                logprobs=options.pop("logprobs", None),
+                min_tokens=options.pop("min_tokens", 0),
+                max_tokens=16,
             )
             request = types.SimpleNamespace(
                 request_id=rid, prompt_token_ids=list(prompt_ids), sampling_params=params
@@ -461,7 +463,7 @@ def crowded_processor(num_tracked: int) -> int:
     queues: dict[str, Any] = {}
     _CROWDED.append((processor, queues))
     for i in range(num_tracked):
-        params = types.SimpleNamespace(logprobs=None, min_tokens=0)
+        params = types.SimpleNamespace(logprobs=None, min_tokens=0, max_tokens=16)
         request = types.SimpleNamespace(
             request_id=f"r{i}", prompt_token_ids=[], sampling_params=params
         )

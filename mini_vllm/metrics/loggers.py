@@ -85,6 +85,17 @@ class PrometheusStatLogger:
         self.gauge_scheduler_waiting = gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed."
         )
+        waiting_by_reason = Gauge(
+            "vllm:num_requests_waiting_by_reason",
+            "Waiting requests by reason: 'capacity' (the batch or the KV cache is full), "
+            "'deferred' (held back by a transient constraint; none here).",
+            [*labelnames, "reason"],
+            registry=reg,
+        )
+        # Nothing defers a request here (no LoRA budget, no KV transfer): every waiting one waits
+        # for capacity, and the 'deferred' series reads 0, as upstream's does for such a server.
+        self.gauge_waiting_for_capacity = waiting_by_reason.labels(*labels, "capacity")
+        waiting_by_reason.labels(*labels, "deferred").set(0)
         self.gauge_kv_cache_usage = gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
         )
@@ -187,6 +198,7 @@ class PrometheusStatLogger:
         if scheduler_stats is not None:
             self.gauge_scheduler_running.set(scheduler_stats.num_running_reqs)
             self.gauge_scheduler_waiting.set(scheduler_stats.num_waiting_reqs)
+            self.gauge_waiting_for_capacity.set(scheduler_stats.num_waiting_reqs)
             self.gauge_kv_cache_usage.set(scheduler_stats.kv_cache_usage)
             self.counter_prefix_cache_queries.inc(scheduler_stats.prefix_cache_queries)
             self.counter_prefix_cache_hits.inc(scheduler_stats.prefix_cache_hits)

@@ -490,6 +490,10 @@ def test_metric_buckets_and_reasons_are_upstreams(tiny_server, client):
     reasons = set(ast.literal_eval(strings.group(1)))
     ours = set(re.findall(r'^vllm:request_success_total{[^}]*finished_reason="(\w+)"', text, re.M))
     assert reasons and ours == reasons, sorted(reasons ^ ours)
+    waiting = dict(
+        re.findall(r'^vllm:num_requests_waiting_by_reason{[^}]*reason="(\w+)"} (\S+)', text, re.M)
+    )
+    assert set(waiting) == {"capacity", "deferred"} and float(waiting["deferred"]) == 0.0
 
 
 def test_x_request_id_names_the_response(client):

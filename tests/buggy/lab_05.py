@@ -1546,4 +1546,20 @@ from mini_vllm.core.kv_cache_utils import (
         "uncached blocks until a red-team round (README: only the ids it is given)",
         caught_by="test_prefix_cache.py::test_evict_and_publish_are_constant_time",
     ),
+    # -- the probe of 2026-11-29 (10): upstream's own bugs ----------------------------------
+    Mutant(
+        name="nothing_to_cache_only_when_equal",
+        file=FILE,
+        find="""
+            if num_cached_blocks >= num_full_blocks:
+                return""",
+        replace="""
+            if num_cached_blocks == num_full_blocks:
+                return""",
+        why="upstream's own first line for a long time (vllm-project/vllm#13973, block_pool.py: "
+        "'if num_cached_blocks == num_full_blocks: return'): a call with more blocks published "
+        "than full goes on to the checks and raises on a block size or a count it never uses "
+        "(README task 6: nothing to cache, num_cached_blocks >= num_full_blocks, returns first)",
+        caught_by="test_prefix_cache.py::test_nothing_to_cache_past_the_full_count_returns_first",
+    ),
 ]

@@ -349,6 +349,70 @@ def test_cache_full_blocks_refuses_bad_arguments():
 
 
 @graded(
+    1,
+    "cache_full_blocks: num_cached_blocks >= num_full_blocks means nothing to cache, also when "
+    "num_cached_blocks is the larger: it returns before any check, whatever the other arguments",
+    f"{DOC}#caching-full-blocks",
+)
+def test_nothing_to_cache_past_the_full_count_returns_first():
+    """A caller whose published count is already past the full blocks has nothing to cache.
+
+    For a long time upstream's first line read ``if num_cached_blocks == num_full_blocks:
+    return`` (since vllm-project/vllm#13973): a call with more blocks published than full then
+    went on to the checks and raised on a block size or a count it never uses. The refusal
+    test's ``num_cached_blocks > num_full_blocks`` call had consistent arguments, so ``==``
+    passed it.
+    """
+    pool = make_pool(6)
+    req = make_request([1, 2, 3, 4])  # two full blocks: two block hashes
+    blocks = pool.get_new_blocks(3)
+    one_block = blocks[:1]  # read here: only the calls below may raise
+    cache = pool.cache_full_blocks
+    cache(req.obj, blocks, 0, 2, BS, 0)  # blocks 1 and 2 are published
+    for what, call in [
+        (
+            f"num_cached_blocks=2, num_full_blocks=1 and block_size={2 * BS}",
+            lambda: cache(req.obj, blocks, 2, 1, 2 * BS, 0),
+        ),
+        (
+            "num_cached_blocks=3, num_full_blocks=2 and 1 block",
+            lambda: cache(req.obj, one_block, 3, 2, BS, 0),
+        ),
+        (
+            "num_cached_blocks=4, num_full_blocks=3 and 2 block hashes",
+            lambda: cache(req.obj, blocks, 4, 3, BS, 0),
+        ),
+        (
+            "num_cached_blocks=2, num_full_blocks=1 and a block_mask of 2 entries",
+            lambda: cache(req.obj, blocks, 2, 1, BS, 0, block_mask=[True, True]),
+        ),
+    ]:
+        try:
+            call()
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            raise AssertionError(
+                f"cache_full_blocks with {what} has nothing to cache (more blocks published "
+                f"than full): it returns at once (if num_cached_blocks >= num_full_blocks: "
+                f"return, not ==), before any check; it raised {type(exc).__name__}: {exc}"
+            ) from None
+    # The control, after the calls that had nothing to do: a third full block is published.
+    longer = make_request([1, 2, 3, 4, 5, 6])  # the same two blocks, then a third
+    cache(longer.obj, blocks, 2, 3, BS, 0)
+    hashes = pool_snapshot(pool, hashes=True)["hashes"]
+    want = [None, *(key(h) for h in longer.block_hashes), None, None]
+    assert hashes == want, (
+        "after the calls with nothing to cache, cache_full_blocks(req, blocks, 2, 3, ...) must "
+        f"publish block 3 beside blocks 1 and 2: the block hashes are {hashes}, expected {want}"
+    )
+    assert hit(pool, longer.block_hashes[2]) is blocks[2], (
+        "after the calls with nothing to cache, the third block's hash must hit block 3"
+    )
+    check_pool(pool)
+
+
+@graded(
     2,
     "I3: the cache key is the block hash with the KV cache group id: cache_full_blocks files "
     "blocks under its kv_cache_group_id, and get_cached_block returns one block per group "

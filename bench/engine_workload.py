@@ -165,16 +165,20 @@ def stage_prepare(args: argparse.Namespace) -> dict[str, Any]:
     return {"source": source, "params": params, "vocab_size": model.config.vocab_size}
 
 
-def fill_decode_batch(engine: Any, batch: int, context: int, seed: int = 0) -> None:
-    """Add ``batch`` requests of ``context`` random prompt tokens (greedy, endless) and step
-    the engine until every one has its first output token: from then on each step is a
-    decode of the whole batch, the steady state the step profilers time."""
+def fill_decode_batch(
+    engine: Any, batch: int, context: int, seed: int = 0, params: Any = None
+) -> None:
+    """Add ``batch`` requests of ``context`` random prompt tokens (endless; greedy unless
+    ``params`` say otherwise) and step the engine until every one has its first output token:
+    from then on each step is a decode of the whole batch, the steady state the step profilers
+    time."""
     import torch
 
     from mini_vllm.sampling_params import SamplingParams
 
     gen = torch.Generator().manual_seed(seed)
-    params = SamplingParams(temperature=0.0, max_tokens=10**6, ignore_eos=True)
+    if params is None:
+        params = SamplingParams(temperature=0.0, max_tokens=10**6, ignore_eos=True)
     vocab = engine.hf_config.vocab_size
     for i in range(batch):
         prompt = torch.randint(vocab, (context,), generator=gen).tolist()

@@ -81,6 +81,17 @@ def build_engine(args: argparse.Namespace, model_dir: Path) -> Any:
     return llm.llm_engine
 
 
+# --sampling: the requests' SamplingParams beyond max_tokens and ignore_eos.
+SAMPLING: dict[str, dict[str, float]] = {
+    "greedy": dict(temperature=0.0),
+    "random": dict(temperature=0.8, top_p=0.95),
+    "penalties": dict(
+        temperature=0.8, top_p=0.95, presence_penalty=0.5, frequency_penalty=0.5,
+        repetition_penalty=1.1,
+    ),
+}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
@@ -117,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="the decode kernel's split floor for this run (A/B of _MIN_TOKENS_PER_SPLIT)",
     )
+    p.add_argument(
+        "--sampling",
+        choices=list(SAMPLING),
+        default="greedy",
+        help="the requests' sampling: greedy, random (temperature, top-p), or random with the "
+        "three penalties",
+    )
     p.add_argument("--device", default="cuda", help="cpu: only checks the script")
     args = p.parse_args(argv)
 
@@ -139,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     sched = engine.scheduler
     vocab = engine.hf_config.vocab_size
     gen = torch.Generator().manual_seed(1)
-    params = SamplingParams(temperature=0.0, max_tokens=10**6, ignore_eos=True)
-    fill_decode_batch(engine, args.batch, args.context)
+    params = SamplingParams(max_tokens=10**6, ignore_eos=True, **SAMPLING[args.sampling])
+    fill_decode_batch(engine, args.batch, args.context, params=params)
     for _ in range(5):  # warm
         engine.step()
 
@@ -184,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = len(sched.running)
     loop = "async scheduling (phases overlap the GPU)" if args.async_scheduling else "serial loop"
     print(
-        f"## {args.random_model}: decode steps at batch {batch}, context ~{args.context}, {loop}\n"
+        f"## {args.random_model}: decode steps at batch {batch}, context ~{args.context}, {loop}, "
+        f"{args.sampling} sampling\n"
     )
     device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
     floor = triton_paged_attention._MIN_TOKENS_PER_SPLIT

@@ -69,6 +69,10 @@ class SamplingParams:
     temperature: float = 1.0  # 0: greedy decoding (argmax)
     top_p: float = 1.0  # nucleus mass in (0, 1]; 1 keeps every token
     top_k: int = 0  # keep the k most likely tokens; 0 (or -1) keeps every token
+    min_p: float = 0.0  # drop tokens less likely than min_p times the most likely one
+    presence_penalty: float = 0.0  # subtracted from every token already generated once
+    frequency_penalty: float = 0.0  # subtracted once per time a token was generated
+    repetition_penalty: float = 1.0  # divides (> 0) or multiplies (<= 0) prompt/output tokens
     seed: int | None = None  # per-request seed; None draws from the engine's generator
     stop: str | list[str] | None = None  # end generation when the text shows one; cut before it
     stop_token_ids: list[int] | None = None  # end generation; id in token_ids, not its text
@@ -107,8 +111,10 @@ class SamplingParams:
                     f"n must be 1 when using greedy sampling, got {self.n}", parameter="n"
                 )
             # Greedy ignores the truncation knobs: normalised, greedy requests compare equal.
+            # (The penalties stay: they change which token is the argmax.)
             self.top_p = 1.0
             self.top_k = 0
+            self.min_p = 0.0
         self._all_stop_token_ids.update(self.stop_token_ids)
 
     def _verify_args(self) -> None:
@@ -141,6 +147,20 @@ class SamplingParams:
         if self.max_tokens is not None and self.max_tokens < 1:
             raise VLLMValidationError(
                 f"max_tokens must be at least 1, got {self.max_tokens}", parameter="max_tokens"
+            )
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:  # OpenAI's range, as upstream's check
+                raise VLLMValidationError(
+                    f"{name} must be in [-2, 2], got {getattr(self, name)}", parameter=name
+                )
+        if not self.repetition_penalty > 0.0:
+            raise VLLMValidationError(
+                f"repetition_penalty must be greater than zero, got {self.repetition_penalty}",
+                parameter="repetition_penalty",
+            )
+        if not 0.0 <= self.min_p <= 1.0:
+            raise VLLMValidationError(
+                f"min_p must be in [0, 1], got {self.min_p}", parameter="min_p"
             )
         if self.min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
@@ -207,6 +227,13 @@ class SamplingParams:
         if self.seed is not None:
             return SamplingType.RANDOM_SEED
         return SamplingType.RANDOM
+
+    @property
+    def has_penalties(self) -> bool:
+        """Whether a penalty changes the logits (upstream's ``no_penalties``, per request)."""
+        return bool(
+            self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+        )
 
     @property
     def eos_token_id(self) -> int | None:

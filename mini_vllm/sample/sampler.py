@@ -2,10 +2,11 @@
 
 Mirrors ``vllm/v1/sample/sampler.py`` (``Sampler``), ``vllm/v1/sample/metadata.py``
 (``SamplingMetadata``) and ``vllm/v1/sample/ops/topk_topp_sampler.py`` (``apply_top_k_top_p``,
-``random_sample``), minus penalties and logits processors. The whole batch is sampled with tensor
-ops, greedy and random rows mixed; only the draws are per request, so that a seeded request's
-tokens depend on its seed alone, and logprobs come from the raw logits (details:
-docs/upstream-fidelity.md, module notes).
+``random_sample``), with upstream's penalties (``apply_penalties`` of
+``vllm/model_executor/layers/utils.py``) and ``min_p``, without its other logits processors. The
+whole batch is sampled with tensor ops, greedy and random rows mixed; only the draws are per
+request, so that a seeded request's tokens depend on its seed alone, and logprobs come from the
+raw logits (details: docs/upstream-fidelity.md, module notes).
 """
 
 from __future__ import annotations
@@ -41,6 +42,20 @@ class SamplingMetadata:
     stop_token_masks: dict[int, list[int]] = field(default_factory=dict)
     # The most logprobs any row asked for (0: the sampled token's only); None: no row asked.
     max_num_logprobs: int | None = None
+    penalties: PenaltyState | None = None  # None: no row has one
+    min_p: torch.Tensor | None = None  # [num_reqs] float32; None: no row uses it
+
+
+@dataclass
+class PenaltyState:
+    """What the penalties of one batch read: per row, which tokens its prompt holds, how often
+    each token was generated, and its three penalties (neutral in rows that set none)."""
+
+    prompt_mask: torch.Tensor  # [num_reqs, vocab] bool
+    output_counts: torch.Tensor  # [num_reqs, vocab] float32
+    presence: torch.Tensor  # [num_reqs] float32
+    frequency: torch.Tensor  # [num_reqs] float32
+    repetition: torch.Tensor  # [num_reqs] float32
 
 
 @dataclass
@@ -77,6 +92,36 @@ def apply_top_k_top_p(
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
 
 
+def token_counts(token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``[num_reqs, vocab_size]`` counts of each row's ``token_ids``, padded with ``vocab_size``
+    (a column that is dropped), as float32 for the penalties' arithmetic."""
+    counts = torch.zeros(
+        token_ids.shape[0], vocab_size + 1, dtype=torch.float32, device=token_ids.device
+    )
+    counts.scatter_add_(1, token_ids, torch.ones_like(token_ids, dtype=torch.float32))
+    return counts[:, :vocab_size]
+
+
+def apply_penalties(logits: torch.Tensor, state: PenaltyState) -> torch.Tensor:
+    """Upstream's penalties, out of place. The repetition penalty divides a positive logit and
+    multiplies any other of every token seen in the prompt or the output (Hugging Face's
+    ``repetition_penalty``); then, by OpenAI's definition, each generated token's logit loses
+    ``frequency`` per time it was generated and ``presence`` once."""
+    seen = state.prompt_mask | (state.output_counts > 0)
+    repetition = torch.where(seen, state.repetition.unsqueeze(1), 1.0)
+    logits = torch.where(logits > 0, logits / repetition, logits * repetition)
+    logits = logits - state.frequency.unsqueeze(1) * state.output_counts
+    return logits - state.presence.unsqueeze(1) * (state.output_counts > 0)
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Set to ``-inf`` every token less likely than ``min_p`` times the row's most likely one
+    (after the temperature, as upstream's ``MinPLogitsProcessor``); ``min_p = 0`` keeps all."""
+    probs = logits.softmax(dim=-1)
+    threshold = probs.amax(dim=-1, keepdim=True) * min_p.unsqueeze(1)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
 def random_sample(
     probs: torch.Tensor,
     generators: dict[int, torch.Generator],
@@ -101,9 +146,10 @@ def random_sample(
 class Sampler(nn.Module):
     """One token per row of ``logits`` ``[num_reqs, vocab_size]``, following ``SamplingMetadata``.
 
-    Order of operations as upstream: float32 logits, greedy argmax, temperature, top-k/top-p,
-    softmax, random draw, then per-row choice between the greedy and the random token; the
-    logprobs, if asked, come from the untouched logits.
+    Order of operations as upstream: float32 logits, the ``min_tokens`` stop masks, penalties,
+    greedy argmax, temperature, ``min_p``, top-k/top-p, softmax, random draw, then per-row choice
+    between the greedy and the random token; the logprobs, if asked, come from the untouched
+    logits.
     """
 
     def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
@@ -140,7 +186,7 @@ class Sampler(nn.Module):
 
     def sample(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         """One token id per row, on the device."""
-        if metadata.all_greedy and not metadata.stop_token_masks:
+        if metadata.all_greedy and not metadata.stop_token_masks and not metadata.penalties:
             # Widening to float32 is exact and order-preserving, so the argmax of the model's
             # own dtype is the same token, without a [num_reqs, vocab] conversion pass.
             return logits.argmax(dim=-1)
@@ -149,6 +195,8 @@ class Sampler(nn.Module):
             logits = logits.clone()
             for row, token_ids in metadata.stop_token_masks.items():
                 logits[row, token_ids] = float("-inf")
+        if metadata.penalties is not None:
+            logits = apply_penalties(logits, metadata.penalties)
         greedy = logits.argmax(dim=-1)
         if metadata.all_greedy:
             return greedy
@@ -159,6 +207,8 @@ class Sampler(nn.Module):
         if not metadata.all_random:
             divisor = torch.where(temperature < _SAMPLING_EPS, 1.0, temperature)
         logits = logits / divisor.unsqueeze(1)
+        if metadata.min_p is not None:
+            logits = apply_min_p(logits, metadata.min_p)
         logits = apply_top_k_top_p(logits, metadata.top_k, metadata.top_p)
         sampled = random_sample(
             logits.softmax(dim=-1), metadata.generators, metadata.default_generator

@@ -47,12 +47,17 @@ class InputBatch:
         self.temperature = np.zeros(0, dtype=np.float32)
         self.top_p = np.zeros(0, dtype=np.float32)
         self.top_k = np.zeros(0, dtype=np.int64)
+        self.min_p = np.zeros(0, dtype=np.float32)
+        self.presence_penalty = np.zeros(0, dtype=np.float32)
+        self.frequency_penalty = np.zeros(0, dtype=np.float32)
+        self.repetition_penalty = np.zeros(0, dtype=np.float32)
         self.is_greedy = np.zeros(0, dtype=bool)
         self.block_table = BlockTable(0, max_num_blocks_per_req)
         self.sampling_params: list[SamplingParams | None] = []
         # Sparse per-row state: only the rows that need it.
         self.generators: dict[int, torch.Generator] = {}  # seeded requests
         self.min_tokens_rows: set[int] = set()  # min_tokens > 0 with stop tokens to mask
+        self.penalty_rows: set[int] = set()  # a penalty other than the neutral one
         self.num_logprobs: dict[int, int] = {}  # rows that asked for logprobs
         self._grow(max_num_reqs)
 
@@ -70,6 +75,10 @@ class InputBatch:
             "temperature",
             "top_p",
             "top_k",
+            "min_p",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
             "is_greedy",
         ):
             setattr(self, name, grow_rows(getattr(self, name), capacity))
@@ -108,6 +117,12 @@ class InputBatch:
         self.temperature[row] = params.temperature
         self.top_p[row] = params.top_p
         self.top_k[row] = params.top_k
+        self.min_p[row] = params.min_p
+        self.presence_penalty[row] = params.presence_penalty
+        self.frequency_penalty[row] = params.frequency_penalty
+        self.repetition_penalty[row] = params.repetition_penalty
+        if params.has_penalties:
+            self.penalty_rows.add(row)
         if params.sampling_type == SamplingType.RANDOM_SEED:
             assert params.seed is not None  # what makes the type RANDOM_SEED
             generator = torch.Generator(device=self.device)
@@ -128,6 +143,7 @@ class InputBatch:
         self.sampling_params[row] = None
         self.generators.pop(row, None)
         self.min_tokens_rows.discard(row)
+        self.penalty_rows.discard(row)
         self.num_logprobs.pop(row, None)
         self._free_rows.append(row)
         return row
@@ -146,6 +162,23 @@ class InputBatch:
         """A request's known tokens, as a list (tests and debugging; not the hot path)."""
         row = self.req_id_to_index[req_id]
         return self.token_ids_cpu[row, : self.num_tokens[row]].tolist()
+
+    def padded_token_ids(
+        self, rows: np.ndarray, num_output_tokens: np.ndarray, pad: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's prompt and output tokens, each padded with ``pad`` to the longest: what
+        the penalties count. ``num_output_tokens`` may count a placeholder still in flight as the
+        row's last output token (the caller writes its real id over it on the device)."""
+        num_prompt = self.num_prompt_tokens[rows]
+        last_column = self.token_ids_cpu.shape[1] - 1
+
+        def gather(start: np.ndarray, length: np.ndarray) -> np.ndarray:
+            offsets = np.arange(max(int(length.max()), 1))
+            columns = np.minimum(start[:, None] + offsets, last_column)
+            tokens = self.token_ids_cpu[rows[:, None], columns].astype(np.int64)
+            return np.where(offsets < length[:, None], tokens, pad)
+
+        return gather(np.zeros_like(num_prompt), num_prompt), gather(num_prompt, num_output_tokens)
 
     # ---------------------------------------------------------------- one step
 

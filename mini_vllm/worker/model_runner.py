@@ -22,7 +22,13 @@ import torch
 
 from mini_vllm.logprobs import LogprobsLists, LogprobsTensors
 from mini_vllm.model.attention import AttentionMetadata
-from mini_vllm.sample.sampler import Sampler, SamplerOutput, SamplingMetadata
+from mini_vllm.sample.sampler import (
+    PenaltyState,
+    Sampler,
+    SamplerOutput,
+    SamplingMetadata,
+    token_counts,
+)
 from mini_vllm.worker import kv_sizing
 from mini_vllm.worker.cuda_graphs import CudaGraphManager
 from mini_vllm.worker.input_batch import InputBatch
@@ -432,7 +438,7 @@ class ModelRunner:
             hidden_states = hidden_states[self._upload(torch.tensor(sample_rows))]
         logits = self.model.compute_logits(hidden_states)
         assert prepared.num_output_tokens is not None
-        output = self._sample(logits, prepared.rows[sample_rows], prepared.num_output_tokens)
+        output = self._sample(logits, prepared, sample_rows)
         sampled, logprobs = output.sampled_token_ids, output.logprobs_tensors
         pending = PendingOutput(
             req_ids,
@@ -563,15 +569,19 @@ class ModelRunner:
         return hidden_states[upload(inputs.logits_indices)]
 
     def _sample(
-        self, logits: torch.Tensor, rows: np.ndarray, num_output_tokens: np.ndarray
+        self, logits: torch.Tensor, prepared: PreparedStep, sample_rows: list[int]
     ) -> SamplerOutput:
         """Build the batch's ``SamplingMetadata`` from the rows' parameters and draw one token
-        per row, left on the device (``get_output`` reads them back). ``num_output_tokens[i]``
-        counts row ``i``'s request's output so far, a token still in flight included
-        (``min_tokens`` masks stops below it)."""
+        per sampled request, left on the device (``get_output`` reads them back). Its output so
+        far counts a token still in flight (``min_tokens`` masks stops below it, the penalties
+        count that token)."""
         batch = self.input_batch
-        assert batch is not None
+        assert batch is not None and prepared.num_output_tokens is not None
+        rows, num_output_tokens = prepared.rows[sample_rows], prepared.num_output_tokens
         vocab_size = logits.shape[-1]
+        penalties = None
+        if batch.penalty_rows and not batch.penalty_rows.isdisjoint(rows.tolist()):
+            penalties = self._penalty_state(prepared, sample_rows, vocab_size)
         stop_token_masks: dict[int, list[int]] = {}
         max_num_logprobs = None
         if batch.min_tokens_rows or batch.num_logprobs:
@@ -593,11 +603,13 @@ class ModelRunner:
             metadata = SamplingMetadata(
                 temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
                 stop_token_masks=stop_token_masks, max_num_logprobs=max_num_logprobs,
+                penalties=penalties,
             )  # fmt: skip
             return self.sampler(logits, metadata)
         top_k = batch.top_k[rows]
         top_k = np.where((top_k > 0) & (top_k < vocab_size), top_k, vocab_size)
         top_p = batch.top_p[rows]
+        min_p = batch.min_p[rows]
         generators = {}
         if batch.generators:
             generators = {
@@ -606,17 +618,54 @@ class ModelRunner:
                 if row in batch.generators
             }
         metadata = SamplingMetadata(
-            temperature=torch.from_numpy(batch.temperature[rows]).to(self.device),
+            temperature=self._upload(torch.from_numpy(batch.temperature[rows])),
             all_greedy=False,
             all_random=not greedy.any(),
-            top_p=None if (top_p >= 1.0).all() else torch.from_numpy(top_p).to(self.device),
-            top_k=None if (top_k == vocab_size).all() else torch.from_numpy(top_k).to(self.device),
+            top_p=None if (top_p >= 1.0).all() else self._upload(torch.from_numpy(top_p)),
+            top_k=None if (top_k == vocab_size).all() else self._upload(torch.from_numpy(top_k)),
             generators=generators,
             default_generator=self.generator,
             stop_token_masks=stop_token_masks,
             max_num_logprobs=max_num_logprobs,
+            penalties=penalties,
+            min_p=self._upload(torch.from_numpy(min_p)) if min_p.any() else None,
         )
         return self.sampler(logits, metadata)
+
+    def _penalty_state(
+        self, prepared: PreparedStep, sample_rows: list[int], vocab_size: int
+    ) -> PenaltyState:
+        """The sampled requests' prompt masks and output counts, and their penalties. A token
+        the step in flight samples is the last output token of its request here: its id, known
+        only on the device, is written over the placeholder there before counting."""
+        batch = self.input_batch
+        assert batch is not None and prepared.num_output_tokens is not None
+        rows, output_lens = prepared.rows[sample_rows], prepared.num_output_tokens
+        prompt, output = batch.padded_token_ids(rows, output_lens, vocab_size)
+        output_ids = self._upload(torch.from_numpy(output))
+        if prepared.late_rows:
+            assert prepared.in_flight_sampled is not None
+            # Late requests are decodes, so they are sampled: their places among sample_rows.
+            k = np.searchsorted(sample_rows, prepared.late_rows)
+            at = (
+                self._upload(torch.from_numpy(k)),
+                self._upload(torch.from_numpy(output_lens[k] - 1)),
+            )
+            output_ids[at] = prepared.in_flight_sampled[
+                self._upload(torch.tensor(prepared.late_sources))
+            ]
+        prompt_ids = self._upload(torch.from_numpy(prompt))
+
+        def per_row(values: np.ndarray) -> torch.Tensor:
+            return self._upload(torch.from_numpy(values[rows]))
+
+        return PenaltyState(
+            prompt_mask=token_counts(prompt_ids, vocab_size) > 0,
+            output_counts=token_counts(output_ids, vocab_size),
+            presence=per_row(batch.presence_penalty),
+            frequency=per_row(batch.frequency_penalty),
+            repetition=per_row(batch.repetition_penalty),
+        )
 
     # ---------------------------------------------------------------- CUDA graphs
 

@@ -1,4 +1,5 @@
-"""The sampler: greedy, temperature, top-k/top-p masks, per-request seeds, min_tokens."""
+"""The sampler: greedy, temperature, top-k/top-p/min-p masks, penalties, per-request seeds,
+min_tokens."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import math
 import pytest
 import torch
 
-from mini_vllm.sample.sampler import Sampler, SamplingMetadata, apply_top_k_top_p, random_sample
+from mini_vllm.sample.sampler import (
+    PenaltyState,
+    Sampler,
+    SamplingMetadata,
+    apply_min_p,
+    apply_penalties,
+    apply_top_k_top_p,
+    random_sample,
+    token_counts,
+)
 
 NEG_INF = float("-inf")
 
@@ -124,3 +134,59 @@ def test_engine_seed_reproducible_across_batches(
     assert crowd[0].outputs[0].token_ids == alone
     other_seed = SamplingParams(temperature=1.0, top_p=0.9, seed=8, max_tokens=20)
     assert llm.generate([prompt], other_seed, use_tqdm=False)[0].outputs[0].token_ids != alone
+
+
+def test_penalties_follow_their_definitions() -> None:
+    """Token by token, as the definitions read: repetition divides a positive logit and
+    multiplies a negative one of every token in the prompt or the output (Hugging Face's
+    ``repetition_penalty``); frequency subtracts per occurrence in the output, presence once
+    (OpenAI's); the prompt alone draws no frequency or presence penalty."""
+    gen = torch.Generator().manual_seed(0)
+    vocab = 11
+    logits = torch.randn(3, vocab, generator=gen) * 3
+    prompts = [[1, 2, 2], [4], [0, 9]]
+    outputs = [[2, 3, 3, 3], [], [9, 5]]
+    presence, frequency, repetition = [0.5, -1.0, 0.0], [0.25, 2.0, 1.5], [1.3, 0.8, 1.0]
+    pad = lambda rows: torch.tensor(  # noqa: E731
+        [row + [vocab] * (4 - len(row)) for row in rows], dtype=torch.int64
+    )
+    prompt_mask = token_counts(pad(prompts), vocab) > 0
+    state = PenaltyState(
+        prompt_mask, token_counts(pad(outputs), vocab),
+        torch.tensor(presence), torch.tensor(frequency), torch.tensor(repetition),
+    )  # fmt: skip
+    got = apply_penalties(logits, state)
+    for r in range(3):
+        for t in range(vocab):
+            want = logits[r, t].item()
+            if t in prompts[r] or t in outputs[r]:
+                want = want / repetition[r] if want > 0 else want * repetition[r]
+            count = outputs[r].count(t)
+            want -= frequency[r] * count + presence[r] * (count > 0)
+            assert got[r, t].item() == pytest.approx(want, rel=1e-6), (r, t)
+    assert not torch.equal(got, logits), "the penalties returned the logits unchanged"
+
+
+def test_penalties_change_the_greedy_token() -> None:
+    """Upstream applies the penalties before the greedy argmax: a repeated token loses it."""
+    logits = torch.tensor([[3.0, 2.9, 0.0]])
+    state = PenaltyState(
+        torch.zeros(1, 3, dtype=torch.bool), torch.tensor([[2.0, 0.0, 0.0]]),
+        torch.zeros(1), torch.tensor([0.1]), torch.ones(1),
+    )  # fmt: skip
+    meta = metadata(1, temperature=0.0, penalties=state)
+    meta.temperature = None
+    assert Sampler()(logits, meta).sampled_token_ids.tolist() == [1]
+    assert Sampler()(logits, metadata(1, temperature=0.0)).sampled_token_ids.tolist() == [0]
+
+
+def test_min_p_drops_tokens_below_its_share_of_the_best() -> None:
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.25, 0.25]])
+    kept = apply_min_p(probs.log(), torch.tensor([0.4, 1.0])).isfinite()
+    assert kept.tolist() == [[True, True, False, False], [True, True, True, True]]
+    kept = apply_min_p(probs.log(), torch.tensor([0.0, 0.0])).isfinite()
+    assert kept.all(), "min_p = 0 keeps every token"
+    gen = torch.Generator().manual_seed(3)
+    meta = metadata(1, temperature=1.0, min_p=torch.tensor([0.4]), default_generator=gen)
+    draws = {Sampler()(probs[:1].log(), meta).sampled_token_ids.item() for _ in range(200)}
+    assert draws == {0, 1}, "a token below min_p times the best was drawn"

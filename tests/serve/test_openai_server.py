@@ -230,9 +230,12 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "top_k": -2}, "top_k"),
         # Upstream refuses n > 1 greedy samples (SamplingParams._verify_greedy_sampling).
         ({"prompt": "hi", "n": 2, "temperature": 0}, "n must be 1 when using greedy sampling"),
+        # The penalties and min_p out of upstream's ranges, with upstream's words.
+        ({"prompt": "hi", "presence_penalty": 2.5}, "presence_penalty must be in [-2, 2]"),
+        ({"prompt": "hi", "frequency_penalty": -3}, "frequency_penalty must be in [-2, 2]"),
+        ({"prompt": "hi", "repetition_penalty": 0}, "repetition_penalty must be greater than"),
+        ({"prompt": "hi", "min_p": 1.5}, "min_p must be in [0, 1]"),
         # Upstream's fields the engine lacks: refused, never silently ignored.
-        ({"prompt": "hi", "min_p": 0.1}, "min_p"),
-        ({"prompt": "hi", "repetition_penalty": 1.3}, "repetition_penalty"),
         ({"prompt": "hi", "logit_bias": {"42": 5.0}}, "logit_bias"),
         ({"prompt": "hi", "prompt_logprobs": 1}, "prompt_logprobs"),
         ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
@@ -264,7 +267,7 @@ def test_invalid_parameters_are_400(tiny_server, body, needle):
         # Upstream reads max_completion_tokens whenever it is set, 0 included.
         ({"max_completion_tokens": 0}, "max_completion_tokens must be at least 1"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"top_p": 0.5, "min_p": 0.2}, "min_p"),
+        ({"top_p": 0.5, "min_p": -0.2}, "min_p must be in [0, 1]"),
         ({"echo": True}, "echo"),
         # Upstream refuses a request's own template unless --trust-request-chat-template.
         ({"chat_template": "{{ messages[0].content }}"}, "chat_template"),
@@ -638,3 +641,33 @@ def test_tokenize_and_detokenize_routes(tiny_server, serve_tokenizer):
         resp = post(route, body)
         assert resp.status_code == 400, resp.text
         assert resp.json()["error"]["param"] == param
+
+
+def test_penalties_and_min_p_reach_the_engine(client, offline_llm):
+    """OpenAI's ``presence_penalty`` and ``frequency_penalty`` and vLLM's ``repetition_penalty``
+    and ``min_p`` are honoured, as ``LLM.generate`` honours them (they were refused with a 400).
+    Negative presence and frequency penalties reward every token already generated, which on the
+    tiny random model outweighs the rest: the greedy text repeats a token, as the offline
+    engine's does. ``min_p = 1`` keeps only the most likely token: seeded sampling becomes
+    greedy."""
+    penalties = dict(presence_penalty=-2.0, frequency_penalty=-2.0)
+    extra = {"repetition_penalty": 1.3, "ignore_eos": True}
+    kwargs = dict(model="tiny", prompt=PROMPT, max_tokens=8, temperature=0.0)
+    penalized = client.completions.create(**kwargs, **penalties, extra_body=extra, logprobs=0)
+    (offline,) = offline_llm.generate(
+        PROMPT,
+        SamplingParams(
+            temperature=0.0, max_tokens=8, ignore_eos=True, repetition_penalty=1.3, **penalties
+        ),
+        use_tqdm=False,
+    )
+    assert penalized.choices[0].text == offline.outputs[0].text
+    tokens = penalized.choices[0].logprobs.tokens
+    assert len(set(tokens)) < len(tokens), f"rewarded, a generated token must recur: {tokens}"
+
+    greedy = client.completions.create(**kwargs, extra_body={"ignore_eos": True})
+    assert greedy.choices[0].text != penalized.choices[0].text, "the penalties changed nothing"
+    sampled = dict(kwargs, temperature=1.0, seed=5)
+    for min_p, same in ((1.0, True), (0.0, False)):
+        out = client.completions.create(**sampled, extra_body={"ignore_eos": True, "min_p": min_p})
+        assert (out.choices[0].text == greedy.choices[0].text) is same, (min_p, out.choices[0].text)

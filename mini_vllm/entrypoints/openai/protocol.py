@@ -4,9 +4,9 @@ Mirrors ``vllm/entrypoints/openai/completion/protocol.py``, ``chat_completion/pr
 ``engine/protocol.py`` (``ErrorResponse``, ``UsageInfo``) at the pin, reduced to the fields
 mini-vLLM implements, and the bodies of ``/tokenize`` and ``/detokenize``. Requests accept
 vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``,
-``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``); a
-field of upstream's that the engine cannot honour (``echo``, ``suffix``, penalties, ``min_p``,
-``logit_bias``, ``prompt_logprobs``, structured outputs, tools:
+``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``,
+``min_p``, ``repetition_penalty``); a field of upstream's that the engine cannot honour (``echo``,
+``suffix``, ``logit_bias``, ``prompt_logprobs``, structured outputs, tools:
 ``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it holds its neutral
 value, rather than silently ignored. Other unknown fields are ignored, as upstream does, so that
 clients sending newer fields still work.
@@ -93,10 +93,10 @@ class SamplingRequestMixin(OpenAIBaseModel):
     # Under the priority policy (``--scheduling-policy priority``) smaller runs first; under
     # FCFS ignored, as upstream's.
     priority: int = 0
-    # Upstream's fields that the server does not honour, declared so that a value other than the
-    # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
     min_p: float | None = None
     repetition_penalty: float | None = None
+    # Upstream's fields that the server does not honour, declared so that a value other than the
+    # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
     logit_bias: dict[str, float] | None = None
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
@@ -117,8 +117,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
         """Each field above, truthy when it asks for something the engine would not do."""
         response_type = (self.response_format or {}).get("type", "text")
         return {
-            "min_p": self.min_p not in (None, 0.0),
-            "repetition_penalty": self.repetition_penalty not in (None, 1.0),
             "logit_bias": bool(self.logit_bias),
             "allowed_token_ids": self.allowed_token_ids is not None,
             "bad_words": bool(self.bad_words),

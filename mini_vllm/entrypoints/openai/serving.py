@@ -146,6 +146,12 @@ class OpenAIServing:
             temperature=1.0 if request.temperature is None else request.temperature,
             top_p=1.0 if request.top_p is None else request.top_p,
             top_k=0 if request.top_k is None else request.top_k,
+            min_p=request.min_p or 0.0,
+            presence_penalty=request.presence_penalty or 0.0,
+            frequency_penalty=request.frequency_penalty or 0.0,
+            repetition_penalty=1.0
+            if request.repetition_penalty is None
+            else request.repetition_penalty,
             seed=request.seed,
             min_tokens=request.min_tokens,
             stop_token_ids=list(request.stop_token_ids or []),
@@ -343,8 +349,6 @@ class OpenAIServing:
                 "suffix": request.suffix,
                 "best_of": request.best_of not in (None, 1) and request.best_of,
                 "prompt_embeds": request.prompt_embeds is not None,
-                "presence_penalty": request.presence_penalty,
-                "frequency_penalty": request.frequency_penalty,
             },
             num_logprobs=request.logprobs,
         )
@@ -416,8 +420,6 @@ class OpenAIServing:
         params = self._check_sampling(
             request,
             {
-                "presence_penalty": request.presence_penalty,
-                "frequency_penalty": request.frequency_penalty,
                 "tools": bool(request.tools),
                 "tool_choice": request.tool_choice not in (None, "none"),
                 "echo": request.echo,

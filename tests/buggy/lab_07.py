@@ -1086,4 +1086,62 @@ MUTANTS = [
         "max_model_len with lookahead, an allocation that fits is refused on a tight pool",
         caught_by="test_allocate_slots.py::test_slots_capped_at_max_model_len",
     ),
+    # -- helper focus, 2026-11-29 (s48): caught by the random workload only until now ----------
+    Mutant(
+        name="gate_counts_the_lookahead",
+        file=FILE,
+        find="full_num_tokens = min(request.num_tokens, self.max_model_len)",
+        replace="full_num_tokens = min(request.num_tokens + num_lookahead_tokens, "
+        "self.max_model_len)",
+        why="the admission gate sizes the whole sequence with the lookahead slots added: a "
+        "request whose sequence fits is refused because of draft slots it may never use "
+        "(README task 10: the gate counts min(num_tokens, max_model_len), no lookahead)",
+        caught_by="test_allocate_slots.py::test_admission_gate_leaves_out_the_lookahead",
+    ),
+    Mutant(
+        name="get_block_ids_adds_an_empty_table",
+        file=FILE,
+        find="return self.get_blocks(request_id).get_block_ids()",
+        replace="return ([blk.block_id for blk in self.req_to_blocks[request_id]],)",
+        why="req_to_blocks is made a defaultdict(list) so that get_block_ids can index it for "
+        "any id: asking about a request that holds nothing files an empty table for it, and "
+        "get_num_common_prefix_blocks, which counts the tables, then finds no block shared by "
+        "all (README: only requests holding blocks have an entry)",
+        caught_by="test_free.py::test_get_block_ids_adds_no_table",
+        more=(
+            (
+                "self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}",
+                "self.req_to_blocks: dict[str, list[KVCacheBlock]] = defaultdict(list)",
+            ),
+            ("import itertools", "import itertools\nfrom collections import defaultdict"),
+        ),
+    ),
+    Mutant(
+        name="fresh_blocks_taken_before_the_hits_are_claimed",
+        file=FILE,
+        find="""
+            if new_computed_block_list[0]:
+                self.allocate_new_computed_blocks(request.request_id, new_computed_block_list[0])
+
+            # Stage 3: fresh blocks, then publish the blocks this step fills.
+            new_blocks = self.allocate_new_blocks(request.request_id, num_tokens_need_slot)
+        """,
+        replace="""
+            num_fresh = (
+                cdiv(num_tokens_need_slot, self.block_size)
+                - len(self.req_to_blocks.get(request.request_id, ()))
+                - len(new_computed_block_list[0])
+            )
+            new_blocks = self.block_pool.get_new_blocks(num_fresh) if num_fresh > 0 else []
+            if new_computed_block_list[0]:
+                self.allocate_new_computed_blocks(request.request_id, new_computed_block_list[0])
+            self.req_to_blocks.setdefault(request.request_id, []).extend(new_blocks)
+        """,
+        why="takes the fresh blocks from the pool before claiming (touching) the prefix hits: "
+        "a hit that is free and cached may be the next block of the free queue, so the fresh "
+        "allocation evicts it and the request holds one block twice, as a hit and as a fresh "
+        "block (upstream fixed this order in vLLM PR 11562; README task 10: claim hits, then "
+        "fresh blocks)",
+        caught_by="test_allocate_slots.py::test_hits_are_claimed_before_fresh_blocks",
+    ),
 ]

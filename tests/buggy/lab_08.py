@@ -1412,4 +1412,30 @@ MUTANTS = [
         "the task table; a learner's-mistakes probe, 2026-11-29 (8))",
         caught_by="test_aborts.py::test_aborting_many_costs_each_the_same",
     ),
+    # -- helper focus, 2026-11-29 (s48): caught by the random workloads only until now ---------
+    Mutant(
+        name="gate_in_the_running_pass",
+        file=FILE,
+        find="new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)",
+        replace="new_blocks = self.kv_cache_manager.allocate_slots(\n"
+        "    request, num_new_tokens, full_sequence_must_fit=self.scheduler_reserve_full_isl\n"
+        ")",
+        why="passes the admission gate in the running pass too: a running request in the "
+        "middle of its prompt gets its next chunk only if the rest of its prompt fits, so one "
+        "whose chunk fits is refused and preempts someone (README: the gate is for the waiting "
+        "pass, never the running pass)",
+        caught_by="test_admission.py::test_the_gate_is_for_the_waiting_pass_only",
+    ),
+    Mutant(
+        name="gate_only_for_new_requests",
+        file=FILE,
+        find="full_sequence_must_fit=self.scheduler_reserve_full_isl,",
+        replace="full_sequence_must_fit=self.scheduler_reserve_full_isl\n"
+        "and request.status == RequestStatus.WAITING,",
+        why="passes the admission gate for new requests only: a preempted request comes back "
+        "on its first chunk although its whole sequence (its outputs included) cannot fit, and "
+        "is preempted again mid-prefill (README: the gate applies to every request the waiting "
+        "pass admits, new or resumed, as upstream)",
+        caught_by="test_admission.py::test_the_gate_holds_back_a_resumed_request",
+    ),
 ]

@@ -67,13 +67,15 @@ def oracle(num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -> Any:
 class Twin:
     """The learner's manager and the reference's (:func:`driver`, :func:`oracle`), given the
     same operations (``add``, ``admit``, ``allocate``, ``decode``, ``free``, ``lookup``,
-    ``append``). What an operation returns is the learner's, for the test to check as it
-    pleases; the learner's whole state is compared with the reference's when the next
-    operation is made, and by :meth:`close`. So a refused allocation that leaves its change
+    ``append``, ``get_block_ids``). What an operation returns is the learner's, for the test
+    to check as it pleases; the learner's whole state is compared with the reference's when
+    the next operation is made, and by :meth:`close`. So a refused allocation that leaves its change
     for a later call (after the test has read the state once) is caught at that call
     (tests/hostile/leave_the_refusals_trace_one_call_later.py)."""
 
-    OPERATIONS = frozenset({"add", "admit", "allocate", "decode", "free", "lookup", "append"})
+    OPERATIONS = frozenset(
+        {"add", "admit", "allocate", "decode", "free", "lookup", "append", "get_block_ids"}
+    )
 
     def __init__(self, num_blocks: int = 10, max_model_len: int = 64, **kwargs: Any) -> None:
         self.mine = driver(num_blocks, max_model_len, **kwargs)

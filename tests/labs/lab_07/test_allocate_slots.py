@@ -154,6 +154,43 @@ def test_free_cached_hits_are_revived():
 
 
 @graded(
+    2,
+    "Claiming hits: allocate_slots claims (touches) the hits before it takes fresh blocks: "
+    "a free cached hit at the head of the free queue is not evicted by the request's own "
+    "fresh allocation",
+    f"{DOC}#claiming-hits",
+)
+def test_hits_are_claimed_before_fresh_blocks():
+    """3 usable blocks. a's block 1 is cached and free at the head of the queue, 3 and 2 behind
+    it; b hits block 1 and needs one fresh block."""
+    d = twin(4)
+    d.add("a", [0, 1, 2, 3])
+    d.admit("a")  # block 1, cached
+    d.free("a")  # free queue 2 3 1
+    d.add("c", [50 + i for i in range(8)])
+    d.admit("c")  # blocks 2 and 3: free queue 1
+    d.free("c")  # free queue 1 3 2
+    assert free_queue(d.state()) == [1, 3, 2], (
+        f"set-up: the free queue should be [1, 3, 2], is {free_queue(d.state())}"
+    )
+    d.add("b", [0, 1, 2, 3, 60])
+    out = d.admit("b")
+    assert out["num_hit"] == 4 and out["hit"] == [1], (
+        f"b's first block is cached in block 1: expected the hit [1], got {out['hit']}"
+    )
+    state = d.state()
+    assert out["new"] == [3] and table(state, "b") == [1, 3], (
+        f"b's hit is block 1, free and first in the free queue [1, 3, 2]: claiming it (touch) "
+        f"takes it out of the queue, and only then is the fresh block taken, 3. Expected the "
+        f"new blocks [3] and the table [1, 3]; got {out['new']} and {table(state, 'b')}. A "
+        f"fresh block taken before the hits are claimed is block 1 itself, evicted from the "
+        f"cache while b is about to use it (upstream fixed this order in vLLM PR 11562)"
+    )
+    check_state(state, expected_ref_cnts={1: 1, 3: 1})
+    d.close()
+
+
+@graded(
     4,
     "All or nothing: when the blocks do not fit, allocate_slots returns None and changes "
     "NOTHING: free count, free-queue order, ref counts, hashes, block tables (no empty "
@@ -851,6 +888,26 @@ def test_admission_gate():
         f"a refused allocation changed {describe_change(before, after)}"
     )
     d4.close()
+
+
+@graded(
+    1,
+    "The admission gate counts the whole sequence only, min(num_tokens, max_model_len): "
+    "lookahead slots are counted for the chunk, never added to the gate's sequence",
+    f"{DOC}#the-admission-gate",
+)
+def test_admission_gate_leaves_out_the_lookahead():
+    """3 usable blocks; a's 12 tokens need all 3, its first chunk of 4 with 4 lookahead slots 2."""
+    d = twin(4)
+    d.add("a", list(range(12)))
+    out = d.admit("a", 4, lookahead=4, gate=True)
+    assert out["new"] == [1, 2], (
+        "a's whole sequence is 12 tokens = 3 blocks and 3 are free: the gate lets it through; "
+        "its 4-token chunk and 4 lookahead slots need 2 blocks, [1, 2]; got "
+        f"{out['new']}. The gate sizes min(num_tokens, max_model_len) tokens: lookahead slots "
+        "(drafts that may be rejected) are not part of the sequence"
+    )
+    d.close()
 
 
 @graded(

@@ -11,6 +11,7 @@ from tests.labs.lab_07.helpers import (
     free_queue,
     num_free,
     table,
+    twin,
 )
 
 
@@ -154,6 +155,35 @@ def test_get_block_ids():
     d.free("a")
     got = d.get_block_ids("a")
     assert type(got) is tuple and got == ([],), f"a freed: expected ([],), got {got!r}"
+
+
+@graded(
+    1,
+    "get_block_ids only reads: asking about a request that holds nothing answers ([],) and "
+    "files no table for it (only requests holding blocks have a req_to_blocks entry)",
+    f"{DOC}#block-tables",
+)
+def test_get_block_ids_adds_no_table():
+    """a holds blocks; "ghost" was never admitted, and b was refused."""
+    d = twin(4)
+    d.add("a", list(range(8)))
+    d.admit("a")  # blocks 1 and 2: 1 free
+    d.add("b", [50 + i for i in range(8)])
+    assert d.allocate("b", 8) is None, "set-up: b needs 2 blocks and 1 is free"
+    for rid in ("ghost", "b"):
+        got = d.get_block_ids(rid)
+        assert type(got) is tuple and got == ([],), (
+            f"get_block_ids({rid!r}) for a request holding nothing: expected ([],), got {got!r}"
+        )
+        tables = d.state()["tables"]
+        assert rid not in tables, (
+            f"get_block_ids({rid!r}) filed an empty table for a request that holds nothing: "
+            f"req_to_blocks is now {tables}. Only requests holding blocks have an entry "
+            "(get_num_common_prefix_blocks counts them): read the table with "
+            "self.req_to_blocks.get(request_id) (get_blocks does), never by indexing a "
+            "defaultdict or with setdefault"
+        )
+    d.close()  # the states after the calls that follow, compared with the reference's
 
 
 @graded(

@@ -61,6 +61,73 @@ def test_the_gate_waits_for_the_whole_prompt():
 
 @graded(
     2,
+    "The admission gate is for the waiting pass only: a running request in the middle of "
+    "its prompt gets its next chunk when the chunk fits, whether or not the rest of its "
+    "prompt does (allocate_slots without full_sequence_must_fit in the running pass)",
+    f"{DOC}#the-admission-gate",
+)
+def test_the_gate_is_for_the_waiting_pass_only():
+    """4 usable blocks, chunks of 4: a and b (12-token prompts, 3 blocks each) are both
+    admitted in step 1 (the gate reserves nothing); in step 2 each next chunk needs 1 block."""
+    engine = Engine(num_blocks=5, budget=8, max_model_len=32, long_prefill_token_threshold=4)
+    engine.add("a", 12, base=0, max_tokens=4)
+    engine.add("b", 12, base=50, max_tokens=4)
+    out, _ = engine.step()
+    assert batch(out) == [("a", 4), ("b", 4)], f"set-up: step 1 admits a and b, got {batch(out)}"
+    out, _ = engine.step()
+    assert batch(out) == [("a", 4), ("b", 4)] and not out.preempted_req_ids, (
+        "step 2: a and b are running, each mid-prompt, and each next 4-token chunk needs 1 "
+        "block; 2 are free, so both are scheduled and nobody is preempted. The rest of b's "
+        "prompt (2 more blocks) does not fit, but the gate is for admissions from the waiting "
+        "queue: the running pass calls allocate_slots(request, n) without "
+        f"full_sequence_must_fit; got batch {batch(out)}, preempted "
+        f"{sorted(out.preempted_req_ids)}"
+    )
+    engine.run()
+    engine.check_drained()
+
+
+@graded(
+    2,
+    "The admission gate applies to every request the waiting pass admits, a resumed "
+    "(preempted) one too: it comes back only when its whole sequence, outputs included, "
+    "fits, not on its first chunk",
+    f"{DOC}#the-admission-gate",
+)
+def test_the_gate_holds_back_a_resumed_request():
+    """Caching off, 4 usable blocks, chunks of 4: a and b (4-token prompts) decode until a
+    needs a third block in step 6 and b, the last, is preempted with 9 tokens (3 blocks)."""
+    engine = Engine(
+        num_blocks=5,
+        budget=16,
+        max_model_len=32,
+        caching=False,
+        long_prefill_token_threshold=4,
+    )
+    engine.add("a", 4, base=0)
+    engine.add("b", 4, base=50)
+    for _ in range(5):
+        engine.step()
+    out, _ = engine.step()
+    assert out.preempted_req_ids == {"b"} and engine.num_free() == 1, (
+        f"set-up: step 6 preempts b and leaves 1 block free; preempted "
+        f"{sorted(out.preempted_req_ids)}, {engine.num_free()} free"
+    )
+    out, _ = engine.step()
+    assert batch(out) == [("a", 1)] and engine.waiting == ["b"], (
+        "step 7: b (preempted, 4 prompt + 5 generated tokens = 9 tokens, 3 blocks) waits at "
+        "the front; its first 4-token chunk would fit the 1 free block, but its whole "
+        "sequence does not: the gate refuses it (full_sequence_must_fit=self."
+        "scheduler_reserve_full_isl for every waiting request, new or resumed, as upstream), "
+        f"so it is not readmitted only to be preempted again; got batch {batch(out)}, "
+        f"waiting {engine.waiting}"
+    )
+    engine.run()
+    engine.check_drained()
+
+
+@graded(
+    2,
     "Priority policy: waiting requests are admitted by (priority, arrival time), "
     "smallest first; under FCFS the priority is ignored",
     f"{DOC}#the-priority-policy",

@@ -227,8 +227,9 @@ def hf_tiny_llama3(tiny_llama3_dir: Path) -> Any:
     return load_hf(tiny_llama3_dir)
 
 
-def hf_greedy(hf_model: Any, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """Hugging Face's own greedy continuation of one prompt (no padding, no EOS)."""
+def hf_greedy(hf_model: Any, prompt: list[int], max_new_tokens: int, **generate: Any) -> list[int]:
+    """Hugging Face's own greedy continuation of one prompt (no padding, no EOS); ``generate``
+    holds more of ``generate``'s options (a repetition penalty, logits processors)."""
     with torch.no_grad():
         out = hf_model.generate(
             torch.tensor([prompt]),
@@ -236,6 +237,7 @@ def hf_greedy(hf_model: Any, prompt: list[int], max_new_tokens: int) -> list[int
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=0,
+            **generate,
         )
     return out[0, len(prompt) :].tolist()
 

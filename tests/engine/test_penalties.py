@@ -16,7 +16,7 @@ import torch
 
 from mini_vllm.sampling_params import SamplingParams
 
-from .conftest import SharedEngines, kv_block_bytes, random_prompts
+from .conftest import SharedEngines, hf_greedy, kv_block_bytes, random_prompts
 
 MAX_NEW = 20
 PROMPTS = random_prompts(8, seed=11, min_len=5, max_len=30)
@@ -58,19 +58,14 @@ def _hf_penalized(hf: Any, prompt: list[int], penalties: tuple[float, float, flo
     from transformers import LogitsProcessorList
 
     presence, frequency, repetition = penalties
-    with torch.no_grad():
-        out = hf.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            max_new_tokens=MAX_NEW,
-            do_sample=False,
-            pad_token_id=0,
-            repetition_penalty=repetition,
-            logits_processor=LogitsProcessorList(
-                [_OutputPenalties(len(prompt), presence, frequency)]
-            ),
-        )
-    return out[0, len(prompt) :].tolist()
+    output_penalties = _OutputPenalties(len(prompt), presence, frequency)
+    return hf_greedy(
+        hf,
+        prompt,
+        MAX_NEW,
+        repetition_penalty=repetition,
+        logits_processor=LogitsProcessorList([output_penalties]),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +106,8 @@ def test_penalized_greedy_matches_hf(
 
 
 def test_the_penalties_change_the_tokens(references: list[list[int]], hf_tiny_llama: Any):
-    """A control: without its penalties, some penalized prompt decodes differently (else the
+    """A control: without its penalties, every penalized prompt decodes differently (else the
     parity above could not tell penalties applied from penalties ignored)."""
-    from .conftest import hf_greedy
-
     plain = [hf_greedy(hf_tiny_llama, p, MAX_NEW) for p in PROMPTS]
     changed = [i for i, pen in enumerate(PENALTIES) if pen != (0.0, 0.0, 1.0)]
     assert all(plain[i] != references[i] for i in changed), [

@@ -73,6 +73,8 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted from every token already generated once
     frequency_penalty: float = 0.0  # subtracted once per time a token was generated
     repetition_penalty: float = 1.0  # divides (> 0) or multiplies (<= 0) prompt/output tokens
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
+    allowed_token_ids: list[int] | None = None  # only these may be generated
     seed: int | None = None  # per-request seed; None draws from the engine's generator
     stop: str | list[str] | None = None  # end generation when the text shows one; cut before it
     stop_token_ids: list[int] | None = None  # end generation; id in token_ids, not its text
@@ -102,6 +104,20 @@ class SamplingParams:
             self.stop = [self.stop]
         else:
             self.stop = list(self.stop)
+        if self.logit_bias is not None:
+            # Ids may arrive as JSON's string keys; biases are clamped as OpenAI's API says.
+            try:
+                self.logit_bias = {
+                    int(token): min(100.0, max(-100.0, float(bias)))
+                    for token, bias in self.logit_bias.items()
+                }
+            except (TypeError, ValueError):
+                raise VLLMValidationError(
+                    f"logit_bias must map token ids to numbers, got {self.logit_bias}",
+                    parameter="logit_bias",
+                ) from None
+        if self.allowed_token_ids is not None:
+            self.allowed_token_ids = list(self.allowed_token_ids)
         if self.logprobs is True:
             self.logprobs = 1  # upstream's shorthand (OpenAI's ``logprobs: true``): the top one
         self._verify_args()
@@ -158,6 +174,10 @@ class SamplingParams:
                 f"repetition_penalty must be greater than zero, got {self.repetition_penalty}",
                 parameter="repetition_penalty",
             )
+        if self.allowed_token_ids is not None and not self.allowed_token_ids:
+            raise VLLMValidationError(
+                "allowed_token_ids is not None and empty!", parameter="allowed_token_ids"
+            )
         if not 0.0 <= self.min_p <= 1.0:
             raise VLLMValidationError(
                 f"min_p must be in [0, 1], got {self.min_p}", parameter="min_p"
@@ -174,6 +194,22 @@ class SamplingParams:
         assert isinstance(self.stop, list)
         if not all(isinstance(stop_str, str) and stop_str for stop_str in self.stop):
             raise ValueError(f"stop must hold non-empty strings, got {self.stop}")
+
+    def verify_token_ids(self, vocab_size: int) -> None:
+        """Refuse ids outside the vocabulary in ``logit_bias`` and ``allowed_token_ids``, as
+        upstream's ``_validate_logit_bias`` and ``_validate_allowed_token_ids`` (the engine
+        knows the vocabulary; the constructor does not)."""
+        for name, ids in (
+            ("logit_bias", self.logit_bias),
+            ("allowed_token_ids", self.allowed_token_ids),
+        ):
+            bad = [t for t in ids or () if not 0 <= t < vocab_size]
+            if bad:
+                raise VLLMValidationError(
+                    f"token id(s) {bad[:5]} in {name} are outside the vocabulary "
+                    f"(size {vocab_size})",
+                    parameter=name,
+                )
 
     def verify_logprobs(self, max_logprobs: int, vocab_size: int) -> None:
         """Refuse more logprobs than the engine's ``max_logprobs`` (-1, on either side, counts as
@@ -213,6 +249,7 @@ class SamplingParams:
         # Built afresh (validated, normalised); the stop-id set is then the original's, copied.
         new = replace(
             self,
+            logit_bias=None if self.logit_bias is None else dict(self.logit_bias),
             stop=list(self.stop or []),
             stop_token_ids=list(self.stop_token_ids or []),
             _all_stop_token_ids=set(),

@@ -475,6 +475,7 @@ class LLMEngine:
         params = (params or SamplingParams()).clone()
         try:
             params.verify_logprobs(self.max_logprobs, self.vocab_size)
+            params.verify_token_ids(self.vocab_size)
         except ValueError as exc:
             raise ValueError(f"request {request_id!r}: {exc}") from None
         if params.stop and self.tokenizer is None:

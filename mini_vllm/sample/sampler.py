@@ -43,6 +43,10 @@ class SamplingMetadata:
     # The most logprobs any row asked for (0: the sampled token's only); None: no row asked.
     max_num_logprobs: int | None = None
     penalties: PenaltyState | None = None  # None: no row has one
+    # logit_bias as (rows, token ids, biases), one entry per biased token; None: no row has one.
+    logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    # [num_reqs, vocab] bool, True where a row's allowed_token_ids leave a token out; None: none.
+    disallowed_mask: torch.Tensor | None = None
     min_p: torch.Tensor | None = None  # [num_reqs] float32; None: no row uses it
 
 
@@ -146,10 +150,10 @@ def random_sample(
 class Sampler(nn.Module):
     """One token per row of ``logits`` ``[num_reqs, vocab_size]``, following ``SamplingMetadata``.
 
-    Order of operations as upstream: float32 logits, the ``min_tokens`` stop masks, penalties,
-    greedy argmax, temperature, ``min_p``, top-k/top-p, softmax, random draw, then per-row choice
-    between the greedy and the random token; the logprobs, if asked, come from the untouched
-    logits.
+    Order of operations as upstream: float32 logits, ``allowed_token_ids``, the ``min_tokens``
+    stop masks, ``logit_bias``, penalties, greedy argmax, temperature, ``min_p``, top-k/top-p,
+    softmax, random draw, then per-row choice between the greedy and the random token; the
+    logprobs, if asked, come from the untouched logits.
     """
 
     def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
@@ -186,15 +190,26 @@ class Sampler(nn.Module):
 
     def sample(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         """One token id per row, on the device."""
-        if metadata.all_greedy and not metadata.stop_token_masks and not metadata.penalties:
+        processed = (
+            metadata.stop_token_masks
+            or metadata.penalties
+            or metadata.logit_bias
+            or metadata.disallowed_mask is not None
+        )
+        if metadata.all_greedy and not processed:
             # Widening to float32 is exact and order-preserving, so the argmax of the model's
             # own dtype is the same token, without a [num_reqs, vocab] conversion pass.
             return logits.argmax(dim=-1)
         logits = logits.to(torch.float32)
-        if metadata.stop_token_masks:
+        if metadata.disallowed_mask is not None:
+            logits = logits.masked_fill(metadata.disallowed_mask, float("-inf"))
+        if metadata.stop_token_masks or metadata.logit_bias:
             logits = logits.clone()
             for row, token_ids in metadata.stop_token_masks.items():
                 logits[row, token_ids] = float("-inf")
+            if metadata.logit_bias is not None:
+                bias_rows, bias_tokens, biases = metadata.logit_bias
+                logits[bias_rows, bias_tokens] += biases
         if metadata.penalties is not None:
             logits = apply_penalties(logits, metadata.penalties)
         greedy = logits.argmax(dim=-1)

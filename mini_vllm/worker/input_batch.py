@@ -58,6 +58,8 @@ class InputBatch:
         self.generators: dict[int, torch.Generator] = {}  # seeded requests
         self.min_tokens_rows: set[int] = set()  # min_tokens > 0 with stop tokens to mask
         self.penalty_rows: set[int] = set()  # a penalty other than the neutral one
+        self.logit_bias: dict[int, dict[int, float]] = {}  # rows with a logit_bias
+        self.allowed_token_ids: dict[int, list[int]] = {}  # rows limited to some tokens
         self.num_logprobs: dict[int, int] = {}  # rows that asked for logprobs
         self._grow(max_num_reqs)
 
@@ -123,6 +125,10 @@ class InputBatch:
         self.repetition_penalty[row] = params.repetition_penalty
         if params.has_penalties:
             self.penalty_rows.add(row)
+        if params.logit_bias:
+            self.logit_bias[row] = params.logit_bias
+        if params.allowed_token_ids is not None:
+            self.allowed_token_ids[row] = params.allowed_token_ids
         if params.sampling_type == SamplingType.RANDOM_SEED:
             assert params.seed is not None  # what makes the type RANDOM_SEED
             generator = torch.Generator(device=self.device)
@@ -144,6 +150,8 @@ class InputBatch:
         self.generators.pop(row, None)
         self.min_tokens_rows.discard(row)
         self.penalty_rows.discard(row)
+        self.logit_bias.pop(row, None)
+        self.allowed_token_ids.pop(row, None)
         self.num_logprobs.pop(row, None)
         self._free_rows.append(row)
         return row

@@ -582,6 +582,7 @@ class ModelRunner:
         penalties = None
         if batch.penalty_rows and not batch.penalty_rows.isdisjoint(rows.tolist()):
             penalties = self._penalty_state(prepared, sample_rows, vocab_size)
+        logit_bias, disallowed_mask = self._token_rules(rows, vocab_size)
         stop_token_masks: dict[int, list[int]] = {}
         max_num_logprobs = None
         if batch.min_tokens_rows or batch.num_logprobs:
@@ -603,7 +604,7 @@ class ModelRunner:
             metadata = SamplingMetadata(
                 temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
                 stop_token_masks=stop_token_masks, max_num_logprobs=max_num_logprobs,
-                penalties=penalties,
+                penalties=penalties, logit_bias=logit_bias, disallowed_mask=disallowed_mask,
             )  # fmt: skip
             return self.sampler(logits, metadata)
         top_k = batch.top_k[rows]
@@ -628,9 +629,47 @@ class ModelRunner:
             stop_token_masks=stop_token_masks,
             max_num_logprobs=max_num_logprobs,
             penalties=penalties,
+            logit_bias=logit_bias,
+            disallowed_mask=disallowed_mask,
             min_p=self._upload(torch.from_numpy(min_p)) if min_p.any() else None,
         )
         return self.sampler(logits, metadata)
+
+    def _token_rules(
+        self, rows: np.ndarray, vocab_size: int
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
+        """The sampled rows' ``logit_bias`` entries, as (row, token, bias) index tensors, and
+        the tokens their ``allowed_token_ids`` leave out, as a mask; None where no row has one
+        (the common case costs two dict checks)."""
+        batch = self.input_batch
+        assert batch is not None
+        logit_bias = disallowed = None
+        if batch.logit_bias:
+            entries = [
+                (i, token, bias)
+                for i, row in enumerate(rows.tolist())
+                for token, bias in batch.logit_bias.get(row, {}).items()
+            ]
+            if entries:
+                indices, tokens, biases = zip(*entries)
+                logit_bias = (
+                    self._upload(torch.tensor(indices)),
+                    self._upload(torch.tensor(tokens)),
+                    self._upload(torch.tensor(biases, dtype=torch.float32)),
+                )
+        if batch.allowed_token_ids:
+            limited = [
+                (i, batch.allowed_token_ids[row])
+                for i, row in enumerate(rows.tolist())
+                if row in batch.allowed_token_ids
+            ]
+            if limited:
+                mask = np.zeros((len(rows), vocab_size), dtype=bool)
+                for i, ids in limited:
+                    mask[i] = True
+                    mask[i, ids] = False
+                disallowed = self._upload(torch.from_numpy(mask))
+        return logit_bias, disallowed
 
     def _penalty_state(
         self, prepared: PreparedStep, sample_rows: list[int], vocab_size: int

@@ -113,3 +113,29 @@ def test_the_penalties_change_the_tokens(references: list[list[int]], hf_tiny_ll
     assert all(plain[i] != references[i] for i in changed), [
         i for i in changed if plain[i] == references[i]
     ]
+
+
+def test_logit_bias_and_allowed_token_ids(engines: SharedEngines, tiny_llama_dir: Any) -> None:
+    """A bias of +100 makes its token every greedy choice; ``allowed_token_ids`` keeps every
+    sampled token among its own; both share a batch with a plain request, which they leave
+    alone; ids outside the vocabulary are refused when the request is added (upstream's
+    ``_validate_logit_bias``, ``_validate_allowed_token_ids``)."""
+    llm = engines.get(tiny_llama_dir, dtype="float32")
+    prompts = [{"prompt_token_ids": p} for p in PROMPTS[:3]]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=8, logit_bias={7: 100.0}),
+        SamplingParams(temperature=1.0, seed=3, max_tokens=8, allowed_token_ids=[3, 5, 11]),
+        SamplingParams(temperature=0.0, max_tokens=8),
+    ]
+    biased, allowed, plain = (
+        o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)
+    )
+    assert biased == [7] * 8
+    assert set(allowed) <= {3, 5, 11}
+    (alone,) = llm.generate(prompts[2:], params[2:], use_tqdm=False)
+    assert plain == alone.outputs[0].token_ids
+    for bad in (dict(logit_bias={10**6: 1.0}), dict(allowed_token_ids=[-1])):
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            llm.generate(prompts[:1], SamplingParams(max_tokens=2, **bad), use_tqdm=False)
+    with pytest.raises(ValueError, match="allowed_token_ids is not None and empty"):
+        SamplingParams(allowed_token_ids=[])

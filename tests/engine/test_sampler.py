@@ -190,3 +190,22 @@ def test_min_p_drops_tokens_below_its_share_of_the_best() -> None:
     meta = metadata(1, temperature=1.0, min_p=torch.tensor([0.4]), default_generator=gen)
     draws = {Sampler()(probs[:1].log(), meta).sampled_token_ids.item() for _ in range(200)}
     assert draws == {0, 1}, "a token below min_p times the best was drawn"
+
+
+def test_allowed_token_ids_and_logit_bias_steer_greedy_and_random_rows() -> None:
+    """``allowed_token_ids`` leaves only its tokens (greedy picks the best of them, a draw never
+    leaves them); ``logit_bias`` adds to the logits before the argmax, so +100 forces a token."""
+    logits = torch.tensor([[5.0, 1.0, 0.0, 2.0], [5.0, 1.0, 0.0, 2.0]])
+    disallowed = torch.tensor([[True, False, False, True], [False, False, False, False]])
+    bias = (torch.tensor([1]), torch.tensor([2]), torch.tensor([100.0]))
+    greedy = metadata(2, temperature=0.0, disallowed_mask=disallowed, logit_bias=bias)
+    greedy.temperature = None
+    assert Sampler()(logits, greedy).sampled_token_ids.tolist() == [1, 2]
+    gen = torch.Generator().manual_seed(0)
+    random = metadata(2, temperature=1.0, disallowed_mask=disallowed, default_generator=gen)
+    draws = {tuple(Sampler()(logits, random).sampled_token_ids.tolist()) for _ in range(100)}
+    assert {row0 for row0, _ in draws} <= {1, 2}, "a draw left the allowed tokens"
+    assert {row1 for _, row1 in draws} - {1, 2}, "the unrestricted row was restricted too"
+    out = Sampler()(logits, greedy)
+    assert logits[0, 0] == 5.0, "the sampler changed the caller's logits"
+    assert out.sampled_token_ids.shape == (2,)

@@ -236,7 +236,10 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "repetition_penalty": 0}, "repetition_penalty must be greater than"),
         ({"prompt": "hi", "min_p": 1.5}, "min_p must be in [0, 1]"),
         # Upstream's fields the engine lacks: refused, never silently ignored.
-        ({"prompt": "hi", "logit_bias": {"42": 5.0}}, "logit_bias"),
+        ({"prompt": "hi", "logit_bias": {"999999999": 5.0}}, "outside the vocabulary"),
+        ({"prompt": "hi", "logit_bias": {"abc": 5.0}}, "logit_bias must map token ids"),
+        ({"prompt": "hi", "allowed_token_ids": []}, "allowed_token_ids is not None and empty"),
+        ({"prompt": "hi", "allowed_token_ids": [-4]}, "outside the vocabulary"),
         ({"prompt": "hi", "prompt_logprobs": 1}, "prompt_logprobs"),
         ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
         # ... and upstream's fields the server used to ignore without a word.
@@ -671,3 +674,33 @@ def test_penalties_and_min_p_reach_the_engine(client, offline_llm):
     for min_p, same in ((1.0, True), (0.0, False)):
         out = client.completions.create(**sampled, extra_body={"ignore_eos": True, "min_p": min_p})
         assert (out.choices[0].text == greedy.choices[0].text) is same, (min_p, out.choices[0].text)
+
+
+def test_logit_bias_and_allowed_token_ids(client):
+    """OpenAI's ``logit_bias`` (string ids, clamped to [-100, 100]) and vLLM's
+    ``allowed_token_ids`` reach the sampler: +100 (asked as 500) makes its token every greedy
+    choice, in a chat too; a sampled completion stays among the allowed ids."""
+    kwargs = dict(model="tiny", max_tokens=6, extra_body={"ignore_eos": True})
+    biased = client.completions.create(
+        prompt=PROMPT, temperature=0.0, logit_bias={"42": 500}, logprobs=0, **kwargs
+    )
+    assert set(biased.choices[0].logprobs.tokens) == {client_token(client, 42)}
+    chat = client.chat.completions.create(
+        messages=[{"role": "user", "content": "hi"}], temperature=0.0, logit_bias={"42": 100},
+        logprobs=True, **kwargs,
+    )  # fmt: skip
+    assert {t.token for t in chat.choices[0].logprobs.content} == {client_token(client, 42)}
+    allowed = [101, 202, 303]
+    sampled = client.completions.create(
+        prompt=PROMPT, temperature=1.0, seed=1, logprobs=0,
+        **{**kwargs, "extra_body": {"ignore_eos": True, "allowed_token_ids": allowed}},
+    )  # fmt: skip
+    allowed_text = {client_token(client, t) for t in allowed}
+    assert set(sampled.choices[0].logprobs.tokens) <= allowed_text
+
+
+def client_token(client, token_id: int) -> str:
+    """The text of one token id, as the server's /detokenize gives it."""
+    base = str(client.base_url).rstrip("/").removesuffix("/v1")
+    resp = httpx.post(f"{base}/detokenize", json={"model": "tiny", "tokens": [token_id]})
+    return resp.json()["prompt"]

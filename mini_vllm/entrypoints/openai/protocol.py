@@ -5,8 +5,9 @@ Mirrors ``vllm/entrypoints/openai/completion/protocol.py``, ``chat_completion/pr
 mini-vLLM implements, and the bodies of ``/tokenize`` and ``/detokenize``. Requests accept
 vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``,
 ``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``,
-``min_p``, ``repetition_penalty``); a field of upstream's that the engine cannot honour (``echo``,
-``suffix``, ``logit_bias``, ``prompt_logprobs``, structured outputs, tools:
+``min_p``, ``repetition_penalty``, ``allowed_token_ids``; ``logit_bias`` is OpenAI's); a field of
+upstream's that the engine cannot honour (``echo``, ``suffix``, ``prompt_logprobs``, structured
+outputs, tools:
 ``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it holds its neutral
 value, rather than silently ignored. Other unknown fields are ignored, as upstream does, so that
 clients sending newer fields still work.
@@ -95,10 +96,10 @@ class SamplingRequestMixin(OpenAIBaseModel):
     priority: int = 0
     min_p: float | None = None
     repetition_penalty: float | None = None
-    # Upstream's fields that the server does not honour, declared so that a value other than the
-    # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
     logit_bias: dict[str, float] | None = None
     allowed_token_ids: list[int] | None = None
+    # Upstream's fields that the server does not honour, declared so that a value other than the
+    # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
     bad_words: list[str] | None = None
     prompt_logprobs: int | None = None
     use_beam_search: bool = False
@@ -117,8 +118,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
         """Each field above, truthy when it asks for something the engine would not do."""
         response_type = (self.response_format or {}).get("type", "text")
         return {
-            "logit_bias": bool(self.logit_bias),
-            "allowed_token_ids": self.allowed_token_ids is not None,
             "bad_words": bool(self.bad_words),
             "prompt_logprobs": self.prompt_logprobs is not None,
             "use_beam_search": self.use_beam_search,

@@ -152,6 +152,8 @@ class OpenAIServing:
             repetition_penalty=1.0
             if request.repetition_penalty is None
             else request.repetition_penalty,
+            logit_bias=request.logit_bias,  # JSON's string keys: SamplingParams makes them ids
+            allowed_token_ids=request.allowed_token_ids,
             seed=request.seed,
             min_tokens=request.min_tokens,
             stop_token_ids=list(request.stop_token_ids or []),
@@ -165,6 +167,7 @@ class OpenAIServing:
         except (ValueError, TypeError) as exc:
             raise BadRequestError(str(exc), param=getattr(exc, "parameter", None)) from None
         self._check_num_logprobs(checked)
+        values["logit_bias"] = checked.logit_bias  # int ids, biases clamped to [-100, 100]
         return EngineCoreSamplingParams(**values)
 
     def _check_num_logprobs(self, params: SamplingParams) -> None:
@@ -174,6 +177,10 @@ class OpenAIServing:
             params.verify_logprobs(int(self.engine.engine_args.max_logprobs), vocab_size)
         except ValueError as exc:
             raise BadRequestError(str(exc), param="logprobs") from None
+        try:
+            params.verify_token_ids(vocab_size)
+        except ValueError as exc:
+            raise BadRequestError(str(exc), param=getattr(exc, "parameter", None)) from None
 
     def _check_length(self, prompt_len: int, max_tokens: int | None, field: str) -> int:
         """Resolve ``max_tokens`` against ``max_model_len``; 400 when it cannot fit."""

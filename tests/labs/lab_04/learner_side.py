@@ -55,7 +55,42 @@ def _course_launchers() -> Any:
             setattr(module, name, kernel)
         _copies.clear()
         _copies[id(learner)] = module
+    for name in KERNELS:
+        # Checked at every call, on a GPU too (where nothing of the learner's runs during the
+        # call after this): a kernel object that runs Python of the learner's around its
+        # launch is refused at each of its launches (tests/hostile/: lab_04_sort_the_splits_
+        # in_a_pre_run_hook.py, lab_04_merge_in_torch_on_the_kernels_own_run.py).
+        kernel = getattr(module, name)
+        if isinstance(kernel, _Refused):
+            continue
+        why = _own_launch(kernel)
+        if why:
+            setattr(module, name, _Refused(f"{name} {why}"))
     return module
+
+
+def _own_launch(kernel: Any) -> str:
+    """Why ``kernel`` (what ``@triton.jit`` made) would run Python of the learner's when
+    launched, or "": pre-run hooks (Triton's ``add_pre_run_hook``: a hook that sorted a merge's
+    splits made a wrong kernel merge right), or an attribute of the object that stands in for a
+    method of its class (a ``run`` of its own, which ``kernel[grid]`` calls instead of Triton's:
+    one that merged in torch). Triton's own class patched is not seen (docs/grader.md)."""
+    if getattr(kernel, "pre_run_hooks", None):
+        return "has pre-run hooks (add_pre_run_hook)"
+    for key in vars(kernel):
+        if not key.startswith("__") and callable(getattr(type(kernel), key, None)):
+            return f"has a {key} of its own, in place of Triton's"
+    return ""
+
+
+class _Refused:
+    """A kernel whose launches are refused, and why."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __getitem__(self, grid: Any) -> Any:
+        raise TypeError(f"{self.why}: a launch must run the kernel and nothing else")
 
 
 def _bound_the_loads() -> None:
@@ -64,8 +99,12 @@ def _bound_the_loads() -> None:
     last group, past the last token's keys) raises ``IndexError`` instead of reading whatever
     memory lies there, which changes no number and so would pass (the interpreter checks no
     pointer, and a GPU does not trap a read just past an allocation). Every call on the CPU is
-    checked alike, so a kernel cannot tell a checked call from another. Installed once, for the
-    life of this process, by :func:`_course_launchers`."""
+    checked alike, so a kernel cannot tell a checked call from another. An atomic reads the
+    memory it changes and returns it, so ``tl.atomic_add(ptrs, 0)`` is a load too: the atomics
+    (``atomic_rmw``, ``atomic_cas``) are checked like ``tl.load``, and every other way the
+    interpreter reads memory (unmasked loads, atomic loads, tensor descriptors) goes through
+    ``create_masked_load``. Installed once, for the life of this process, by
+    :func:`_course_launchers`."""
     import numpy as np
     import torch
     from triton.runtime import interpreter
@@ -74,6 +113,7 @@ def _bound_the_loads() -> None:
     if getattr(builder, "_course_bounded", False):
         return
     run, load = executor.__call__, builder.create_masked_load
+    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
     extents: list[tuple[int, int]] = []
 
     def extent(tensor: Any) -> tuple[int, int] | None:
@@ -90,6 +130,12 @@ def _bound_the_loads() -> None:
         return lo, hi + size
 
     def bounded_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.pre_run_hooks:
+            raise TypeError(
+                "a kernel launched with pre-run hooks (add_pre_run_hook): the launch must run "
+                "the kernel and nothing else"
+            )
+        _only_triton(self.fn, set())
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         outer = extents[:]
         extents[:] = [e for e in map(extent, tensors) if e is not None]
@@ -98,8 +144,10 @@ def _bound_the_loads() -> None:
         finally:
             extents[:] = outer
 
-    def bounded_load(self: Any, ptrs: Any, mask: Any, other: Any, *rest: Any) -> Any:
-        lanes = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
+    def check(ptrs: Any, mask: Any) -> None:
+        """Refuse the read if a lane that ``mask`` (an array) lets through lies outside every
+        extent."""
+        lanes = np.broadcast_to(mask, ptrs.data.shape).astype(bool)
         addresses = ptrs.data[lanes].astype(np.uint64)
         size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
         inside = np.zeros(addresses.shape, dtype=bool)
@@ -112,11 +160,164 @@ def _bound_the_loads() -> None:
                 "t < seq_len, the query rows with offs_g < QUERIES_PER_KV, the cache write's K "
                 "and V with idx < NUM_KV_HEADS * HEAD_DIM)"
             )
+
+    def bounded_load(self: Any, ptrs: Any, mask: Any, other: Any, *rest: Any) -> Any:
+        check(ptrs, mask.data)
         return load(self, ptrs, mask, other, *rest)
+
+    def bounded_rmw(self: Any, op: Any, ptrs: Any, val: Any, mask: Any, *rest: Any) -> Any:
+        check(ptrs, mask.data)
+        return rmw(self, op, ptrs, val, mask, *rest)
+
+    def bounded_cas(self: Any, ptrs: Any, *rest: Any) -> Any:
+        check(ptrs, np.True_)  # no mask: every lane reads
+        return cas(self, ptrs, *rest)
 
     executor.__call__ = bounded_run
     builder.create_masked_load = bounded_load
+    builder.create_atomic_rmw, builder.create_atomic_cas = bounded_rmw, bounded_cas
     builder._course_bounded = True
+
+
+#: The builtins a kernel may name: those Triton's compiler knows.
+_KERNEL_BUILTINS = frozenset(
+    ("range", "float", "int", "bool", "min", "max", "len", "print", "abs", "isinstance")
+)
+
+
+def _triton_names() -> frozenset[str]:
+    """The public names of ``triton.language`` and its submodules whose values are Triton's
+    own (a function, a class, a dtype, a submodule of it), and the public attributes of its
+    tensor and type classes: every attribute a kernel may read. A name those modules import
+    from elsewhere (``builtins``, ``functools.partial``) is not among them."""
+    import sys
+
+    import triton.language as tl
+    from triton.runtime.jit import KernelInterface
+
+    def triton_own(value: Any) -> bool:
+        if isinstance(value, (tl.dtype, tl.constexpr, int, float, bool, str, KernelInterface)):
+            return True
+        name = value.__name__ if isinstance(value, type(tl)) else getattr(value, "__module__", "")
+        return isinstance(name, str) and name.startswith("triton.language")
+
+    names = set()
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("triton.language") and module is not None:
+            names.update(
+                n for n, v in vars(module).items() if not n.startswith("_") and triton_own(v)
+            )
+    for kind in (tl.tensor, tl.dtype, tl.pointer_type, tl.block_type, tl.constexpr):
+        names.update(n for n in dir(kind) if not n.startswith("_"))
+    block = tl.block_type(tl.int32, [2])
+    for value in (
+        tl.int32,
+        tl.pointer_type(tl.int32),
+        block,
+        tl.tensor(None, block),
+        tl.constexpr(1),
+    ):
+        names.update(n for n in vars(value) if not n.startswith("_"))  # set by __init__
+    # What the interpreter's rewrite of a kernel calls: interpreter_semantic.to_tensor around
+    # each assignment, _InterpreterComparison(...).get_result() for a chained comparison.
+    names.update(("to_tensor", "get_result"))
+    return frozenset(names - {"handle"})
+
+
+_ATTRIBUTES: list[frozenset[str]] = []
+#: Each kernel's code (the interpreter's rewrite) scanned once: the global names it loads.
+_SCANS: dict[Any, tuple[str, ...]] = {}
+
+
+def _scan(code: Any, where: str) -> tuple[str, ...]:
+    """The global names ``code`` (with the code nested in it) loads; refuses an attribute or a
+    keyword that is not Triton's, an import, a global written and a closure."""
+    import dis
+
+    names = _SCANS.get(code)
+    if names is not None:
+        return names
+    if not _ATTRIBUTES:
+        _ATTRIBUTES.append(_triton_names())
+    attributes, found, codes = _ATTRIBUTES[0], set(), [code]
+    while codes:
+        inner = codes.pop()
+        if inner.co_freevars or inner.co_cellvars:
+            raise TypeError(f"{where} uses a closure: a kernel may use only Triton")
+        codes.extend(c for c in inner.co_consts if isinstance(c, type(code)))
+        for ins in dis.get_instructions(inner):
+            op = ins.opname
+            if op in ("IMPORT_NAME", "IMPORT_FROM", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME"):
+                raise TypeError(f"{where} has {op} {ins.argval!r}: a kernel may use only Triton")
+            if op in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR"):
+                if ins.argval not in attributes:
+                    raise TypeError(
+                        f"{where} reads .{ins.argval}, which is not Triton's: a kernel may use "
+                        "only Triton (tl.*), other @triton.jit functions, its arguments and "
+                        "constants"
+                    )
+            elif op == "KW_NAMES":
+                for name in inner.co_consts[ins.arg]:
+                    if name.startswith("_"):
+                        raise TypeError(f"{where} passes the keyword {name}: Triton's own")
+            elif op == "LOAD_GLOBAL":
+                found.add(ins.argval)
+    _SCANS[code] = names = tuple(sorted(found))
+    return names
+
+
+def _only_triton(fn: Any, seen: set[int]) -> None:
+    """Refuse a kernel (the function the interpreter runs) that names anything but Triton:
+    in the interpreter a kernel's body is Python, and one that called a Python function of its
+    file (reading raw addresses with ``ctypes``, say) read past its table without a load
+    (tests/hostile/lab_04_read_the_table_in_python.py), as no compiler would let a kernel do.
+    Read from the bytecode that runs (the interpreter's rewrite of the kernel), at every launch:
+    a global must be ``triton.language`` (or a module of it), another ``@triton.jit`` function
+    (checked the same way), a constant or a builtin Triton's compiler knows; an attribute or a
+    keyword must be one of Triton's public names (:func:`_triton_names`: never ``handle``, nor
+    a name with an underscore); no import, no global written, no closure, no default argument
+    but a constant. The bytecode is scanned once; its globals are looked up at every launch."""
+    import builtins
+
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    def constant(value: Any) -> bool:
+        if isinstance(value, tl.constexpr):
+            value = value.value
+        return value is None or isinstance(value, (int, float, str, tl.dtype))
+
+    code = getattr(fn, "__code__", None)
+    if code is None or id(code) in seen:
+        return
+    seen.add(id(code))
+    where = f"the kernel {getattr(fn, '__name__', '?')}"
+    defaults = [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
+    if not all(map(constant, defaults)):
+        raise TypeError(f"{where} has a default argument that is not a constant: only Triton")
+    rewrite = (interpreter.interpreter_semantic, interpreter._InterpreterComparison)
+    missing = object()
+    for name in _scan(code, where):
+        value = fn.__globals__.get(name, missing)
+        if value is missing and name in _KERNEL_BUILTINS:
+            continue
+        if value is missing:
+            value = getattr(builtins, name, None)
+        if any(value is own for own in rewrite):
+            continue
+        if isinstance(value, interpreter.InterpretedFunction):
+            _only_triton(value.rewrite(), seen)
+        elif isinstance(value, type(tl)):
+            if not value.__name__.startswith("triton.language"):
+                raise TypeError(
+                    f"{where} names the module {name} ({value.__name__}): a kernel may use only "
+                    "Triton"
+                )
+        elif not constant(value):
+            raise TypeError(
+                f"{where} names {name}, a {type(value).__name__}: a kernel may use only Triton "
+                "(tl.*), other @triton.jit functions, its arguments and constants"
+            )
 
 
 # -- the cache write -----------------------------------------------------------------------------
@@ -243,10 +444,13 @@ def write_then_decode_far(
     (a block id times a block stride) wraps there. The K and V caches are the two halves of one
     buffer of 4 GiB, allocated here and never sent (only the pages of the blocks used are touched).
     Returns None if this process cannot reserve that much address space."""
+    import gc
+
     import torch
 
     n, kv_heads, head_dim = key.shape
     num_blocks = 2**31 // (2 * block_size * kv_heads * head_dim) + 4
+    gc.collect()  # the last call's buffer, if a reference cycle still holds it
     try:
         buf = torch.empty(
             (num_blocks, 2, block_size, kv_heads, head_dim), dtype=torch.float16, device=key.device

@@ -252,7 +252,11 @@ class Driver:
         bases too: on the type alone, a pool or map of an empty subclass whose search called
         the base class's function went uncounted
         (tests/hostile/lab_07_look_up_through_the_base_class.py). A call made inside a counted
-        one (a subclass's method calling its base's) counts once."""
+        one (a subclass's method calling its base's) counts once; and every call of the course's
+        own function (the last definition in the order) is counted apart, nested or not, the
+        larger count kept: a subclass whose first lookup made all the others through the base
+        class's function, inside the one call counted, went uncounted
+        (tests/hostile/lab_07_look_up_inside_one_counted_call.py)."""
         pool = self.mgr.block_pool
         counts: list[int] = []
         patched: list[tuple[type, str, Any]] = []
@@ -262,23 +266,27 @@ class Driver:
         ):
             if owner is None:
                 continue
-            counts.append(0)
-            index = len(counts) - 1
+            counts.extend((0, 0))  # outermost calls, calls of the course's own function
+            index = len(counts) - 2
             depth = [0]
-            for cls in type(owner).__mro__:
-                original = cls.__dict__.get(name)
-                if cls is object or not callable(original):
-                    continue
+            defining = [
+                c for c in type(owner).__mro__ if c is not object and callable(c.__dict__.get(name))
+            ]
+            for cls in defining:
+                original = cls.__dict__[name]
 
                 def counting(
                     *args: Any,
                     _f: Any = original,
                     _i: int = index,
                     _d: list[int] = depth,
+                    _own: bool = cls is defining[-1],
                     **kwargs: Any,
                 ) -> Any:
                     if _d[0] == 0:
                         counts[_i] += 1
+                    if _own:
+                        counts[_i + 1] += 1
                     _d[0] += 1
                     try:
                         return _f(*args, **kwargs)

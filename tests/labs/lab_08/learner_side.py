@@ -21,6 +21,7 @@ import contextlib
 from typing import Any
 
 from mini_vllm.core.sched.request_queue import PriorityRequestQueue as _PriorityQueue
+from mini_vllm.request import ConstantList as _Tokens
 from mini_vllm.teaching.invariants import pool_snapshot
 
 
@@ -162,20 +163,21 @@ def check_stop(module: Any, request: Any, tokens: list[int], max_model_len: int)
 
 # -- reading ------------------------------------------------------------------------------------
 def _plain(values: Any) -> list[Any]:
-    """The elements of a ``dict`` (its keys), ``list``, ``set`` or ``deque`` (the FCFS waiting
-    queue), read by that type's own iteration, whatever subclass holds them; a priority queue
-    by ``PriorityRequestQueue``'s own ``__iter__``; anything else by its own. A subclass answers
-    ``__iter__`` as it likes: a scheduler's ``requests`` that left the finished ones out of its
-    iteration hid a leak from every state read
-    (tests/hostile/hide_the_finished_from_the_schedulers_requests.py), and a waiting queue that
-    did the same hid an aborted request that ``len`` still counted
-    (tests/hostile/lab_08_hide_the_aborted_from_the_waiting_walk.py)."""
-    for base in (dict, list, set, collections.deque):
+    """The elements of a ``dict`` (its keys), ``list``, ``tuple``, ``set``, ``frozenset`` or
+    ``deque`` (the FCFS waiting queue), read by that type's own iteration, whatever subclass
+    holds them; a priority queue by ``PriorityRequestQueue``'s own ``__iter__``, a request's
+    token list by ``ConstantList``'s. A subclass answers ``__iter__`` as it likes: a scheduler's
+    ``requests`` that left the finished ones out of its iteration hid a leak from every state
+    read (tests/hostile/hide_the_finished_from_the_schedulers_requests.py), and a waiting queue
+    that did the same hid an aborted request that ``len`` still counted
+    (tests/hostile/lab_08_hide_the_aborted_from_the_waiting_walk.py). Anything else is read as
+    the name of its type, which no test takes for a right answer: a waiting queue of the
+    submission's own class answered its own iteration the same way
+    (tests/hostile/lab_08_hide_the_aborted_in_a_queue_of_its_own.py)."""
+    for base in (dict, list, tuple, set, frozenset, collections.deque, _PriorityQueue, _Tokens):
         if isinstance(values, base):
             return list(base.__iter__(values))
-    if isinstance(values, _PriorityQueue):
-        return list(_PriorityQueue.__iter__(values))
-    return list(values)
+    return [f"<a {type(values).__name__}, not one of the course's containers>"]
 
 
 def _pairs(mapping: Any) -> list[tuple[Any, Any]]:

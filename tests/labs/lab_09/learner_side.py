@@ -77,7 +77,14 @@ def given_arguments(back: int) -> list[Any]:
     return list(_GIVEN[-1 - back])
 
 
-def cost_step(num_reqs: int, tokens_per_req: int, block_size: int = 16) -> list[Any]:
+#: The cost steps' block size: every request of both steps (5 + 16 and 5 + 1,600 tokens) fits one
+#: block, so the work per request and per block is the same in both and only work per token can
+#: grow (the README allows a loop over blocks; with blocks of 16 one loop over a request's blocks
+#: ran 100 times as often in the big step and was taken for work per token).
+COST_BLOCK_SIZE = 2048
+
+
+def cost_step(num_reqs: int, tokens_per_req: int, block_size: int = COST_BLOCK_SIZE) -> list[Any]:
     """The arguments of the cost test's step: ``num_reqs`` requests, each with 5 tokens cached
     and ``tokens_per_req`` scheduled (request ``i``'s tokens are ``1000 * i ..``, its blocks
     distinct ids from 1). The judge builds the same step for its yardstick (the reference)."""
@@ -158,26 +165,33 @@ def run_steps(step: StepArgs, calls: int) -> list[Any]:
 def lines_run(step: StepArgs) -> list[Any]:
     """One call of the learner's ``prepare_inputs`` on ``step``, with a line trace on: how many
     lines of Python ran in this thread during the call (each pass of a loop or comprehension
-    over a line counts), reading the result's fields included, and those fields
-    (``COST_FIELDS``, whole, compared in the judge with the reference's).
+    over a line counts), how many bytecode instructions, reading the result's fields included,
+    and those fields (``COST_FIELDS``, whole, compared in the judge with the reference's).
 
     Every line counts, whatever file or namespace its code claims: code compiled under another
     file name, or run in another module's globals, is Python of the call too
-    (tests/hostile/lab_09_per_token_code_named_another_file.py). What numpy and torch run in
-    C is not Python; the few Python lines of their wrappers, and of this helper, are the same
-    for a small step and a big one, so the judge, comparing two steps, sees only growth."""
+    (tests/hostile/lab_09_per_token_code_named_another_file.py). Lines alone miss Python that
+    runs per token on one line, with no loop: an expression of one term per token, generated
+    as text and compiled once (tests/hostile/lab_09_unroll_the_tokens_on_one_line.py); its
+    bytecode instructions grow with the tokens, so they are counted too (``f_trace_opcodes``
+    on every frame). What numpy and torch run in C is not Python; the few Python lines of their
+    wrappers, and of this helper, are the same for a small step and a big one, so the judge,
+    comparing two steps, sees only growth."""
     import sys
 
     import model_inputs as yours
 
-    count = [0]
+    count = [0, 0]
 
     def local(frame: Any, event: str, arg: Any) -> Any:
-        if event == "line":
+        if event == "opcode":
+            count[1] += 1
+        elif event == "line":
             count[0] += 1
         return local
 
     def calls(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
         return local
 
     previous = sys.gettrace()
@@ -187,7 +201,7 @@ def lines_run(step: StepArgs) -> list[Any]:
         fields = _fields(yours.prepare_inputs(*step.args))
     finally:
         sys.settrace(previous)
-    return [count[0], *fields]
+    return [*count, *fields]
 
 
 def _overwrite(tensor: Any, value: int) -> None:

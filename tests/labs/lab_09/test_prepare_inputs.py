@@ -693,20 +693,29 @@ def _random_batches_follow_the_rules(mod: Any, step: Any) -> None:
 # -- cost ----------------------------------------------------------------------------------------
 
 COST_REQS, COST_SMALL, COST_BIG, COST_CALLS = 8, 16, 1_600, 20
-#: The most lines of Python the small cost step (8 requests of 16 tokens, 2 blocks each) may
+#: The most lines of Python the small cost step (8 requests of 16 tokens, one block each) may
 #: run: the reference runs about 140; a loop per request or per block fits many times over.
 #: Without a bound, lines run on the small step alone (an empty loop up to a fixed count) hid
 #: the growth that the test measures (tests/hostile/lab_09_pad_the_small_steps_lines.py).
 COST_SMALL_LINES = 2_000
+#: The most bytecode instructions the small cost step may run (the reference runs about 780),
+#: and how many more each more token may add: the steps hold one block per request
+#: (``COST_BLOCK_SIZE``), so a loop per request or per block adds nothing as the tokens grow;
+#: a comprehension over the tokens (about 20 a token) or an
+#: expression of one term per token on a single line, which adds no line
+#: (tests/hostile/lab_09_unroll_the_tokens_on_one_line.py), does not.
+COST_SMALL_INSTRUCTIONS, COST_INSTRUCTIONS_PER_TOKEN = 10_000, 2.0
 
 
 def _cost_summary(tokens_per_req: int) -> list[int]:
     """The cost step's token count, last position and last slot, from the rules: the last
-    request's last token sits at 5 + tokens_per_req - 1, in its own blocks (16 tokens each)."""
-    num_blocks = -(-(5 + tokens_per_req) // 16)
+    request's last token sits at 5 + tokens_per_req - 1, in its own blocks."""
+    from tests.labs.lab_09.learner_side import COST_BLOCK_SIZE as size
+
+    num_blocks = -(-(5 + tokens_per_req) // size)
     pos = 5 + tokens_per_req - 1
-    block = 1 + (COST_REQS - 1) * num_blocks + pos // 16
-    return [COST_REQS * tokens_per_req, pos, block * 16 + pos % 16]
+    block = 1 + (COST_REQS - 1) * num_blocks + pos // size
+    return [COST_REQS * tokens_per_req, pos, block * size + pos % size]
 
 
 @graded(
@@ -724,37 +733,40 @@ def test_no_python_work_per_token():
     whatever file a line's code names: learner_side.lines_run) may grow by at most one for
     every 4 more tokens, which a loop per token or a comprehension over tokens exceeds and a
     loop per request or per block does not, from a small step of at most ``COST_SMALL_LINES``
-    (lines spent on a small step alone cannot hide the growth); the traced call's fields are
-    read inside the trace and compared whole with the reference's. Then, the trace off, 20
+    (lines spent on a small step alone cannot hide the growth); its bytecode instructions
+    likewise, by at most two a token from ``COST_SMALL_INSTRUCTIONS`` (Python per token written
+    on one line adds no line); the traced call's fields are read inside the trace and compared
+    whole with the reference's. Then, the trace off, 20
     calls on each step are timed here, each call's fields read as it returns (exact tensors):
     the big step at most 60x the small one (the reference: about 12x of CPU), and under 10x
     what the reference takes in the judge for the same calls (CPU time, which nothing in the
     learner process can slow down)."""
     from mini_vllm.worker import model_inputs as reference
-    from tests.labs.lab_09.learner_side import COST_FIELDS, cost_step
+    from tests.labs.lab_09.learner_side import COST_BLOCK_SIZE, COST_FIELDS, cost_step
 
     runner("prepare_inputs")  # a stub stops here, NOT STARTED
     side = learner_module("learner_side")
     small, big = side.StepArgs(COST_REQS, COST_SMALL), side.StepArgs(COST_REQS, COST_BIG)
-    lines = {}
+    lines, instructions = {}, {}
     for step, n in ((small, COST_SMALL), (big, COST_BIG)):
         # The traced call's fields, whole (read inside the trace: learner_side._fields).
         got = side.lines_run(step)
         ref = reference.prepare_inputs(*cost_step(COST_REQS, n))
         setting = (
             f"a step of {COST_REQS} requests of {n} scheduled tokens after 5 cached ones (blocks "
-            "of 16)"
+            f"of {COST_BLOCK_SIZE}, one a request)"
         )
-        assert type(got) is list and len(got) == 1 + len(COST_FIELDS), (
+        assert type(got) is list and len(got) == 2 + len(COST_FIELDS), (
             f"{setting}: {', '.join(COST_FIELDS)} should be torch tensors, got {str(got)[:200]}"
         )
-        for name, value in zip(COST_FIELDS, got[1:]):
+        for name, value in zip(COST_FIELDS, got[2:]):
             want = getattr(ref, name).tolist()
             assert as_list(value) == want, (
                 f"{setting}: {name} should be {want[:4]} ... {want[-4:]}, got "
                 f"{str(as_list(value))[:200]}"
             )
         lines[n] = got[0]
+        instructions[n] = got[1]
     assert lines[COST_SMALL] <= COST_SMALL_LINES, (
         f"prepare_inputs ran {lines[COST_SMALL]:,} lines of Python (your file's and any it "
         f"calls) for a step of {COST_REQS} requests of {COST_SMALL} tokens: at most "
@@ -773,6 +785,20 @@ def test_no_python_work_per_token():
         "build the per-token arrays with numpy (np.repeat, np.cumsum, fancy indexing, "
         "np.fromiter of itertools.chain, not of a generator expression over the tokens), as "
         "the README's 'How you are graded' says; a loop per request is fine"
+    )
+    assert instructions[COST_SMALL] <= COST_SMALL_INSTRUCTIONS, (
+        f"prepare_inputs ran {instructions[COST_SMALL]:,} bytecode instructions for a step of "
+        f"{COST_REQS} requests of {COST_SMALL} tokens: at most {COST_SMALL_INSTRUCTIONS:,} (the "
+        "reference runs about 780); a loop per request is fine (README, 'How you are graded')"
+    )
+    per_token = (instructions[COST_BIG] - instructions[COST_SMALL]) / more_tokens
+    assert per_token <= COST_INSTRUCTIONS_PER_TOKEN, (
+        f"prepare_inputs ran {instructions[COST_BIG]:,} bytecode instructions for a step of "
+        f"{COST_REQS * COST_BIG:,} tokens and {instructions[COST_SMALL]:,} for "
+        f"{COST_REQS * COST_SMALL:,} tokens (the same {COST_REQS} requests): {per_token:.1f} "
+        "more for each more token. Python runs per token even on one line (an expression with "
+        "a term per token); build the per-token arrays with numpy (np.repeat, np.cumsum, fancy "
+        "indexing), as the README's 'How you are graded' says; a loop per request is fine"
     )
 
     args = cost_step(COST_REQS, COST_BIG)

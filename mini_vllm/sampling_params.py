@@ -174,10 +174,16 @@ class SamplingParams:
                 f"repetition_penalty must be greater than zero, got {self.repetition_penalty}",
                 parameter="repetition_penalty",
             )
-        if self.allowed_token_ids is not None and not self.allowed_token_ids:
-            raise VLLMValidationError(
-                "allowed_token_ids is not None and empty!", parameter="allowed_token_ids"
-            )
+        if self.allowed_token_ids is not None:
+            if not self.allowed_token_ids:
+                raise VLLMValidationError(
+                    "allowed_token_ids is not None and empty!", parameter="allowed_token_ids"
+                )
+            if not all(type(t) is int for t in self.allowed_token_ids):
+                raise VLLMValidationError(
+                    f"allowed_token_ids must hold only ints, got {self.allowed_token_ids}",
+                    parameter="allowed_token_ids",
+                )
         if not 0.0 <= self.min_p <= 1.0:
             raise VLLMValidationError(
                 f"min_p must be in [0, 1], got {self.min_p}", parameter="min_p"

@@ -139,3 +139,5 @@ def test_logit_bias_and_allowed_token_ids(engines: SharedEngines, tiny_llama_dir
             llm.generate(prompts[:1], SamplingParams(max_tokens=2, **bad), use_tqdm=False)
     with pytest.raises(ValueError, match="allowed_token_ids is not None and empty"):
         SamplingParams(allowed_token_ids=[])
+    with pytest.raises(ValueError, match="allowed_token_ids must hold only ints"):
+        SamplingParams(allowed_token_ids=[1, "2"])

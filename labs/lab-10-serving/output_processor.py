@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from mini_vllm.engine import EngineCoreEventType
 from mini_vllm.engine.logprobs import LogprobsProcessor
-from mini_vllm.metrics.stats import FinishedRequestStats, IterationStats
+from mini_vllm.metrics.stats import FinishedRequestStats, IterationStats, ParentRequestStats
 from mini_vllm.outputs import CompletionOutput, RequestOutput
 
 if TYPE_CHECKING:  # annotations only: the engine core's module needs the serve extra (pyzmq)
@@ -160,6 +160,7 @@ class RequestState:
     stream: bool
     arrival_time: float
     max_tokens_param: int | None = None
+    parent: ParentRequestStats | None = None  # the prompt's n samples (None: n = 1)
     # The core's stamps (EngineCoreEvent), 0.0 until they arrive with the first output.
     queued_ts: float = 0.0
     scheduled_ts: float = 0.0
@@ -201,8 +202,10 @@ class OutputProcessor:
         skip_special_tokens: bool = True,
         stream: bool = False,
         arrival_time: float | None = None,
+        parent: ParentRequestStats | None = None,
     ) -> asyncio.Queue[RequestOutput | BaseException]:
-        """Track a request about to be sent to the core; return the queue its outputs go to."""
+        """Track a request about to be sent to the core; return the queue its outputs go to.
+        ``parent`` groups the samples of one prompt for the metrics (the server's ``n``)."""
         if request.request_id in self.request_states:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
@@ -223,6 +226,7 @@ class OutputProcessor:
             stream=stream,
             arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
             max_tokens_param=request.sampling_params.max_tokens,
+            parent=parent,
         )
         return queue
 
@@ -341,3 +345,4 @@ class OutputProcessor:
             finished.decode_time = state.last_token_time - state.first_token_time
             finished.inference_time = state.last_token_time - state.scheduled_ts
         stats.finished_requests.append(finished)
+        (state.parent or ParentRequestStats()).observe_finished(state.num_generation_tokens, stats)

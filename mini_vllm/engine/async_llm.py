@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from mini_vllm.engine.core import EngineCoreRequest, EngineCoreSamplingParams
 from mini_vllm.engine.core_client import AsyncMPClient, EngineDeadError
 from mini_vllm.engine.output_processor import OutputProcessor
-from mini_vllm.metrics.stats import IterationStats, SchedulerStats
+from mini_vllm.metrics.stats import IterationStats, ParentRequestStats, SchedulerStats
 from mini_vllm.outputs import RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -97,6 +97,7 @@ class AsyncLLM:
         stream: bool = False,
         arrival_time: float | None = None,
         priority: int = 0,
+        parent: ParentRequestStats | None = None,
     ) -> asyncio.Queue[RequestOutput | BaseException]:
         if self.errored:
             raise self.dead_error
@@ -116,6 +117,7 @@ class AsyncLLM:
             skip_special_tokens=skip_special_tokens,
             stream=stream,
             arrival_time=arrival_time,
+            parent=parent,
         )
         try:
             await self.engine_core.add_request_async(request)

@@ -191,6 +191,14 @@ class PrometheusStatLogger:
         self.histogram_max_tokens_request = histogram(
             "vllm:request_params_max_tokens", "A request's max_tokens.", token_buckets
         )
+        self.histogram_n_request = histogram(
+            "vllm:request_params_n", "A prompt's n (samples asked for).", [1, 2, 5, 10, 20]
+        )
+        self.histogram_max_num_generation_tokens_request = histogram(
+            "vllm:request_max_num_generation_tokens",
+            "The most tokens one of a prompt's samples generated.",
+            token_buckets,
+        )
 
     def record(
         self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None
@@ -211,6 +219,10 @@ class PrometheusStatLogger:
         self.histogram_iteration_tokens.observe(
             iteration_stats.num_prompt_tokens + iteration_stats.num_generation_tokens
         )
+        for n in iteration_stats.n_params_iter:
+            self.histogram_n_request.observe(n)
+        for num_tokens in iteration_stats.max_num_generation_tokens_iter:
+            self.histogram_max_num_generation_tokens_request.observe(num_tokens)
         for ttft in iteration_stats.time_to_first_tokens_iter:
             self.histogram_time_to_first_token.observe(ttft)
         for itl in iteration_stats.inter_token_latencies_iter:

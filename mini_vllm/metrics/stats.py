@@ -98,6 +98,27 @@ class IterationStats:
     num_prompt_tokens: int = 0
     num_generation_tokens: int = 0
     num_cached_tokens: int = 0
+    # One entry per prompt whose every sample finished: its n, and its longest sample.
+    n_params_iter: list[int] = field(default_factory=list)
+    max_num_generation_tokens_iter: list[int] = field(default_factory=list)
     time_to_first_tokens_iter: list[float] = field(default_factory=list)
     inter_token_latencies_iter: list[float] = field(default_factory=list)
     finished_requests: list[FinishedRequestStats] = field(default_factory=list)
+
+
+@dataclass
+class ParentRequestStats:
+    """The ``n`` samples of one prompt, as the metrics see them (what upstream's
+    ``ParentRequest`` observes): recorded once, when the last sample finishes, as ``n`` and the
+    most tokens a sample generated. A request without one counts as its own ``n = 1`` parent."""
+
+    n: int = 1
+    max_num_generation_tokens: int = 0
+    num_finished: int = 0
+
+    def observe_finished(self, num_generation_tokens: int, stats: IterationStats) -> None:
+        self.max_num_generation_tokens = max(self.max_num_generation_tokens, num_generation_tokens)
+        self.num_finished += 1
+        if self.num_finished == self.n:
+            stats.n_params_iter.append(self.n)
+            stats.max_num_generation_tokens_iter.append(self.max_num_generation_tokens)

@@ -124,6 +124,11 @@ def test_n2_parallel_samples_share_the_prompt(tiny_server, client):
     assert hits == (prompt_len - 1) // 16 * 16 > 0, "the second sample recomputed the prompt"
     cached = after["vllm:prompt_tokens_cached_total"] - before["vllm:prompt_tokens_cached_total"]
     assert cached == hits, "prompt_tokens_cached counts the hits of each request's first schedule"
+    # One prompt of n = 2 samples, recorded once, with its longest sample's 8 tokens.
+    for name, value in (("request_params_n", 2), ("request_max_num_generation_tokens", 8)):
+        count = after[f"vllm:{name}_count"] - before[f"vllm:{name}_count"]
+        total = after[f"vllm:{name}_sum"] - before[f"vllm:{name}_sum"]
+        assert (count, total) == (1, value), name
 
 
 def test_request_phases_add_up(tiny_server, client):
@@ -487,6 +492,7 @@ def test_metric_buckets_and_reasons_are_upstreams(tiny_server, client):
         "vllm:request_decode_time_seconds",
         "vllm:request_inference_time_seconds",
         "vllm:iteration_tokens_total",
+        "vllm:request_params_n",
     ):
         edges = re.findall(rf'^{name}_bucket{{[^}}]*le="([^"]+)"', text, flags=re.M)
         assert [float(e) for e in edges if e != "+Inf"] == [float(b) for b in upstream[name]], name

@@ -13,7 +13,7 @@ import pytest
 from mini_vllm.engine import EngineCoreEvent, EngineCoreEventType
 from mini_vllm.engine.core import EngineCoreOutput, EngineCoreRequest, EngineCoreSamplingParams
 from mini_vllm.engine.output_processor import OutputProcessor
-from mini_vllm.metrics.stats import IterationStats
+from mini_vllm.metrics.stats import IterationStats, ParentRequestStats
 
 
 @pytest.fixture()
@@ -178,3 +178,26 @@ def test_min_tokens_reached_lets_stop_strings_through(processor, serve_tokenizer
     processor.process_outputs([EngineCoreOutput("a", ids[:1])])
     assert processor.process_outputs([EngineCoreOutput("a", ids[1:])]).reqs_to_abort == ["a"]
     assert _drain(queue)[-1].outputs[0].text == "one "
+
+
+def test_a_prompts_samples_are_recorded_once_all_finished(processor, serve_tokenizer):
+    """The server's ``n`` samples of one prompt share a ``ParentRequestStats``: ``n`` and the
+    longest sample's token count are recorded once, when the last sample finishes (upstream's
+    ``ParentRequest.observe_finished_request``); a request without one counts as ``n = 1``."""
+    parent = ParentRequestStats(2)
+    _add(processor, "a-0", parent=parent)
+    _add(processor, "a-1", parent=parent)
+    _add(processor, "b")
+    ids = _ids(serve_tokenizer, "one two three")
+    first, second = IterationStats(), IterationStats()
+    outs = [
+        EngineCoreOutput("a-0", ids, finish_reason="length"),
+        EngineCoreOutput("b", ids[:1], finish_reason="stop"),
+        EngineCoreOutput("a-1", ids[:1]),
+    ]
+    processor.process_outputs(outs, now=1.0, iteration_stats=first)
+    assert (first.n_params_iter, first.max_num_generation_tokens_iter) == ([1], [1])
+    processor.process_outputs(
+        [EngineCoreOutput("a-1", ids[1:2], finish_reason="length")], now=2.0, iteration_stats=second
+    )
+    assert (second.n_params_iter, second.max_num_generation_tokens_iter) == ([2], [len(ids)])

@@ -51,6 +51,7 @@ from mini_vllm.entrypoints.openai.protocol import (
     random_uuid,
 )
 from mini_vllm.logprobs import SampleLogprobs
+from mini_vllm.metrics.stats import ParentRequestStats
 from mini_vllm.outputs import CompletionOutput, RequestOutput
 from mini_vllm.sampling_params import SamplingParams
 
@@ -321,6 +322,7 @@ class OpenAIServing:
         generators = []
         stop = request.stop_list()
         for p_index, prompt in enumerate(prompts):
+            parent = ParentRequestStats(request.n)
             for sample in range(request.n):
                 child = msgspec.structs.replace(
                     params,
@@ -338,6 +340,7 @@ class OpenAIServing:
                         skip_special_tokens=request.skip_special_tokens,
                         stream=request.stream,
                         priority=request.priority,
+                        parent=parent,
                     )
                 )
         return merge_async_iterators(generators)

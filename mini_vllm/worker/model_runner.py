@@ -22,17 +22,12 @@ import torch
 
 from mini_vllm.logprobs import LogprobsLists, LogprobsTensors
 from mini_vllm.model.attention import AttentionMetadata
-from mini_vllm.sample.sampler import (
-    PenaltyState,
-    Sampler,
-    SamplerOutput,
-    SamplingMetadata,
-    token_counts,
-)
+from mini_vllm.sample.sampler import Sampler, SamplerOutput, SamplingMetadata
 from mini_vllm.worker import kv_sizing
 from mini_vllm.worker.cuda_graphs import CudaGraphManager
 from mini_vllm.worker.input_batch import InputBatch
 from mini_vllm.worker.model_inputs import ModelInputs
+from mini_vllm.worker.sampling_metadata import make_sampling_metadata
 
 if TYPE_CHECKING:
     from mini_vllm.core.sched.output import SchedulerOutput
@@ -571,140 +566,36 @@ class ModelRunner:
     def _sample(
         self, logits: torch.Tensor, prepared: PreparedStep, sample_rows: list[int]
     ) -> SamplerOutput:
-        """Build the batch's ``SamplingMetadata`` from the rows' parameters and draw one token
-        per sampled request, left on the device (``get_output`` reads them back). Its output so
-        far counts a token still in flight (``min_tokens`` masks stops below it, the penalties
-        count that token)."""
+        """Draw one token per sampled request, left on the device (``get_output`` reads them
+        back), with the batch's ``SamplingMetadata`` (``sampling_metadata.py``)."""
         batch = self.input_batch
         assert batch is not None and prepared.num_output_tokens is not None
-        rows, num_output_tokens = prepared.rows[sample_rows], prepared.num_output_tokens
-        vocab_size = logits.shape[-1]
-        penalties = None
-        if batch.penalty_rows and not batch.penalty_rows.isdisjoint(rows.tolist()):
-            penalties = self._penalty_state(prepared, sample_rows, vocab_size)
-        logit_bias, disallowed_mask = self._token_rules(rows, vocab_size)
-        stop_token_masks: dict[int, list[int]] = {}
-        max_num_logprobs = None
-        if batch.min_tokens_rows or batch.num_logprobs:
-            asked = []
-            for i, row in enumerate(rows.tolist()):
-                k = batch.num_logprobs.get(row)
-                if k is not None:
-                    asked.append(vocab_size if k == -1 else k)
-                if row in batch.min_tokens_rows:
-                    params = batch.sampling_params[row]
-                    assert params is not None
-                    if num_output_tokens[i] < params.min_tokens:
-                        stop_token_masks[i] = sorted(params.all_stop_token_ids)
-            max_num_logprobs = max(asked) if asked else None
-        greedy = batch.is_greedy[rows]
-        if greedy.all():
-            # The common offline case: an argmax needs none of the per-row tensors, whose
-            # host-to-device copies would cost more than the argmax itself.
-            metadata = SamplingMetadata(
-                temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
-                stop_token_masks=stop_token_masks, max_num_logprobs=max_num_logprobs,
-                penalties=penalties, logit_bias=logit_bias, disallowed_mask=disallowed_mask,
-            )  # fmt: skip
-            return self.sampler(logits, metadata)
-        top_k = batch.top_k[rows]
-        top_k = np.where((top_k > 0) & (top_k < vocab_size), top_k, vocab_size)
-        top_p = batch.top_p[rows]
-        min_p = batch.min_p[rows]
-        generators = {}
-        if batch.generators:
-            generators = {
-                i: batch.generators[row]
-                for i, row in enumerate(rows.tolist())
-                if row in batch.generators
-            }
-        metadata = SamplingMetadata(
-            temperature=self._upload(torch.from_numpy(batch.temperature[rows])),
-            all_greedy=False,
-            all_random=not greedy.any(),
-            top_p=None if (top_p >= 1.0).all() else self._upload(torch.from_numpy(top_p)),
-            top_k=None if (top_k == vocab_size).all() else self._upload(torch.from_numpy(top_k)),
-            generators=generators,
-            default_generator=self.generator,
-            stop_token_masks=stop_token_masks,
-            max_num_logprobs=max_num_logprobs,
-            penalties=penalties,
-            logit_bias=logit_bias,
-            disallowed_mask=disallowed_mask,
-            min_p=self._upload(torch.from_numpy(min_p)) if min_p.any() else None,
-        )
-        return self.sampler(logits, metadata)
+        output_lens = prepared.num_output_tokens
 
-    def _token_rules(
-        self, rows: np.ndarray, vocab_size: int
-    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
-        """The sampled rows' ``logit_bias`` entries, as (row, token, bias) index tensors, and
-        the tokens their ``allowed_token_ids`` leave out, as a mask; None where no row has one
-        (the common case costs two dict checks)."""
-        batch = self.input_batch
-        assert batch is not None
-        logit_bias = disallowed = None
-        if batch.logit_bias:
-            entries = [
-                (i, token, bias)
-                for i, row in enumerate(rows.tolist())
-                for token, bias in batch.logit_bias.get(row, {}).items()
-            ]
-            if entries:
-                indices, tokens, biases = zip(*entries)
-                logit_bias = (
-                    self._upload(torch.tensor(indices)),
-                    self._upload(torch.tensor(tokens)),
-                    self._upload(torch.tensor(biases, dtype=torch.float32)),
-                )
-        if batch.allowed_token_ids:
-            limited = [
-                (i, batch.allowed_token_ids[row])
-                for i, row in enumerate(rows.tolist())
-                if row in batch.allowed_token_ids
-            ]
-            if limited:
-                mask = np.zeros((len(rows), vocab_size), dtype=bool)
-                for i, ids in limited:
-                    mask[i] = True
-                    mask[i, ids] = False
-                disallowed = self._upload(torch.from_numpy(mask))
-        return logit_bias, disallowed
-
-    def _penalty_state(
-        self, prepared: PreparedStep, sample_rows: list[int], vocab_size: int
-    ) -> PenaltyState:
-        """The sampled requests' prompt masks and output counts, and their penalties. A token
-        the step in flight samples is the last output token of its request here: its id, known
-        only on the device, is written over the placeholder there before counting."""
-        batch = self.input_batch
-        assert batch is not None and prepared.num_output_tokens is not None
-        rows, output_lens = prepared.rows[sample_rows], prepared.num_output_tokens
-        prompt, output = batch.padded_token_ids(rows, output_lens, vocab_size)
-        output_ids = self._upload(torch.from_numpy(output))
-        if prepared.late_rows:
+        def late_tokens() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+            """Where the step in flight's tokens go among the sampled requests' outputs: late
+            requests are decodes, so they are sampled, their token their last output."""
+            if not prepared.late_rows:
+                return None
             assert prepared.in_flight_sampled is not None
-            # Late requests are decodes, so they are sampled: their places among sample_rows.
             k = np.searchsorted(sample_rows, prepared.late_rows)
-            at = (
+            sources = self._upload(torch.tensor(prepared.late_sources))
+            return (
                 self._upload(torch.from_numpy(k)),
                 self._upload(torch.from_numpy(output_lens[k] - 1)),
+                prepared.in_flight_sampled[sources],
             )
-            output_ids[at] = prepared.in_flight_sampled[
-                self._upload(torch.tensor(prepared.late_sources))
-            ]
-        prompt_ids = self._upload(torch.from_numpy(prompt))
 
-        def per_row(values: np.ndarray) -> torch.Tensor:
-            return self._upload(torch.from_numpy(values[rows]))
-
-        return PenaltyState(
-            prompt_mask=token_counts(prompt_ids, vocab_size) > 0,
-            output_counts=token_counts(output_ids, vocab_size),
-            presence=per_row(batch.presence_penalty),
-            frequency=per_row(batch.frequency_penalty),
-            repetition=per_row(batch.repetition_penalty),
+        metadata = make_sampling_metadata(
+            batch,
+            prepared.rows[sample_rows],
+            output_lens,
+            logits.shape[-1],
+            self._upload,
+            self.generator,
+            late_tokens,
         )
+        return self.sampler(logits, metadata)
 
     # ---------------------------------------------------------------- CUDA graphs
 

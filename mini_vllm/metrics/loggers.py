@@ -29,20 +29,8 @@ _E2E_BUCKETS = [
 ]  # fmt: skip
 # Tokens per engine step (upstream's edges).
 _ITERATION_TOKEN_BUCKETS: list[float] = [
-    1,
-    8,
-    16,
-    32,
-    64,
-    128,
-    256,
-    512,
-    1024,
-    2048,
-    4096,
-    8192,
-    16384,
-]
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+]  # fmt: skip
 # Upstream's FinishReason values, every one a series from the start (a dashboard summing them
 # sees 0, not "no data"), "repetition" included although the server takes no repetition settings.
 _FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")

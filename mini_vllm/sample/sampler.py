@@ -190,11 +190,9 @@ class Sampler(nn.Module):
 
     def sample(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         """One token id per row, on the device."""
-        processed = (
-            metadata.stop_token_masks
-            or metadata.penalties
-            or metadata.logit_bias
-            or metadata.disallowed_mask is not None
+        processed = bool(metadata.stop_token_masks) or any(
+            rule is not None
+            for rule in (metadata.penalties, metadata.logit_bias, metadata.disallowed_mask)
         )
         if metadata.all_greedy and not processed:
             # Widening to float32 is exact and order-preserving, so the argmax of the model's
@@ -203,7 +201,7 @@ class Sampler(nn.Module):
         logits = logits.to(torch.float32)
         if metadata.disallowed_mask is not None:
             logits = logits.masked_fill(metadata.disallowed_mask, float("-inf"))
-        if metadata.stop_token_masks or metadata.logit_bias:
+        if metadata.stop_token_masks or metadata.logit_bias is not None:
             logits = logits.clone()
             for row, token_ids in metadata.stop_token_masks.items():
                 logits[row, token_ids] = float("-inf")

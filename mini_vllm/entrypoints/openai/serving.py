@@ -167,12 +167,13 @@ class OpenAIServing:
             checked = SamplingParams(**values, n=request.n, max_tokens=None)
         except (ValueError, TypeError) as exc:
             raise BadRequestError(str(exc), param=getattr(exc, "parameter", None)) from None
-        self._check_num_logprobs(checked)
+        self._check_against_the_vocabulary(checked)
         values["logit_bias"] = checked.logit_bias  # int ids, biases clamped to [-100, 100]
         return EngineCoreSamplingParams(**values)
 
-    def _check_num_logprobs(self, params: SamplingParams) -> None:
-        """At most the engine's ``max_logprobs`` (upstream's default 20; -1: the vocabulary)."""
+    def _check_against_the_vocabulary(self, params: SamplingParams) -> None:
+        """At most the engine's ``max_logprobs`` (upstream's default 20; -1: the vocabulary),
+        and no token id outside the vocabulary in ``logit_bias`` or ``allowed_token_ids``."""
         vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
         try:
             params.verify_logprobs(int(self.engine.engine_args.max_logprobs), vocab_size)

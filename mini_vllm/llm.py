@@ -87,6 +87,10 @@ class LLM:
         """Lifetime counters: KV blocks used (peak), prefix-cache hit rate, preemptions, ..."""
         return self.llm_engine.stats
 
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """Forget every cached prefix; False (nothing reset) while a block is still held."""
+        return self.llm_engine.reset_prefix_cache(reset_running_requests)
+
     def get_default_sampling_params(self) -> SamplingParams:
         return SamplingParams()
 

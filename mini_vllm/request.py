@@ -129,6 +129,7 @@ class Request:
         arrival_time: float | None = None,
         block_hasher: Callable[[Request], list[BlockHash]] | None = None,
         priority: int = 0,
+        cache_salt: str | None = None,
     ) -> None:
         if sampling_params is None:
             raise ValueError(f"request {request_id!r}: sampling_params must be set")
@@ -140,6 +141,8 @@ class Request:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"request {request_id!r}: priority must be an int, got {priority!r}")
         self.priority = priority
+        # Mixed into the first block's hash, so only requests with the same salt share blocks.
+        self.cache_salt = cache_salt
 
         if eos_token_id is None:
             eos_token_id = sampling_params.eos_token_id

@@ -199,6 +199,23 @@ def hash_block_tokens(
     return BlockHash(hash_function((parent_block_hash, tuple(curr_block_token_ids), extra_keys)))
 
 
+def generate_block_hash_extra_keys(
+    request: Request, start_token_idx: int, end_token_idx: int, start_mm_idx: int
+) -> tuple[tuple[Any, ...] | None, int]:
+    """The extra keys of the block ``[start_token_idx, end_token_idx)`` and the next multimodal
+    index (always ``start_mm_idx``: mini-vLLM has no multimodal inputs, LoRA adapters or prompt
+    embeddings, upstream's other keys).
+
+    The cache salt enters the first block only: every later hash chains through it, so a
+    request shares no block with a request of another salt (or none), while the rest of the
+    chain costs nothing extra. That is what lets a multi-tenant server stop one tenant from
+    timing whether another's prompt is cached.
+    """
+    if start_token_idx == 0 and request.cache_salt:
+        return (request.cache_salt,), start_mm_idx
+    return None, start_mm_idx
+
+
 def get_request_block_hasher(
     block_size: int,
     caching_hash_fn: Callable[[Any], bytes],
@@ -208,12 +225,9 @@ def get_request_block_hasher(
     A request keeps ``block_hashes`` for its full blocks and extends it whenever tokens are
     appended, so each block is hashed exactly once in the request's lifetime, however many
     decode steps it runs. The returned callable reads ``request.all_token_ids``,
-    ``request.num_tokens`` and ``request.block_hashes`` and returns the hashes of the full blocks
-    beyond ``len(request.block_hashes)`` (an empty list when no new block is full); the caller
-    appends them.
-
-    Simplification: no extra keys (multimodal, LoRA, cache salt, prompt embeddings) enter the hash,
-    because mini-vLLM has none of those features.
+    ``request.num_tokens``, ``request.block_hashes`` and ``request.cache_salt`` and returns the
+    hashes of the full blocks beyond ``len(request.block_hashes)`` (an empty list when no new
+    block is full); the caller appends them.
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
@@ -227,8 +241,9 @@ def get_request_block_hasher(
         parent: BlockHash | None = request.block_hashes[-1] if request.block_hashes else None
         new_hashes: list[BlockHash] = []
         while start + block_size <= num_tokens:
+            extra_keys, _ = generate_block_hash_extra_keys(request, start, start + block_size, 0)
             tokens = request.all_token_ids[start : start + block_size]
-            parent = hash_block_tokens(caching_hash_fn, parent, tokens)
+            parent = hash_block_tokens(caching_hash_fn, parent, tokens, extra_keys)
             new_hashes.append(parent)
             start += block_size
         return new_hashes

@@ -98,6 +98,7 @@ class AsyncLLM:
         arrival_time: float | None = None,
         priority: int = 0,
         parent: ParentRequestStats | None = None,
+        cache_salt: str | None = None,
     ) -> asyncio.Queue[RequestOutput | BaseException]:
         if self.errored:
             raise self.dead_error
@@ -108,6 +109,7 @@ class AsyncLLM:
             arrival_time=time.time(),
             eos_token_id=self.tokenizer.eos_token_id,
             priority=priority,
+            cache_salt=cache_salt,
         )
         queue = self.output_processor.add_request(
             request,

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import zmq
@@ -23,6 +23,9 @@ import zmq
 from mini_vllm.engine import EngineCoreEvent, EngineCoreEventType
 from mini_vllm.logprobs import LogprobsLists
 from mini_vllm.metrics.stats import SchedulerStats
+
+if TYPE_CHECKING:
+    from mini_vllm.engine.llm_engine import TokensPrompt
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +75,8 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=
 
     ``eos_token_id`` is the front-end tokenizer's (the core loads no tokenizer); None leaves the
     checkpoint config's. ``priority`` orders admission under the priority policy (smaller
-    first) and is ignored under FCFS, as upstream's.
+    first) and is ignored under FCFS, as upstream's. ``cache_salt`` enters the first block's
+    hash (``generate_block_hash_extra_keys``).
     """
 
     request_id: str
@@ -81,6 +85,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=
     arrival_time: float = 0.0
     eos_token_id: int | None = None
     priority: int = 0
+    cache_salt: str | None = None
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -145,9 +150,12 @@ class EngineCore:
     def add_request(self, request: EngineCoreRequest) -> EngineCoreOutput | None:
         """Queue a request; if the engine refuses it, the error output to send back."""
         try:
+            prompt: TokensPrompt = {"prompt_token_ids": request.prompt_token_ids}
+            if request.cache_salt is not None:
+                prompt["cache_salt"] = request.cache_salt
             self.engine.add_request(
                 request.request_id,
-                {"prompt_token_ids": request.prompt_token_ids},
+                prompt,
                 request.sampling_params.to_sampling_params(),
                 arrival_time=request.arrival_time or None,
                 priority=request.priority,
@@ -238,7 +246,7 @@ class EngineCore:
         return out
 
     def reset_prefix_cache(self) -> bool:
-        return self.engine.scheduler.reset_prefix_cache()
+        return self.engine.reset_prefix_cache()
 
     UTILITY_METHODS = ("get_config", "get_stats", "reset_prefix_cache")
 

@@ -59,17 +59,23 @@ class _TokenIds(TypedDict):
 class TokensPrompt(_TokenIds, total=False):
     """A prompt given as token ids (upstream: ``vllm.inputs.TokensPrompt``); ``prompt``, the
     text they were made from when known (``LLM.chat``'s rendered template), becomes
-    ``RequestOutput.prompt`` and is not tokenized again. Optional through ``total=False``:
-    ``NotRequired`` needs Python 3.11."""
+    ``RequestOutput.prompt`` and is not tokenized again. ``cache_salt`` as ``TextPrompt``'s.
+    Optional through ``total=False``: ``NotRequired`` needs Python 3.11."""
 
+    prompt: str
+    cache_salt: str
+
+
+class _Text(TypedDict):
     prompt: str
 
 
 @final
-class TextPrompt(TypedDict):
-    """A prompt given as text (upstream: ``vllm.inputs.TextPrompt``)."""
+class TextPrompt(_Text, total=False):
+    """A prompt given as text (upstream: ``vllm.inputs.TextPrompt``). ``cache_salt``: only
+    requests with the same salt share prefix-cache blocks (upstream's multi-tenant guard)."""
 
-    prompt: str
+    cache_salt: str
 
 
 PromptType = str | TextPrompt | TokensPrompt
@@ -458,6 +464,11 @@ class LLMEngine:
         if request_id in self._records or request_id in self._parents:
             raise ValueError(f"duplicate request id {request_id!r}")
         text, token_ids = self._tokenize(prompt)
+        cache_salt = prompt.get("cache_salt") if isinstance(prompt, dict) else None
+        if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+            raise ValueError(
+                f"request {request_id!r}: cache_salt must be a non-empty str, got {cache_salt!r}"
+            )
         if not token_ids:
             raise ValueError(f"request {request_id!r}: the prompt is empty")
         if len(token_ids) >= self.max_model_len:
@@ -486,7 +497,8 @@ class LLMEngine:
         eos = self.eos_token_id if eos_token_id is None else eos_token_id
         params.update_from_generation_config(self._generation_config, eos)
         if params.n == 1:
-            self._queue(request_id, text, token_ids, params, eos, arrival_time, priority)
+            args = (eos, arrival_time, priority, cache_salt)
+            self._queue(request_id, text, token_ids, params, *args)
             return request_id
         child_ids = [f"{index}_{request_id}" for index in range(params.n)]
         taken = [child_id for child_id in child_ids if child_id in self._records]
@@ -498,7 +510,9 @@ class LLMEngine:
             child.n = 1
             if params.seed is not None:
                 child.seed = params.seed + index
-            record = self._queue(child_id, text, token_ids, child, eos, arrival_time, priority)
+            record = self._queue(
+                child_id, text, token_ids, child, eos, arrival_time, priority, cache_salt
+            )
             record.parent_id, record.index = request_id, index
         return request_id
 
@@ -511,6 +525,7 @@ class LLMEngine:
         eos: int | None,
         arrival_time: float | None,
         priority: int,
+        cache_salt: str | None,
     ) -> _RequestRecord:
         request = Request(
             request_id,
@@ -520,6 +535,7 @@ class LLMEngine:
             arrival_time=arrival_time,
             block_hasher=self.block_hasher,
             priority=priority,
+            cache_salt=cache_salt,
         )
         self.scheduler.add_request(request)
         detokenizer = None
@@ -546,6 +562,9 @@ class LLMEngine:
         self.scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
         for request_id in ids:
             self._records.pop(request_id, None)
+
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        return self.scheduler.reset_prefix_cache(reset_running_requests)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()

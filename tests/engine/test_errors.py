@@ -45,6 +45,9 @@ def test_bad_prompts(llm: LLM) -> None:
         llm.generate("text needs a tokenizer", GREEDY, use_tqdm=False)
     with pytest.raises(ValueError, match="2 sampling params for 3 prompts"):
         llm.generate([[1], [2], [3]], [GREEDY, GREEDY], use_tqdm=False)
+    for salt in ("", 7):
+        with pytest.raises(ValueError, match="cache_salt must be a non-empty str"):
+            llm.generate({"prompt_token_ids": [1, 2], "cache_salt": salt}, GREEDY, use_tqdm=False)
 
 
 def test_unknown_model_path(tmp_path: Path) -> None:

@@ -184,6 +184,29 @@ def test_second_batch_hits_the_prefix_cache(
     assert [int(o.request_id) for o in again] == [i + len(PROMPTS) for i in first_ids]
 
 
+def test_cache_salt_separates_the_prefix_cache(
+    tiny_llama_dir: Path, engines: SharedEngines
+) -> None:
+    """A salted prompt shares blocks only with prompts of the same salt (upstream's
+    multi-tenant guard, phases/02-paged-attention/INTERVIEW.md question 14); the outputs do not
+    change."""
+    llm = engines.get(tiny_llama_dir, dtype=DTYPE)
+    params = SamplingParams(temperature=0.0, max_tokens=2)
+    tokens = [(7 * i) % 120 + 3 for i in range(40)]  # two full blocks and a part
+    llm.reset_prefix_cache()
+
+    def run(**salt: str) -> tuple[int, list[int]]:
+        (out,) = llm.generate([{"prompt_token_ids": tokens, **salt}], params, use_tqdm=False)
+        return out.num_cached_tokens, list(out.outputs[0].token_ids)
+
+    cached, first = run(cache_salt="tenant-a")
+    assert cached == 0
+    assert run(cache_salt="tenant-b") == (0, first), "blocks were shared across salts"
+    assert run() == (0, first), "an unsalted prompt found blocks cached under a salt"
+    assert run(cache_salt="tenant-a") == (32, first), "a salt did not find its own blocks"
+    assert run() == (32, first), "unsalted prompts stopped sharing blocks"
+
+
 def test_stop_tokens_and_max_tokens(
     tiny_llama_dir: Path, references: dict[str, list[list[int]]], engines: SharedEngines
 ) -> None:

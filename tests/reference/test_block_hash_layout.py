@@ -79,12 +79,16 @@ def test_seeds_hash_as_with_the_general_encoder(seed: str) -> None:
     tokens=st.lists(st.integers(min_value=0, max_value=256_000), max_size=80),
     block_size=st.integers(min_value=1, max_value=17),
     parent=st.one_of(st.none(), st.binary(min_size=32, max_size=32)),
+    cache_salt=st.one_of(st.none(), st.text(min_size=1, max_size=20)),
 )
 def test_requests_hash_as_with_the_general_encoder(
-    tokens: list[int], block_size: int, parent: bytes | None
+    tokens: list[int], block_size: int, parent: bytes | None, cache_salt: str | None
 ) -> None:
-    """What the engine hashes, end to end: the request block hasher and hash_block_tokens."""
-    request = SimpleNamespace(all_token_ids=tokens, num_tokens=len(tokens), block_hashes=[])
+    """What the engine hashes, end to end: the request block hasher (salted or not) and
+    hash_block_tokens."""
+    request = SimpleNamespace(
+        all_token_ids=tokens, num_tokens=len(tokens), block_hashes=[], cache_salt=cache_salt
+    )
     engine = get_request_block_hasher(block_size, kv_cache_utils.sha256)(request)
     general = get_request_block_hasher(block_size, general_hash.sha256)(request)
     assert engine == general and len(engine) == len(tokens) // block_size

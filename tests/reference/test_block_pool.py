@@ -35,6 +35,7 @@ class FakeRequest:
 
     def __init__(self, token_ids: list[int], block_size: int) -> None:
         self.all_token_ids = list(token_ids)
+        self.cache_salt: str | None = None
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = get_request_block_hasher(block_size, sha256)
         self.block_hashes.extend(self._block_hasher(self))

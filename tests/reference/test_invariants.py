@@ -44,6 +44,7 @@ class FakeRequest:
         self.all_token_ids = list(token_ids)
         self.num_tokens = len(token_ids)
         self.lora_request = None
+        self.cache_salt = None
         self.block_hashes: list[bytes] = []
         self.block_hashes += get_request_block_hasher(block_size, sha256)(self)
 

@@ -233,6 +233,7 @@ class FakeRequest:
 
     def __init__(self, token_ids: list[int], block_hasher: Callable) -> None:
         self.all_token_ids = list(token_ids)
+        self.cache_salt: str | None = None
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
         self.block_hashes.extend(block_hasher(self))

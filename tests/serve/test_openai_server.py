@@ -131,6 +131,36 @@ def test_n2_parallel_samples_share_the_prompt(tiny_server, client):
         assert (count, total) == (1, value), name
 
 
+def test_cache_salt_separates_the_prefix_cache(tiny_server, client):
+    """Upstream's multi-tenant guard: the salt enters the first block's hash, so a request
+    hits only blocks cached under its own salt (phases/02-paged-attention/INTERVIEW.md,
+    question 14), through completions and chat alike."""
+    prompt = " ".join(["salted prompts share blocks only with their own tenant"] * 6)
+
+    def hits(**extra) -> float:
+        before = tiny_server.metrics()["vllm:prefix_cache_hits_total"]
+        client.completions.create(
+            model="tiny", prompt=prompt, max_tokens=1, temperature=0, extra_body=extra
+        )
+        return tiny_server.metrics()["vllm:prefix_cache_hits_total"] - before
+
+    hits(cache_salt="tenant-a")  # caches the prompt under tenant-a's salt
+    assert hits(cache_salt="tenant-b") == 0, "tenant-b found blocks cached under tenant-a's salt"
+    assert hits() == 0, "an unsalted request found blocks cached under a salt"
+    assert hits(cache_salt="tenant-a") > 0, "tenant-a did not find its own cached prompt"
+    assert hits() > 0, "unsalted requests share blocks with each other, as before"
+
+    messages = [{"role": "user", "content": prompt}]
+    before = tiny_server.metrics()["vllm:prefix_cache_hits_total"]
+    for salt in ("chat-a", "chat-b"):
+        client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=1, extra_body={"cache_salt": salt}
+        )
+    assert tiny_server.metrics()["vllm:prefix_cache_hits_total"] == before, (
+        "a chat request shared blocks across salts"
+    )
+
+
 def test_request_phases_add_up(tiny_server, client):
     """Each finished request observes upstream's four phases, made of the core's QUEUED and
     SCHEDULED stamps and the front-end's token times: prefill + decode = inference, and queue +
@@ -248,7 +278,7 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "prompt_logprobs": 1}, "prompt_logprobs"),
         ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
         # ... and upstream's fields the server used to ignore without a word.
-        ({"prompt": "hi", "cache_salt": "tenant-a"}, "cache_salt"),
+        ({"prompt": "hi", "cache_salt": ""}, "'cache_salt' must be a non-empty string"),
         ({"prompt": "hi", "return_token_ids": True}, "return_token_ids"),
         ({"prompt": "hi", "logprobs": 1, "return_tokens_as_token_ids": True}, "as_token_ids"),
         ({"prompt": "hi", "repetition_detection": {"max_pattern_size": 4}}, "repetition"),
@@ -281,7 +311,7 @@ def test_invalid_parameters_are_400(tiny_server, body, needle):
         ({"chat_template": "{{ messages[0].content }}"}, "chat_template"),
         ({"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}, "chat_template"),
         ({"documents": [{"title": "t", "text": "x"}]}, "documents"),
-        ({"cache_salt": "tenant-a"}, "cache_salt"),
+        ({"cache_salt": ""}, "'cache_salt' must be a non-empty string"),
     ],
 )
 def test_invalid_chat_parameters_are_400(tiny_server, body, needle):

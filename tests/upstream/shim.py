@@ -23,8 +23,8 @@ Adaptations (each keeps the semantics the tests check; every other name is mini_
   seed strings, its whole domain); ``sha256_cbor`` needs ``cbor2``, not a dependency, so the
   second hash function the tests are parametrized over is SHA-256 of the pickled input
   (upstream's own ``sha256``). Both are deterministic, which is all the tests rely on.
-* ``Request(..., pooling_params, mm_features, lora_request, cache_salt, prompt_embeds,
-  priority, ...)``: a subclass of mini_vllm's ``Request`` taking upstream's keyword arguments;
+* ``Request(..., pooling_params, mm_features, lora_request, prompt_embeds, priority, ...)``:
+  a subclass of mini_vllm's ``Request`` taking upstream's keyword arguments;
   any feature mini-vLLM lacks must be left at its default (None/0/False) or it raises.
 * ``SamplingParams``: mini_vllm's, accepting upstream-only keyword arguments at their defaults
   (``prompt_logprobs=None``...); a non-default value raises.
@@ -112,7 +112,10 @@ _REASONS: list[tuple[str, str]] = [
     ("vllm.v1.core.encoder_cache_manager", "mini-vLLM has no encoder cache"),
     ("vllm.v1.metrics", "mini-vLLM keeps PrefixCacheStats only"),
     ("vllm.config", "mini-vLLM's constructors take plain arguments, not vLLM configs"),
-    ("vllm.v1.core.kv_cache_utils", "KV cache config/sizing and extra hash keys are not mirrored"),
+    (
+        "vllm.v1.core.kv_cache_utils",
+        "KV cache config/sizing and multimodal/LoRA hash keys are not mirrored",
+    ),
     ("tests.", "a helper from upstream's test tree that the selected tests do not need"),
 ]
 
@@ -240,7 +243,6 @@ class Request(_request.Request):
             prompt_is_token_ids=prompt_is_token_ids,
             mm_features=mm_features,
             lora_request=lora_request,
-            cache_salt=cache_salt,
             trace_headers=trace_headers,
             resumable=resumable,
             reasoning_ended=reasoning_ended,
@@ -262,6 +264,7 @@ class Request(_request.Request):
             arrival_time=arrival_time,
             block_hasher=block_hasher,
             priority=priority,
+            cache_salt=cache_salt,
         )
 
     @property

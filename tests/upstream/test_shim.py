@@ -52,13 +52,13 @@ def test_mirrored_modules_read_mini_vllm_live() -> None:
 def test_upstream_only_names_fail_when_used_not_when_imported() -> None:
     with shim.installed():
         from vllm.lora.request import LoRARequest
-        from vllm.v1.core.kv_cache_utils import generate_block_hash_extra_keys
+        from vllm.v1.core.kv_cache_utils import need_extra_keys
 
         assert isinstance(None, LoRARequest | None)  # usable in annotations and isinstance
         with pytest.raises(shim.UpstreamOnlyError, match="no LoRA adapters"):
             LoRARequest("adapter", 1, "/path")
-        with pytest.raises(NotImplementedError, match="extra hash keys are not mirrored"):
-            generate_block_hash_extra_keys(None, 0, 1, 0)
+        with pytest.raises(NotImplementedError, match="hash keys are not mirrored"):
+            need_extra_keys(None)
 
 
 def test_adapters_refuse_features_mini_vllm_lacks() -> None:
@@ -68,8 +68,9 @@ def test_adapters_refuse_features_mini_vllm_lacks() -> None:
 
         params = SamplingParams(max_tokens=4, prompt_logprobs=None)
         Request("ok", [1, 2], params, None)
-        with pytest.raises(shim.UpstreamOnlyError, match="cache_salt"):
-            Request("salted", [1, 2], params, None, cache_salt="s")
+        assert Request("salted", [1, 2], params, None, cache_salt="s").cache_salt == "s"
+        with pytest.raises(shim.UpstreamOnlyError, match="lora_request"):
+            Request("adapted", [1, 2], params, None, lora_request=object())
         with pytest.raises(shim.UpstreamOnlyError, match="prompt_logprobs"):
             SamplingParams(max_tokens=4, prompt_logprobs=5)
 

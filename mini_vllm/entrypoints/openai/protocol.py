@@ -5,12 +5,11 @@ Mirrors ``vllm/entrypoints/openai/completion/protocol.py``, ``chat_completion/pr
 mini-vLLM implements, and the bodies of ``/tokenize`` and ``/detokenize``. Requests accept
 vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``,
 ``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``,
-``min_p``, ``repetition_penalty``, ``allowed_token_ids``; ``logit_bias`` is OpenAI's); a field of
-upstream's that the engine cannot honour (``echo``, ``suffix``, ``prompt_logprobs``, structured
-outputs, tools:
-``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it holds its neutral
-value, rather than silently ignored. Other unknown fields are ignored, as upstream does, so that
-clients sending newer fields still work.
+``min_p``, ``repetition_penalty``, ``allowed_token_ids``, ``cache_salt``; ``logit_bias`` is
+OpenAI's); a field of upstream's that the engine cannot honour (``echo``, ``suffix``,
+``prompt_logprobs``, structured outputs, tools: ``SamplingRequestMixin.unsupported_fields``) is
+refused with a 400 unless it holds its neutral value, rather than silently ignored. Other
+unknown fields are ignored, as upstream does, so that clients sending newer fields still work.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 def random_uuid() -> str:
@@ -98,6 +97,8 @@ class SamplingRequestMixin(OpenAIBaseModel):
     repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     allowed_token_ids: list[int] | None = None
+    # Only requests with the same salt share prefix-cache blocks (a tenant's guard).
+    cache_salt: str | None = None
     # Upstream's fields that the server does not honour, declared so that a value other than the
     # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
     bad_words: list[str] | None = None
@@ -106,13 +107,19 @@ class SamplingRequestMixin(OpenAIBaseModel):
     truncate_prompt_tokens: int | None = None
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
-    cache_salt: str | None = None  # upstream salts the prefix-cache hashes with it
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
     repetition_detection: dict[str, Any] | None = None
     thinking_token_budget: int | None = None
     length_penalty: float = 1.0
     spaces_between_special_tokens: bool = True
+
+    @field_validator("cache_salt")
+    @classmethod
+    def _check_cache_salt(cls, value: str | None) -> str | None:
+        if value is not None and not value:  # upstream's check and message
+            raise ValueError("Parameter 'cache_salt' must be a non-empty string if provided.")
+        return value
 
     def unsupported_fields(self) -> dict[str, Any]:
         """Each field above, truthy when it asks for something the engine would not do."""
@@ -124,7 +131,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
             "truncate_prompt_tokens": self.truncate_prompt_tokens is not None,
             "response_format": response_type != "text",
             "structured_outputs": self.structured_outputs is not None,
-            "cache_salt": self.cache_salt is not None,
             "return_token_ids": bool(self.return_token_ids),
             "return_tokens_as_token_ids": bool(self.return_tokens_as_token_ids),
             "repetition_detection": self.repetition_detection is not None,

@@ -342,6 +342,7 @@ class OpenAIServing:
                         stream=request.stream,
                         priority=request.priority,
                         parent=parent,
+                        cache_salt=request.cache_salt,
                     )
                 )
         return merge_async_iterators(generators)

@@ -192,6 +192,7 @@ class OutputProcessor:
             prompt_token_ids=state.prompt_token_ids,
             outputs=[completion],
             finished=finished,
+            num_cached_tokens=state.num_cached_tokens,
         )
 
     @staticmethod

@@ -210,7 +210,9 @@ def running_server(model: Path | None, log_path: Path, *extra: str) -> Iterator[
 @pytest.fixture(scope="session")
 def tiny_server(tiny_serve_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     log_path = tmp_path_factory.mktemp("server_log") / "server.log"
-    with running_server(tiny_serve_dir, log_path, *tiny_args()) as handle:
+    # Upstream's usage.prompt_tokens_details (off by default) on, so tests can read the hits.
+    extra = ("--enable-prompt-tokens-details",)
+    with running_server(tiny_serve_dir, log_path, *tiny_args(), *extra) as handle:
         yield handle
 
 

@@ -7,6 +7,8 @@ of that may change a single token.
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -98,7 +100,12 @@ def test_chat_completion_stream_and_not(client, offline_llm):
             stream_options={"include_usage": True},
         )
     )
-    assert not chunks[-1].choices and chunks[-1].usage == resp.usage
+    assert not chunks[-1].choices
+    # The counts; prompt_tokens_details differs, since this prompt's blocks are cached by now.
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    assert [getattr(chunks[-1].usage, c) for c in counts] == [
+        getattr(resp.usage, c) for c in counts
+    ]
 
 
 def test_n2_parallel_samples_share_the_prompt(tiny_server, client):
@@ -158,6 +165,52 @@ def test_cache_salt_separates_the_prefix_cache(tiny_server, client):
         )
     assert tiny_server.metrics()["vllm:prefix_cache_hits_total"] == before, (
         "a chat request shared blocks across salts"
+    )
+
+
+def test_usage_reports_the_cached_prompt_tokens(tiny_server, client):
+    """``--enable-prompt-tokens-details``: usage.prompt_tokens_details.cached_tokens is the
+    prompt's prefix-cache hits (whole blocks; the last token is always computed), left out
+    when nothing was cached, streamed or not, in completions and chat."""
+    prompt = " ".join(["usage counts the cached prompt tokens of a request"] * 6)
+    salt = {"cache_salt": f"usage-{time.monotonic_ns()}"}  # a cache of this test's own
+    first = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=2, temperature=0, extra_body=salt
+    )
+    assert first.usage.prompt_tokens_details is None, "nothing was cached before the first"
+    again = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=2, temperature=0, extra_body=salt
+    )
+    expected = (first.usage.prompt_tokens - 1) // 16 * 16
+    assert expected > 0
+    assert again.usage.prompt_tokens_details.cached_tokens == expected
+    # n = 2: one prompt, counted once (its first sample's hits), as prompt_tokens is.
+    both = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=2, n=2, seed=1, extra_body=salt
+    )
+    assert both.usage.prompt_tokens_details.cached_tokens == expected
+    chunks = list(
+        client.completions.create(
+            model="tiny",
+            prompt=[prompt, prompt],
+            max_tokens=2,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=salt,
+        )
+    )
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 2 * expected
+    messages = [{"role": "user", "content": prompt}]
+    chat = [
+        client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=2, extra_body=salt
+        )
+        for _ in range(2)
+    ]
+    assert chat[0].usage.prompt_tokens_details is None
+    assert chat[1].usage.prompt_tokens_details.cached_tokens == (
+        (chat[1].usage.prompt_tokens - 1) // 16 * 16
     )
 
 

@@ -109,7 +109,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         stat_logger = PrometheusStatLogger(served_model_name, engine.max_model_len)
         app.state.engine = engine
         app.state.stat_logger = stat_logger
-        app.state.serving = OpenAIServing(engine, served_model_name)
+        app.state.serving = OpenAIServing(
+            engine, served_model_name, args.enable_prompt_tokens_details
+        )
         app.state.served_model_name = served_model_name
         logger.info(
             "serving %s (max_model_len=%d, %d KV blocks) on http://%s:%d",

@@ -35,6 +35,10 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "default: $VLLM_API_KEY",
     )  # fmt: skip
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    parser.add_argument(
+        "--enable-prompt-tokens-details", action="store_true",
+        help="report each response's prefix-cache hits as usage.prompt_tokens_details",
+    )  # fmt: skip
     engine = parser.add_argument_group("engine")
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--max-model-len", type=int, default=None)

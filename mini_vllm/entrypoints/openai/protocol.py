@@ -42,10 +42,16 @@ class ErrorResponse(OpenAIBaseModel):
     error: ErrorInfo
 
 
+class PromptTokenUsageInfo(OpenAIBaseModel):
+    cached_tokens: int | None = None
+
+
 class UsageInfo(OpenAIBaseModel):
     prompt_tokens: int = 0
     total_tokens: int = 0
     completion_tokens: int | None = 0
+    # Only with --enable-prompt-tokens-details, and only when some prompt token was cached.
+    prompt_tokens_details: PromptTokenUsageInfo | None = None
 
 
 class StreamOptions(OpenAIBaseModel):

@@ -43,6 +43,7 @@ from mini_vllm.entrypoints.openai.protocol import (
     DetokenizeResponse,
     ErrorInfo,
     ErrorResponse,
+    PromptTokenUsageInfo,
     SamplingRequestMixin,
     TokenizeChatRequest,
     TokenizeRequest,
@@ -105,10 +106,13 @@ class _Prompt:
 class OpenAIServing:
     """Completions and chat completions over one ``AsyncLLM``."""
 
-    def __init__(self, engine: AsyncLLM, served_model_name: str) -> None:
+    def __init__(
+        self, engine: AsyncLLM, served_model_name: str, enable_prompt_tokens_details: bool = False
+    ) -> None:
         self.engine = engine
         self.served_model_name = served_model_name
         self.tokenizer = engine.tokenizer
+        self.enable_prompt_tokens_details = enable_prompt_tokens_details
 
     # ------------------------------------------------------------- checks
 
@@ -374,7 +378,7 @@ class OpenAIServing:
         merged = await self._start(request_id, prompts, request, params, max_tokens)
         prompt_tokens = sum(len(p.token_ids) for p in prompts)
         if not request.stream:
-            outputs, completion_tokens = await _collect(merged)
+            outputs, completion_tokens, cached = await _collect(merged, request.n)
             return CompletionResponse(
                 id=response_id,
                 created=created,
@@ -389,7 +393,7 @@ class OpenAIServing:
                     )
                     for index, out in outputs
                 ],
-                usage=_usage(prompt_tokens, completion_tokens),
+                usage=self._usage(prompt_tokens, completion_tokens, cached),
             )
         # Per choice, the characters streamed so far: where the next chunk's text_offset starts.
         text_offsets: dict[int, int] = {}
@@ -423,7 +427,7 @@ class OpenAIServing:
             choices=[],
         )
         prompt_lens = [len(p.token_ids) for p in prompts]
-        return _stream(merged, chunk, [], usage, prompt_lens, request)
+        return self._stream(merged, chunk, [], usage, prompt_lens, request)
 
     async def create_chat_completion(
         self, request: ChatCompletionRequest, client_request_id: str | None = None
@@ -453,7 +457,7 @@ class OpenAIServing:
         created = int(time.time())
         merged = await self._start(request_id, [prompt], request, params, [max_tokens])
         if not request.stream:
-            outputs, completion_tokens = await _collect(merged)
+            outputs, completion_tokens, cached = await _collect(merged, request.n)
             return ChatCompletionResponse(
                 id=response_id,
                 created=created,
@@ -468,7 +472,7 @@ class OpenAIServing:
                     )
                     for index, out in outputs
                 ],
-                usage=_usage(len(prompt.token_ids), completion_tokens),
+                usage=self._usage(len(prompt.token_ids), completion_tokens, cached),
             )
 
         def chunk(index: int, out: CompletionOutput | None = None) -> ChatCompletionStreamResponse:
@@ -503,61 +507,79 @@ class OpenAIServing:
             choices=[],
         )
         roles = [chunk(index) for index in range(request.n)]
-        return _stream(merged, chunk, roles, usage, [len(prompt.token_ids)], request)
+        return self._stream(merged, chunk, roles, usage, [len(prompt.token_ids)], request)
+
+    def _usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> UsageInfo:
+        """The token counts OpenAI clients read for billing; with
+        ``--enable-prompt-tokens-details`` and a prefix-cache hit, the prompt tokens read from
+        the cache too (upstream's ``PromptTokenUsageInfo``)."""
+        usage = _usage(prompt_tokens, completion_tokens)
+        if self.enable_prompt_tokens_details and cached_tokens:
+            usage.prompt_tokens_details = PromptTokenUsageInfo(cached_tokens=cached_tokens)
+        return usage
+
+    async def _stream(
+        self,
+        merged: AsyncGenerator[tuple[int, RequestOutput], None],
+        chunk: Callable[[int, CompletionOutput], BaseModel],
+        first: Sequence[BaseModel],
+        usage: CompletionStreamResponse | ChatCompletionStreamResponse,
+        prompt_lens: Sequence[int],
+        request: SamplingRequestMixin,
+    ) -> AsyncIterator[str]:
+        """Server-sent events: ``first``, one chunk per output, the usage chunk if asked, then
+        ``[DONE]``.
+
+        The response has started by now (status 200), so a failure becomes an error event in the
+        stream; leaving early closes ``merged``, which aborts the unfinished requests. With
+        ``stream_options.continuous_usage_stats`` (and ``include_usage``) every chunk also carries
+        its own choice's usage so far (upstream's ``should_include_usage``): the prompt of that
+        choice and the tokens generated for it, not the sum over choices.
+        """
+        options = request.stream_options
+        include_usage = bool(options and options.include_usage)
+        continuous = include_usage and bool(options and options.continuous_usage_stats)
+        generated: dict[int, int] = {}  # tokens per choice index
+        cached: dict[int, int] = {}  # prefix-cache hits per prompt (its first sample's)
+
+        def event(payload: BaseModel) -> str:
+            if continuous:
+                index = payload.choices[0].index  # type: ignore[attr-defined]
+                prompt_tokens = prompt_lens[index // request.n]
+                payload.usage = _usage(prompt_tokens, generated.get(index, 0))  # type: ignore[attr-defined]
+            return _sse(payload)
+
+        try:
+            for opening in first:
+                yield event(opening)
+            async for index, output in merged:
+                completion = output.outputs[0]
+                generated[index] = generated.get(index, 0) + len(completion.token_ids)
+                if index % request.n == 0:
+                    cached[index // request.n] = output.num_cached_tokens or 0
+                yield event(chunk(index, completion))
+            if include_usage:
+                usage.usage = self._usage(
+                    sum(prompt_lens), sum(generated.values()), sum(cached.values())
+                )
+                yield _sse(usage)
+        except Exception as exc:
+            yield _sse_error(exc)
+        finally:
+            await merged.aclose()
+        yield "data: [DONE]\n\n"
 
 
 async def _collect(
-    merged: AsyncGenerator[tuple[int, RequestOutput], None],
-) -> tuple[list[tuple[int, CompletionOutput]], int]:
-    """Every choice's final output in index order, and the tokens generated over all of them."""
-    finals = {index: output.outputs[0] async for index, output in merged}
-    outputs = sorted(finals.items())
-    return outputs, sum(len(out.token_ids) for _, out in outputs)
-
-
-async def _stream(
-    merged: AsyncGenerator[tuple[int, RequestOutput], None],
-    chunk: Callable[[int, CompletionOutput], BaseModel],
-    first: Sequence[BaseModel],
-    usage: CompletionStreamResponse | ChatCompletionStreamResponse,
-    prompt_lens: Sequence[int],
-    request: SamplingRequestMixin,
-) -> AsyncIterator[str]:
-    """Server-sent events: ``first``, one chunk per output, the usage chunk if asked, ``[DONE]``.
-
-    The response has started by now (status 200), so a failure becomes an error event in the
-    stream; leaving early closes ``merged``, which aborts the unfinished requests. With
-    ``stream_options.continuous_usage_stats`` (and ``include_usage``) every chunk also carries
-    its own choice's usage so far (upstream's ``should_include_usage``): the prompt of that
-    choice and the tokens generated for it, not the sum over choices.
-    """
-    options = request.stream_options
-    include_usage = bool(options and options.include_usage)
-    continuous = include_usage and bool(options and options.continuous_usage_stats)
-    generated: dict[int, int] = {}  # tokens per choice index
-
-    def event(payload: BaseModel) -> str:
-        if continuous:
-            index = payload.choices[0].index  # type: ignore[attr-defined]
-            prompt_tokens = prompt_lens[index // request.n]
-            payload.usage = _usage(prompt_tokens, generated.get(index, 0))  # type: ignore[attr-defined]
-        return _sse(payload)
-
-    try:
-        for opening in first:
-            yield event(opening)
-        async for index, output in merged:
-            completion = output.outputs[0]
-            generated[index] = generated.get(index, 0) + len(completion.token_ids)
-            yield event(chunk(index, completion))
-        if include_usage:
-            usage.usage = _usage(sum(prompt_lens), sum(generated.values()))
-            yield _sse(usage)
-    except Exception as exc:
-        yield _sse_error(exc)
-    finally:
-        await merged.aclose()
-    yield "data: [DONE]\n\n"
+    merged: AsyncGenerator[tuple[int, RequestOutput], None], n: int
+) -> tuple[list[tuple[int, CompletionOutput]], int, int]:
+    """Every choice's final output in index order, the tokens generated over all of them, and
+    the prompt tokens read from the prefix cache: each prompt's first sample's hits (its later
+    samples hit what it computed; upstream reports the last prompt's alone)."""
+    finals = {index: output async for index, output in merged}
+    outputs = sorted((index, output.outputs[0]) for index, output in finals.items())
+    cached = sum(out.num_cached_tokens or 0 for index, out in finals.items() if index % n == 0)
+    return outputs, sum(len(out.token_ids) for _, out in outputs), cached
 
 
 def _response_id(prefix: str, client_id: str | None, request_id: str) -> str:

@@ -48,6 +48,60 @@ def test_completion_matches_offline(client, offline_llm):
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
 
 
+def test_return_token_ids(tiny_server, client, offline_llm):
+    """vLLM's return_token_ids: the prompt's ids and the generated ids beside the text; streamed,
+    the prompt's in each choice's first chunk and every chunk's new ids, which add up."""
+    ids = {"return_token_ids": True}
+    prompt_ids = offline_llm.get_tokenizer()(PROMPT).input_ids
+    expected = offline_llm.generate(
+        PROMPT, SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False
+    )[0].outputs[0]
+    resp = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=8, temperature=0, extra_body=ids
+    )
+    choice = resp.choices[0]
+    assert choice.prompt_token_ids == prompt_ids
+    assert choice.token_ids == list(expected.token_ids) and choice.text == expected.text
+    plain = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=2, temperature=0)
+    assert getattr(plain.choices[0], "token_ids", None) is None, "ids sent unasked"
+
+    stream = client.completions.create(
+        model="tiny", prompt=[PROMPT, PROMPT], max_tokens=8, temperature=0, stream=True,
+        extra_body=ids,
+    )  # fmt: skip
+    firsts: dict[int, list[int]] = {}
+    streamed: dict[int, list[int]] = {}
+    for chunk in stream:
+        (c,) = chunk.choices
+        if c.index not in firsts:
+            firsts[c.index] = c.prompt_token_ids
+        else:
+            assert getattr(c, "prompt_token_ids", None) is None, "prompt ids after the first chunk"
+        streamed.setdefault(c.index, []).extend(c.token_ids)
+    assert firsts == {0: prompt_ids, 1: prompt_ids}
+    assert streamed == {0: list(expected.token_ids), 1: list(expected.token_ids)}
+
+    messages = [{"role": "user", "content": PROMPT}]
+    chat_ids = httpx.post(
+        f"{tiny_server.base_url}/tokenize", json={"model": "tiny", "messages": messages}
+    ).json()["tokens"]
+    chat = client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=6, temperature=0, extra_body=ids
+    )
+    assert chat.prompt_token_ids == chat_ids
+    text = offline_llm.get_tokenizer().decode(chat.choices[0].token_ids, skip_special_tokens=True)
+    assert len(chat.choices[0].token_ids) == chat.usage.completion_tokens
+    assert text == chat.choices[0].message.content
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=6, temperature=0, stream=True,
+            extra_body=ids,
+        )
+    )  # fmt: skip
+    assert chunks[0].prompt_token_ids == chat_ids and chunks[0].choices[0].delta.role
+    assert [t for c in chunks[1:] for t in c.choices[0].token_ids] == chat.choices[0].token_ids
+
+
 def test_streamed_completion_equals_non_streamed(client):
     whole = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0)
     chunks = list(
@@ -332,7 +386,6 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
         # ... and upstream's fields the server used to ignore without a word.
         ({"prompt": "hi", "cache_salt": ""}, "'cache_salt' must be a non-empty string"),
-        ({"prompt": "hi", "return_token_ids": True}, "return_token_ids"),
         ({"prompt": "hi", "logprobs": 1, "return_tokens_as_token_ids": True}, "as_token_ids"),
         ({"prompt": "hi", "repetition_detection": {"max_pattern_size": 4}}, "repetition"),
         ({"prompt": "hi", "spaces_between_special_tokens": False}, "spaces_between"),

@@ -5,11 +5,12 @@ Mirrors ``vllm/entrypoints/openai/completion/protocol.py``, ``chat_completion/pr
 mini-vLLM implements, and the bodies of ``/tokenize`` and ``/detokenize``. Requests accept
 vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``,
 ``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``,
-``min_p``, ``repetition_penalty``, ``allowed_token_ids``, ``cache_salt``; ``logit_bias`` is
-OpenAI's); a field of upstream's that the engine cannot honour (``echo``, ``suffix``,
-``prompt_logprobs``, structured outputs, tools: ``SamplingRequestMixin.unsupported_fields``) is
-refused with a 400 unless it holds its neutral value, rather than silently ignored. Other
-unknown fields are ignored, as upstream does, so that clients sending newer fields still work.
+``min_p``, ``repetition_penalty``, ``allowed_token_ids``, ``cache_salt``,
+``return_token_ids``; ``logit_bias`` is OpenAI's); a field of upstream's that the engine cannot
+honour (``echo``, ``suffix``, ``prompt_logprobs``, structured outputs, tools:
+``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it holds its neutral
+value, rather than silently ignored. Other unknown fields are ignored, as upstream does, so
+that clients sending newer fields still work.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class SamplingRequestMixin(OpenAIBaseModel):
     allowed_token_ids: list[int] | None = None
     # Only requests with the same salt share prefix-cache blocks (a tenant's guard).
     cache_salt: str | None = None
+    return_token_ids: bool | None = None  # token ids beside the text (prompt's and generated)
     # Upstream's fields that the server does not honour, declared so that a value other than the
     # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
     bad_words: list[str] | None = None
@@ -113,7 +115,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
     truncate_prompt_tokens: int | None = None
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
-    return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
     repetition_detection: dict[str, Any] | None = None
     thinking_token_budget: int | None = None
@@ -137,7 +138,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
             "truncate_prompt_tokens": self.truncate_prompt_tokens is not None,
             "response_format": response_type != "text",
             "structured_outputs": self.structured_outputs is not None,
-            "return_token_ids": bool(self.return_token_ids),
             "return_tokens_as_token_ids": bool(self.return_tokens_as_token_ids),
             "repetition_detection": self.repetition_detection is not None,
             "thinking_token_budget": self.thinking_token_budget is not None,
@@ -219,6 +219,9 @@ class CompletionResponseChoice(OpenAIBaseModel):
     logprobs: CompletionLogProbs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    # With return_token_ids (vLLM's): the choice's prompt and generated token ids.
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 class CompletionResponse(OpenAIBaseModel):
@@ -236,6 +239,9 @@ class CompletionResponseStreamChoice(OpenAIBaseModel):
     logprobs: CompletionLogProbs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    # With return_token_ids: the prompt's ids in a choice's first chunk, each chunk's new ids.
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 class CompletionStreamResponse(OpenAIBaseModel):
@@ -258,6 +264,7 @@ class ChatCompletionResponseChoice(OpenAIBaseModel):
     logprobs: ChatCompletionLogProbs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None  # with return_token_ids
 
 
 class ChatCompletionResponse(OpenAIBaseModel):
@@ -267,6 +274,7 @@ class ChatCompletionResponse(OpenAIBaseModel):
     model: str
     choices: list[ChatCompletionResponseChoice]
     usage: UsageInfo
+    prompt_token_ids: list[int] | None = None  # with return_token_ids: the rendered chat's
 
 
 class DeltaMessage(OpenAIBaseModel):
@@ -280,6 +288,7 @@ class ChatCompletionResponseStreamChoice(OpenAIBaseModel):
     logprobs: ChatCompletionLogProbs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = None  # with return_token_ids: this chunk's new ids
 
 
 class ChatCompletionStreamResponse(OpenAIBaseModel):
@@ -289,6 +298,7 @@ class ChatCompletionStreamResponse(OpenAIBaseModel):
     model: str
     choices: list[ChatCompletionResponseStreamChoice]
     usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None  # with return_token_ids: in each role chunk
 
 
 class TokenizeCompletionRequest(OpenAIBaseModel):

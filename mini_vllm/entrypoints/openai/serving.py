@@ -377,6 +377,7 @@ class OpenAIServing:
         created = int(time.time())
         merged = await self._start(request_id, prompts, request, params, max_tokens)
         prompt_tokens = sum(len(p.token_ids) for p in prompts)
+        with_ids = bool(request.return_token_ids)
         if not request.stream:
             outputs, completion_tokens, cached = await _collect(merged, request.n)
             return CompletionResponse(
@@ -390,6 +391,10 @@ class OpenAIServing:
                         logprobs=completion_logprobs(out.token_ids, out.logprobs, request.logprobs),
                         finish_reason=out.finish_reason,
                         stop_reason=out.stop_reason,
+                        prompt_token_ids=prompts[index // request.n].token_ids
+                        if with_ids
+                        else None,
+                        token_ids=list(out.token_ids) if with_ids else None,
                     )
                     for index, out in outputs
                 ],
@@ -397,6 +402,7 @@ class OpenAIServing:
             )
         # Per choice, the characters streamed so far: where the next chunk's text_offset starts.
         text_offsets: dict[int, int] = {}
+        ids_sent: set[int] = set()  # choices whose prompt_token_ids went out (return_token_ids)
 
         def chunk(index: int, out: CompletionOutput) -> CompletionStreamResponse:
             offset = text_offsets.get(index, 0)
@@ -411,6 +417,11 @@ class OpenAIServing:
                 finish_reason=out.finish_reason,
                 stop_reason=out.stop_reason,
             )
+            if with_ids:
+                if index not in ids_sent:  # the choice's first chunk
+                    ids_sent.add(index)
+                    choice.prompt_token_ids = prompts[index // request.n].token_ids
+                choice.token_ids = list(out.token_ids)
             return CompletionStreamResponse(
                 id=response_id,
                 object="text_completion",
@@ -456,6 +467,7 @@ class OpenAIServing:
         response_id = _response_id("chatcmpl", client_request_id or request.request_id, request_id)
         created = int(time.time())
         merged = await self._start(request_id, [prompt], request, params, [max_tokens])
+        with_ids = bool(request.return_token_ids)
         if not request.stream:
             outputs, completion_tokens, cached = await _collect(merged, request.n)
             return ChatCompletionResponse(
@@ -469,10 +481,12 @@ class OpenAIServing:
                         logprobs=chat_logprobs(out.token_ids, out.logprobs, request.top_logprobs),
                         finish_reason=out.finish_reason,
                         stop_reason=out.stop_reason,
+                        token_ids=list(out.token_ids) if with_ids else None,
                     )
                     for index, out in outputs
                 ],
                 usage=self._usage(len(prompt.token_ids), completion_tokens, cached),
+                prompt_token_ids=prompt.token_ids if with_ids else None,
             )
 
         def chunk(index: int, out: CompletionOutput | None = None) -> ChatCompletionStreamResponse:
@@ -491,13 +505,18 @@ class OpenAIServing:
                     finish_reason=out.finish_reason,
                     stop_reason=out.stop_reason,
                 )
-            return ChatCompletionStreamResponse(
+                if with_ids:
+                    choice.token_ids = list(out.token_ids)
+            response = ChatCompletionStreamResponse(
                 id=response_id,
                 object="chat.completion.chunk",
                 created=created,
                 model=self.served_model_name,
                 choices=[choice],
             )
+            if with_ids and out is None:
+                response.prompt_token_ids = prompt.token_ids  # in each role chunk, as upstream
+            return response
 
         usage = ChatCompletionStreamResponse(
             id=response_id,

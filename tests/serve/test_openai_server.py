@@ -102,6 +102,47 @@ def test_return_token_ids(tiny_server, client, offline_llm):
     assert [t for c in chunks[1:] for t in c.choices[0].token_ids] == chat.choices[0].token_ids
 
 
+def test_truncate_prompt_tokens(client, offline_llm):
+    """Upstream's truncate_prompt_tokens: the last k prompt tokens run (the first k with
+    truncation_side="right"); -1 keeps what leaves room for max_tokens, so a prompt longer
+    than the model runs; more than that room is a 400."""
+    prompt_ids = offline_llm.get_tokenizer()(PROMPT).input_ids
+    greedy = SamplingParams(temperature=0.0, max_tokens=4)
+
+    def offline(ids: list[int]) -> str:
+        return (
+            offline_llm.generate({"prompt_token_ids": ids}, greedy, use_tqdm=False)[0]
+            .outputs[0]
+            .text
+        )
+
+    for side, kept in ((None, prompt_ids[-5:]), ("right", prompt_ids[:5])):
+        extra = {"truncate_prompt_tokens": 5, **({"truncation_side": side} if side else {})}
+        resp = client.completions.create(
+            model="tiny", prompt=PROMPT, max_tokens=4, temperature=0, extra_body=extra
+        )
+        assert resp.usage.prompt_tokens == 5, side
+        assert resp.choices[0].text == offline(kept), f"not the {side or 'left'} side's tokens"
+    long_ids = (prompt_ids * TINY_MAX_MODEL_LEN)[: TINY_MAX_MODEL_LEN + 10]
+    resp = client.completions.create(
+        model="tiny", prompt=long_ids, max_tokens=4, temperature=0,
+        extra_body={"truncate_prompt_tokens": -1},
+    )  # fmt: skip
+    assert resp.usage.prompt_tokens == TINY_MAX_MODEL_LEN - 4
+    with pytest.raises(openai.BadRequestError, match="cannot be greater than max_model_len"):
+        client.completions.create(
+            model="tiny", prompt=PROMPT, max_tokens=4,
+            extra_body={"truncate_prompt_tokens": TINY_MAX_MODEL_LEN},
+        )  # fmt: skip
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=2,
+        extra_body={"truncate_prompt_tokens": 4},
+    )
+    assert chat.usage.prompt_tokens == 4
+
+
 def test_streamed_completion_equals_non_streamed(client):
     whole = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0)
     chunks = list(
@@ -390,6 +431,8 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "repetition_detection": {"max_pattern_size": 4}}, "repetition"),
         ({"prompt": "hi", "spaces_between_special_tokens": False}, "spaces_between"),
         ({"prompt": "hi", "logprobs": -1}, "`logprobs` must be a positive value"),
+        ({"prompt": "hi", "truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
+        ({"prompt": "hi", "truncation_side": "middle"}, "truncation_side"),
         ({"prompt": "hi", "stream_options": {"include_usage": True}}, "stream=True"),
         ({"prompt": [10**9]}, "vocabulary"),
         ({"prompt": ""}, "empty"),

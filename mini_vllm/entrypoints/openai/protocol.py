@@ -107,12 +107,15 @@ class SamplingRequestMixin(OpenAIBaseModel):
     # Only requests with the same salt share prefix-cache blocks (a tenant's guard).
     cache_salt: str | None = None
     return_token_ids: bool | None = None  # token ids beside the text (prompt's and generated)
+    # Keep this many prompt tokens (-1: all that leave room for max_tokens), the last ones
+    # unless truncation_side is "right" (vLLM's tokenizers truncate on the left).
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
+    truncation_side: Literal["left", "right"] | None = None
     # Upstream's fields that the server does not honour, declared so that a value other than the
     # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
     bad_words: list[str] | None = None
     prompt_logprobs: int | None = None
     use_beam_search: bool = False
-    truncate_prompt_tokens: int | None = None
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
     return_tokens_as_token_ids: bool | None = None
@@ -135,7 +138,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
             "bad_words": bool(self.bad_words),
             "prompt_logprobs": self.prompt_logprobs is not None,
             "use_beam_search": self.use_beam_search,
-            "truncate_prompt_tokens": self.truncate_prompt_tokens is not None,
             "response_format": response_type != "text",
             "structured_outputs": self.structured_outputs is not None,
             "return_tokens_as_token_ids": bool(self.return_tokens_as_token_ids),

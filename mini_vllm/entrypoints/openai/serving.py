@@ -213,6 +213,29 @@ class OpenAIServing:
             )
         return max_tokens
 
+    def _truncate(
+        self, prompt: _Prompt, request: SamplingRequestMixin, max_tokens: int | None
+    ) -> _Prompt:
+        """Upstream's ``truncate_prompt_tokens``: keep the prompt's last ``k`` tokens (its
+        first with ``truncation_side="right"``); ``-1`` keeps as many as leave room for
+        ``max_tokens``, and a ``k`` beyond that is refused, as upstream's ``TokenizeParams``."""
+        keep = request.truncate_prompt_tokens
+        if keep is None:
+            return prompt
+        room = self.engine.max_model_len - (max_tokens or 0)
+        if keep > room:
+            raise BadRequestError(
+                f"truncate_prompt_tokens={keep} cannot be greater than max_model_len - "
+                f"max_tokens = {room}. Please request a smaller truncation size.",
+                param="truncate_prompt_tokens",
+            )
+        keep = room if keep == -1 else keep
+        ids = prompt.token_ids
+        if len(ids) <= keep:
+            return prompt
+        kept = ids[:keep] if request.truncation_side == "right" else ids[len(ids) - keep :]
+        return _Prompt(None, kept)  # the text no longer matches the ids
+
     def _check_token_ids(self, token_ids: Sequence[Any]) -> list[int]:
         vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
         bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
@@ -368,7 +391,10 @@ class OpenAIServing:
             },
             num_logprobs=request.logprobs,
         )
-        prompts = self._completion_prompts(request)
+        prompts = [
+            self._truncate(p, request, request.max_tokens)
+            for p in self._completion_prompts(request)
+        ]
         max_tokens = [
             self._check_length(len(p.token_ids), request.max_tokens, "max_tokens") for p in prompts
         ]
@@ -457,11 +483,11 @@ class OpenAIServing:
             },
             num_logprobs=chat_num_logprobs(request),
         )
-        prompt = self._chat_prompt(request)
         role = chat_request_role(request)
         use_new_name = request.max_completion_tokens is not None
         field = "max_completion_tokens" if use_new_name else "max_tokens"
         wanted = request.max_completion_tokens if use_new_name else request.max_tokens
+        prompt = self._truncate(self._chat_prompt(request), request, wanted)
         max_tokens = self._check_length(len(prompt.token_ids), wanted, field)
         request_id = f"chatcmpl-{random_uuid()}"
         response_id = _response_id("chatcmpl", client_request_id or request.request_id, request_id)

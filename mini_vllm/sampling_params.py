@@ -75,6 +75,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # divides (> 0) or multiplies (<= 0) prompt/output tokens
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
     allowed_token_ids: list[int] | None = None  # only these may be generated
+    bad_words: list[str] | None = None  # words never generated (their last token is masked)
     seed: int | None = None  # per-request seed; None draws from the engine's generator
     stop: str | list[str] | None = None  # end generation when the text shows one; cut before it
     stop_token_ids: list[int] | None = None  # end generation; id in token_ids, not its text
@@ -87,6 +88,8 @@ class SamplingParams:
     logprobs: int | None = None  # per output token, its own and the top ones' (-1: all)
 
     _eos_token_id: int | None = field(default=None, repr=False)
+    # bad_words as token id sequences, filled by update_from_tokenizer (upstream's name).
+    _bad_words_token_ids: list[list[int]] | None = field(default=None, repr=False)
     _all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
@@ -118,6 +121,7 @@ class SamplingParams:
                 ) from None
         if self.allowed_token_ids is not None:
             self.allowed_token_ids = list(self.allowed_token_ids)
+        self.bad_words = [] if self.bad_words is None else list(self.bad_words)
         if self.logprobs is True:
             self.logprobs = 1  # upstream's shorthand (OpenAI's ``logprobs: true``): the top one
         self._verify_args()
@@ -200,6 +204,12 @@ class SamplingParams:
         assert isinstance(self.stop, list)
         if not all(isinstance(stop_str, str) and stop_str for stop_str in self.stop):
             raise ValueError(f"stop must hold non-empty strings, got {self.stop}")
+        assert isinstance(self.bad_words, list)
+        if not all(isinstance(word, str) and word for word in self.bad_words):
+            raise VLLMValidationError(
+                f"bad_words cannot contain an empty string. Got bad_words={self.bad_words}",
+                parameter="bad_words",
+            )
 
     def verify_token_ids(self, vocab_size: int) -> None:
         """Refuse ids outside the vocabulary in ``logit_bias`` and ``allowed_token_ids``, as
@@ -216,6 +226,33 @@ class SamplingParams:
                     f"(size {vocab_size})",
                     parameter=name,
                 )
+
+    def update_from_tokenizer(self, tokenizer: Any, vocab_size: int) -> None:
+        """Tokenize ``bad_words`` (upstream's method): each word as it is and after a space,
+        the spelling it takes inside a text, when that is a different token sequence of the
+        same length. The sampler bans a sequence's last token after its others."""
+        if not self.bad_words:
+            return
+        sequences: list[list[int]] = []
+        for word in self.bad_words:
+            alone = tokenizer.encode(word.lstrip(), add_special_tokens=False)
+            inside = tokenizer.encode(" " + word.lstrip(), add_special_tokens=False)
+            if alone:
+                sequences.append(alone)
+            if inside and (not alone or (inside[0] != alone[0] and len(inside) == len(alone))):
+                sequences.append(inside)
+        bad = [t for ids in sequences for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise VLLMValidationError(
+                f"The model vocabulary size is {vocab_size}, but the following tokens were "
+                f"specified as bad: {bad}.",
+                parameter="bad_words",
+            )
+        self._bad_words_token_ids = sequences
+
+    @property
+    def bad_words_token_ids(self) -> list[list[int]] | None:
+        return self._bad_words_token_ids
 
     def verify_logprobs(self, max_logprobs: int, vocab_size: int) -> None:
         """Refuse more logprobs than the engine's ``max_logprobs`` (-1, on either side, counts as
@@ -256,6 +293,7 @@ class SamplingParams:
         new = replace(
             self,
             logit_bias=None if self.logit_bias is None else dict(self.logit_bias),
+            bad_words=list(self.bad_words or []),
             stop=list(self.stop or []),
             stop_token_ids=list(self.stop_token_ids or []),
             _all_stop_token_ids=set(),

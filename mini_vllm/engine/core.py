@@ -57,6 +57,7 @@ class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
+    bad_words_token_ids: list[list[int]] | None = None  # the front-end tokenizes bad_words
     seed: int | None = None
     max_tokens: int | None = 16
     min_tokens: int = 0
@@ -67,7 +68,9 @@ class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
     def to_sampling_params(self) -> Any:
         from mini_vllm.sampling_params import SamplingParams
 
-        return SamplingParams(**msgspec.structs.asdict(self))  # the fields share their names
+        fields = msgspec.structs.asdict(self)  # the fields share their names, but one:
+        bad_words_token_ids = fields.pop("bad_words_token_ids")
+        return SamplingParams(**fields, _bad_words_token_ids=bad_words_token_ids)
 
 
 class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):

@@ -494,6 +494,16 @@ class LLMEngine:
                 f"request {request_id!r}: stop strings are matched on the text, which needs a "
                 "tokenizer, but skip_tokenizer_init=True; use stop_token_ids"
             )
+        if params.bad_words:
+            if self.tokenizer is None:
+                raise ValueError(
+                    f"request {request_id!r}: bad_words are tokenized, which needs a "
+                    "tokenizer, but skip_tokenizer_init=True"
+                )
+            try:
+                params.update_from_tokenizer(self.tokenizer, self.vocab_size)
+            except ValueError as exc:
+                raise ValueError(f"request {request_id!r}: {exc}") from None
         eos = self.eos_token_id if eos_token_id is None else eos_token_id
         params.update_from_generation_config(self._generation_config, eos)
         if params.n == 1:

@@ -47,6 +47,8 @@ class SamplingMetadata:
     logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     # [num_reqs, vocab] bool, True where a row's allowed_token_ids leave a token out; None: none.
     disallowed_mask: torch.Tensor | None = None
+    # bad_words as (rows, token ids, -inf or 0) added to the logits; None: no row has one.
+    bad_words: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     min_p: torch.Tensor | None = None  # [num_reqs] float32; None: no row uses it
 
 
@@ -150,10 +152,10 @@ def random_sample(
 class Sampler(nn.Module):
     """One token per row of ``logits`` ``[num_reqs, vocab_size]``, following ``SamplingMetadata``.
 
-    Order of operations as upstream: float32 logits, ``allowed_token_ids``, the ``min_tokens``
-    stop masks, ``logit_bias``, penalties, greedy argmax, temperature, ``min_p``, top-k/top-p,
-    softmax, random draw, then per-row choice between the greedy and the random token; the
-    logprobs, if asked, come from the untouched logits.
+    Order of operations as upstream: float32 logits, ``allowed_token_ids``, ``bad_words``, the
+    ``min_tokens`` stop masks, ``logit_bias``, penalties, greedy argmax, temperature,
+    ``min_p``, top-k/top-p, softmax, random draw, then per-row choice between the greedy and
+    the random token; the logprobs, if asked, come from the untouched logits.
     """
 
     def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
@@ -192,7 +194,12 @@ class Sampler(nn.Module):
         """One token id per row, on the device."""
         processed = bool(metadata.stop_token_masks) or any(
             rule is not None
-            for rule in (metadata.penalties, metadata.logit_bias, metadata.disallowed_mask)
+            for rule in (
+                metadata.penalties,
+                metadata.logit_bias,
+                metadata.disallowed_mask,
+                metadata.bad_words,
+            )
         )
         if metadata.all_greedy and not processed:
             # Widening to float32 is exact and order-preserving, so the argmax of the model's
@@ -201,8 +208,13 @@ class Sampler(nn.Module):
         logits = logits.to(torch.float32)
         if metadata.disallowed_mask is not None:
             logits = logits.masked_fill(metadata.disallowed_mask, float("-inf"))
-        if metadata.stop_token_masks or metadata.logit_bias is not None:
+        bias, bad_words = metadata.logit_bias, metadata.bad_words
+        if metadata.stop_token_masks or bias is not None or bad_words is not None:
             logits = logits.clone()
+            if bad_words is not None:
+                # Accumulated: a token banned by one word and spared by another stays banned.
+                bad_rows, bad_tokens, bans = bad_words
+                logits.index_put_((bad_rows, bad_tokens), bans, accumulate=True)
             for row, token_ids in metadata.stop_token_masks.items():
                 logits[row, token_ids] = float("-inf")
             if metadata.logit_bias is not None:

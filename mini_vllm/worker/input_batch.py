@@ -60,6 +60,7 @@ class InputBatch:
         self.penalty_rows: set[int] = set()  # a penalty other than the neutral one
         self.logit_bias: dict[int, dict[int, float]] = {}  # rows with a logit_bias
         self.allowed_token_ids: dict[int, list[int]] = {}  # rows limited to some tokens
+        self.bad_words_token_ids: dict[int, list[list[int]]] = {}  # rows with bad_words
         self.num_logprobs: dict[int, int] = {}  # rows that asked for logprobs
         self._grow(max_num_reqs)
 
@@ -129,6 +130,8 @@ class InputBatch:
             self.logit_bias[row] = params.logit_bias
         if params.allowed_token_ids is not None:
             self.allowed_token_ids[row] = params.allowed_token_ids
+        if params.bad_words_token_ids:
+            self.bad_words_token_ids[row] = params.bad_words_token_ids
         if params.sampling_type == SamplingType.RANDOM_SEED:
             assert params.seed is not None  # what makes the type RANDOM_SEED
             generator = torch.Generator(device=self.device)
@@ -152,6 +155,7 @@ class InputBatch:
         self.penalty_rows.discard(row)
         self.logit_bias.pop(row, None)
         self.allowed_token_ids.pop(row, None)
+        self.bad_words_token_ids.pop(row, None)
         self.num_logprobs.pop(row, None)
         self._free_rows.append(row)
         return row

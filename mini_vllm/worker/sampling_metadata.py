@@ -38,6 +38,9 @@ def make_sampling_metadata(
     if batch.penalty_rows and not batch.penalty_rows.isdisjoint(rows.tolist()):
         penalties = _penalty_state(batch, rows, num_output_tokens, vocab_size, upload, late_tokens)
     logit_bias, disallowed_mask = _token_rules(batch, rows, vocab_size, upload)
+    bad_words = None
+    if batch.bad_words_token_ids:
+        bad_words = _bad_words(batch, rows, num_output_tokens, upload, late_tokens)
     stop_token_masks: dict[int, list[int]] = {}
     max_num_logprobs = None
     if batch.min_tokens_rows or batch.num_logprobs:
@@ -60,6 +63,7 @@ def make_sampling_metadata(
             temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
             stop_token_masks=stop_token_masks, max_num_logprobs=max_num_logprobs,
             penalties=penalties, logit_bias=logit_bias, disallowed_mask=disallowed_mask,
+            bad_words=bad_words,
         )  # fmt: skip
     top_k = batch.top_k[rows]
     top_k = np.where((top_k > 0) & (top_k < vocab_size), top_k, vocab_size)
@@ -84,6 +88,7 @@ def make_sampling_metadata(
         penalties=penalties,
         logit_bias=logit_bias,
         disallowed_mask=disallowed_mask,
+        bad_words=bad_words,
         min_p=upload(torch.from_numpy(min_p)) if min_p.any() else None,
     )
 
@@ -121,6 +126,60 @@ def _token_rules(
                 mask[i, ids] = False
             disallowed = upload(torch.from_numpy(mask))
     return logit_bias, disallowed
+
+
+def _bad_words(
+    batch: InputBatch,
+    rows: np.ndarray,
+    num_output_tokens: np.ndarray,
+    upload: Upload,
+    late_tokens: LateTokens,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Upstream's ``apply_bad_words``, as ``(rows, token ids, -inf or 0)`` to add to the logits:
+    a bad word's last token is banned where the output ends with the word's other tokens (a
+    one-token word always). Only the output counts, not the prompt, as upstream's.
+
+    Under async scheduling a row's last output token may still be in flight, its id known only
+    on the device: the host checks the word's earlier tokens, and the ban on the last one is
+    decided on the device by comparing the in-flight id with the token the word expects there,
+    so the host never waits for the GPU (upstream waits for the previous step's copy)."""
+    banned: list[tuple[int, int]] = []
+    pending: list[tuple[int, int, int]] = []  # (index, token to ban, in-flight id it needs)
+    for i, row in enumerate(rows.tolist()):
+        words = batch.bad_words_token_ids.get(row)
+        if not words:
+            continue
+        num_output, num_prompt = int(num_output_tokens[i]), int(batch.num_prompt_tokens[row])
+        num_known = min(num_output, int(batch.num_tokens[row]) - num_prompt)
+        known = batch.token_ids_cpu[row, num_prompt : num_prompt + num_known].tolist()
+        in_flight = num_output > num_known
+        for word in words:
+            prefix = word[:-1]
+            if len(prefix) > num_output:
+                continue
+            if not prefix:
+                banned.append((i, word[-1]))
+            elif not in_flight:
+                if known[num_known - len(prefix) :] == prefix:
+                    banned.append((i, word[-1]))
+            elif known[num_known - len(prefix) + 1 :] == prefix[:-1]:
+                pending.append((i, word[-1], prefix[-1]))
+    if not banned and not pending:
+        return None
+    ban_rows = [i for i, _ in banned] + [i for i, _, _ in pending]
+    ban_tokens = [t for _, t in banned] + [t for _, t, _ in pending]
+    values = upload(torch.full((len(banned),), float("-inf")))
+    if pending:
+        late = late_tokens()
+        assert late is not None, "a row's output ends in flight, but no token is in flight"
+        indices, _, token_ids = late
+        in_flight_ids = token_ids.new_full((len(rows),), -1)
+        in_flight_ids[indices] = token_ids
+        rows_t = upload(torch.tensor([i for i, _, _ in pending]))
+        expected = upload(torch.tensor([t for _, _, t in pending], dtype=token_ids.dtype))
+        hit = in_flight_ids[rows_t] == expected
+        values = torch.cat((values, torch.where(hit, float("-inf"), 0.0)))
+    return upload(torch.tensor(ban_rows)), upload(torch.tensor(ban_tokens)), values
 
 
 def _penalty_state(

@@ -141,3 +141,85 @@ def test_logit_bias_and_allowed_token_ids(engines: SharedEngines, tiny_llama_dir
         SamplingParams(allowed_token_ids=[])
     with pytest.raises(ValueError, match="allowed_token_ids must hold only ints"):
         SamplingParams(allowed_token_ids=[1, "2"])
+
+
+def _bad_word_for(prompt: list[int], plain: list[int], length: int) -> list[int]:
+    """A word of ``length`` tokens that the plain greedy output says: banning it changes the
+    output from there on. One word per prompt, so that no earlier ban keeps a later word from
+    being said. Hugging Face matches a word's start against the prompt too, upstream (and
+    mini-vLLM) against the output only: the word starts where no prompt token could begin it."""
+    start = 2 * length
+    while plain[start] in prompt[-2:]:
+        start += 1
+    return plain[start : start + length]
+
+
+# Word lengths of the prompts that have one; the other prompts share the batches without.
+BAD_WORD_LENGTHS = {0: 1, 2: 2, 4: 3, 6: 2}
+
+
+@pytest.fixture(scope="module")
+def bad_words_references(hf_tiny_llama: Any) -> dict[int, tuple[list[int], list[int]]]:
+    """Per prompt with a word: the word, and Hugging Face's greedy output with it banned."""
+    references = {}
+    for i, length in BAD_WORD_LENGTHS.items():
+        plain = hf_greedy(hf_tiny_llama, PROMPTS[i], MAX_NEW)
+        word = _bad_word_for(PROMPTS[i], plain, length)
+        banned = hf_greedy(hf_tiny_llama, PROMPTS[i], MAX_NEW, bad_words_ids=[word])
+        # The control: the ban changes the output, so the parity below tells a word applied
+        # from a word ignored.
+        assert banned != plain, f"banning {word} left prompt {i}'s output unchanged"
+        references[i] = (word, banned)
+    return references
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_bad_words_match_hf(
+    config: str,
+    bad_words_references: dict[int, tuple[list[int], list[int]]],
+    engines: SharedEngines,
+    tiny_llama_dir: Any,
+    hf_tiny_llama: Any,
+) -> None:
+    """Upstream's ``apply_bad_words`` equals Hugging Face's ``bad_words_ids`` on the output: a
+    word's last token is banned once the output ends with its other tokens. Under async
+    scheduling the token before it is still being sampled when the ban is decided, so it is
+    decided on the device (``_bad_words`` in ``worker/sampling_metadata.py``)."""
+    kwargs = dict(CONFIGS[config])
+    if config == "preemption":
+        kwargs["kv_cache_memory_bytes"] = 6 * kv_block_bytes(hf_tiny_llama.config, "float32")
+    llm = engines.get(tiny_llama_dir, dtype="float32", **kwargs)
+    params = [
+        SamplingParams(
+            temperature=0.0,
+            max_tokens=MAX_NEW,
+            _bad_words_token_ids=[bad_words_references[i][0]] if i in BAD_WORD_LENGTHS else None,
+        )
+        for i in range(len(PROMPTS))
+    ]
+    outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
+    for i, (word, reference) in bad_words_references.items():
+        assert outputs[i].outputs[0].token_ids == reference, (
+            f"prompt {i} with the bad word {word} diverged from Hugging Face's bad_words_ids"
+        )
+    if config == "preemption":
+        assert llm.get_stats().num_preemptions > 0
+
+
+def test_bad_words_are_tokenized_as_upstream() -> None:
+    """Each word as it is and, when it is another sequence of the same length, after a space
+    (its spelling inside a text); empty words and ids outside the vocabulary are refused."""
+
+    class Tokenizer:
+        def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+            assert not add_special_tokens
+            table = {"cat": [5], " cat": [6], "hot dog": [7, 8], " hot dog": [9, 10, 8]}
+            return table[text]
+
+    params = SamplingParams(bad_words=["cat", " hot dog"])
+    params.update_from_tokenizer(Tokenizer(), vocab_size=11)
+    assert params.bad_words_token_ids == [[5], [6], [7, 8]]
+    with pytest.raises(ValueError, match="following tokens were specified as bad: \\[5, 6\\]"):
+        SamplingParams(bad_words=["cat"]).update_from_tokenizer(Tokenizer(), vocab_size=5)
+    with pytest.raises(ValueError, match="bad_words cannot contain an empty string"):
+        SamplingParams(bad_words=["cat", ""])

@@ -143,6 +143,40 @@ def test_truncate_prompt_tokens(client, offline_llm):
     assert chat.usage.prompt_tokens == 4
 
 
+def _says(token_ids: list[int], sequence: list[int]) -> bool:
+    n = len(sequence)
+    return any(token_ids[j : j + n] == sequence for j in range(len(token_ids) - n + 1))
+
+
+def test_bad_words_are_never_generated(client, serve_tokenizer, offline_llm):
+    """Upstream's bad_words: the server tokenizes each word (alone, and after a space when that
+    spelling has as many tokens) and the engine core never lets the output end with one. The
+    word is one the plain output says, in one of those spellings."""
+    ids = {"return_token_ids": True}
+    plain = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=12, temperature=0, extra_body=ids
+    ).choices[0]
+
+    def spellings(word: str) -> list[list[int]]:
+        params = SamplingParams(bad_words=[word])
+        params.update_from_tokenizer(serve_tokenizer, len(serve_tokenizer))
+        return params.bad_words_token_ids or []
+
+    words = (serve_tokenizer.decode([t]).strip() for t in plain.token_ids[2:])
+    word = next(w for w in words if w and any(_says(plain.token_ids, seq) for seq in spellings(w)))
+    banned = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=12, temperature=0,
+        extra_body={"bad_words": [word], **ids},
+    ).choices[0]  # fmt: skip
+    assert banned.token_ids != plain.token_ids, f"banning {word!r} changed nothing"
+    offline = offline_llm.generate(
+        PROMPT, SamplingParams(temperature=0.0, max_tokens=12, bad_words=[word]), use_tqdm=False
+    )[0].outputs[0]
+    assert list(offline.token_ids) == banned.token_ids, "LLM.generate banned it otherwise"
+    for seq in spellings(word):
+        assert not _says(banned.token_ids, seq), f"the output says the bad word {word!r}"
+
+
 def test_streamed_completion_equals_non_streamed(client):
     whole = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0)
     chunks = list(
@@ -433,6 +467,7 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "logprobs": -1}, "`logprobs` must be a positive value"),
         ({"prompt": "hi", "truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
         ({"prompt": "hi", "truncation_side": "middle"}, "truncation_side"),
+        ({"prompt": "hi", "bad_words": ["a", ""]}, "bad_words cannot contain an empty string"),
         ({"prompt": "hi", "stream_options": {"include_usage": True}}, "stream=True"),
         ({"prompt": [10**9]}, "vocabulary"),
         ({"prompt": ""}, "empty"),

@@ -5,12 +5,12 @@ Mirrors ``vllm/entrypoints/openai/completion/protocol.py``, ``chat_completion/pr
 mini-vLLM implements, and the bodies of ``/tokenize`` and ``/detokenize``. Requests accept
 vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``,
 ``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``,
-``min_p``, ``repetition_penalty``, ``allowed_token_ids``, ``cache_salt``,
-``return_token_ids``; ``logit_bias`` is OpenAI's); a field of upstream's that the engine cannot
-honour (``echo``, ``suffix``, ``prompt_logprobs``, structured outputs, tools:
-``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it holds its neutral
-value, rather than silently ignored. Other unknown fields are ignored, as upstream does, so
-that clients sending newer fields still work.
+``min_p``, ``repetition_penalty``, ``allowed_token_ids``, ``bad_words``, ``cache_salt``,
+``return_token_ids``, ``truncate_prompt_tokens``; ``logit_bias`` is OpenAI's); a field of
+upstream's that the engine cannot honour (``echo``, ``suffix``, ``prompt_logprobs``, structured
+outputs, tools: ``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it
+holds its neutral value, rather than silently ignored. Other unknown fields are ignored, as
+upstream does, so that clients sending newer fields still work.
 """
 
 from __future__ import annotations
@@ -107,13 +107,13 @@ class SamplingRequestMixin(OpenAIBaseModel):
     # Only requests with the same salt share prefix-cache blocks (a tenant's guard).
     cache_salt: str | None = None
     return_token_ids: bool | None = None  # token ids beside the text (prompt's and generated)
+    bad_words: list[str] | None = None  # never generated, as a word or inside a text
     # Keep this many prompt tokens (-1: all that leave room for max_tokens), the last ones
     # unless truncation_side is "right" (vLLM's tokenizers truncate on the left).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
     truncation_side: Literal["left", "right"] | None = None
     # Upstream's fields that the server does not honour, declared so that a value other than the
     # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
-    bad_words: list[str] | None = None
     prompt_logprobs: int | None = None
     use_beam_search: bool = False
     response_format: dict[str, Any] | None = None
@@ -135,7 +135,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
         """Each field above, truthy when it asks for something the engine would not do."""
         response_type = (self.response_format or {}).get("type", "text")
         return {
-            "bad_words": bool(self.bad_words),
             "prompt_logprobs": self.prompt_logprobs is not None,
             "use_beam_search": self.use_beam_search,
             "response_format": response_type != "text",

@@ -168,16 +168,20 @@ class OpenAIServing:
         try:
             # The engine's own validation (greedy n > 1 included): the server accepts exactly
             # what LLM.generate does.
-            checked = SamplingParams(**values, n=request.n, max_tokens=None)
+            checked = SamplingParams(
+                **values, n=request.n, max_tokens=None, bad_words=request.bad_words
+            )
         except (ValueError, TypeError) as exc:
             raise BadRequestError(str(exc), param=getattr(exc, "parameter", None)) from None
         self._check_against_the_vocabulary(checked)
         values["logit_bias"] = checked.logit_bias  # int ids, biases clamped to [-100, 100]
+        values["bad_words_token_ids"] = checked.bad_words_token_ids
         return EngineCoreSamplingParams(**values)
 
     def _check_against_the_vocabulary(self, params: SamplingParams) -> None:
         """At most the engine's ``max_logprobs`` (upstream's default 20; -1: the vocabulary),
-        and no token id outside the vocabulary in ``logit_bias`` or ``allowed_token_ids``."""
+        and no token id outside the vocabulary in ``logit_bias``, ``allowed_token_ids`` or the
+        tokenized ``bad_words`` (tokenized here: the engine core has no tokenizer)."""
         vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
         try:
             params.verify_logprobs(int(self.engine.engine_args.max_logprobs), vocab_size)
@@ -185,6 +189,7 @@ class OpenAIServing:
             raise BadRequestError(str(exc), param="logprobs") from None
         try:
             params.verify_token_ids(vocab_size)
+            params.update_from_tokenizer(self.tokenizer, vocab_size)
         except ValueError as exc:
             raise BadRequestError(str(exc), param=getattr(exc, "parameter", None)) from None
 

@@ -38,6 +38,10 @@ def test_serve_takes_upstreams_command_line():
     assert (args.enable_chunked_prefill, args.async_scheduling) == (False, False)
     assert (args.enable_prefix_caching, args.scheduling_policy) == (True, "priority")
     assert engine_args_from_cli(parse(["serve", "a", "--model", "b"])).model == "a"
+    memory = ["--num-gpu-blocks-override", "40", "--long-prefill-token-threshold", "64"]
+    args = engine_args_from_cli(parse(["serve", *memory]))
+    assert (args.num_gpu_blocks_override, args.long_prefill_token_threshold) == (40, 64)
+    assert (defaults.num_gpu_blocks_override, defaults.long_prefill_token_threshold) == (None, 0)
     with pytest.raises(SystemExit):
         parse(["serve", "--scheduling-policy", "lifo"])
 

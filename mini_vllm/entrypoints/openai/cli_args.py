@@ -45,10 +45,18 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     engine.add_argument("--max-num-seqs", type=int, default=256)
     engine.add_argument("--max-num-batched-tokens", type=int, default=None)
     engine.add_argument("--kv-cache-memory-bytes", type=int, default=None)
+    engine.add_argument(
+        "--num-gpu-blocks-override", type=int, default=None,
+        help="use this many KV blocks whatever the memory allows (to watch preemption)",
+    )  # fmt: skip
     engine.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     on_off = argparse.BooleanOptionalAction
     engine.add_argument("--enable-prefix-caching", action=on_off, default=True)
     engine.add_argument("--enable-chunked-prefill", action=on_off, default=True)
+    engine.add_argument(
+        "--long-prefill-token-threshold", type=int, default=0,
+        help="a prompt chunk of a long prompt holds at most this many tokens (0: no limit)",
+    )  # fmt: skip
     engine.add_argument(
         "--async-scheduling", action=on_off, default=True,
         help="plan step N+1 while step N runs (upstream's default at the pin)",
@@ -82,9 +90,11 @@ def engine_args_from_cli(args: argparse.Namespace) -> EngineArgs:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enable_prefix_caching=args.enable_prefix_caching,
         enable_chunked_prefill=args.enable_chunked_prefill,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
         async_scheduling=args.async_scheduling,
         scheduling_policy=args.scheduling_policy,
         device=args.device,

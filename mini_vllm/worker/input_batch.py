@@ -11,11 +11,12 @@ are owned and reused: docs/upstream-fidelity.md (module notes).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
+from mini_vllm.sample.sampler import token_counts
 from mini_vllm.sampling_params import SamplingParams, SamplingType
 from mini_vllm.worker import kv_sizing
 from mini_vllm.worker.block_table import BlockTable, grow_rows
@@ -62,6 +63,10 @@ class InputBatch:
         self.allowed_token_ids: dict[int, list[int]] = {}  # rows limited to some tokens
         self.bad_words_token_ids: dict[int, list[list[int]]] = {}  # rows with bad_words
         self.num_logprobs: dict[int, int] = {}  # rows that asked for logprobs
+        # Which tokens each penalty row's prompt holds, [capacity, vocab] on the device: written
+        # once per request (a prompt never changes), gathered by every step with a penalty.
+        self._prompt_masks: torch.Tensor | None = None
+        self._masked_rows: set[int] = set()
         self._grow(max_num_reqs)
 
     def _grow(self, capacity: int) -> None:
@@ -157,6 +162,7 @@ class InputBatch:
         self.allowed_token_ids.pop(row, None)
         self.bad_words_token_ids.pop(row, None)
         self.num_logprobs.pop(row, None)
+        self._masked_rows.discard(row)
         self._free_rows.append(row)
         return row
 
@@ -175,22 +181,41 @@ class InputBatch:
         row = self.req_id_to_index[req_id]
         return self.token_ids_cpu[row, : self.num_tokens[row]].tolist()
 
-    def padded_token_ids(
+    def padded_output_ids(
         self, rows: np.ndarray, num_output_tokens: np.ndarray, pad: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's prompt and output tokens, each padded with ``pad`` to the longest: what
-        the penalties count. ``num_output_tokens`` may count a placeholder still in flight as the
-        row's last output token (the caller writes its real id over it on the device)."""
-        num_prompt = self.num_prompt_tokens[rows]
-        last_column = self.token_ids_cpu.shape[1] - 1
+    ) -> np.ndarray:
+        """Each row's output tokens, padded with ``pad`` to the longest: what the frequency and
+        presence penalties count. ``num_output_tokens`` may count a placeholder still in flight
+        as a row's last output token (the caller writes its real id over it on the device)."""
+        return self._padded(rows, self.num_prompt_tokens[rows], num_output_tokens, pad)
 
-        def gather(start: np.ndarray, length: np.ndarray) -> np.ndarray:
-            offsets = np.arange(max(int(length.max()), 1))
-            columns = np.minimum(start[:, None] + offsets, last_column)
-            tokens = self.token_ids_cpu[rows[:, None], columns].astype(np.int64)
-            return np.where(offsets < length[:, None], tokens, pad)
+    def prompt_mask(
+        self, rows: np.ndarray, vocab_size: int, upload: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """``[len(rows), vocab_size]`` bool: which tokens each row's prompt holds (what the
+        repetition penalty reads). A request's row is padded and uploaded once, the first time
+        a step asks for it; later steps only gather rows of the mask kept on the device."""
+        if self._prompt_masks is None or self._prompt_masks.shape[0] < self._capacity:
+            grown = torch.zeros(self._capacity, vocab_size, dtype=torch.bool, device=self.device)
+            if self._prompt_masks is not None:
+                grown[: self._prompt_masks.shape[0]] = self._prompt_masks
+            self._prompt_masks = grown
+        new = np.array([r for r in rows.tolist() if r not in self._masked_rows], dtype=np.int64)
+        if new.size:
+            prompt = self._padded(new, np.zeros_like(new), self.num_prompt_tokens[new], vocab_size)
+            counts = token_counts(upload(torch.from_numpy(prompt)), vocab_size)
+            self._prompt_masks[upload(torch.from_numpy(new))] = counts > 0
+            self._masked_rows.update(new.tolist())
+        return self._prompt_masks[upload(torch.from_numpy(rows))]
 
-        return gather(np.zeros_like(num_prompt), num_prompt), gather(num_prompt, num_output_tokens)
+    def _padded(
+        self, rows: np.ndarray, start: np.ndarray, length: np.ndarray, pad: int
+    ) -> np.ndarray:
+        """``length[i]`` tokens of row ``rows[i]`` from column ``start[i]``, padded with ``pad``."""
+        offsets = np.arange(max(int(length.max()), 1))
+        columns = np.minimum(start[:, None] + offsets, self.token_ids_cpu.shape[1] - 1)
+        tokens = self.token_ids_cpu[rows[:, None], columns].astype(np.int64)
+        return np.where(offsets < length[:, None], tokens, pad)
 
     # ---------------------------------------------------------------- one step
 

@@ -193,8 +193,9 @@ def _penalty_state(
     """The rows' prompt masks and output counts, and their penalties. A token the step in
     flight samples is the last output token of its request here: its id, known only on the
     device, is written over the placeholder there before counting."""
-    prompt, output = batch.padded_token_ids(rows, num_output_tokens, vocab_size)
-    output_ids = upload(torch.from_numpy(output))
+    output_ids = upload(
+        torch.from_numpy(batch.padded_output_ids(rows, num_output_tokens, vocab_size))
+    )
     late = late_tokens()
     if late is not None:
         positions, columns, token_ids = late
@@ -204,7 +205,7 @@ def _penalty_state(
         return upload(torch.from_numpy(values[rows]))
 
     return PenaltyState(
-        prompt_mask=token_counts(upload(torch.from_numpy(prompt)), vocab_size) > 0,
+        prompt_mask=batch.prompt_mask(rows, vocab_size, upload),
         output_counts=token_counts(output_ids, vocab_size),
         presence=per_row(batch.presence_penalty),
         frequency=per_row(batch.frequency_penalty),

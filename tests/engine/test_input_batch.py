@@ -34,6 +34,7 @@ BLOCK_SIZE = 4
 MAX_MODEL_LEN = 48
 MAX_BLOCKS = cdiv(MAX_MODEL_LEN, BLOCK_SIZE)
 GREEDY = SamplingParams(temperature=0.0)
+VOCAB = 1000  # the token ids drawn below are under it
 FIELDS = ("input_ids", "positions", "slot_mapping", "block_tables", "query_start_loc", "seq_lens")
 
 
@@ -62,7 +63,9 @@ class InputBatchMachine(RuleBasedStateMachine):
         computed = data.draw(st.integers(0, len(prompt) - 1), label="num_computed_tokens")
         blocks = self._blocks(cdiv(len(prompt), BLOCK_SIZE))
         self.batch.add_request(req_id, prompt, GREEDY, blocks, computed)
-        self.model[req_id] = {"tokens": list(prompt), "computed": computed, "blocks": blocks}
+        self.model[req_id] = {
+            "tokens": list(prompt), "computed": computed, "blocks": blocks, "prompt": list(prompt)
+        }  # fmt: skip
         return req_id
 
     @rule(req=consumes(reqs))
@@ -105,7 +108,7 @@ class InputBatchMachine(RuleBasedStateMachine):
         self.batch.block_table.add_row(blocks, row)
         self.batch.set_token_ids(row, tokens)
         self.batch.num_computed_tokens_cpu[row] = 0
-        self.model[req] = {"tokens": tokens, "computed": 0, "blocks": blocks}
+        self.model[req] = {"tokens": tokens, "computed": 0, "blocks": blocks, "prompt": m["prompt"]}
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
@@ -152,6 +155,26 @@ class InputBatchMachine(RuleBasedStateMachine):
             assert a.dtype == b.dtype and torch.equal(a, b), f"{name}: {a} != {b}"
         assert torch.equal(got.logits_indices, want.logits_indices)
         assert (got.max_query_len, got.max_seq_len) == (want.max_query_len, want.max_seq_len)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def penalties_read(self, data: st.DataObject) -> None:
+        """What a step's penalties read: each row's prompt as a mask (kept on the device from
+        the first read; freed rows are reused, so a stale mask would show) and its outputs."""
+        ids = data.draw(
+            st.lists(st.sampled_from(sorted(self.model)), min_size=1, unique=True), label="rows"
+        )
+        rows = np.array([self.batch.req_id_to_index[r] for r in ids], np.int64)
+        mask = self.batch.prompt_mask(rows, VOCAB, lambda tensor: tensor)
+        want = torch.zeros(len(ids), VOCAB, dtype=torch.bool)
+        for i, req_id in enumerate(ids):
+            want[i, self.model[req_id]["prompt"]] = True
+        assert torch.equal(mask, want), "a row's prompt mask is not its request's prompt"
+        outputs = [self.model[r]["tokens"][len(self.model[r]["prompt"]) :] for r in ids]
+        lengths = np.array([len(o) for o in outputs], np.int64)
+        padded = self.batch.padded_output_ids(rows, lengths, VOCAB)
+        for i, out in enumerate(outputs):
+            assert padded[i, : len(out)].tolist() == out and (padded[i, len(out) :] == VOCAB).all()
 
     @invariant()
     def rows_are_consistent(self) -> None:

@@ -177,6 +177,31 @@ def test_bad_words_are_never_generated(client, serve_tokenizer, offline_llm):
         assert not _says(banned.token_ids, seq), f"the output says the bad word {word!r}"
 
 
+def test_echo_puts_the_prompt_before_the_text(client, offline_llm):
+    """``echo``: each choice's text starts with its prompt's (decoded from the ids for a prompt
+    of ids), streamed in the choice's first chunk; with ``return_token_ids`` the prompt comes as
+    ids instead, as upstream's. With ``logprobs`` it would need the prompt's logprobs: a 400."""
+    expected, _ = offline_text(offline_llm, PROMPT, 6)
+    prompt_ids = offline_llm.get_tokenizer()(PROMPT).input_ids
+    decoded = offline_llm.get_tokenizer().decode(prompt_ids)
+    echo = {"echo": True}
+    for prompt, text in ((PROMPT, PROMPT), (prompt_ids, decoded)):
+        resp = client.completions.create(
+            model="tiny", prompt=prompt, max_tokens=6, temperature=0, extra_body=echo
+        )
+        assert resp.choices[0].text == text + expected
+    stream = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=6, temperature=0, stream=True, extra_body=echo
+    )
+    chunks = [c.choices[0].text for c in stream if c.choices]
+    assert chunks[0].startswith(PROMPT) and "".join(chunks) == PROMPT + expected
+    ids = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=6, temperature=0,
+        extra_body={**echo, "return_token_ids": True},
+    ).choices[0]  # fmt: skip
+    assert (ids.text, ids.prompt_token_ids) == (expected, prompt_ids)
+
+
 def test_streamed_completion_equals_non_streamed(client):
     whole = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=16, temperature=0)
     chunks = list(
@@ -440,7 +465,7 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "max_tokens": 0}, "max_tokens"),
         ({"prompt": "hi", "logprobs": 21}, "max allowed: 20"),
         ({"prompt": "hi", "logprobs": -2}, "logprobs"),
-        ({"prompt": "hi", "echo": True}, "echo"),
+        ({"prompt": "hi", "echo": True, "logprobs": 1}, "echo with logprobs needs"),
         ({"prompt": "hi", "stop": [""]}, "stop"),
         ({"prompt": "hi", "max_tokens": 4, "min_tokens": 5}, "min_tokens"),
         ({"prompt": "hi", "seed": -3}, "seed"),

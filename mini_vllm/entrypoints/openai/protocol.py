@@ -7,10 +7,10 @@ vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``
 ``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``,
 ``min_p``, ``repetition_penalty``, ``allowed_token_ids``, ``bad_words``, ``cache_salt``,
 ``return_token_ids``, ``truncate_prompt_tokens``; ``logit_bias`` is OpenAI's); a field of
-upstream's that the engine cannot honour (``echo``, ``suffix``, ``prompt_logprobs``, structured
-outputs, tools: ``SamplingRequestMixin.unsupported_fields``) is refused with a 400 unless it
-holds its neutral value, rather than silently ignored. Other unknown fields are ignored, as
-upstream does, so that clients sending newer fields still work.
+upstream's that the engine cannot honour (``suffix``, ``prompt_logprobs``, ``echo`` with
+``logprobs``, structured outputs, tools: ``SamplingRequestMixin.unsupported_fields``) is
+refused with a 400 unless it holds its neutral value, rather than silently ignored. Other
+unknown fields are ignored, as upstream does, so that clients sending newer fields still work.
 """
 
 from __future__ import annotations

@@ -241,6 +241,14 @@ class OpenAIServing:
         kept = ids[:keep] if request.truncation_side == "right" else ids[len(ids) - keep :]
         return _Prompt(None, kept)  # the text no longer matches the ids
 
+    def _echo(self, prompt: _Prompt, request: CompletionRequest) -> str:
+        """What ``echo`` puts before a choice's text: the prompt's text, decoded from its ids
+        when it came as ids or was truncated; nothing with ``return_token_ids``, which carries
+        the prompt's ids instead (upstream's rule), and nothing without ``echo``."""
+        if not request.echo or request.return_token_ids:
+            return ""
+        return prompt.text if prompt.text is not None else self.tokenizer.decode(prompt.token_ids)
+
     def _check_token_ids(self, token_ids: Sequence[Any]) -> list[int]:
         vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
         bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
@@ -386,10 +394,15 @@ class OpenAIServing:
         if request.logprobs is not None and request.logprobs < 0:
             # Upstream's CompletionRequest.check_logprobs: no -1 (whole vocabulary) here.
             raise BadRequestError("`logprobs` must be a positive value.", param="logprobs")
+        if request.echo and request.logprobs is not None:
+            raise BadRequestError(
+                "echo with logprobs needs the prompt's logprobs (upstream computes them as "
+                "prompt_logprobs), which mini-vLLM does not compute",
+                param="echo",
+            )
         params = self._check_sampling(
             request,
             {
-                "echo": request.echo,
                 "suffix": request.suffix,
                 "best_of": request.best_of not in (None, 1) and request.best_of,
                 "prompt_embeds": request.prompt_embeds is not None,
@@ -409,6 +422,7 @@ class OpenAIServing:
         merged = await self._start(request_id, prompts, request, params, max_tokens)
         prompt_tokens = sum(len(p.token_ids) for p in prompts)
         with_ids = bool(request.return_token_ids)
+        echoes = [self._echo(p, request) for p in prompts]
         if not request.stream:
             outputs, completion_tokens, cached = await _collect(merged, request.n)
             return CompletionResponse(
@@ -418,7 +432,7 @@ class OpenAIServing:
                 choices=[
                     CompletionResponseChoice(
                         index=index,
-                        text=out.text,
+                        text=echoes[index // request.n] + out.text,
                         logprobs=completion_logprobs(out.token_ids, out.logprobs, request.logprobs),
                         finish_reason=out.finish_reason,
                         stop_reason=out.stop_reason,
@@ -433,24 +447,24 @@ class OpenAIServing:
             )
         # Per choice, the characters streamed so far: where the next chunk's text_offset starts.
         text_offsets: dict[int, int] = {}
-        ids_sent: set[int] = set()  # choices whose prompt_token_ids went out (return_token_ids)
 
         def chunk(index: int, out: CompletionOutput) -> CompletionStreamResponse:
+            first = index not in text_offsets
             offset = text_offsets.get(index, 0)
-            text_offsets[index] = offset + len(out.text)
+            text = echoes[index // request.n] + out.text if first else out.text
+            text_offsets[index] = offset + len(text)
             logprobs = completion_logprobs(
                 out.token_ids, out.logprobs, request.logprobs, initial_text_offset=offset
             )
             choice = CompletionResponseStreamChoice(
                 index=index,
-                text=out.text,
+                text=text,
                 logprobs=logprobs,
                 finish_reason=out.finish_reason,
                 stop_reason=out.stop_reason,
             )
             if with_ids:
-                if index not in ids_sent:  # the choice's first chunk
-                    ids_sent.add(index)
+                if first:
                     choice.prompt_token_ids = prompts[index // request.n].token_ids
                 choice.token_ids = list(out.token_ids)
             return CompletionStreamResponse(

@@ -68,6 +68,14 @@ def _hf_penalized(hf: Any, prompt: list[int], penalties: tuple[float, float, flo
     )
 
 
+def _engine(config: str, engines: SharedEngines, tiny_llama_dir: Any, hf_tiny_llama: Any) -> Any:
+    """The shared float32 engine of one of ``CONFIGS``; "preemption" gets a 6-block cache."""
+    kwargs = dict(CONFIGS[config])
+    if config == "preemption":
+        kwargs["kv_cache_memory_bytes"] = 6 * kv_block_bytes(hf_tiny_llama.config, "float32")
+    return engines.get(tiny_llama_dir, dtype="float32", **kwargs)
+
+
 @pytest.fixture(scope="module")
 def references(hf_tiny_llama: Any) -> list[list[int]]:
     return [_hf_penalized(hf_tiny_llama, p, pen) for p, pen in zip(PROMPTS, PENALTIES)]
@@ -81,10 +89,7 @@ def test_penalized_greedy_matches_hf(
     tiny_llama_dir: Any,
     hf_tiny_llama: Any,
 ) -> None:
-    kwargs = dict(CONFIGS[config])
-    if config == "preemption":
-        kwargs["kv_cache_memory_bytes"] = 6 * kv_block_bytes(hf_tiny_llama.config, "float32")
-    llm = engines.get(tiny_llama_dir, dtype="float32", **kwargs)
+    llm = _engine(config, engines, tiny_llama_dir, hf_tiny_llama)
     params = [
         SamplingParams(
             temperature=0.0,
@@ -185,10 +190,7 @@ def test_bad_words_match_hf(
     word's last token is banned once the output ends with its other tokens. Under async
     scheduling the token before it is still being sampled when the ban is decided, so it is
     decided on the device (``_bad_words`` in ``worker/sampling_metadata.py``)."""
-    kwargs = dict(CONFIGS[config])
-    if config == "preemption":
-        kwargs["kv_cache_memory_bytes"] = 6 * kv_block_bytes(hf_tiny_llama.config, "float32")
-    llm = engines.get(tiny_llama_dir, dtype="float32", **kwargs)
+    llm = _engine(config, engines, tiny_llama_dir, hf_tiny_llama)
     params = [
         SamplingParams(
             temperature=0.0,

@@ -23,6 +23,7 @@ import zmq
 from mini_vllm.engine import EngineCoreEvent, EngineCoreEventType
 from mini_vllm.logprobs import LogprobsLists
 from mini_vllm.metrics.stats import SchedulerStats
+from mini_vllm.sampling_params import RepetitionDetectionParams
 
 if TYPE_CHECKING:
     from mini_vllm.engine.llm_engine import TokensPrompt
@@ -64,6 +65,7 @@ class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
     stop_token_ids: list[int] = []
     ignore_eos: bool = False
     logprobs: int | None = None
+    repetition_detection: RepetitionDetectionParams | None = None
 
     def to_sampling_params(self) -> Any:
         from mini_vllm.sampling_params import SamplingParams

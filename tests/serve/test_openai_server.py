@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.sampling_params import RepetitionDetectionParams, SamplingParams
 
 from .conftest import TINY_MAX_MODEL_LEN
 
@@ -200,6 +200,50 @@ def test_echo_puts_the_prompt_before_the_text(client, offline_llm):
         extra_body={**echo, "return_token_ids": True},
     ).choices[0]  # fmt: skip
     assert (ids.text, ids.prompt_token_ids) == (expected, prompt_ids)
+
+
+def test_repetition_detection_as_offline(client, offline_llm):
+    """vLLM's repetition_detection reaches the engine core: the server stops where LLM.generate
+    stops, with the same finish reason: "repetition", as this greedy continuation of the
+    tiny model says one token twice after 143 tokens."""
+    rule = {"max_pattern_size": 6, "min_pattern_size": 1, "min_count": 2}
+    resp = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=160, temperature=0,
+        extra_body={"repetition_detection": rule, "return_token_ids": True, "ignore_eos": True},
+    ).choices[0]  # fmt: skip
+    params = SamplingParams(
+        temperature=0.0,
+        max_tokens=160,
+        ignore_eos=True,
+        repetition_detection=RepetitionDetectionParams(**rule),
+    )
+    offline = offline_llm.generate(PROMPT, params, use_tqdm=False)[0].outputs[0]
+    assert offline.finish_reason == "repetition", "the case must repeat, else it shows nothing"
+    assert resp.token_ids == list(offline.token_ids)
+    assert resp.finish_reason == offline.finish_reason
+
+
+def test_return_tokens_as_token_ids(client):
+    """Logprobs name each token ``token_id:{id}``, completions and chat; a chat token's bytes
+    stay its text's, as upstream's."""
+    extra = {"return_tokens_as_token_ids": True, "return_token_ids": True}
+    choice = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2, extra_body=extra
+    ).choices[0]
+    assert choice.logprobs.tokens == [f"token_id:{t}" for t in choice.token_ids]
+    assert all(k.startswith("token_id:") for top in choice.logprobs.top_logprobs for k in top)
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=4,
+        logprobs=True,
+        top_logprobs=2,
+        extra_body=extra,
+    ).choices[0]
+    content = chat.logprobs.content
+    assert [c.token for c in content] == [f"token_id:{t}" for t in chat.token_ids]
+    assert b"".join(bytes(c.bytes) for c in content).decode() == chat.message.content
+    assert all(t.token.startswith("token_id:") for c in content for t in c.top_logprobs)
 
 
 def test_streamed_completion_equals_non_streamed(client):
@@ -486,8 +530,7 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
         # ... and upstream's fields the server used to ignore without a word.
         ({"prompt": "hi", "cache_salt": ""}, "'cache_salt' must be a non-empty string"),
-        ({"prompt": "hi", "logprobs": 1, "return_tokens_as_token_ids": True}, "as_token_ids"),
-        ({"prompt": "hi", "repetition_detection": {"max_pattern_size": 4}}, "repetition"),
+        ({"prompt": "hi", "repetition_detection": {"max_pattern_size": 4}}, "min_count >= 2"),
         ({"prompt": "hi", "spaces_between_special_tokens": False}, "spaces_between"),
         ({"prompt": "hi", "logprobs": -1}, "`logprobs` must be a positive value"),
         ({"prompt": "hi", "truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),

@@ -6,7 +6,8 @@ mini-vLLM implements, and the bodies of ``/tokenize`` and ``/detokenize``. Reque
 vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``,
 ``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``,
 ``min_p``, ``repetition_penalty``, ``allowed_token_ids``, ``bad_words``, ``cache_salt``,
-``return_token_ids``, ``truncate_prompt_tokens``; ``logit_bias`` is OpenAI's); a field of
+``return_token_ids``, ``return_tokens_as_token_ids``, ``truncate_prompt_tokens``,
+``repetition_detection``; ``logit_bias`` is OpenAI's); a field of
 upstream's that the engine cannot honour (``suffix``, ``prompt_logprobs``, ``echo`` with
 ``logprobs``, structured outputs, tools: ``SamplingRequestMixin.unsupported_fields``) is
 refused with a 400 unless it holds its neutral value, rather than silently ignored. Other
@@ -61,6 +62,14 @@ class StreamOptions(OpenAIBaseModel):
     continuous_usage_stats: bool | None = False
 
 
+class RepetitionDetection(OpenAIBaseModel):
+    """vLLM's ``repetition_detection`` (``RepetitionDetectionParams``'s fields)."""
+
+    max_pattern_size: int = 0
+    min_pattern_size: int = 0
+    min_count: int = 0
+
+
 class ModelCard(OpenAIBaseModel):
     id: str
     object: str = "model"
@@ -108,6 +117,10 @@ class SamplingRequestMixin(OpenAIBaseModel):
     cache_salt: str | None = None
     return_token_ids: bool | None = None  # token ids beside the text (prompt's and generated)
     bad_words: list[str] | None = None  # never generated, as a word or inside a text
+    # Logprobs name their tokens "token_id:{id}" instead of their text.
+    return_tokens_as_token_ids: bool | None = None
+    # Stop a request whose output ends in a repeated n-gram (the engine's RepetitionDetection).
+    repetition_detection: RepetitionDetection | None = None
     # Keep this many prompt tokens (-1: all that leave room for max_tokens), the last ones
     # unless truncation_side is "right" (vLLM's tokenizers truncate on the left).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
@@ -118,8 +131,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
     use_beam_search: bool = False
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
-    return_tokens_as_token_ids: bool | None = None
-    repetition_detection: dict[str, Any] | None = None
     thinking_token_budget: int | None = None
     length_penalty: float = 1.0
     spaces_between_special_tokens: bool = True
@@ -139,8 +150,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
             "use_beam_search": self.use_beam_search,
             "response_format": response_type != "text",
             "structured_outputs": self.structured_outputs is not None,
-            "return_tokens_as_token_ids": bool(self.return_tokens_as_token_ids),
-            "repetition_detection": self.repetition_detection is not None,
             "thinking_token_budget": self.thinking_token_budget is not None,
             "length_penalty": self.length_penalty != 1.0,
             "spaces_between_special_tokens": not self.spaces_between_special_tokens,

@@ -54,7 +54,7 @@ from mini_vllm.entrypoints.openai.protocol import (
 from mini_vllm.logprobs import SampleLogprobs
 from mini_vllm.metrics.stats import ParentRequestStats
 from mini_vllm.outputs import CompletionOutput, RequestOutput
-from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.sampling_params import RepetitionDetectionParams, SamplingParams
 
 # Largest seed a torch.Generator takes.
 _MAX_SEED = 2**63 - 1
@@ -165,6 +165,13 @@ class OpenAIServing:
             ignore_eos=request.ignore_eos,
             logprobs=num_logprobs,
         )
+        if request.repetition_detection is not None:
+            try:
+                values["repetition_detection"] = RepetitionDetectionParams(
+                    **request.repetition_detection.model_dump()
+                )
+            except ValueError as exc:
+                raise BadRequestError(str(exc), param="repetition_detection") from None
         try:
             # The engine's own validation (greedy n > 1 included): the server accepts exactly
             # what LLM.generate does.
@@ -433,7 +440,12 @@ class OpenAIServing:
                     CompletionResponseChoice(
                         index=index,
                         text=echoes[index // request.n] + out.text,
-                        logprobs=completion_logprobs(out.token_ids, out.logprobs, request.logprobs),
+                        logprobs=completion_logprobs(
+                            out.token_ids,
+                            out.logprobs,
+                            request.logprobs,
+                            as_ids=bool(request.return_tokens_as_token_ids),
+                        ),
                         finish_reason=out.finish_reason,
                         stop_reason=out.stop_reason,
                         prompt_token_ids=prompts[index // request.n].token_ids
@@ -454,7 +466,11 @@ class OpenAIServing:
             text = echoes[index // request.n] + out.text if first else out.text
             text_offsets[index] = offset + len(text)
             logprobs = completion_logprobs(
-                out.token_ids, out.logprobs, request.logprobs, initial_text_offset=offset
+                out.token_ids,
+                out.logprobs,
+                request.logprobs,
+                initial_text_offset=offset,
+                as_ids=bool(request.return_tokens_as_token_ids),
             )
             choice = CompletionResponseStreamChoice(
                 index=index,
@@ -513,6 +529,7 @@ class OpenAIServing:
         created = int(time.time())
         merged = await self._start(request_id, [prompt], request, params, [max_tokens])
         with_ids = bool(request.return_token_ids)
+        as_ids = bool(request.return_tokens_as_token_ids)
         if not request.stream:
             outputs, completion_tokens, cached = await _collect(merged, request.n)
             return ChatCompletionResponse(
@@ -523,7 +540,9 @@ class OpenAIServing:
                     ChatCompletionResponseChoice(
                         index=index,
                         message=ChatResponseMessage(role=role, content=out.text),
-                        logprobs=chat_logprobs(out.token_ids, out.logprobs, request.top_logprobs),
+                        logprobs=chat_logprobs(
+                            out.token_ids, out.logprobs, request.top_logprobs, as_ids=as_ids
+                        ),
                         finish_reason=out.finish_reason,
                         stop_reason=out.stop_reason,
                         token_ids=list(out.token_ids) if with_ids else None,
@@ -546,7 +565,9 @@ class OpenAIServing:
                 choice = ChatCompletionResponseStreamChoice(
                     index=index,
                     delta=DeltaMessage(content=out.text),
-                    logprobs=chat_logprobs(out.token_ids, out.logprobs, request.top_logprobs),
+                    logprobs=chat_logprobs(
+                        out.token_ids, out.logprobs, request.top_logprobs, as_ids=as_ids
+                    ),
                     finish_reason=out.finish_reason,
                     stop_reason=out.stop_reason,
                 )
@@ -678,11 +699,18 @@ def chat_num_logprobs(request: ChatCompletionRequest) -> int | None:
     return (top or 0) if request.logprobs else None
 
 
+def _token_name(token_id: int, logprob: Any, as_ids: bool) -> str:
+    """How logprobs name a token: its text, or ``token_id:{id}`` with
+    ``return_tokens_as_token_ids`` (upstream's ``_get_decoded_token``)."""
+    return f"token_id:{token_id}" if as_ids else (logprob.decoded_token or "")
+
+
 def completion_logprobs(
     token_ids: Sequence[int],
     logprobs: SampleLogprobs | None,
     num_logprobs: int | None,
     initial_text_offset: int = 0,
+    as_ids: bool = False,
 ) -> CompletionLogProbs | None:
     """The legacy format: each token's text, its logprob, and a dict of the sampled token and
     the ``num_logprobs`` best (keyed by text, as OpenAI's), with running character offsets."""
@@ -693,11 +721,11 @@ def completion_logprobs(
     offset = initial_text_offset
     for token_id, position in zip(token_ids, logprobs):
         sampled = position[token_id]
-        token = sampled.decoded_token or ""
+        token = _token_name(token_id, sampled, as_ids)
         result.tokens.append(token)
         result.token_logprobs.append(max(sampled.logprob, -9999.0))
         result.top_logprobs.append(
-            {(lp.decoded_token or ""): max(lp.logprob, -9999.0) for lp in position.values()}
+            {_token_name(t, lp, as_ids): max(lp.logprob, -9999.0) for t, lp in position.items()}
         )
         result.text_offset.append(offset)
         offset += len(token)
@@ -705,7 +733,10 @@ def completion_logprobs(
 
 
 def chat_logprobs(
-    token_ids: Sequence[int], logprobs: SampleLogprobs | None, top_logprobs: int | None
+    token_ids: Sequence[int],
+    logprobs: SampleLogprobs | None,
+    top_logprobs: int | None,
+    as_ids: bool = False,
 ) -> ChatCompletionLogProbs | None:
     """The chat format: per token its text, logprob and UTF-8 bytes, and the ``top_logprobs``
     most likely tokens in rank order (the sampled one is listed there only if it is among them).
@@ -714,21 +745,24 @@ def chat_logprobs(
         return None
     content = []
     for token_id, position in zip(token_ids, logprobs):
-        sampled = position[token_id]
-        ranked = sorted(position.values(), key=lambda lp: lp.rank or 0)
+        ranked = sorted(position.items(), key=lambda item: item[1].rank or 0)
         if top_logprobs != -1:
-            ranked = [lp for lp in ranked if lp.rank is not None and lp.rank <= (top_logprobs or 0)]
+            limit = top_logprobs or 0
+            ranked = [(t, lp) for t, lp in ranked if lp.rank is not None and lp.rank <= limit]
+        sampled = _chat_logprob(token_id, position[token_id], as_ids)
+        # The sampled token's bytes are its text's, also when it is named by its id (upstream).
+        sampled.bytes = list((position[token_id].decoded_token or "").encode("utf-8", "replace"))
         content.append(
             ChatCompletionLogProbsContent(
-                **_chat_logprob(sampled).model_dump(),
-                top_logprobs=[_chat_logprob(lp) for lp in ranked],
+                **sampled.model_dump(),
+                top_logprobs=[_chat_logprob(t, lp, as_ids) for t, lp in ranked],
             )
         )
     return ChatCompletionLogProbs(content=content)
 
 
-def _chat_logprob(lp: Any) -> ChatCompletionLogProb:
-    token = lp.decoded_token or ""
+def _chat_logprob(token_id: int, lp: Any, as_ids: bool) -> ChatCompletionLogProb:
+    token = _token_name(token_id, lp, as_ids)
     return ChatCompletionLogProb(
         token=token,
         logprob=max(lp.logprob, -9999.0),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mini_vllm.logprobs import SampleLogprobs
+from mini_vllm.logprobs import Logprob, SampleLogprobs
 
 
 @dataclass
@@ -28,13 +28,14 @@ class CompletionOutput:
 @dataclass
 class RequestOutput:
     """The result of one request; ``num_cached_tokens``: prompt tokens served from the prefix
-    cache when it was first scheduled. Prompt logprobs are not computed."""
+    cache when it was first scheduled. ``prompt_logprobs`` (when asked): None for the first
+    prompt token, then per token a dict as ``CompletionOutput.logprobs``'."""
 
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool
-    prompt_logprobs: None = None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     num_cached_tokens: int | None = None
     metrics: dict[str, float] | None = field(default=None, repr=False)

@@ -143,6 +143,8 @@ class Request:
         self.priority = priority
         # Mixed into the first block's hash, so only requests with the same salt share blocks.
         self.cache_salt = cache_salt
+        # Prompt logprobs need every prompt token computed: no prefix-cache hits (upstream's).
+        self.skip_reading_prefix_cache = sampling_params.prompt_logprobs is not None
 
         if eos_token_id is None:
             eos_token_id = sampling_params.eos_token_id

@@ -86,6 +86,7 @@ class SamplingParams:
     min_tokens: int = 0  # before EOS or a stop token may end the request
     repetition_detection: RepetitionDetectionParams | None = None
     logprobs: int | None = None  # per output token, its own and the top ones' (-1: all)
+    prompt_logprobs: int | None = None  # the same per prompt token but the first (-1: all)
 
     _eos_token_id: int | None = field(default=None, repr=False)
     # bad_words as token id sequences, filled by update_from_tokenizer (upstream's name).
@@ -156,14 +157,14 @@ class SamplingParams:
             raise ValueError(f"top_k must be 0 (disabled), -1 (disabled) or >= 1, got {self.top_k}")
         if self.seed is not None and not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
-        if self.logprobs is not None and (
-            not isinstance(self.logprobs, int) or isinstance(self.logprobs, bool)
-        ):
-            raise TypeError(f"logprobs must be an int or None, got {type(self.logprobs).__name__}")
-        if self.logprobs is not None and self.logprobs < -1:
-            raise VLLMValidationError(
-                f"logprobs must be non-negative or -1, got {self.logprobs}", parameter="logprobs"
-            )
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+            if value is not None and value < -1:
+                raise VLLMValidationError(
+                    f"{name} must be non-negative or -1, got {value}", parameter=name
+                )
         if self.max_tokens is not None and self.max_tokens < 1:
             raise VLLMValidationError(
                 f"max_tokens must be at least 1, got {self.max_tokens}", parameter="max_tokens"
@@ -255,17 +256,16 @@ class SamplingParams:
         return self._bad_words_token_ids
 
     def verify_logprobs(self, max_logprobs: int, vocab_size: int) -> None:
-        """Refuse more logprobs than the engine's ``max_logprobs`` (-1, on either side, counts as
-        the whole vocabulary); upstream's ``SamplingParams._validate_logprobs``."""
-        if self.logprobs is None:
-            return
+        """Refuse more logprobs (or prompt logprobs) than the engine's ``max_logprobs`` (-1, on
+        either side, counts as the whole vocabulary); upstream's ``_validate_logprobs``."""
         allowed = vocab_size if max_logprobs == -1 else max_logprobs
-        wanted = vocab_size if self.logprobs == -1 else self.logprobs
-        if wanted > allowed:
-            raise ValueError(
-                f"requested sample logprobs of {wanted}, which is greater than max allowed: "
-                f"{allowed} (raise max_logprobs)"
-            )
+        for kind, asked in (("sample", self.logprobs), ("prompt", self.prompt_logprobs)):
+            wanted = vocab_size if asked == -1 else asked
+            if wanted is not None and wanted > allowed:
+                raise ValueError(
+                    f"requested {kind} logprobs of {wanted}, which is greater than max allowed: "
+                    f"{allowed} (raise max_logprobs)"
+                )
 
     def update_from_generation_config(
         self, generation_config: dict[str, Any], eos_token_id: int | None = None

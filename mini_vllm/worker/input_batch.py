@@ -63,6 +63,7 @@ class InputBatch:
         self.allowed_token_ids: dict[int, list[int]] = {}  # rows limited to some tokens
         self.bad_words_token_ids: dict[int, list[list[int]]] = {}  # rows with bad_words
         self.num_logprobs: dict[int, int] = {}  # rows that asked for logprobs
+        self.num_prompt_logprobs: dict[int, int] = {}  # rows that asked for prompt logprobs
         # Which tokens each penalty row's prompt holds, [capacity, vocab] on the device: written
         # once per request (a prompt never changes), gathered by every step with a penalty.
         self._prompt_masks: torch.Tensor | None = None
@@ -146,6 +147,8 @@ class InputBatch:
             self.min_tokens_rows.add(row)
         if params.logprobs is not None:
             self.num_logprobs[row] = params.logprobs
+        if params.prompt_logprobs is not None:
+            self.num_prompt_logprobs[row] = params.prompt_logprobs
         return row
 
     def remove_request(self, req_id: str) -> int | None:
@@ -162,6 +165,7 @@ class InputBatch:
         self.allowed_token_ids.pop(row, None)
         self.bad_words_token_ids.pop(row, None)
         self.num_logprobs.pop(row, None)
+        self.num_prompt_logprobs.pop(row, None)
         self._masked_rows.discard(row)
         self._free_rows.append(row)
         return row

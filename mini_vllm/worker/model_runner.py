@@ -27,6 +27,12 @@ from mini_vllm.worker import kv_sizing
 from mini_vllm.worker.cuda_graphs import CudaGraphManager
 from mini_vllm.worker.input_batch import InputBatch
 from mini_vllm.worker.model_inputs import ModelInputs
+from mini_vllm.worker.prompt_logprobs import (
+    PromptLogprobsChunk,
+    prompt_chunks,
+    score_prompt_chunks,
+    split_by_request,
+)
 from mini_vllm.worker.sampling_metadata import make_sampling_metadata
 
 if TYPE_CHECKING:
@@ -51,6 +57,8 @@ class ModelRunnerOutput:
     req_id_to_index: dict[str, int]
     sampled_token_ids: list[list[int]]
     logprobs: LogprobsLists | None = None
+    # Per request that asked: (its first prompt position scored, one row per position).
+    prompt_logprobs_dict: dict[str, tuple[int, LogprobsLists]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, list[int]]:
         """``request id -> sampled tokens``, the form ``Scheduler.update_from_output`` takes."""
@@ -75,6 +83,8 @@ class PendingOutput:
     ready: torch.cuda.Event | None = None
     logprobs_host: LogprobsTensors | None = None  # read, like sampled_host, once ready fired
     sampled_index: dict[str, int] = field(default_factory=dict)
+    prompt_chunks: list[PromptLogprobsChunk] = field(default_factory=list)
+    prompt_logprobs_host: LogprobsTensors | None = None  # one row per chunk position, in order
 
 
 @dataclass
@@ -92,6 +102,7 @@ class PreparedStep:
     in_flight_sampled: torch.Tensor | None = None
     # Output tokens of each sampled request, the one in flight included (min_tokens).
     num_output_tokens: np.ndarray | None = None
+    prompt_chunks: list[PromptLogprobsChunk] = field(default_factory=list)
 
 
 def triton_available(device: torch.device) -> bool:
@@ -398,6 +409,7 @@ class ModelRunner:
             late_sources,
             in_flight.sampled if in_flight is not None and late_rows else None,
             num_known[complete] - batch.num_prompt_tokens[rows[complete]],
+            prompt_chunks(batch, req_ids, rows, num_scheduled, inputs),
         )
 
     def _prepare_inputs_from_lists(
@@ -426,27 +438,33 @@ class ModelRunner:
         inputs, req_ids, sample_rows = prepared.inputs, prepared.req_ids, prepared.sample_rows
         if inputs is None:
             return PendingOutput([], [], None)
-        hidden_states = self._run_model(inputs, self._late_input_ids(prepared))
-        if not sample_rows:
-            return PendingOutput(req_ids, sample_rows, None)
-        if len(sample_rows) < len(req_ids):
-            hidden_states = hidden_states[self._upload(torch.tensor(sample_rows))]
-        logits = self.model.compute_logits(hidden_states)
-        assert prepared.num_output_tokens is not None
-        output = self._sample(logits, prepared, sample_rows)
-        sampled, logprobs = output.sampled_token_ids, output.logprobs_tensors
-        pending = PendingOutput(
-            req_ids,
-            sample_rows,
-            sampled,
-            sampled_index={req_ids[i]: k for k, i in enumerate(sample_rows)},
-        )
-        if self.device.type != "cuda":
+        chunks = prepared.prompt_chunks
+        hidden_states = self._run_model(inputs, self._late_input_ids(prepared), every=bool(chunks))
+        pending = PendingOutput(req_ids, sample_rows, None, prompt_chunks=chunks)
+        prompt_logprobs = None
+        if chunks:  # scored before the hidden states are cut to each request's last token
+            prompt_logprobs = score_prompt_chunks(self.model, hidden_states, chunks, self._upload)
+            hidden_states = hidden_states[self._upload(inputs.logits_indices)]
+        sampled = logprobs = None
+        if sample_rows:
+            if len(sample_rows) < len(req_ids):
+                hidden_states = hidden_states[self._upload(torch.tensor(sample_rows))]
+            logits = self.model.compute_logits(hidden_states)
+            assert prepared.num_output_tokens is not None
+            output = self._sample(logits, prepared, sample_rows)
+            sampled, logprobs = output.sampled_token_ids, output.logprobs_tensors
+            pending.sampled = sampled
+            pending.sampled_index = {req_ids[i]: k for k, i in enumerate(sample_rows)}
+        if self.device.type != "cuda" or (sampled is None and prompt_logprobs is None):
             pending.sampled_host, pending.logprobs_host = sampled, logprobs
+            pending.prompt_logprobs_host = prompt_logprobs
             return pending
-        pending.sampled_host = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
-        pending.sampled_host.copy_(sampled, non_blocking=True)
+        if sampled is not None:
+            pending.sampled_host = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
+            pending.sampled_host.copy_(sampled, non_blocking=True)
         pending.logprobs_host = None if logprobs is None else logprobs.to_cpu_nonblocking()
+        if prompt_logprobs is not None:
+            pending.prompt_logprobs_host = prompt_logprobs.to_cpu_nonblocking()
         pending.ready = torch.cuda.Event()
         pending.ready.record()
         return pending
@@ -462,9 +480,9 @@ class ModelRunner:
         """
         req_ids = pending.req_ids
         sampled_token_ids: list[list[int]] = [[] for _ in req_ids]
+        if pending.ready is not None:
+            pending.ready.synchronize()
         if pending.sampled_host is not None:
-            if pending.ready is not None:
-                pending.ready.synchronize()
             tokens = pending.sampled_host.tolist()
             for i, token_id in zip(pending.sample_rows, tokens):
                 sampled_token_ids[i] = [token_id]
@@ -482,11 +500,15 @@ class ModelRunner:
         if pending.logprobs_host is not None:
             first_rows = np.cumsum([0] + [len(t) for t in sampled_token_ids[:-1]]).tolist()
             logprobs = pending.logprobs_host.tolists(first_rows)
+        prompt_logprobs = {}
+        if pending.prompt_logprobs_host is not None:
+            prompt_logprobs = split_by_request(pending.prompt_logprobs_host, pending.prompt_chunks)
         return ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={r: i for i, r in enumerate(req_ids)},
             sampled_token_ids=sampled_token_ids,
             logprobs=logprobs,
+            prompt_logprobs_dict=prompt_logprobs,
         )
 
     def _upload(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -537,10 +559,13 @@ class ModelRunner:
         self,
         inputs: ModelInputs,
         late: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        every: bool = False,
     ) -> torch.Tensor:
-        """Hidden states of each request's last token, ``[num_reqs, hidden_size]``."""
-        if self.cuda_graphs is not None and self.cuda_graphs.can_replay(inputs):
-            return self.cuda_graphs.replay(
+        """Hidden states of each request's last token, ``[num_reqs, hidden_size]``; of every
+        token with ``every`` (prompt logprobs), eagerly: a graph keeps only the last ones."""
+        graphs = self.cuda_graphs
+        if graphs is not None and not every and graphs.can_replay(inputs):
+            return graphs.replay(
                 inputs, lambda input_ids: self._forward_late_tokens(input_ids, late)
             )
         upload = self._upload
@@ -561,7 +586,7 @@ class ModelRunner:
             self.kv_caches,
             attn_metadata,
         )
-        return hidden_states[upload(inputs.logits_indices)]
+        return hidden_states if every else hidden_states[upload(inputs.logits_indices)]
 
     def _sample(
         self, logits: torch.Tensor, prepared: PreparedStep, sample_rows: list[int]

@@ -18,7 +18,7 @@ from mini_vllm.logprobs import Logprob, LogprobsLists, LogprobsTensors
 from mini_vllm.sample.sampler import Sampler, SamplingMetadata
 from mini_vllm.sampling_params import SamplingParams
 
-from .conftest import SharedEngines, random_prompts
+from .conftest import SharedEngines, kv_block_bytes, random_prompts
 
 MAX_NEW = 12
 
@@ -121,6 +121,8 @@ def test_logprobs_beyond_max_logprobs_are_refused(
         llm.generate(prompt, SamplingParams(logprobs=4), use_tqdm=False)
     with pytest.raises(ValueError, match="greater than max allowed"):
         llm.generate(prompt, SamplingParams(logprobs=-1), use_tqdm=False)
+    with pytest.raises(ValueError, match="prompt logprobs of 4, which is greater than max allowed"):
+        llm.generate(prompt, SamplingParams(prompt_logprobs=4), use_tqdm=False)
     out = llm.generate(prompt, SamplingParams(logprobs=3, max_tokens=2), use_tqdm=False)
     assert all(len(p) in (3, 4) for p in out[0].outputs[0].logprobs)
 
@@ -129,8 +131,9 @@ def test_logprobs_beyond_max_logprobs_are_refused(
 def test_sampling_params_refuse_bad_logprobs(bad: Any) -> None:
     """``True`` is upstream's shorthand for 1 (tests/reference/test_request.py); ``False`` is
     refused as any other bool, where upstream would read it as 0 (docs/upstream-fidelity.md)."""
-    with pytest.raises((ValueError, TypeError), match="logprobs"):
-        SamplingParams(logprobs=bad)
+    for name in ("logprobs", "prompt_logprobs"):
+        with pytest.raises((ValueError, TypeError), match=name):
+            SamplingParams(**{name: bad})
 
 
 def test_gather_logprobs_puts_the_sampled_token_first_with_its_rank() -> None:
@@ -159,3 +162,52 @@ def test_slice_request_reads_each_requests_own_rows() -> None:
 def test_logprob_is_upstreams_shape() -> None:
     entry = Logprob(logprob=-0.5, rank=1, decoded_token="a")
     assert (entry.logprob, entry.rank, entry.decoded_token) == (-0.5, 1, "a")
+
+
+# Scheduler configurations the prompt logprobs must survive: chunks of 8 tokens score a prompt
+# over several steps; a 6-block cache preempts requests, which then compute their prompt again.
+PROMPT_CONFIGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "sync_scheduling": dict(async_scheduling=False),
+    "chunked_prefill_8_tokens": dict(max_num_batched_tokens=8, max_num_seqs=3),
+    "preemption": dict(max_model_len=64),  # plus a 6-block budget, below
+}
+
+
+@pytest.mark.parametrize("config", list(PROMPT_CONFIGS))
+def test_prompt_logprobs_match_hf(
+    config: str, tiny_llama_dir: Path, hf_tiny_llama: Any, engines: SharedEngines
+) -> None:
+    """``prompt_logprobs``: for each prompt token but the first, its logprob, rank and the best
+    ``k`` from Hugging Face's forward pass over the prompt (upstream: ``None`` for the first);
+    rows without it in the same batches get none, and its requests read no cached prefix."""
+    kwargs = dict(PROMPT_CONFIGS[config])
+    if config == "preemption":
+        kwargs["kv_cache_memory_bytes"] = 6 * kv_block_bytes(hf_tiny_llama.config, "float32")
+    llm = engines.get(tiny_llama_dir, dtype="float32", **kwargs)
+    prompts = random_prompts(6, seed=21, min_len=5, max_len=30)
+    wanted = [2, None, 0, 4, None, 3]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=20, prompt_logprobs=k, ignore_eos=True)
+        for k in wanted
+    ]
+    for attempt in range(2):  # the second time the prompts are cached
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        for prompt, k, out in zip(prompts, wanted, outputs):
+            if k is None:
+                assert out.prompt_logprobs is None
+                continue
+            assert out.prompt_logprobs is not None and out.prompt_logprobs[0] is None
+            assert len(out.prompt_logprobs) == len(prompt), "one entry per prompt token"
+            assert attempt == 0 or out.num_cached_tokens == 0, "read a cached prefix"
+            with torch.no_grad():
+                reference = hf_tiny_llama(torch.tensor([prompt])).logits[0].float().log_softmax(-1)
+            for j in range(1, len(prompt)):
+                position, row = out.prompt_logprobs[j], reference[j - 1]
+                assert position is not None
+                token = position[prompt[j]]
+                assert token.logprob == pytest.approx(row[prompt[j]].item(), abs=1e-4), j
+                assert token.rank == int((row >= row[prompt[j]]).sum()), f"rank at {j}"
+                assert set(position) == {prompt[j], *row.topk(k).indices.tolist()}, j
+    if config == "preemption":
+        assert llm.get_stats().num_preemptions > 0

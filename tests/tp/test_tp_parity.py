@@ -37,17 +37,19 @@ def _tokens(outputs) -> list[list[int]]:
     return [o.outputs[0].token_ids for o in outputs]
 
 
-LOGPROBS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3)
+LOGPROBS = SamplingParams(
+    temperature=0, max_tokens=6, ignore_eos=True, logprobs=3, prompt_logprobs=2
+)
 
 
 def _logprobs(outputs) -> list[tuple[int, int | None, float]]:
-    """Every (token, rank, logprob) entry of every position of every request, in order."""
-    return [
-        (token, lp.rank, lp.logprob)
-        for o in outputs
-        for position in o.outputs[0].logprobs
-        for token, lp in position.items()
-    ]
+    """Every (token, rank, logprob) entry of every prompt position (the first has none) and then
+    every output position of every request, in order."""
+    entries = []
+    for o in outputs:
+        positions = [*(o.prompt_logprobs or [None])[1:], *o.outputs[0].logprobs]
+        entries += [(t, lp.rank, lp.logprob) for pos in positions for t, lp in pos.items()]
+    return entries
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,8 @@ def test_tp2_seeded_sampling_equals_tp1(reference, tp2: LLM) -> None:
 
 
 def test_tp2_logprobs_equal_tp1(reference, tp2: LLM) -> None:
-    """Rank 0's sampler output travels back with its logprob rows; they match one rank's."""
+    """Rank 0's sampler output travels back with its logprob rows, prompt logprobs included;
+    they match one rank's."""
     got = _logprobs(tp2.generate(_prompts()[:2], LOGPROBS, use_tqdm=False))
     want = reference["logprobs"]
     assert [entry[:2] for entry in got] == [entry[:2] for entry in want]  # tokens and ranks

@@ -27,7 +27,7 @@ Adaptations (each keeps the semantics the tests check; every other name is mini_
   a subclass of mini_vllm's ``Request`` taking upstream's keyword arguments;
   any feature mini-vLLM lacks must be left at its default (None/0/False) or it raises.
 * ``SamplingParams``: mini_vllm's, accepting upstream-only keyword arguments at their defaults
-  (``prompt_logprobs=None``...); a non-default value raises.
+  (``structured_outputs=None``...); a non-default value raises.
 * ``BlockPool(..., enable_kv_cache_events)`` and ``take_events()`` (on the pool and the
   manager): upstream's KV-cache-event API, which the engine does not carry (it emits no
   events). The flag must be False, or it raises; ``take_events()`` returns ``[]``.
@@ -87,6 +87,7 @@ from mini_vllm import sampling_params as _sampling_params
 from mini_vllm.core import block_pool as _block_pool
 from mini_vllm.core import kv_cache_manager as _kv_cache_manager
 from mini_vllm.core import kv_cache_utils as _kv_cache_utils
+from mini_vllm.engine.llm_engine import EngineKVCacheManager
 
 # Synthetic package the upstream test modules are loaded under (``from .utils import ...``
 # in test_scheduler.py resolves inside it). Never ``tests``: that is our own folder.
@@ -209,8 +210,8 @@ class SamplingParams(_sampling_params.SamplingParams):
 class Request(_request.Request):
     """mini_vllm's ``Request`` with upstream's constructor signature.
 
-    Upstream's extra inputs (pooling, multimodal features, LoRA, cache salt, prompt
-    embeddings...) must be left unset: mini-vLLM has none of those features. ``priority``
+    Upstream's extra inputs (pooling, multimodal features, LoRA, prompt embeddings...) must be
+    left unset: mini-vLLM has none of those features; the cache salt passes through. ``priority``
     passes through (the priority policy is mirrored).
     """
 
@@ -403,8 +404,9 @@ class _CoordinatorView:
         self.block_pool = manager.block_pool
 
 
-class KVCacheManager(_kv_cache_manager.KVCacheManager):
-    """mini_vllm's ``KVCacheManager`` behind upstream's constructor (see the module docstring)."""
+class KVCacheManager(EngineKVCacheManager):
+    """The engine's ``KVCacheManager`` (lab-07's, plus upstream's ``skip_reading_prefix_cache``
+    for prompt logprobs) behind upstream's constructor (see the module docstring)."""
 
     def __init__(
         self,

@@ -66,13 +66,13 @@ def test_adapters_refuse_features_mini_vllm_lacks() -> None:
         from vllm.sampling_params import SamplingParams
         from vllm.v1.request import Request
 
-        params = SamplingParams(max_tokens=4, prompt_logprobs=None)
+        params = SamplingParams(max_tokens=4, structured_outputs=None)
         Request("ok", [1, 2], params, None)
         assert Request("salted", [1, 2], params, None, cache_salt="s").cache_salt == "s"
         with pytest.raises(shim.UpstreamOnlyError, match="lora_request"):
             Request("adapted", [1, 2], params, None, lora_request=object())
-        with pytest.raises(shim.UpstreamOnlyError, match="prompt_logprobs"):
-            SamplingParams(max_tokens=4, prompt_logprobs=5)
+        with pytest.raises(shim.UpstreamOnlyError, match="structured_outputs"):
+            SamplingParams(max_tokens=4, structured_outputs={"json": {}})
 
 
 def test_manager_adapter_keeps_upstream_views() -> None:

@@ -1562,4 +1562,16 @@ from mini_vllm.core.kv_cache_utils import (
         "(README task 6: nothing to cache, num_cached_blocks >= num_full_blocks, returns first)",
         caught_by="test_prefix_cache.py::test_nothing_to_cache_past_the_full_count_returns_first",
     ),
+    # -- mechanical sweep, 2026-11-29 (s49) -----------------------------------------------------
+    Mutant(
+        name="tokens_hashed_as_the_callers_list",
+        file=FILE,
+        find="tuple(curr_block_token_ids)",
+        replace="curr_block_token_ids",
+        why="hands the hash function the token ids as given, a list from request.all_token_ids: "
+        "the engine's sha256 encodes a list as it does a tuple, so every digest tried matched, "
+        "but a hash function that pickles its input hashes the block differently and hash() "
+        "refuses a list (README task 1: (parent, tuple(tokens), extra_keys))",
+        caught_by="test_hashing.py::test_hash_is_the_documented_formula",
+    ),
 ]

@@ -894,4 +894,25 @@ MUTANTS = [
         "to 1/128, so every float16 merge's weights are off by up to half a percent",
         caught_by="test_split_k.py::test_merge_splits_ignores_empty_splits",
     ),
+    # -- mechanical sweep, 2026-11-29 (s49) -----------------------------------------------------
+    Mutant(
+        name="padding_positions_looked_up_at_entry_1",
+        file=FILE,
+        find="logical = np.where(valid, positions // block_size, 0)",
+        replace="logical = np.where(valid, positions // block_size, 1)",
+        why="parks padding positions on logical block 1 before the lookup, any stand-in being "
+        "as good as another: through the one-entry table of a one-block sequence the lookup "
+        "falls off the table (IndexError); every padded table tried had two entries or more",
+        caught_by="test_cache_write.py::test_negative_positions_are_padding",
+    ),
+    Mutant(
+        name="prefill_empty_chunk_returns_none",
+        file=FILE,
+        find="return np.empty_like(query)",
+        replace="return None",
+        why="a chunk of no tokens answered with None ('nothing to attend'): the output of "
+        "[query_len, num_heads, head_dim] with query_len 0 is an empty array; no test sent an "
+        "empty chunk",
+        caught_by="test_paged_attention.py::test_prefill_after_a_cached_prefix",
+    ),
 ]

@@ -188,6 +188,14 @@ def test_hash_is_the_documented_formula():
         "hash_block_tokens(fn, parent, [5, 6, 7], ('salt',)) must return what fn returned, "
         f"as it is: fn returned {describe(outputs[0])}, hash_block_tokens {describe(returned)}"
     )
+    token_types = recorder.token_types
+    assert same_data(token_types, ["tuple"]), (
+        f"hash_block_tokens(fn, parent, [5, 6, 7], ('salt',)) handed fn the token ids as "
+        f"{describe(token_types)} (type names, one per call), expected ['tuple']: the block "
+        "is (parent, tuple(tokens), extra_keys); the caller's list hashes alike under the "
+        "engine's sha256, but not under a hash function that pickles its input, and a list "
+        "is not even hashable by hash()"
+    )
     cases = [
         (parent, [1, 2, 3, 4], None),
         (parent, (9, 8), ("lora-a", 3)),

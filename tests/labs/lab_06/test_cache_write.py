@@ -89,6 +89,18 @@ def test_negative_positions_are_padding():
     )
     table = as_array(table_after, "the block table after the call").tolist()
     assert table == [3, 1], f"compute_slot_mapping changed the block table [3, 1] into {table}"
+    # A one-block sequence's table has a single entry: padding parked on any stand-in logical
+    # block but 0 (or looked up at all, past a table of one) falls off the end of the table.
+    setting = "positions [-1, 2, -5] through the one-entry table [3] (blocks of 4)"
+    try:
+        got = as_array(pa().compute_slot_mapping(np.array([3]), np.array([-1, 2, -5]), 4), "slots")
+    except (IndexError, ValueError) as exc:
+        raise AssertionError(
+            f"{setting}: raised {type(exc).__name__} ({exc}); a padding position never needs "
+            "a table entry: give it slot -1 whatever the table holds, and look up only "
+            "block_table[p // block_size] for p >= 0"
+        ) from None
+    assert got.tolist() == [-1, 14, -1], f"{setting}: expected [-1, 14, -1], got {got.tolist()}"
 
 
 @graded(

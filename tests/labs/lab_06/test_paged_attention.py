@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grading.suite import graded
-from tests.labs.common import GRADED_SETTINGS
+from tests.labs.common import GRADED_SETTINGS, describe
 from tests.labs.lab_06.oracle import (
     as_array,
     assert_close,
@@ -389,11 +389,13 @@ def test_prefill_without_prefix_is_causal():
 @graded(
     3,
     "a chunk after a cached prefix attends to ALL context_len prefix tokens plus the "
-    "causal part of the chunk (the mask is aligned bottom-right)",
+    "causal part of the chunk (the mask is aligned bottom-right); a chunk of no tokens gives "
+    "an empty [0, num_heads, head_dim] output",
     f"{DOC}#prefill-after-a-cached-prefix",
 )
 def test_prefill_after_a_cached_prefix():
-    """13 cached tokens, then a chunk of 7 (positions 13-19), GQA 4 query heads over 2."""
+    """13 cached tokens, then a chunk of 7 (positions 13-19), GQA 4 query heads over 2; then a
+    chunk of no tokens after the same prefix."""
     rng = np.random.default_rng(9)
     paged = write_paged(rng, [20], block_size=4, num_kv_heads=2, head_dim=8)
     query = rng.standard_normal((7, 4, 8))
@@ -403,6 +405,12 @@ def test_prefill_after_a_cached_prefix():
         prefill_oracle(query, paged, 13, 0.35),
         TOL,
         "prefill of positions 13-19 after a 13-token cached prefix",
+    )
+    empty = run_prefill(paged, query[:0], 13, 0.35)
+    assert isinstance(empty, np.ndarray) and empty.shape == (0, 4, 8), (
+        f"prefill of a chunk of no tokens (query [0, 4, 8]) after a 13-token prefix returned "
+        f"{describe(empty)}: expected an empty array of shape (0, 4, 8), [query_len, "
+        "num_heads, head_dim] with query_len 0"
     )
 
 

@@ -403,8 +403,8 @@ class OpenAIServing:
             raise BadRequestError("`logprobs` must be a positive value.", param="logprobs")
         if request.echo and request.logprobs is not None:
             raise BadRequestError(
-                "echo with logprobs needs the prompt's logprobs (upstream computes them as "
-                "prompt_logprobs), which mini-vLLM does not compute",
+                "echo with logprobs needs the prompt's logprobs (prompt_logprobs), which "
+                "mini-vLLM's server does not return yet (LLM.generate computes them offline)",
                 param="echo",
             )
         params = self._check_sampling(

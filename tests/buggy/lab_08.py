@@ -167,6 +167,15 @@ MUTANTS = [
         "continuing its prefill takes the whole budget",
         caught_by="test_schedule.py::test_long_prefill_token_threshold",
     ),
+    Mutant(
+        name="threshold_of_one_read_as_off_for_running",
+        file=FILE,
+        find="if 0 < self.long_prefill_token_threshold < num_new_tokens:",
+        replace="if 1 < self.long_prefill_token_threshold < num_new_tokens:",
+        why="a threshold of 1 is read as no threshold in the running pass: after its first "
+        "1-token chunk a prompt takes the rest of the budget (only 0 turns the cap off)",
+        caught_by="test_schedule.py::test_long_prefill_token_threshold",
+    ),
     # -- schedule: the waiting loop ------------------------------------------------------------
     Mutant(
         name="admits_after_a_preemption",

@@ -381,13 +381,21 @@ def test_without_chunked_prefill():
     f"{DOC}#the-long-prefill-threshold",
 )
 def test_long_prefill_token_threshold():
-    """Threshold 4: a 10-token prompt goes 4, 4, 2 while b decodes beside it."""
+    """Threshold 4: a 10-token prompt goes 4, 4, 2 while b decodes beside it. Threshold 1:
+    a 3-token prompt goes 1, 1, 1 (only 0 turns the cap off)."""
     engine = Engine(budget=16, long_prefill_token_threshold=4)
     engine.add("a", 10)
     engine.add("b", 3, base=50)
     steps = [batch(engine.step()[0]) for _ in range(3)]
     assert steps == [[("a", 4), ("b", 3)], [("a", 4), ("b", 1)], [("a", 2), ("b", 1)]], (
         f"expected a: 4, 4, 2 (threshold 4) and b: 3 then decodes; got {steps}"
+    )
+    engine = Engine(budget=16, long_prefill_token_threshold=1)
+    engine.add("a", 3)
+    steps = [batch(engine.step()[0]) for _ in range(3)]
+    assert steps == [[("a", 1)], [("a", 1)], [("a", 1)]], (
+        f"threshold 1 is a cap like any other (0 alone means off): a's 3-token prompt goes 1, "
+        f"1, 1, in the running pass as in the waiting pass (test 0 < threshold < n); got {steps}"
     )
 
 

@@ -49,6 +49,16 @@ MUTANTS = [
         caught_by="test_prefix_hits.py::test_hit_is_capped_at_num_tokens_minus_one",
     ),
     Mutant(
+        name="hit_limit_clamped_at_one_token",
+        file=FILE,
+        find="max_num_blocks = max(max_cache_hit_length, 0) // self.block_size",
+        replace="max_num_blocks = max(max_cache_hit_length, 1) // self.block_size",
+        why="clamps the hit limit at 1 token instead of 0: unseen with blocks of 4 (1 // 4 = 0), "
+        "but with blocks of one token a one-token prompt hits its own token and is left with "
+        "nothing to compute",
+        caught_by="test_prefix_hits.py::test_hit_is_capped_at_num_tokens_minus_one",
+    ),
+    Mutant(
         name="stats_ignore_preemption",
         file=FILE,
         find="preempted=request.num_preemptions > 0,",
@@ -572,6 +582,17 @@ MUTANTS = [
 """,
         why="skips the argument check on the admission gate's path: allocate_slots(r, 0, "
         "full_sequence_must_fit=True) answers None (or blocks) for a call that asks for nothing",
+        caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
+    ),
+    Mutant(
+        name="negative_lookahead_accepted",
+        file=FILE,
+        find="""        if num_lookahead_tokens < 0:
+            raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
+""",
+        replace="",
+        why="validates num_new_tokens but not num_lookahead_tokens: a negative lookahead "
+        "silently takes back slots that the step's own tokens need",
         caught_by="test_allocate_slots.py::test_bad_arguments_are_rejected",
     ),
     Mutant(

@@ -690,6 +690,12 @@ def test_bad_arguments_are_rejected():
         "num_new_tokens <= 0 is the caller's bug, a negative count as well as 0 (test <= 0, "
         "not == 0)",
     )
+    expect_value_error(
+        lambda: mgr.allocate_slots(a, 2, num_lookahead_tokens=-1),
+        "allocate_slots(a, 2, num_lookahead_tokens=-1)",
+        "a negative number of lookahead slots is the caller's bug: it would take back slots "
+        "that the scheduled tokens need (lab README, 'Details the tests hold you to')",
+    )
     big = d.add("big", list(range(60)))  # more than the pool holds: the gate would say None
     expect_value_error(
         lambda: mgr.allocate_slots(big, 0, full_sequence_must_fit=True),

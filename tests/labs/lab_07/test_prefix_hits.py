@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grading.suite import graded
+from grading.suite import graded, learner_module, load_impl
 from tests.labs.common import (
     assert_cost_does_not_grow,
     best_time,
@@ -108,6 +108,21 @@ def test_hit_is_capped_at_num_tokens_minus_one():
         f"of (9 - 1) // 4 = 2 blocks = 8 tokens, got {num_hit}; the cap is num_tokens - 1, "
         "nothing to do with max_model_len"
     )
+    # Blocks of one token: a one-token prompt has num_tokens - 1 = 0 tokens to skip, so it
+    # never hits, even when its token is cached; a longer one skips all but its last token.
+    one = learner_module("learner_side").Driver(
+        load_impl("kv_cache_manager").KVCacheManager(10, 1, 64), block_size=1
+    )
+    one.add("a", [7, 8, 9])
+    one.admit("a")
+    for rid, tokens, expected in (("b", [7], 0), ("c", [7, 8, 9], 2)):
+        one.add(rid, tokens)
+        _, num_hit = one.lookup(rid)
+        assert num_hit == expected, (
+            f"block_size 1, every token of {tokens} cached: expected a hit of "
+            f"{len(tokens)} - 1 = {expected} tokens, got {num_hit}: at most "
+            "(num_tokens - 1) // block_size blocks, none for a one-token prompt"
+        )
 
 
 @graded(

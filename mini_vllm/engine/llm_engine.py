@@ -522,8 +522,9 @@ class LLMEngine:
         eos = self.eos_token_id if eos_token_id is None else eos_token_id
         params.update_from_generation_config(self._generation_config, eos)
         if params.n == 1:
-            args = (eos, arrival_time, priority, cache_salt)
-            self._queue(request_id, text, token_ids, params, *args)
+            self._queue(
+                request_id, text, token_ids, params, eos, arrival_time, priority, cache_salt
+            )
             return request_id
         child_ids = [f"{index}_{request_id}" for index in range(params.n)]
         taken = [child_id for child_id in child_ids if child_id in self._records]

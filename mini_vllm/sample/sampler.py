@@ -217,8 +217,8 @@ class Sampler(nn.Module):
                 logits.index_put_((bad_rows, bad_tokens), bans, accumulate=True)
             for row, token_ids in metadata.stop_token_masks.items():
                 logits[row, token_ids] = float("-inf")
-            if metadata.logit_bias is not None:
-                bias_rows, bias_tokens, biases = metadata.logit_bias
+            if bias is not None:
+                bias_rows, bias_tokens, biases = bias
                 logits[bias_rows, bias_tokens] += biases
         if metadata.penalties is not None:
             logits = apply_penalties(logits, metadata.penalties)

@@ -9,6 +9,7 @@ runner's pinned ``upload``, which does not wait for the step in flight (a pageab
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -34,6 +35,7 @@ def make_sampling_metadata(
     """The sampled rows' settings. ``num_output_tokens[i]`` counts row ``i``'s output so far, a
     token still in flight included: ``min_tokens`` masks stops below it, and the penalties count
     that token, whose id ``late_tokens`` gives on the device."""
+    late_tokens = functools.cache(late_tokens)  # the penalties and the bad words both read it
     penalties = None
     if batch.penalty_rows and not batch.penalty_rows.isdisjoint(rows.tolist()):
         penalties = _penalty_state(batch, rows, num_output_tokens, vocab_size, upload, late_tokens)

@@ -23,6 +23,9 @@ class Logprob:
 SampleLogprobs = list[dict[int, Logprob]]
 """One dict per generated token: token id -> ``Logprob``."""
 
+PromptLogprobs = list[dict[int, Logprob] | None]
+"""One dict per prompt token, None for the first (nothing precedes it to score it)."""
+
 
 class LogprobsLists(NamedTuple):
     """One step's logprobs on the host, one row per sampled token: the sampled token, then the

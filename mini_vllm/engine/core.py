@@ -65,6 +65,7 @@ class EngineCoreSamplingParams(msgspec.Struct, omit_defaults=True):
     stop_token_ids: list[int] = []
     ignore_eos: bool = False
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
     repetition_detection: RepetitionDetectionParams | None = None
 
     def to_sampling_params(self) -> Any:
@@ -109,6 +110,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     error: str | None = None
     # Rows of (sampled token first, then the top ones), one per new token; see mini_vllm/logprobs.
     new_logprobs: LogprobsLists | None = None
+    # The whole prompt's rows (its second token on), with the request's first token; upstream
+    # sends them as tensors (``new_prompt_logprobs_tensors``).
+    new_prompt_logprobs: LogprobsLists | None = None
     events: list[EngineCoreEvent] | None = None
     num_cached_tokens: int = 0
 
@@ -208,6 +212,10 @@ class EngineCore:
             )
             for out in self.engine.last_core_outputs
         ]
+        if self.engine.last_prompt_logprobs:
+            prompt_logprobs = self.engine.last_prompt_logprobs
+            for out in outputs:
+                out.new_prompt_logprobs = prompt_logprobs.get(out.request_id)
         if self._events:  # none in a steady decode with nothing waiting: no lookup per output
             for out in outputs:
                 out.events = self._events.pop(out.request_id, None)

@@ -296,6 +296,9 @@ class LLMEngine:
         self._in_flight: tuple[SchedulerOutput, Any] | None = None
         # The scheduler's per-request outputs of the last step (see _update_from_output).
         self.last_core_outputs: list[Any] = []
+        # The prompt logprobs that became whole in the last step, by request: they ride on the
+        # request's first output over the wire (EngineCore), as upstream's.
+        self.last_prompt_logprobs: dict[str, LogprobsLists] = {}
         # Called with every SchedulerOutput as it is made (the engine core stamps its events).
         self.on_schedule: Callable[[SchedulerOutput], None] | None = None
 
@@ -649,6 +652,7 @@ class LLMEngine:
         core_outputs = self.scheduler.update_from_output(scheduler_output, runner_output.to_dict())
         if runner_output.logprobs is not None:
             self._attach_logprobs(core_outputs, runner_output)
+        self.last_prompt_logprobs = {}
         for req_id, (first_position, rows) in runner_output.prompt_logprobs_dict.items():
             self._keep_prompt_logprobs(req_id, first_position, rows)
         # Every request's new tokens of this step, finished or not, for EngineCore to stream.
@@ -719,6 +723,8 @@ class LLMEngine:
             )
             record.prompt_logprob_rows.append(kept)
             record.num_prompt_logprobs += len(kept.sampled_token_ranks)
+            if record.num_prompt_logprobs == len(record.request.prompt_token_ids) - 1:
+                self.last_prompt_logprobs[req_id] = _concatenate(record.prompt_logprob_rows)
 
     def _record_schedule(self, scheduler_output: SchedulerOutput) -> None:
         for new_req in scheduler_output.scheduled_new_reqs:
@@ -755,7 +761,7 @@ class LLMEngine:
                 )
         logprobs = LogprobsProcessor(self.tokenizer, params.logprobs)
         for rows in record.logprob_rows:
-            logprobs.update_from_output(rows)
+            logprobs.update_sample_logprobs(rows)
         return CompletionOutput(
             index=record.index,
             text=text,
@@ -771,13 +777,10 @@ class LLMEngine:
         request = record.request
         request_id, completions = request.request_id, [completion]
         num_cached_tokens = record.num_cached_tokens
-        prompt_logprobs = None
-        if request.sampling_params.prompt_logprobs is not None:
-            # The first prompt token has none: nothing precedes it (upstream's None).
-            scored = LogprobsProcessor(self.tokenizer, request.sampling_params.prompt_logprobs)
-            for rows in record.prompt_logprob_rows:
-                scored.update_from_output(rows)
-            prompt_logprobs = [None, *(scored.logprobs or [])]
+        scored = LogprobsProcessor(self.tokenizer, None, request.sampling_params.prompt_logprobs)
+        for rows in record.prompt_logprob_rows:
+            scored.update_prompt_logprobs(rows)
+        prompt_logprobs = scored.prompt_logprobs
         if record.parent_id is not None:
             parent = self._parents[record.parent_id]
             parent.completions[record.index] = completion
@@ -797,6 +800,15 @@ class LLMEngine:
             prompt_logprobs=prompt_logprobs,
             num_cached_tokens=num_cached_tokens,
         )
+
+
+def _concatenate(parts: list[LogprobsLists]) -> LogprobsLists:
+    """One request's rows from several steps, in order, as one ``LogprobsLists``."""
+    return LogprobsLists(
+        [row for part in parts for row in part.logprob_token_ids],
+        [row for part in parts for row in part.logprobs],
+        [rank for part in parts for rank in part.sampled_token_ranks],
+    )
 
 
 def decode_final_output(

@@ -265,7 +265,11 @@ class OutputProcessor:
                 include_stop_str_in_output=include_stop_str_in_output,
                 min_tokens=request.sampling_params.min_tokens,
             ),
-            logprobs_processor=LogprobsProcessor(self.tokenizer, request.sampling_params.logprobs),
+            logprobs_processor=LogprobsProcessor(
+                self.tokenizer,
+                request.sampling_params.logprobs,
+                request.sampling_params.prompt_logprobs,
+            ),
             queue=queue,
             stream=stream,
             arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
@@ -320,7 +324,7 @@ class OutputProcessor:
                 finish_reason, stop_reason = "stop", stop_str
                 if not out.finished:
                     result.reqs_to_abort.append(out.request_id)
-            state.logprobs_processor.update_from_output(out.new_logprobs)
+            state.logprobs_processor.update_from_output(out)
             finished = finish_reason is not None
             request_output = self._make_request_output(state, finish_reason, stop_reason, finished)
             if request_output is not None:
@@ -343,7 +347,8 @@ class OutputProcessor:
         if state.stream and not text and not finished:
             return None  # nothing a client could see yet (half a character, or a stop prefix)
         token_ids = list(detok.output_token_ids[state.sent_tokens_offset if state.stream else 0 :])
-        logprobs = state.logprobs_processor.logprobs
+        processor = state.logprobs_processor
+        logprobs = processor.logprobs
         if state.stream and logprobs is not None:
             logprobs = logprobs[state.sent_tokens_offset :]
         state.sent_tokens_offset = len(detok.output_token_ids)
@@ -351,7 +356,7 @@ class OutputProcessor:
             index=0,
             text=text,
             token_ids=token_ids,
-            cumulative_logprob=state.logprobs_processor.cumulative_logprob,
+            cumulative_logprob=processor.cumulative_logprob,
             logprobs=logprobs,
             finish_reason=finish_reason,
             stop_reason=stop_reason,
@@ -362,6 +367,10 @@ class OutputProcessor:
             prompt_token_ids=state.prompt_token_ids,
             outputs=[completion],
             finished=finished,
+            # A stream sends the prompt's once, with its first output (upstream's DELTA kind).
+            prompt_logprobs=processor.pop_prompt_logprobs()
+            if state.stream
+            else processor.prompt_logprobs,
             num_cached_tokens=state.num_cached_tokens,
         )
 

@@ -439,7 +439,7 @@ MUTANTS = [
     Mutant(
         name="logprobs_not_recorded",
         file=FILE,
-        find="state.logprobs_processor.update_from_output(out.new_logprobs)",
+        find="state.logprobs_processor.update_from_output(out)",
         replace="pass",
         why="never hands the rows on: a request that asked for logprobs gets an empty list and "
         "a cumulative logprob of 0",
@@ -448,12 +448,33 @@ MUTANTS = [
     Mutant(
         name="logprobs_only_while_running",
         file=FILE,
-        find="state.logprobs_processor.update_from_output(out.new_logprobs)",
+        find="state.logprobs_processor.update_from_output(out)",
         replace="""
             if not out.finished:
-                state.logprobs_processor.update_from_output(out.new_logprobs)
+                state.logprobs_processor.update_from_output(out)
         """,
         why="drops the last step's rows: the finished output has one logprob fewer than tokens",
+        caught_by="test_processor.py::test_logprobs_reach_the_outputs",
+    ),
+    Mutant(
+        name="prompt_logprobs_only_with_sample_logprobs",
+        file=FILE,
+        find="state.logprobs_processor.update_from_output(out)",
+        replace="""
+            if out.new_logprobs is not None:
+                state.logprobs_processor.update_from_output(out)
+        """,
+        why="hands an output on only when it has sample logprobs: a request that asked for "
+        "prompt logprobs alone never gets them",
+        caught_by="test_processor.py::test_prompt_logprobs_reach_the_outputs",
+    ),
+    Mutant(
+        name="only_the_sample_rows_handed_on",
+        file=FILE,
+        find="state.logprobs_processor.update_from_output(out)",
+        replace="state.logprobs_processor.update_from_output(out.new_logprobs)",
+        why="hands on the sample rows, the older contract: the processor takes the whole "
+        "output (sample and prompt logprobs), so every request crashes",
         caught_by="test_processor.py::test_logprobs_reach_the_outputs",
     ),
     Mutant(
@@ -888,10 +909,10 @@ MUTANTS = [
     Mutant(
         name="logprobs_skipped_on_a_stop_string",
         file=FILE,
-        find="            state.logprobs_processor.update_from_output(out.new_logprobs)\n",
+        find="            state.logprobs_processor.update_from_output(out)\n",
         replace="""
                 if stop_str is None:
-                    state.logprobs_processor.update_from_output(out.new_logprobs)
+                    state.logprobs_processor.update_from_output(out)
         """,
         why="adds a step's logprob rows only when no stop string ended it: the finished output "
         "of a request stopped by a stop string lacks its last step's rows (fewer rows than "

@@ -146,3 +146,63 @@ def test_a_preemption_is_stamped(tiny_serve_dir):
     assert EngineCoreEventType.PREEMPTED in events
     assert events.count(EngineCoreEventType.QUEUED) == 2
     assert not core._events
+
+
+def _prompt_logprob_runs(core: EngineCore, prompts: dict[str, list[int]], **params) -> dict:
+    """Every request's outputs (as the front-end decodes them), run together to the end."""
+    sampling = EngineCoreSamplingParams(temperature=0.0, prompt_logprobs=2, **params)
+    for request_id, prompt in prompts.items():
+        assert core.add_request(EngineCoreRequest(request_id, prompt, sampling)) is None
+    outputs: dict[str, list[EngineCoreOutput]] = {request_id: [] for request_id in prompts}
+    while core.has_unfinished_requests():
+        for out in _wire(core.step()):
+            outputs[out.request_id].append(out)
+    return outputs
+
+
+def _assert_sent_once(outputs: list[EngineCoreOutput], expected, where: str) -> None:
+    first, *later = outputs
+    assert first.new_token_ids, "the first output is the request's first token"
+    assert first.new_prompt_logprobs is not None, (
+        f"{where}: the prompt's logprobs must ride on the request's first output"
+    )
+    assert all(out.new_prompt_logprobs is None for out in later), (
+        f"{where}: the prompt's logprobs are sent once (a repeat would show the prompt twice)"
+    )
+    rows = first.new_prompt_logprobs
+    assert rows.logprob_token_ids == expected.logprob_token_ids, where
+    assert rows.sampled_token_ranks == expected.sampled_token_ranks, where
+    for got, want in zip(rows.logprobs, expected.logprobs, strict=True):
+        assert got == pytest.approx(want, abs=1e-5), where
+
+
+def test_prompt_logprobs_ride_on_the_first_output(tiny_serve_dir):
+    """A prompt scored in several prefill chunks (16 tokens a step) reaches the front-end whole,
+    once, with the first token, as upstream's ``new_prompt_logprobs_tensors``; the same rows
+    as one chunk gives. Preempted requests recompute their prompt, and send it once still."""
+    prompt = [(7 * i) % 200 + 3 for i in range(40)]
+
+    def core_with(**overrides) -> EngineCore:
+        args = dict(model=str(tiny_serve_dir), max_model_len=128, device="cpu")
+        return EngineCore(EngineArgs(**{**args, **overrides}))
+
+    whole = _prompt_logprob_runs(core_with(), {"whole": prompt}, max_tokens=3)["whole"]
+    expected = whole[0].new_prompt_logprobs
+    assert expected is not None and len(expected.sampled_token_ranks) == len(prompt) - 1, (
+        "one row per prompt token but the first"
+    )
+    assert all(len(ids) in (3, 4) for ids in expected.logprob_token_ids), "token, then 2 best"
+    chunked = core_with(max_num_batched_tokens=16, long_prefill_token_threshold=16)
+    runs = _prompt_logprob_runs(chunked, {"chunked": prompt}, max_tokens=3)
+    _assert_sent_once(runs["chunked"], expected, "a 40-token prompt in chunks of 16")
+    # 8 usable blocks of 16 for two requests of 100 tokens: one is preempted and recomputed.
+    crowded = core_with(num_gpu_blocks_override=9, enable_prefix_caching=False)
+    long_prompt = PROMPT * 8
+    alone = _prompt_logprob_runs(core_with(), {"alone": long_prompt}, max_tokens=2)["alone"]
+    runs = _prompt_logprob_runs(
+        crowded, {"a": long_prompt, "b": long_prompt}, max_tokens=60, ignore_eos=True
+    )
+    assert crowded.engine.stats.num_preemptions > 0, "the case needs a preemption"
+    for request_id, outputs in runs.items():
+        _assert_sent_once(outputs, alone[0].new_prompt_logprobs, f"preempted run {request_id}")
+    assert not crowded.engine.last_prompt_logprobs

@@ -509,7 +509,6 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "max_tokens": 0}, "max_tokens"),
         ({"prompt": "hi", "logprobs": 21}, "max allowed: 20"),
         ({"prompt": "hi", "logprobs": -2}, "logprobs"),
-        ({"prompt": "hi", "echo": True, "logprobs": 1}, "echo with logprobs needs"),
         ({"prompt": "hi", "stop": [""]}, "stop"),
         ({"prompt": "hi", "max_tokens": 4, "min_tokens": 5}, "min_tokens"),
         ({"prompt": "hi", "seed": -3}, "seed"),
@@ -526,7 +525,10 @@ def test_prompt_longer_than_max_model_len_is_bad_request(client, tiny_server):
         ({"prompt": "hi", "logit_bias": {"abc": 5.0}}, "logit_bias must map token ids"),
         ({"prompt": "hi", "allowed_token_ids": []}, "allowed_token_ids is not None and empty"),
         ({"prompt": "hi", "allowed_token_ids": [-4]}, "outside the vocabulary"),
-        ({"prompt": "hi", "prompt_logprobs": 1}, "prompt_logprobs"),
+        # Upstream's checks of prompt_logprobs.
+        ({"prompt": "hi", "prompt_logprobs": -2}, "must be a positive value or -1"),
+        ({"prompt": "hi", "prompt_logprobs": 1, "stream": True}, "not available when `stream"),
+        ({"prompt": "hi", "prompt_logprobs": 21}, "max allowed: 20"),
         ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
         # ... and upstream's fields the server used to ignore without a word.
         ({"prompt": "hi", "cache_salt": ""}, "'cache_salt' must be a non-empty string"),

@@ -7,9 +7,9 @@ vLLM's extensions that the engine has (``top_k``, ``min_tokens``, ``ignore_eos``
 ``stop_token_ids``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``priority``,
 ``min_p``, ``repetition_penalty``, ``allowed_token_ids``, ``bad_words``, ``cache_salt``,
 ``return_token_ids``, ``return_tokens_as_token_ids``, ``truncate_prompt_tokens``,
-``repetition_detection``; ``logit_bias`` is OpenAI's); a field of
-upstream's that the engine cannot honour (``suffix``, ``prompt_logprobs``, ``echo`` with
-``logprobs``, structured outputs, tools: ``SamplingRequestMixin.unsupported_fields``) is
+``repetition_detection``, ``prompt_logprobs``; ``logit_bias`` is OpenAI's); a field of
+upstream's that the engine cannot honour (``suffix``, structured outputs, tools:
+``SamplingRequestMixin.unsupported_fields``) is
 refused with a 400 unless it holds its neutral value, rather than silently ignored. Other
 unknown fields are ignored, as upstream does, so that clients sending newer fields still work.
 """
@@ -21,6 +21,8 @@ import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mini_vllm.logprobs import PromptLogprobs
 
 
 def random_uuid() -> str:
@@ -125,9 +127,10 @@ class SamplingRequestMixin(OpenAIBaseModel):
     # unless truncation_side is "right" (vLLM's tokenizers truncate on the left).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
     truncation_side: Literal["left", "right"] | None = None
+    # Per prompt token but the first, its logprob and this many best (-1: all); not streamed.
+    prompt_logprobs: int | None = None
     # Upstream's fields that the server does not honour, declared so that a value other than the
     # neutral one is refused (``OpenAIServing._check_sampling``) instead of ignored.
-    prompt_logprobs: int | None = None
     use_beam_search: bool = False
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
@@ -146,7 +149,6 @@ class SamplingRequestMixin(OpenAIBaseModel):
         """Each field above, truthy when it asks for something the engine would not do."""
         response_type = (self.response_format or {}).get("type", "text")
         return {
-            "prompt_logprobs": self.prompt_logprobs is not None,
             "use_beam_search": self.use_beam_search,
             "response_format": response_type != "text",
             "structured_outputs": self.structured_outputs is not None,
@@ -232,6 +234,7 @@ class CompletionResponseChoice(OpenAIBaseModel):
     # With return_token_ids (vLLM's): the choice's prompt and generated token ids.
     prompt_token_ids: list[int] | None = None
     token_ids: list[int] | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM's, when asked
 
 
 class CompletionResponse(OpenAIBaseModel):
@@ -285,6 +288,7 @@ class ChatCompletionResponse(OpenAIBaseModel):
     choices: list[ChatCompletionResponseChoice]
     usage: UsageInfo
     prompt_token_ids: list[int] | None = None  # with return_token_ids: the rendered chat's
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM's, when asked
 
 
 class DeltaMessage(OpenAIBaseModel):

@@ -51,9 +51,9 @@ from mini_vllm.entrypoints.openai.protocol import (
     UsageInfo,
     random_uuid,
 )
-from mini_vllm.logprobs import SampleLogprobs
+from mini_vllm.logprobs import Logprob, PromptLogprobs, SampleLogprobs
 from mini_vllm.metrics.stats import ParentRequestStats
-from mini_vllm.outputs import CompletionOutput, RequestOutput
+from mini_vllm.outputs import RequestOutput
 from mini_vllm.sampling_params import RepetitionDetectionParams, SamplingParams
 
 # Largest seed a torch.Generator takes.
@@ -129,8 +129,10 @@ class OpenAIServing:
         request: SamplingRequestMixin,
         unsupported: dict[str, Any],
         num_logprobs: int | None = None,
+        num_prompt_logprobs: int | None = None,
     ) -> EngineCoreSamplingParams:
         refuse_unsupported({**unsupported, **request.unsupported_fields()})
+        check_prompt_logprobs(request)
         options = request.stream_options
         if options is not None and options.model_fields_set and not request.stream:
             # Upstream's validate_stream_options.
@@ -164,6 +166,7 @@ class OpenAIServing:
             stop_token_ids=list(request.stop_token_ids or []),
             ignore_eos=request.ignore_eos,
             logprobs=num_logprobs,
+            prompt_logprobs=num_prompt_logprobs,
         )
         if request.repetition_detection is not None:
             try:
@@ -401,12 +404,10 @@ class OpenAIServing:
         if request.logprobs is not None and request.logprobs < 0:
             # Upstream's CompletionRequest.check_logprobs: no -1 (whole vocabulary) here.
             raise BadRequestError("`logprobs` must be a positive value.", param="logprobs")
-        if request.echo and request.logprobs is not None:
-            raise BadRequestError(
-                "echo with logprobs needs the prompt's logprobs (prompt_logprobs), which "
-                "mini-vLLM's server does not return yet (LLM.generate computes them offline)",
-                param="echo",
-            )
+        # Echoing with logprobs shows the prompt's too (upstream's to_sampling_params).
+        num_prompt_logprobs = request.prompt_logprobs
+        if num_prompt_logprobs is None and request.echo:
+            num_prompt_logprobs = request.logprobs
         params = self._check_sampling(
             request,
             {
@@ -415,14 +416,14 @@ class OpenAIServing:
                 "prompt_embeds": request.prompt_embeds is not None,
             },
             num_logprobs=request.logprobs,
+            num_prompt_logprobs=num_prompt_logprobs,
         )
-        prompts = [
-            self._truncate(p, request, request.max_tokens)
-            for p in self._completion_prompts(request)
-        ]
-        max_tokens = [
-            self._check_length(len(p.token_ids), request.max_tokens, "max_tokens") for p in prompts
-        ]
+        # echo with max_tokens 0 returns the prompt alone: the engine still runs one step (the
+        # prompt's logprobs are computed there), whose token is not shown (upstream's rule).
+        echo_only = request.echo and request.max_tokens == 0
+        wanted = 1 if echo_only else request.max_tokens
+        prompts = [self._truncate(p, request, wanted) for p in self._completion_prompts(request)]
+        max_tokens = [self._check_length(len(p.token_ids), wanted, "max_tokens") for p in prompts]
         request_id = f"cmpl-{random_uuid()}"
         response_id = _response_id("cmpl", client_request_id or request.request_id, request_id)
         created = int(time.time())
@@ -430,48 +431,62 @@ class OpenAIServing:
         prompt_tokens = sum(len(p.token_ids) for p in prompts)
         with_ids = bool(request.return_token_ids)
         echoes = [self._echo(p, request) for p in prompts]
+
+        def scored(output: RequestOutput, echo: bool, offset: int = 0) -> CompletionLogProbs | None:
+            """The choice's legacy logprobs: its new tokens', after the prompt's if echoed."""
+            out = output.outputs[0]
+            token_ids = list(out.token_ids)
+            logprobs: Sequence[dict[int, Logprob] | None] | None = out.logprobs
+            if echo and logprobs is not None:
+                if echo_only:  # the prompt alone: the step's token is not shown
+                    token_ids, logprobs = [], []
+                token_ids = [*output.prompt_token_ids, *token_ids]
+                logprobs = [*(output.prompt_logprobs or []), *logprobs]
+            return completion_logprobs(
+                token_ids,
+                logprobs,
+                request.logprobs,
+                initial_text_offset=offset,
+                as_ids=bool(request.return_tokens_as_token_ids),
+                tokenizer=self.tokenizer,
+            )
+
         if not request.stream:
             outputs, completion_tokens, cached = await _collect(merged, request.n)
+            choices = []
+            for index, output in outputs:
+                out = output.outputs[0]
+                choice = CompletionResponseChoice(
+                    index=index,
+                    text=echoes[index // request.n] + ("" if echo_only else out.text),
+                    logprobs=scored(output, request.echo),
+                    finish_reason=out.finish_reason,
+                    stop_reason=out.stop_reason,
+                    prompt_logprobs=clamp_prompt_logprobs(output.prompt_logprobs),
+                )
+                if with_ids:
+                    choice.prompt_token_ids = prompts[index // request.n].token_ids
+                    choice.token_ids = list(out.token_ids)
+                choices.append(choice)
             return CompletionResponse(
                 id=response_id,
                 created=created,
                 model=self.served_model_name,
-                choices=[
-                    CompletionResponseChoice(
-                        index=index,
-                        text=echoes[index // request.n] + out.text,
-                        logprobs=completion_logprobs(
-                            out.token_ids,
-                            out.logprobs,
-                            request.logprobs,
-                            as_ids=bool(request.return_tokens_as_token_ids),
-                        ),
-                        finish_reason=out.finish_reason,
-                        stop_reason=out.stop_reason,
-                        prompt_token_ids=prompts[index // request.n].token_ids
-                        if with_ids
-                        else None,
-                        token_ids=list(out.token_ids) if with_ids else None,
-                    )
-                    for index, out in outputs
-                ],
+                choices=choices,
                 usage=self._usage(prompt_tokens, completion_tokens, cached),
             )
         # Per choice, the characters streamed so far: where the next chunk's text_offset starts.
         text_offsets: dict[int, int] = {}
 
-        def chunk(index: int, out: CompletionOutput) -> CompletionStreamResponse:
+        def chunk(index: int, output: RequestOutput) -> CompletionStreamResponse:
+            out = output.outputs[0]
             first = index not in text_offsets
             offset = text_offsets.get(index, 0)
-            text = echoes[index // request.n] + out.text if first else out.text
+            text = out.text
+            if first:
+                text = echoes[index // request.n] + ("" if echo_only else text)
             text_offsets[index] = offset + len(text)
-            logprobs = completion_logprobs(
-                out.token_ids,
-                out.logprobs,
-                request.logprobs,
-                initial_text_offset=offset,
-                as_ids=bool(request.return_tokens_as_token_ids),
-            )
+            logprobs = scored(output, request.echo and first, offset)
             choice = CompletionResponseStreamChoice(
                 index=index,
                 text=text,
@@ -517,6 +532,7 @@ class OpenAIServing:
                 "return_prompt_text": bool(request.return_prompt_text),
             },
             num_logprobs=chat_num_logprobs(request),
+            num_prompt_logprobs=request.prompt_logprobs,
         )
         role = chat_request_role(request)
         use_new_name = request.max_completion_tokens is not None
@@ -532,6 +548,7 @@ class OpenAIServing:
         as_ids = bool(request.return_tokens_as_token_ids)
         if not request.stream:
             outputs, completion_tokens, cached = await _collect(merged, request.n)
+            choices = [(index, output.outputs[0]) for index, output in outputs]
             return ChatCompletionResponse(
                 id=response_id,
                 created=created,
@@ -547,13 +564,15 @@ class OpenAIServing:
                         stop_reason=out.stop_reason,
                         token_ids=list(out.token_ids) if with_ids else None,
                     )
-                    for index, out in outputs
+                    for index, out in choices
                 ],
                 usage=self._usage(len(prompt.token_ids), completion_tokens, cached),
                 prompt_token_ids=prompt.token_ids if with_ids else None,
+                prompt_logprobs=clamp_prompt_logprobs(outputs[0][1].prompt_logprobs),
             )
 
-        def chunk(index: int, out: CompletionOutput | None = None) -> ChatCompletionStreamResponse:
+        def chunk(index: int, output: RequestOutput | None = None) -> ChatCompletionStreamResponse:
+            out = None if output is None else output.outputs[0]
             if out is None:  # the role comes first, once per choice (as OpenAI sends it)
                 choice = ChatCompletionResponseStreamChoice(
                     index=index,
@@ -606,7 +625,7 @@ class OpenAIServing:
     async def _stream(
         self,
         merged: AsyncGenerator[tuple[int, RequestOutput], None],
-        chunk: Callable[[int, CompletionOutput], BaseModel],
+        chunk: Callable[[int, RequestOutput], BaseModel],
         first: Sequence[BaseModel],
         usage: CompletionStreamResponse | ChatCompletionStreamResponse,
         prompt_lens: Sequence[int],
@@ -642,7 +661,7 @@ class OpenAIServing:
                 generated[index] = generated.get(index, 0) + len(completion.token_ids)
                 if index % request.n == 0:
                     cached[index // request.n] = output.num_cached_tokens or 0
-                yield event(chunk(index, completion))
+                yield event(chunk(index, output))
             if include_usage:
                 usage.usage = self._usage(
                     sum(prompt_lens), sum(generated.values()), sum(cached.values())
@@ -657,14 +676,15 @@ class OpenAIServing:
 
 async def _collect(
     merged: AsyncGenerator[tuple[int, RequestOutput], None], n: int
-) -> tuple[list[tuple[int, CompletionOutput]], int, int]:
+) -> tuple[list[tuple[int, RequestOutput]], int, int]:
     """Every choice's final output in index order, the tokens generated over all of them, and
     the prompt tokens read from the prefix cache: each prompt's first sample's hits (its later
     samples hit what it computed; upstream reports the last prompt's alone)."""
     finals = {index: output async for index, output in merged}
-    outputs = sorted((index, output.outputs[0]) for index, output in finals.items())
+    outputs = sorted(finals.items(), key=lambda item: item[0])
     cached = sum(out.num_cached_tokens or 0 for index, out in finals.items() if index % n == 0)
-    return outputs, sum(len(out.token_ids) for _, out in outputs), cached
+    generated = sum(len(output.outputs[0].token_ids) for _, output in outputs)
+    return outputs, generated, cached
 
 
 def _response_id(prefix: str, client_id: str | None, request_id: str) -> str:
@@ -681,6 +701,37 @@ def chat_request_role(request: ChatCompletionRequest) -> str:
     if request.add_generation_prompt:
         return "assistant"
     return request.messages[-1].role
+
+
+def check_prompt_logprobs(request: SamplingRequestMixin) -> None:
+    """Upstream's checks of ``prompt_logprobs``: -1 or at least 0, and not in a stream (0
+    passes: it asks for each prompt token's own logprob, which a stream does not show)."""
+    asked = request.prompt_logprobs
+    if asked is None:
+        return
+    if request.stream and (asked > 0 or asked == -1):
+        raise BadRequestError(
+            "`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs"
+        )
+    if asked < 0 and asked != -1:
+        raise BadRequestError(
+            "`prompt_logprobs` must be a positive value or -1.", param="prompt_logprobs"
+        )
+
+
+def clamp_prompt_logprobs(prompt_logprobs: PromptLogprobs | None) -> PromptLogprobs | None:
+    """JSON has no -inf: such a logprob is written -9999.0, as upstream's (and OpenAI's)."""
+    if prompt_logprobs is None:
+        return None
+    return [
+        None
+        if position is None
+        else {
+            token_id: Logprob(max(lp.logprob, -9999.0), lp.rank, lp.decoded_token)
+            for token_id, lp in position.items()
+        }
+        for position in prompt_logprobs
+    ]
 
 
 def chat_num_logprobs(request: ChatCompletionRequest) -> int | None:
@@ -707,26 +758,36 @@ def _token_name(token_id: int, logprob: Any, as_ids: bool) -> str:
 
 def completion_logprobs(
     token_ids: Sequence[int],
-    logprobs: SampleLogprobs | None,
+    logprobs: Sequence[dict[int, Logprob] | None] | None,
     num_logprobs: int | None,
     initial_text_offset: int = 0,
     as_ids: bool = False,
+    tokenizer: Any = None,
 ) -> CompletionLogProbs | None:
-    """The legacy format: each token's text, its logprob, and a dict of the sampled token and
-    the ``num_logprobs`` best (keyed by text, as OpenAI's), with running character offsets."""
+    """The legacy format: each token's text, its logprob, and a dict of the token and the
+    ``num_logprobs`` best (keyed by text, as OpenAI's), with running character offsets. An
+    echoed prompt's first token has no logprob (``None``): its text alone, decoded here."""
     if logprobs is None or num_logprobs is None:
         return None
     # Every list passed in, so that a streamed chunk (dumped with exclude_unset) keeps them.
     result = CompletionLogProbs(text_offset=[], token_logprobs=[], tokens=[], top_logprobs=[])
     offset = initial_text_offset
     for token_id, position in zip(token_ids, logprobs):
-        sampled = position[token_id]
-        token = _token_name(token_id, sampled, as_ids)
-        result.tokens.append(token)
-        result.token_logprobs.append(max(sampled.logprob, -9999.0))
-        result.top_logprobs.append(
-            {_token_name(t, lp, as_ids): max(lp.logprob, -9999.0) for t, lp in position.items()}
-        )
+        if position is None:
+            token = f"token_id:{token_id}" if as_ids else tokenizer.decode([token_id])
+            result.tokens.append(token)
+            result.token_logprobs.append(None)
+            result.top_logprobs.append(None)
+        else:
+            sampled = position[token_id]
+            token = _token_name(token_id, sampled, as_ids)
+            result.tokens.append(token)
+            result.token_logprobs.append(max(sampled.logprob, -9999.0))
+            # The token, then the best num_logprobs (a prompt's may hold more: prompt_logprobs).
+            best = list(position.items())[: num_logprobs + 1]
+            result.top_logprobs.append(
+                {_token_name(t, lp, as_ids): max(lp.logprob, -9999.0) for t, lp in best}
+            )
         result.text_offset.append(offset)
         offset += len(token)
     return result

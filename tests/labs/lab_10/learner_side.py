@@ -300,6 +300,7 @@ class CoreOutput:
         stop_reason: int | str | None = None,
         error: str | None = None,
         new_logprobs: list[float] | None = None,
+        new_prompt_logprobs: list[list[Any]] | None = None,
     ) -> None:
         self.request_id = request_id
         self.new_token_ids = list(new_token_ids)
@@ -315,6 +316,16 @@ class CoreOutput:
                 [[t] for t in self.new_token_ids],
                 [[v] for v in new_logprobs],
                 [1] * len(self.new_token_ids),
+            )
+        self.new_prompt_logprobs = None
+        if new_prompt_logprobs is not None:
+            # One row per prompt token from the second: [token, logprob], ranked first.
+            from mini_vllm.logprobs import LogprobsLists
+
+            self.new_prompt_logprobs = LogprobsLists(
+                [[t] for t, _ in new_prompt_logprobs],
+                [[v] for _, v in new_prompt_logprobs],
+                [1] * len(new_prompt_logprobs),
             )
 
     @property
@@ -346,6 +357,16 @@ def _read_output(item: Any) -> dict[str, Any]:
             else f"a {type(position).__name__}"
             for position in logprobs
         ]
+    prompt_logprobs = item.prompt_logprobs
+    if prompt_logprobs is not None and type(prompt_logprobs := _listed(prompt_logprobs)) is list:
+        prompt_logprobs = [
+            [[t, lp.logprob] for t, lp in position.items()]
+            if type(position) is dict
+            else None
+            if position is None
+            else f"a {type(position).__name__}"
+            for position in prompt_logprobs
+        ]
     return {
         "request_id": item.request_id,
         "finished": item.finished,
@@ -355,6 +376,7 @@ def _read_output(item: Any) -> dict[str, Any]:
         "stop_reason": completion.stop_reason,
         "logprobs": logprobs,
         "cumulative_logprob": completion.cumulative_logprob,
+        "prompt_logprobs": prompt_logprobs,
     }
 
 
@@ -385,8 +407,9 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
     """Run ``ops`` on one ``OutputProcessor`` over the toy tokenizer; one record per op.
 
     ``["add", rid, prompt_ids, {"stop": [...], "stream": bool, "logprobs": k, ...}]``,
-    ``["step", [[rid, new_token_ids, finish_reason, stop_reason, error, logprobs], ...]]``
-    (the last three optional; ``logprobs``: one float per new token),
+    ``["step", [[rid, new_token_ids, finish_reason, stop_reason, error, logprobs,
+    prompt_logprobs], ...]]`` (the last four optional; ``logprobs``: one float per new token;
+    ``prompt_logprobs``: ``[token, logprob]`` per prompt token from the second),
     ``["abort", [rid, ...]]``. Each record has ``returned`` (``reqs_to_abort`` of a step, the
     list ``abort_requests`` returned), ``outputs`` (every ``RequestOutput`` queued since the
     previous op, read as dicts, per request id, in order), ``tracked`` (the sorted keys of
@@ -408,6 +431,7 @@ def run_processor(ops: list[list[Any]]) -> list[dict[str, Any]]:
             options = dict(options)
             params = types.SimpleNamespace(
                 logprobs=options.pop("logprobs", None),
+                prompt_logprobs=options.pop("prompt_logprobs", None),
                 min_tokens=options.pop("min_tokens", 0),
                 max_tokens=16,
             )
@@ -463,7 +487,9 @@ def crowded_processor(num_tracked: int) -> int:
     queues: dict[str, Any] = {}
     _CROWDED.append((processor, queues))
     for i in range(num_tracked):
-        params = types.SimpleNamespace(logprobs=None, min_tokens=0, max_tokens=16)
+        params = types.SimpleNamespace(
+            logprobs=None, prompt_logprobs=None, min_tokens=0, max_tokens=16
+        )
         request = types.SimpleNamespace(
             request_id=f"r{i}", prompt_token_ids=[], sampling_params=params
         )

@@ -409,8 +409,8 @@ def test_logprobs_reach_the_outputs():
     expected_a = [[[t, v]] for t, v in zip([*hi, *TOK.encode("!")], [-0.5, -1.0, -2.0])]
     assert a and a[-1]["logprobs"] == expected_a, (
         f"not streaming, the finished output carries every token's logprob dict, expected "
-        f"{expected_a}, got {a[-1]['logprobs'] if a else a}: pass each output's new_logprobs "
-        f"to state.logprobs_processor.update_from_output"
+        f"{expected_a}, got {a[-1]['logprobs'] if a else a}: hand each output to "
+        f"state.logprobs_processor.update_from_output"
     )
     assert a[-1]["cumulative_logprob"] == -3.5, (
         f"cumulative_logprob sums the sampled tokens' logprobs: expected -3.5, got "
@@ -430,8 +430,8 @@ def test_logprobs_reach_the_outputs():
     got_d = (d[-1]["logprobs"], d[-1]["cumulative_logprob"]) if d else None
     assert got_d == (expected_a, -3.5), (
         f"'d' (tokens 'hi' then '!', stop '!') ends on the stop string in the second step, which "
-        f"the core did not finish: that step's row is added all the same (every output's "
-        f"new_logprobs go to update_from_output, before its RequestOutput is made), so the "
+        f"the core did not finish: that step's row is added all the same (every output goes "
+        f"to update_from_output, before its RequestOutput is made), so the "
         f"finished output carries {expected_a} and -3.5, got {got_d}"
     )
 
@@ -578,4 +578,55 @@ def test_a_step_costs_its_outputs():
             "request_states, and pop each aborted id; do not walk or rebuild them (README, after "
             "the task table)"
         ),
+    )
+
+
+@graded(
+    2,
+    "Prompt logprobs: the core sends them with a request's first output, whether or not it "
+    "asked for sample logprobs, and they reach its RequestOutput (a stream's first one alone)",
+    LOGPROBS,
+)
+def test_prompt_logprobs_reach_the_outputs():
+    """'p' and 'q' (streamed) ask for prompt logprobs and nothing else; 'r' asks for both."""
+    rows = [[t, -1.5 * (i + 1)] for i, t in enumerate(PROMPT[1:])]  # from its second token
+    hi = TOK.encode("hi")
+    recs = run(
+        [
+            add("p", prompt_logprobs=0),
+            add("q", prompt_logprobs=0, stream=True),
+            add("r", prompt_logprobs=0, logprobs=0),
+            [
+                "step",
+                [
+                    ["p", hi, None, None, None, None, rows],
+                    ["q", hi, None, None, None, None, rows],
+                    ["r", hi, None, None, None, [-0.5, -1.0], rows],
+                ],
+            ],
+            [
+                "step",
+                [
+                    ["p", TOK.encode("!"), "length", None],
+                    ["q", TOK.encode("!"), "length", None],
+                    ["r", TOK.encode("!"), "length", None, None, [-2.0]],
+                ],
+            ],
+        ]
+    )
+    expected = [None, *[[row] for row in rows]]
+    for rid in ("p", "r"):
+        outs = recs[4]["outputs"].get(rid, [])
+        got = outs[-1].get("prompt_logprobs") if outs else outs
+        assert got == expected, (
+            f"{rid!r}: the finished output's prompt_logprobs start with None (nothing scores "
+            f"the first prompt token), then one dict per row the first output brought: "
+            f"expected {expected}, got {got}; hand every output to "
+            f"state.logprobs_processor.update_from_output, not only those with new_logprobs"
+        )
+    q = [o for r in recs for o in r["outputs"].get("q", [])]
+    got_q = [o.get("prompt_logprobs") for o in q]
+    assert got_q and got_q[0] == expected and all(not p for p in got_q[1:]), (
+        f"streaming, the first output carries the prompt logprobs and later ones none (the "
+        f"given _make_request_output pops them): got {got_q}"
     )

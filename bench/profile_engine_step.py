@@ -16,7 +16,8 @@ the host's work fits inside the model step).
   one launch), ``logits`` and ``sample`` (launches), and ``collect tokens``: the one
   device-to-host read of the step, which waits for the GPU;
 * ``update from output``: the scheduler appending tokens, checking stops;
-* ``GPU``: CUDA events around the forward pass, the logits and the sampling.
+* ``GPU``: CUDA events around the forward pass, the logits and the sampling;
+* ``GPU alone``: the step's CUDA graph replayed back to back, which the host cannot delay.
 
 Then one step that holds a prefill (``--prefill-tokens`` new prompt tokens next to the decodes),
 and, with ``--profile``, the CUDA kernels of a few decode steps (``torch.profiler``).
@@ -40,6 +41,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import bench_engine  # noqa: E402  (same directory)
+from engine_measure import copy_rate, kv_bytes_per_token, weight_bytes  # noqa: E402
 from engine_workload import fill_decode_batch  # noqa: E402
 
 
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     if gpu_ms:
         print(f"| GPU (events around execute_model) | {statistics.median(gpu_ms):.3f} |")
     print(f"| **whole engine step** | **{statistics.median(step_s) * 1e3:.3f}** |\n")
+    if args.device == "cuda":
+        print_replay_alone(engine, batch)
 
     # One step holding a prefill next to the decodes.
     prompt = torch.randint(vocab, (args.prefill_tokens,), generator=gen).tolist()
@@ -262,6 +266,50 @@ HOST_PHASES = {
     "launch": ("model_runner", "launch_step"),
     "collect tokens": ("model_runner", "get_output"),
 }
+
+
+def print_replay_alone(engine: Any, batch: int, repeats: int = 50) -> None:
+    """The GPU's own time for the last decode step, against its bandwidth floor: its CUDA graph
+    replayed back to back (then with the logits and an argmax), nothing on the host between two
+    launches. In the engine's loop a step's events also count any wait for the host's launch
+    when the host is behind; the difference is that wait. The replays recompute the same step:
+    they write the same K/V into the same slots and leave the engine's state as it was."""
+    import torch
+
+    runner = engine.model_runner
+    graphs = runner.cuda_graphs
+    if graphs is None:
+        return
+    size = next(s for s in graphs.batch_sizes if s >= batch)
+    graph, hidden = graphs._graphs[size], graphs._outputs[size]  # a bench may read them
+
+    def per_call_ms(fn: Any) -> float:
+        for _ in range(5):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / repeats
+
+    def with_logits() -> None:
+        graph.replay()
+        runner.model.compute_logits(hidden).argmax(dim=-1)
+
+    with torch.inference_mode():
+        alone, alone_logits = per_call_ms(graph.replay), per_call_ms(with_logits)
+    context = sum(request.num_computed_tokens for request in engine.scheduler.running)
+    dtype_bytes = torch.tensor([], dtype=engine.dtype).element_size()
+    read = weight_bytes(engine.model) + context * kv_bytes_per_token(engine.hf_config, dtype_bytes)
+    floor_ms = read / copy_rate(torch, "cuda") * 1e3
+    print(
+        f"GPU alone (the batch-{size} graph replayed {repeats} times back to back): "
+        f"{alone:.3f} ms; with the logits and an argmax: {alone_logits:.3f} ms, "
+        f"{alone_logits / floor_ms:.2f}x its bandwidth floor ({read / 2**20:,.0f} MiB read: "
+        f"{floor_ms:.3f} ms at this GPU's copy rate)\n"
+    )
 
 
 def trace_gaps(engine: Any, steps: int, min_gap_us: float = 5.0) -> None:

@@ -259,12 +259,16 @@ class SamplingParams:
         """Refuse more logprobs (or prompt logprobs) than the engine's ``max_logprobs`` (-1, on
         either side, counts as the whole vocabulary); upstream's ``_validate_logprobs``."""
         allowed = vocab_size if max_logprobs == -1 else max_logprobs
-        for kind, asked in (("sample", self.logprobs), ("prompt", self.prompt_logprobs)):
+        for kind, name, asked in (
+            ("sample", "logprobs", self.logprobs),
+            ("prompt", "prompt_logprobs", self.prompt_logprobs),
+        ):
             wanted = vocab_size if asked == -1 else asked
             if wanted is not None and wanted > allowed:
-                raise ValueError(
+                raise VLLMValidationError(
                     f"requested {kind} logprobs of {wanted}, which is greater than max allowed: "
-                    f"{allowed} (raise max_logprobs)"
+                    f"{allowed} (raise max_logprobs)",
+                    parameter=name,
                 )
 
     def update_from_generation_config(

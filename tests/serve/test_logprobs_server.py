@@ -210,3 +210,14 @@ def test_echo_with_max_tokens_0_returns_the_prompt_alone(client, offline_llm):
     assert [t for c in chunks for t in c.choices[0].logprobs.tokens] == scored.logprobs.tokens
     with pytest.raises(openai.BadRequestError, match="max_tokens"):
         client.completions.create(model="tiny", prompt=PROMPT, max_tokens=0)
+
+
+@pytest.mark.parametrize("field", ["logprobs", "prompt_logprobs"])
+def test_too_many_logprobs_name_their_field(tiny_server, field):
+    """Above ``--max-logprobs`` (20), the 400's ``param`` is the field the client sent."""
+    resp = httpx.post(
+        f"{tiny_server.api_url}/completions",
+        json={"model": "tiny", "prompt": "hi", "max_tokens": 2, field: 21},
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == field

@@ -192,12 +192,9 @@ class OpenAIServing:
         """At most the engine's ``max_logprobs`` (upstream's default 20; -1: the vocabulary),
         and no token id outside the vocabulary in ``logit_bias``, ``allowed_token_ids`` or the
         tokenized ``bad_words`` (tokenized here: the engine core has no tokenizer)."""
-        vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
+        vocab_size = self.vocab_size
         try:
             params.verify_logprobs(int(self.engine.engine_args.max_logprobs), vocab_size)
-        except ValueError as exc:
-            raise BadRequestError(str(exc), param="logprobs") from None
-        try:
             params.verify_token_ids(vocab_size)
             params.update_from_tokenizer(self.tokenizer, vocab_size)
         except ValueError as exc:
@@ -259,12 +256,16 @@ class OpenAIServing:
             return ""
         return prompt.text if prompt.text is not None else self.tokenizer.decode(prompt.token_ids)
 
+    @property
+    def vocab_size(self) -> int:
+        """The model's vocabulary (its config's; the tokenizer's length if the config has none)."""
+        return int(self.engine.config.get("vocab_size") or len(self.tokenizer))
+
     def _check_token_ids(self, token_ids: Sequence[Any]) -> list[int]:
-        vocab_size = int(self.engine.config.get("vocab_size") or len(self.tokenizer))
-        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
+        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
         if bad:
             raise BadRequestError(
-                f"token ids {bad[:5]} are outside the vocabulary (size {vocab_size})",
+                f"token ids {bad[:5]} are outside the vocabulary (size {self.vocab_size})",
                 param="prompt",
             )
         return list(token_ids)

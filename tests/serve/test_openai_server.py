@@ -560,7 +560,6 @@ def test_invalid_parameters_are_400(tiny_server, body, needle):
         ({"max_completion_tokens": 0}, "max_completion_tokens must be at least 1"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"top_p": 0.5, "min_p": -0.2}, "min_p must be in [0, 1]"),
-        ({"echo": True}, "echo"),
         # Upstream refuses a request's own template unless --trust-request-chat-template.
         ({"chat_template": "{{ messages[0].content }}"}, "chat_template"),
         ({"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}, "chat_template"),
@@ -732,6 +731,27 @@ def test_reply_role_without_generation_prompt(tiny_server):
     assert resp.json()["choices"][0]["message"]["role"] == "user"
     events = _sse_events(url, {**body, "stream": True})
     assert events[0]["choices"][0]["delta"]["role"] == "user"
+
+
+def test_chat_echo_puts_the_continued_message_first(tiny_server):
+    """``echo`` on chat: a reply that continues the last message (same role, no generation
+    prompt) starts with that message's text, streamed (one chunk per choice after the role) or
+    not; a reply in another role echoes nothing (upstream's rule)."""
+    url = f"{tiny_server.api_url}/chat/completions"
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Complete: the sky is"}]}]
+    body = {"model": "tiny", "messages": messages, "max_tokens": 4, "temperature": 0}
+    continued = {**body, "add_generation_prompt": False}
+    plain = httpx.post(url, json=continued, timeout=120).json()["choices"][0]["message"]
+    echoed = httpx.post(url, json={**continued, "echo": True}, timeout=120).json()
+    assert echoed["choices"][0]["message"]["content"] == "Complete: the sky is" + plain["content"]
+    events = _sse_events(url, {**continued, "echo": True, "stream": True})
+    streamed = "".join(
+        e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices")
+    )
+    assert streamed == echoed["choices"][0]["message"]["content"]
+    reply = httpx.post(url, json=body, timeout=120).json()["choices"][0]["message"]["content"]
+    other_role = httpx.post(url, json={**body, "echo": True}, timeout=120).json()
+    assert other_role["choices"][0]["message"]["content"] == reply, "an assistant reply to a user"
 
 
 def test_metric_buckets_and_reasons_are_upstreams(tiny_server, client):

@@ -192,7 +192,7 @@ class ChatCompletionRequest(SamplingRequestMixin):
     # Tools would be rendered into the prompt by upstream's chat template: refused if given.
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    echo: bool = False  # upstream: prepend the last message to the reply
+    echo: bool = False  # the last message before the reply, when the reply continues it
     continue_final_message: bool = False
     # Upstream refuses a request's own template unless --trust-request-chat-template.
     chat_template: str | None = None

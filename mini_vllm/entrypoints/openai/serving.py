@@ -526,16 +526,19 @@ class OpenAIServing:
             {
                 "tools": bool(request.tools),
                 "tool_choice": request.tool_choice not in (None, "none"),
-                "echo": request.echo,
                 "continue_final_message": request.continue_final_message,
                 "chat_template": asks_own_chat_template(request),
                 "documents": request.documents is not None,
                 "return_prompt_text": bool(request.return_prompt_text),
             },
             num_logprobs=chat_num_logprobs(request),
-            num_prompt_logprobs=request.prompt_logprobs,
+            # Echoing with top_logprobs scores the prompt too (upstream's to_sampling_params).
+            num_prompt_logprobs=request.top_logprobs
+            if request.prompt_logprobs is None and request.echo
+            else request.prompt_logprobs,
         )
         role = chat_request_role(request)
+        echo = chat_echo(request, role)
         use_new_name = request.max_completion_tokens is not None
         field = "max_completion_tokens" if use_new_name else "max_tokens"
         wanted = request.max_completion_tokens if use_new_name else request.max_tokens
@@ -557,7 +560,7 @@ class OpenAIServing:
                 choices=[
                     ChatCompletionResponseChoice(
                         index=index,
-                        message=ChatResponseMessage(role=role, content=out.text),
+                        message=ChatResponseMessage(role=role, content=echo + out.text),
                         logprobs=chat_logprobs(
                             out.token_ids, out.logprobs, request.top_logprobs, as_ids=as_ids
                         ),
@@ -611,8 +614,26 @@ class OpenAIServing:
             model=self.served_model_name,
             choices=[],
         )
-        roles = [chunk(index) for index in range(request.n)]
-        return self._stream(merged, chunk, roles, usage, [len(prompt.token_ids)], request)
+        first = [chunk(index) for index in range(request.n)]
+        if echo:  # then the echoed message, once per choice, as upstream streams it
+            first += [
+                ChatCompletionStreamResponse(
+                    id=response_id,
+                    object="chat.completion.chunk",
+                    created=created,
+                    model=self.served_model_name,
+                    choices=[
+                        ChatCompletionResponseStreamChoice(
+                            index=index,
+                            delta=DeltaMessage(content=echo),
+                            logprobs=None,
+                            finish_reason=None,
+                        )
+                    ],
+                )
+                for index in range(request.n)
+            ]
+        return self._stream(merged, chunk, first, usage, [len(prompt.token_ids)], request)
 
     def _usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> UsageInfo:
         """The token counts OpenAI clients read for billing; with
@@ -733,6 +754,15 @@ def clamp_prompt_logprobs(prompt_logprobs: PromptLogprobs | None) -> PromptLogpr
         }
         for position in prompt_logprobs
     ]
+
+
+def chat_echo(request: ChatCompletionRequest, role: str) -> str:
+    """What ``echo`` puts before each reply: the last message's text when the reply continues
+    it (same role: no generation prompt), else nothing (upstream's rule)."""
+    last = request.messages[-1] if request.messages else None
+    if not request.echo or last is None or last.role != role:
+        return ""
+    return text_content(last.content)
 
 
 def chat_num_logprobs(request: ChatCompletionRequest) -> int | None:

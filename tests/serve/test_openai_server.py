@@ -754,6 +754,38 @@ def test_chat_echo_puts_the_continued_message_first(tiny_server):
     assert other_role["choices"][0]["message"]["content"] == reply, "an assistant reply to a user"
 
 
+def test_chat_continues_the_final_message(tiny_server, offline_llm):
+    """``continue_final_message``: the template leaves the last (assistant) message open and
+    the model goes on writing it, the same text as offline ``LLM.chat`` and the same ids as
+    ``/tokenize``; with ``add_generation_prompt`` as well, upstream's 400."""
+    from mini_vllm.sampling_params import SamplingParams
+
+    messages = [
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": "Sure, the colour is"},
+    ]
+    options = {"add_generation_prompt": False, "continue_final_message": True}
+    body = {"model": "tiny", "messages": messages, "max_tokens": 5, "temperature": 0, **options}
+    resp = httpx.post(f"{tiny_server.api_url}/chat/completions", json=body, timeout=120)
+    assert resp.status_code == 200, resp.text
+    choice = resp.json()["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    params = SamplingParams(temperature=0.0, max_tokens=5)
+    (offline,) = offline_llm.chat(messages, params, use_tqdm=False, **options)
+    assert choice["message"]["content"] == offline.outputs[0].text
+    tokenized = httpx.post(
+        f"{tiny_server.base_url}/tokenize",
+        json={"model": "tiny", "messages": messages, **options},
+        timeout=120,
+    )
+    assert tokenized.status_code == 200, tokenized.text
+    assert tokenized.json()["tokens"] == offline.prompt_token_ids
+    both = {**body, "add_generation_prompt": True}
+    refused = httpx.post(f"{tiny_server.api_url}/chat/completions", json=both, timeout=120)
+    assert refused.status_code == 400
+    assert "Cannot set both `continue_final_message`" in refused.json()["error"]["message"]
+
+
 def test_metric_buckets_and_reasons_are_upstreams(tiny_server, client):
     """The latency histograms have upstream's bucket edges (a panel that reads one ``le`` or
     compares two servers' quantiles needs the same edges), and ``request_success`` has a series

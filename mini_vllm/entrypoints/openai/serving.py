@@ -298,6 +298,11 @@ class OpenAIServing:
             raise BadRequestError(
                 "this model has no chat template; use /v1/completions", param="messages"
             )
+        if request.continue_final_message and request.add_generation_prompt:
+            raise BadRequestError(  # upstream's check and words
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                param="continue_final_message",
+            )
         conversation = []
         for message in request.messages:
             try:
@@ -310,6 +315,7 @@ class OpenAIServing:
                 conversation,
                 tokenize=False,
                 add_generation_prompt=request.add_generation_prompt,
+                continue_final_message=request.continue_final_message,
                 **(request.chat_template_kwargs or {}),
             )
         except Exception as exc:  # a template may raise on roles it does not know
@@ -328,7 +334,6 @@ class OpenAIServing:
         if isinstance(request, TokenizeChatRequest):
             refuse_unsupported(
                 {
-                    "continue_final_message": request.continue_final_message,
                     "chat_template": asks_own_chat_template(request),
                     "tools": bool(request.tools),
                 }
@@ -526,7 +531,6 @@ class OpenAIServing:
             {
                 "tools": bool(request.tools),
                 "tool_choice": request.tool_choice not in (None, "none"),
-                "continue_final_message": request.continue_final_message,
                 "chat_template": asks_own_chat_template(request),
                 "documents": request.documents is not None,
                 "return_prompt_text": bool(request.return_prompt_text),

@@ -1,10 +1,30 @@
-"""A chat message's content as the one string a chat template renders (upstream's
-``vllm/entrypoints/chat_utils.py``, text parts only), shared by ``LLM.chat`` and the server so
-that one conversation becomes the same prompt offline and online."""
+"""A chat message's content as the one string a chat template renders, and a template given
+on the command line (upstream's ``vllm/entrypoints/chat_utils.py``, text parts only), shared by
+``LLM.chat`` and the server so that one conversation becomes the same prompt offline and
+online."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+
+def load_chat_template(chat_template: str | None) -> str | None:
+    """``--chat-template``: a file's contents, or the string itself when it holds a Jinja
+    character (``{``, ``}`` or a newline), as upstream's ``load_chat_template``; a string that
+    looks like a path but cannot be read is refused (upstream also looks among its built-in
+    templates, which mini-vLLM does not ship)."""
+    if chat_template is None:
+        return None
+    try:
+        return Path(chat_template).read_text()
+    except OSError as exc:
+        if any(c in chat_template for c in "{}\n"):
+            return chat_template
+        raise ValueError(
+            f"The supplied chat template ({chat_template}) looks like a file path, but it "
+            f"failed to be opened. Reason: {exc}"
+        ) from None
 
 
 def text_content(content: Any) -> str:

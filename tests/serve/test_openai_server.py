@@ -561,9 +561,8 @@ def test_invalid_parameters_are_400(tiny_server, body, needle):
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"top_p": 0.5, "min_p": -0.2}, "min_p must be in [0, 1]"),
         # Upstream refuses a request's own template unless --trust-request-chat-template.
-        ({"chat_template": "{{ messages[0].content }}"}, "chat_template"),
-        ({"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}, "chat_template"),
-        ({"documents": [{"title": "t", "text": "x"}]}, "documents"),
+        ({"chat_template": "{{ messages[0].content }}"}, "--trust-request-chat-template"),
+        ({"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}, "--trust-request-chat-template"),
         ({"cache_salt": ""}, "'cache_salt' must be a non-empty string"),
     ],
 )
@@ -901,6 +900,7 @@ def test_add_special_tokens_is_honoured():
 
     serving = object.__new__(OpenAIServing)
     serving.tokenizer = BosTokenizer()
+    serving.chat_template, serving.trust_request_chat_template = None, False
     ids = lambda req: serving._completion_prompts(req)[0].token_ids  # noqa: E731
     assert ids(CompletionRequest(prompt="ab"))[0] == bos
     assert ids(CompletionRequest(prompt="ab", add_special_tokens=False)) == [97, 98]

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import mini_vllm
 from mini_vllm.engine.async_llm import AsyncLLM
 from mini_vllm.engine.core_client import EngineDeadError
+from mini_vllm.entrypoints.chat_utils import load_chat_template
 from mini_vllm.entrypoints.openai.cli_args import DEFAULT_SERVED_MODEL_NAME, engine_args_from_cli
 from mini_vllm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -92,6 +93,7 @@ class AuthenticationMiddleware:
 def build_app(args: argparse.Namespace) -> FastAPI:
     """The FastAPI app; its lifespan starts the engine core and stops it on shutdown."""
     engine_args = engine_args_from_cli(args)
+    chat_template = load_chat_template(args.chat_template)  # a bad path fails before the engine
     served_model_name = args.served_model_name or (
         engine_args.model if engine_args.model else DEFAULT_SERVED_MODEL_NAME
     )
@@ -110,7 +112,11 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         app.state.engine = engine
         app.state.stat_logger = stat_logger
         app.state.serving = OpenAIServing(
-            engine, served_model_name, args.enable_prompt_tokens_details
+            engine,
+            served_model_name,
+            args.enable_prompt_tokens_details,
+            chat_template=chat_template,
+            trust_request_chat_template=args.trust_request_chat_template,
         )
         app.state.served_model_name = served_model_name
         logger.info(
@@ -272,7 +278,11 @@ def run_server(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT; uvicorn's shutdown runs the lifespan's engine shutdown."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    app = build_app(args)
+    try:
+        app = build_app(args)
+    except ValueError as exc:  # a bad option: say which, no traceback, no engine started
+        logger.error("%s", exc)
+        return 2
     config = uvicorn.Config(
         app,
         host=args.host,

@@ -39,6 +39,15 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--enable-prompt-tokens-details", action="store_true",
         help="report each response's prefix-cache hits as usage.prompt_tokens_details",
     )  # fmt: skip
+    parser.add_argument(
+        "--chat-template", default=None,
+        help="the chat template (a file, or the template itself) instead of the tokenizer's",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trust-request-chat-template", action="store_true",
+        help="render a request's own chat_template (refused otherwise: a template runs code "
+        "in the server's Jinja sandbox)",
+    )  # fmt: skip
     engine = parser.add_argument_group("engine")
     engine.add_argument("--block-size", type=int, default=16)
     engine.add_argument("--max-model-len", type=int, default=None)

@@ -288,6 +288,7 @@ class ChatCompletionResponse(OpenAIBaseModel):
     choices: list[ChatCompletionResponseChoice]
     usage: UsageInfo
     prompt_token_ids: list[int] | None = None  # with return_token_ids: the rendered chat's
+    prompt_text: str | None = None  # with return_prompt_text: the rendered chat
     prompt_logprobs: PromptLogprobs | None = None  # vLLM's, when asked
 
 
@@ -313,6 +314,7 @@ class ChatCompletionStreamResponse(OpenAIBaseModel):
     choices: list[ChatCompletionResponseStreamChoice]
     usage: UsageInfo | None = None
     prompt_token_ids: list[int] | None = None  # with return_token_ids: in each role chunk
+    prompt_text: str | None = None  # with return_prompt_text: in each role chunk
 
 
 class TokenizeCompletionRequest(OpenAIBaseModel):

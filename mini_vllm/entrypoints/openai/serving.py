@@ -80,15 +80,6 @@ def refuse_unsupported(unsupported: dict[str, Any]) -> None:
             )
 
 
-def asks_own_chat_template(request: ChatCompletionRequest | TokenizeChatRequest) -> bool:
-    """A request's own template, refused as upstream refuses it (unless
-    ``--trust-request-chat-template``): as a field or inside ``chat_template_kwargs``."""
-    return (
-        request.chat_template is not None
-        or (request.chat_template_kwargs or {}).get("chat_template") is not None
-    )
-
-
 def error_response(message: str, err_type: str, code: int, param: str | None = None) -> dict:
     return ErrorResponse(
         error=ErrorInfo(message=message, type=err_type, param=param, code=code)
@@ -107,12 +98,20 @@ class OpenAIServing:
     """Completions and chat completions over one ``AsyncLLM``."""
 
     def __init__(
-        self, engine: AsyncLLM, served_model_name: str, enable_prompt_tokens_details: bool = False
+        self,
+        engine: AsyncLLM,
+        served_model_name: str,
+        enable_prompt_tokens_details: bool = False,
+        *,
+        chat_template: str | None = None,
+        trust_request_chat_template: bool = False,
     ) -> None:
         self.engine = engine
         self.served_model_name = served_model_name
         self.tokenizer = engine.tokenizer
         self.enable_prompt_tokens_details = enable_prompt_tokens_details
+        self.chat_template = chat_template  # --chat-template; None: the tokenizer's
+        self.trust_request_chat_template = trust_request_chat_template
 
     # ------------------------------------------------------------- checks
 
@@ -294,10 +293,24 @@ class OpenAIServing:
     def _chat_prompt(self, request: ChatCompletionRequest | TokenizeChatRequest) -> _Prompt:
         if not request.messages:
             raise BadRequestError("messages must not be empty", param="messages")
-        if getattr(self.tokenizer, "chat_template", None) is None:
-            raise BadRequestError(
-                "this model has no chat template; use /v1/completions", param="messages"
+        template_kwargs = dict(request.chat_template_kwargs or {})
+        own_template = request.chat_template or template_kwargs.pop("chat_template", None)
+        if own_template is not None and not self.trust_request_chat_template:
+            raise BadRequestError(  # upstream's words
+                "Chat template is passed with request, but --trust-request-chat-template is not "
+                "set. Refused request with untrusted chat template.",
+                param="chat_template",
             )
+        template = own_template or self.chat_template
+        if template is None and getattr(self.tokenizer, "chat_template", None) is None:
+            raise BadRequestError(
+                "this model has no chat template (serve --chat-template gives one); use "
+                "/v1/completions",
+                param="messages",
+            )
+        documents = getattr(request, "documents", None)
+        if documents is not None:
+            template_kwargs["documents"] = documents  # for templates written for retrieval
         if request.continue_final_message and request.add_generation_prompt:
             raise BadRequestError(  # upstream's check and words
                 "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
@@ -314,9 +327,10 @@ class OpenAIServing:
             text = self.tokenizer.apply_chat_template(
                 conversation,
                 tokenize=False,
+                chat_template=template,
                 add_generation_prompt=request.add_generation_prompt,
                 continue_final_message=request.continue_final_message,
-                **(request.chat_template_kwargs or {}),
+                **template_kwargs,
             )
         except Exception as exc:  # a template may raise on roles it does not know
             raise BadRequestError(f"the chat template failed: {exc}", param="messages") from None
@@ -334,7 +348,6 @@ class OpenAIServing:
         if isinstance(request, TokenizeChatRequest):
             refuse_unsupported(
                 {
-                    "chat_template": asks_own_chat_template(request),
                     "tools": bool(request.tools),
                 }
             )
@@ -531,9 +544,6 @@ class OpenAIServing:
             {
                 "tools": bool(request.tools),
                 "tool_choice": request.tool_choice not in (None, "none"),
-                "chat_template": asks_own_chat_template(request),
-                "documents": request.documents is not None,
-                "return_prompt_text": bool(request.return_prompt_text),
             },
             num_logprobs=chat_num_logprobs(request),
             # Echoing with top_logprobs scores the prompt too (upstream's to_sampling_params).
@@ -577,6 +587,7 @@ class OpenAIServing:
                 usage=self._usage(len(prompt.token_ids), completion_tokens, cached),
                 prompt_token_ids=prompt.token_ids if with_ids else None,
                 prompt_logprobs=clamp_prompt_logprobs(outputs[0][1].prompt_logprobs),
+                prompt_text=prompt.text if request.return_prompt_text else None,
             )
 
         def chunk(index: int, output: RequestOutput | None = None) -> ChatCompletionStreamResponse:
@@ -607,8 +618,11 @@ class OpenAIServing:
                 model=self.served_model_name,
                 choices=[choice],
             )
-            if with_ids and out is None:
-                response.prompt_token_ids = prompt.token_ids  # in each role chunk, as upstream
+            if out is None:  # each role chunk carries the prompt's ids and text when asked
+                if with_ids:
+                    response.prompt_token_ids = prompt.token_ids
+                if request.return_prompt_text:
+                    response.prompt_text = prompt.text
             return response
 
         usage = ChatCompletionStreamResponse(

@@ -45,9 +45,10 @@ def test_the_server_template_renders_every_chat(templated_server, serve_tokenize
     """The file's template, not the tokenizer's: the prompt text, its ids and ``/tokenize``."""
     body = _chat(templated_server, return_prompt_text=True, return_token_ids=True)
     assert body["prompt_text"] == "<user>Name a colour.\n<assistant>"
-    assert body["prompt_token_ids"] == serve_tokenizer(
-        body["prompt_text"], add_special_tokens=False
-    ).input_ids
+    assert (
+        body["prompt_token_ids"]
+        == serve_tokenizer(body["prompt_text"], add_special_tokens=False).input_ids
+    )
     tokenized = httpx.post(
         f"{templated_server.base_url}/tokenize", json={"model": "tiny", "messages": MESSAGES}
     ).json()

@@ -1,4 +1,5 @@
 """Chat templates on the server: ``--chat-template`` replaces the tokenizer's,
+``--default-chat-template-kwargs`` sets its variables under each request's,
 ``--trust-request-chat-template`` lets a request bring its own, and ``documents`` and
 ``return_prompt_text`` reach and report the rendering (upstream's options)."""
 
@@ -14,6 +15,7 @@ import pytest
 from .conftest import REPO, running_server, tiny_args
 
 SERVER_TEMPLATE = (
+    "{% if greeting %}{{ greeting }}:{% endif %}"
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
     "{% if documents %}[{{ documents | map(attribute='title') | join(',') }}]{% endif %}"
     "{% if add_generation_prompt %}<assistant>{% endif %}"
@@ -26,7 +28,13 @@ def templated_server(tiny_serve_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("templates")
     template_file = folder / "chat.jinja"
     template_file.write_text(SERVER_TEMPLATE)
-    extra = ("--chat-template", str(template_file), "--trust-request-chat-template")
+    extra = (
+        "--chat-template",
+        str(template_file),
+        "--trust-request-chat-template",
+        "--default-chat-template-kwargs",
+        '{"greeting": "hello"}',
+    )
     with running_server(tiny_serve_dir, folder / "server.log", *tiny_args(), *extra) as server:
         yield server
 
@@ -44,7 +52,7 @@ def _chat(server, **body) -> dict:
 def test_the_server_template_renders_every_chat(templated_server, serve_tokenizer):
     """The file's template, not the tokenizer's: the prompt text, its ids and ``/tokenize``."""
     body = _chat(templated_server, return_prompt_text=True, return_token_ids=True)
-    assert body["prompt_text"] == "<user>Name a colour.\n<assistant>"
+    assert body["prompt_text"] == "hello:<user>Name a colour.\n<assistant>"
     assert (
         body["prompt_token_ids"]
         == serve_tokenizer(body["prompt_text"], add_special_tokens=False).input_ids
@@ -70,7 +78,9 @@ def test_documents_and_a_trusted_request_template(templated_server):
     with_docs = _chat(
         templated_server, documents=[{"title": "a", "text": "x"}], return_prompt_text=True
     )
-    assert with_docs["prompt_text"] == "<user>Name a colour.\n[a]<assistant>"
+    assert with_docs["prompt_text"] == "hello:<user>Name a colour.\n[a]<assistant>"
+    ours = _chat(templated_server, chat_template_kwargs={"greeting": "hi"}, return_prompt_text=True)
+    assert ours["prompt_text"].startswith("hi:<user>"), "a request's variables win"
     own = "{{ messages[0]['content'] }}!"
     for body in ({"chat_template": own}, {"chat_template_kwargs": {"chat_template": own}}):
         answer = _chat(templated_server, return_prompt_text=True, **body)

@@ -901,6 +901,7 @@ def test_add_special_tokens_is_honoured():
     serving = object.__new__(OpenAIServing)
     serving.tokenizer = BosTokenizer()
     serving.chat_template, serving.trust_request_chat_template = None, False
+    serving.default_chat_template_kwargs = {}
     ids = lambda req: serving._completion_prompts(req)[0].token_ids  # noqa: E731
     assert ids(CompletionRequest(prompt="ab"))[0] == bos
     assert ids(CompletionRequest(prompt="ab", add_special_tokens=False)) == [97, 98]

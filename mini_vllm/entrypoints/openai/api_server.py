@@ -116,6 +116,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             served_model_name,
             args.enable_prompt_tokens_details,
             chat_template=chat_template,
+            default_chat_template_kwargs=args.default_chat_template_kwargs,
             trust_request_chat_template=args.trust_request_chat_template,
         )
         app.state.served_model_name = served_model_name

@@ -7,6 +7,7 @@ parser without importing FastAPI, uvicorn or torch.
 from __future__ import annotations
 
 import argparse
+import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ def add_serve_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--chat-template", default=None,
         help="the chat template (a file, or the template itself) instead of the tokenizer's",
+    )  # fmt: skip
+    parser.add_argument(
+        "--default-chat-template-kwargs", type=json.loads, default=None,
+        help="the chat template's variables, as JSON, under each request's chat_template_kwargs",
     )  # fmt: skip
     parser.add_argument(
         "--trust-request-chat-template", action="store_true",

@@ -104,6 +104,7 @@ class OpenAIServing:
         enable_prompt_tokens_details: bool = False,
         *,
         chat_template: str | None = None,
+        default_chat_template_kwargs: dict[str, Any] | None = None,
         trust_request_chat_template: bool = False,
     ) -> None:
         self.engine = engine
@@ -111,6 +112,7 @@ class OpenAIServing:
         self.tokenizer = engine.tokenizer
         self.enable_prompt_tokens_details = enable_prompt_tokens_details
         self.chat_template = chat_template  # --chat-template; None: the tokenizer's
+        self.default_chat_template_kwargs = default_chat_template_kwargs or {}
         self.trust_request_chat_template = trust_request_chat_template
 
     # ------------------------------------------------------------- checks
@@ -293,7 +295,11 @@ class OpenAIServing:
     def _chat_prompt(self, request: ChatCompletionRequest | TokenizeChatRequest) -> _Prompt:
         if not request.messages:
             raise BadRequestError("messages must not be empty", param="messages")
-        template_kwargs = dict(request.chat_template_kwargs or {})
+        # The server's defaults, then the request's own (upstream's precedence).
+        template_kwargs = {
+            **self.default_chat_template_kwargs,
+            **(request.chat_template_kwargs or {}),
+        }
         own_template = request.chat_template or template_kwargs.pop("chat_template", None)
         if own_template is not None and not self.trust_request_chat_template:
             raise BadRequestError(  # upstream's words

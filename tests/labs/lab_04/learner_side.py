@@ -295,7 +295,15 @@ def _only_triton(fn: Any, seen: set[int]) -> None:
     defaults = [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
     if not all(map(constant, defaults)):
         raise TypeError(f"{where} has a default argument that is not a constant: only Triton")
-    rewrite = (interpreter.interpreter_semantic, interpreter._InterpreterComparison)
+    # What the interpreter's rewrite itself names (Triton 3.9's: older ones lack the second).
+    rewrite = tuple(
+        own
+        for own in (
+            getattr(interpreter, "interpreter_semantic", None),
+            getattr(interpreter, "_InterpreterComparison", None),
+        )
+        if own is not None
+    )
     missing = object()
     for name in _scan(code, where):
         value = fn.__globals__.get(name, missing)

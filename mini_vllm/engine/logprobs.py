@@ -9,7 +9,7 @@ view.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mini_vllm.logprobs import (
     LogprobsLists,
@@ -17,6 +17,9 @@ from mini_vllm.logprobs import (
     SampleLogprobs,
     append_logprobs_for_next_position,
 )
+
+if TYPE_CHECKING:  # offline engines read this module without pyzmq (the server's extra)
+    from mini_vllm.engine.core import EngineCoreOutput
 
 
 @dataclass
@@ -39,7 +42,7 @@ class LogprobsProcessor:
         if self.num_prompt_logprobs is not None:
             self.prompt_logprobs = [None]
 
-    def update_from_output(self, output: Any) -> None:
+    def update_from_output(self, output: EngineCoreOutput) -> None:
         """Take one ``EngineCoreOutput``'s rows: its new tokens' and, on the request's first
         output, its whole prompt's (the core sends them together, as upstream's)."""
         self.update_sample_logprobs(output.new_logprobs)

@@ -82,7 +82,12 @@ def test_documents_and_a_trusted_request_template(templated_server):
     ours = _chat(templated_server, chat_template_kwargs={"greeting": "hi"}, return_prompt_text=True)
     assert ours["prompt_text"].startswith("hi:<user>"), "a request's variables win"
     own = "{{ messages[0]['content'] }}!"
-    for body in ({"chat_template": own}, {"chat_template_kwargs": {"chat_template": own}}):
+    for body in (
+        {"chat_template": own},
+        {"chat_template_kwargs": {"chat_template": own}},
+        # The field wins over the variable; neither reaches the template as a variable.
+        {"chat_template": own, "chat_template_kwargs": {"chat_template": "{{ 2 }}"}},
+    ):
         answer = _chat(templated_server, return_prompt_text=True, **body)
         assert answer["prompt_text"] == "Name a colour.!"
 

@@ -295,19 +295,19 @@ class OpenAIServing:
     def _chat_prompt(self, request: ChatCompletionRequest | TokenizeChatRequest) -> _Prompt:
         if not request.messages:
             raise BadRequestError("messages must not be empty", param="messages")
-        # The server's defaults, then the request's own (upstream's precedence).
-        template_kwargs = {
-            **self.default_chat_template_kwargs,
-            **(request.chat_template_kwargs or {}),
-        }
-        own_template = request.chat_template or template_kwargs.pop("chat_template", None)
+        request_kwargs = request.chat_template_kwargs or {}
+        own_template = request.chat_template or request_kwargs.get("chat_template")
         if own_template is not None and not self.trust_request_chat_template:
             raise BadRequestError(  # upstream's words
                 "Chat template is passed with request, but --trust-request-chat-template is not "
                 "set. Refused request with untrusted chat template.",
                 param="chat_template",
             )
-        template = own_template or self.chat_template
+        # The server's defaults, then the request's own (upstream's precedence); a template
+        # among them is the template, never one of its variables.
+        template_kwargs = {**self.default_chat_template_kwargs, **request_kwargs}
+        kwargs_template = template_kwargs.pop("chat_template", None)
+        template = request.chat_template or kwargs_template or self.chat_template
         if template is None and getattr(self.tokenizer, "chat_template", None) is None:
             raise BadRequestError(
                 "this model has no chat template (serve --chat-template gives one); use "
@@ -596,6 +596,17 @@ class OpenAIServing:
                 prompt_text=prompt.text if request.return_prompt_text else None,
             )
 
+        def stream_response(
+            choices: list[ChatCompletionResponseStreamChoice],
+        ) -> ChatCompletionStreamResponse:
+            return ChatCompletionStreamResponse(
+                id=response_id,
+                object="chat.completion.chunk",
+                created=created,
+                model=self.served_model_name,
+                choices=choices,
+            )
+
         def chunk(index: int, output: RequestOutput | None = None) -> ChatCompletionStreamResponse:
             out = None if output is None else output.outputs[0]
             if out is None:  # the role comes first, once per choice (as OpenAI sends it)
@@ -617,13 +628,7 @@ class OpenAIServing:
                 )
                 if with_ids:
                     choice.token_ids = list(out.token_ids)
-            response = ChatCompletionStreamResponse(
-                id=response_id,
-                object="chat.completion.chunk",
-                created=created,
-                model=self.served_model_name,
-                choices=[choice],
-            )
+            response = stream_response([choice])
             if out is None:  # each role chunk carries the prompt's ids and text when asked
                 if with_ids:
                     response.prompt_token_ids = prompt.token_ids
@@ -631,32 +636,22 @@ class OpenAIServing:
                     response.prompt_text = prompt.text
             return response
 
-        usage = ChatCompletionStreamResponse(
-            id=response_id,
-            object="chat.completion.chunk",
-            created=created,
-            model=self.served_model_name,
-            choices=[],
-        )
         first = [chunk(index) for index in range(request.n)]
         if echo:  # then the echoed message, once per choice, as upstream streams it
             first += [
-                ChatCompletionStreamResponse(
-                    id=response_id,
-                    object="chat.completion.chunk",
-                    created=created,
-                    model=self.served_model_name,
-                    choices=[
+                stream_response(
+                    [
                         ChatCompletionResponseStreamChoice(
                             index=index,
                             delta=DeltaMessage(content=echo),
                             logprobs=None,
                             finish_reason=None,
                         )
-                    ],
+                    ]
                 )
                 for index in range(request.n)
             ]
+        usage = stream_response([])
         return self._stream(merged, chunk, first, usage, [len(prompt.token_ids)], request)
 
     def _usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> UsageInfo:
@@ -805,10 +800,10 @@ def chat_num_logprobs(request: ChatCompletionRequest) -> int | None:
     return (top or 0) if request.logprobs else None
 
 
-def _token_name(token_id: int, logprob: Any, as_ids: bool) -> str:
+def _token_name(token_id: int, text: str | None, as_ids: bool) -> str:
     """How logprobs name a token: its text, or ``token_id:{id}`` with
     ``return_tokens_as_token_ids`` (upstream's ``_get_decoded_token``)."""
-    return f"token_id:{token_id}" if as_ids else (logprob.decoded_token or "")
+    return f"token_id:{token_id}" if as_ids else (text or "")
 
 
 def completion_logprobs(
@@ -829,20 +824,22 @@ def completion_logprobs(
     offset = initial_text_offset
     for token_id, position in zip(token_ids, logprobs):
         if position is None:
-            token = f"token_id:{token_id}" if as_ids else tokenizer.decode([token_id])
-            result.tokens.append(token)
+            token = _token_name(token_id, tokenizer.decode([token_id]), as_ids)
             result.token_logprobs.append(None)
             result.top_logprobs.append(None)
         else:
             sampled = position[token_id]
-            token = _token_name(token_id, sampled, as_ids)
-            result.tokens.append(token)
+            token = _token_name(token_id, sampled.decoded_token, as_ids)
             result.token_logprobs.append(max(sampled.logprob, -9999.0))
             # The token, then the best num_logprobs (a prompt's may hold more: prompt_logprobs).
             best = list(position.items())[: num_logprobs + 1]
             result.top_logprobs.append(
-                {_token_name(t, lp, as_ids): max(lp.logprob, -9999.0) for t, lp in best}
+                {
+                    _token_name(t, lp.decoded_token, as_ids): max(lp.logprob, -9999.0)
+                    for t, lp in best
+                }
             )
+        result.tokens.append(token)
         result.text_offset.append(offset)
         offset += len(token)
     return result
@@ -878,7 +875,7 @@ def chat_logprobs(
 
 
 def _chat_logprob(token_id: int, lp: Any, as_ids: bool) -> ChatCompletionLogProb:
-    token = _token_name(token_id, lp, as_ids)
+    token = _token_name(token_id, lp.decoded_token, as_ids)
     return ChatCompletionLogProb(
         token=token,
         logprob=max(lp.logprob, -9999.0),
